@@ -1,0 +1,26 @@
+"""tgc: a tensor compiler whose every level is a textual IR dialect.
+
+`import tgc` is cheap: the Tensor API, the passes and the emitters load on first use.
+"""
+from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError
+from tgc.ir.diagnostics import Diagnostic
+
+__version__ = '0.1.0'
+
+_LAZY = {
+  'Tensor': ('tgc.tensor', 'Tensor'), 'dtypes': ('tgc.tensor', 'dtypes'), 'Device': ('tgc.runtime', 'Device'),
+  'compile': ('tgc.compiler', 'compile'), 'ir': ('tgc.ir', None), 'passes': ('tgc.passes', None), 'emit': ('tgc.emit', None),
+  'runtime': ('tgc.runtime', None),
+}
+
+def __getattr__(name):
+  if name in _LAZY:
+    import importlib
+    mod, attr = _LAZY[name]
+    m = importlib.import_module(mod)
+    v = getattr(m, attr) if attr else m
+    globals()[name] = v
+    return v
+  raise AttributeError(f"module 'tgc' has no attribute '{name}'")
+
+__all__ = ['TgcError', 'ShapeError', 'DTypeError', 'AxisError', 'IndexingError', 'Diagnostic', *_LAZY]

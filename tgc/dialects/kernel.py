@@ -1,0 +1,135 @@
+"""Dialect `kernel`: one AST per fused kernel (loads and stores through view stacks, ALU, reduce),
+and the host side of the schedule (alloc, launch) that lives in the func.func after kernelize."""
+from __future__ import annotations
+from tgc.ir.core import Operation, PURE, CONSTANT, FUNCTION
+from tgc.ir.types import BufType, TensorType, VecType
+from tgc.ir.dtypes import DType
+from tgc.ir import alu
+from tgc.dialects.alu import define_alu_ops
+from tgc.dialects.tensor import check_scalar
+
+define_alu_ops('kernel', False, globals())
+
+
+class KernelFuncOp(Operation):
+  """kernel.func @E_4_4(%data0: !kernel.buf<...>, ...) attributes {opts = [...]} { ... }: outputs first."""
+  name = 'kernel.func'
+  RESULTS = 0
+  ATTRS = {'sym_name': 'symbol', 'opts': 'records?'}
+  TRAITS = {FUNCTION}
+
+  @property
+  def sym_name(self) -> str: return self.attrs['sym_name']
+  def verify(self):
+    for a in self.body.args:
+      if not isinstance(a.type, BufType): raise self.error(f"arguments must be !kernel.buf, got {a.type}")
+
+  def verify_body(self):
+    stores = [op for op in self.body.ops if op.name == 'kernel.store']
+    if not stores: raise self.error(f"@{self.sym_name} stores nothing")
+    full = None
+    for op in self.body.ops:
+      if op.name == 'kernel.load':
+        if full is None: full = op.view.shape
+        elif op.view.shape != full: raise op.error(f"view shape {list(op.view.shape)} differs from the kernel's iteration shape {list(full)}")
+    out = stores[0].view.shape
+    for st in stores[1:]:
+      if st.view.shape != out: raise st.error(f"view shape {list(st.view.shape)} differs from the first store's {list(out)}")
+    if full is not None and len(full) != len(out):
+      raise stores[0].error(f"view rank {len(out)} differs from the kernel's iteration rank {len(full)}")
+    for op in self.body.ops:
+      if op.name == 'kernel.reduce':
+        n = len(full) if full is not None else len(out)
+        for a in op.axes:
+          if not 0 <= a < n: raise op.error(f"axis {a} is out of range for the iteration rank {n}")
+        if full is not None:
+          for a in op.axes:
+            if out[a] != 1: raise op.error(f"reduced axis {a} must have size 1 in the stored view, got {out[a]}")
+
+
+def _check_view(op, buf_t: BufType, vs):
+  """The lowest view (the one that indexes the buffer) stays inside it, where its mask lets it read."""
+  v = vs.views[0]
+  rng = v.mask or tuple((0, s) for s in v.shape)
+  if any(a >= b for a, b in rng): return  # reads nothing
+  lo = v.offset + sum(a * st if st >= 0 else (b - 1) * st for (a, b), st in zip(rng, v.strides))
+  hi = v.offset + sum((b - 1) * st if st >= 0 else a * st for (a, b), st in zip(rng, v.strides))
+  if lo < 0 or hi >= buf_t.numel:
+    raise op.error(f"view reads elements {lo}..{hi}, outside {buf_t} ({buf_t.numel} elements)")
+
+
+class LoadOp(Operation):
+  name = 'kernel.load'
+  OPERANDS = ('buf',)
+  ATTRS = {'view': 'views'}
+  TRAITS = {PURE}
+  FORMAT = '$buf $view : type($result)'
+  def verify(self):
+    b, r = self.buf.type, self.results[0].type
+    if not isinstance(b, BufType): raise self.error(f"loads from a !kernel.buf, got {b}")
+    if r != b.dtype: raise self.error(f"result type {r} does not match the buffer's element type {b.dtype}")
+    _check_view(self, b, self.view)
+
+
+class StoreOp(Operation):
+  name = 'kernel.store'
+  OPERANDS = ('buf', 'value')
+  ATTRS = {'view': 'views'}
+  RESULTS = 0
+  FORMAT = '$buf $view, $value : type($value)'
+  def verify(self):
+    b, t = self.buf.type, self.value.type
+    if not isinstance(b, BufType): raise self.error(f"stores to a !kernel.buf, got {b}")
+    if t != b.dtype: raise self.error(f"value type {t} does not match the buffer's element type {b.dtype}")
+    if len(self.view.views) != 1 or self.view.views[0].mask is not None:
+      raise self.error("stores through a single unmasked view")
+    _check_view(self, b, self.view)
+
+
+class ConstOp(Operation):
+  name = 'kernel.const'
+  ATTRS = {'value': 'number'}
+  TRAITS = {PURE, CONSTANT}
+  FORMAT = '$value : type($result)'
+  def verify(self):
+    t = self.results[0].type
+    if not isinstance(t, DType): raise self.error(f"result must be a scalar type, got {t}")
+    check_scalar(self, self.attrs['value'], t)
+
+
+class ReduceOp(Operation):
+  name = 'kernel.reduce'
+  OPERANDS = ('src',)
+  ATTRS = {'kind': 'ident', 'axes': 'ints'}
+  TRAITS = {PURE}
+  FORMAT = '$kind $src $axes : type($result)'
+  def verify(self):
+    if self.kind not in alu.REDUCE_KINDS: raise self.error(f"unknown reduce kind '{self.kind}' (expected one of {', '.join(alu.REDUCE_KINDS)})")
+    if self.src.type != self.results[0].type: raise self.error(f"result type {self.results[0].type} does not match operand type {self.src.type}")
+    if len(set(self.axes)) != len(self.axes) or not self.axes: raise self.error(f"axes {list(self.axes)} must be distinct and non-empty")
+
+
+# ---- host side ----
+class AllocOp(Operation):
+  name = 'kernel.alloc'
+  FORMAT = ': type($result)'
+  TRAITS = frozenset()
+  def verify(self):
+    if not isinstance(self.results[0].type, TensorType): raise self.error(f"allocates a tensor, got {self.results[0].type}")
+
+
+class LaunchOp(Operation):
+  name = 'kernel.launch'
+  OPERANDS = ('args*',)
+  ATTRS = {'callee': 'symbol'}
+  RESULTS = 0
+  FORMAT = '$callee($args)'
+  def verify_symbols(self, module):
+    k = module.lookup(self.callee)
+    if k is None or k.name != 'kernel.func': raise self.error(f"launches unknown kernel '@{self.callee}'")
+    want = [a.type for a in k.body.args]
+    if len(want) != len(self.args): raise self.error(f"passes {len(self.args)} buffers, @{self.callee} takes {len(want)}")
+    for i, (v, w) in enumerate(zip(self.args, want)):
+      t = v.type
+      if not isinstance(t, TensorType) or t.dtype != w.dtype or t.numel != w.numel:
+        raise self.error(f"argument #{i} is {t}, @{self.callee} expects a buffer of {w.numel} {w.dtype}")

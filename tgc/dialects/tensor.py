@@ -1,0 +1,188 @@
+"""Dialect `tensor`: the lazy tensor graph. Values are whole tensors; no implicit broadcasting."""
+from __future__ import annotations
+import math
+from tgc.ir.core import Operation, PURE, CONSTANT, MOVEMENT
+from tgc.ir.types import TensorType
+from tgc.ir.attrs import HexInt
+from tgc.ir import alu
+from tgc.dialects.alu import define_alu_ops
+
+define_alu_ops('tensor', True, globals())
+
+
+def _tensor(op, t, what='result'):
+  if not isinstance(t, TensorType): raise op.error(f"{what} must be a tensor, got {t}")
+  return t
+
+def _axes_ok(op, axes, rank, what='axis'):
+  for a in axes:
+    if not 0 <= a < rank: raise op.error(f"{what} {a} is out of range for rank {rank}")
+  if len(set(axes)) != len(axes): raise op.error(f"repeats an {what} in {list(axes)}")
+
+
+def dense_shape(v) -> tuple[int, ...]:
+  """The shape of a nested-list constant (a scalar is ())."""
+  shape, x = [], v
+  while isinstance(x, tuple):
+    shape.append(len(x))
+    if not x: break
+    x = x[0]
+  return tuple(shape)
+
+def check_dense(op, v, shape, dt):
+  """Rectangular, of the declared shape, with values the dtype can hold."""
+  def walk(x, depth):
+    if depth < len(shape):
+      if not isinstance(x, tuple) or len(x) != shape[depth]:
+        raise op.error(f"value has the wrong shape for {op.results[0].type}")
+      for y in x: walk(y, depth + 1)
+    else:
+      if isinstance(x, tuple): raise op.error(f"value has the wrong shape for {op.results[0].type}")
+      check_scalar(op, x, dt)
+  walk(v, 0)
+
+def check_scalar(op, x, dt):
+  if isinstance(x, HexInt):
+    if dt.is_float and x >= 1 << dt.bits: raise op.error(f"hex literal {hex(x)} does not fit {dt.bits} bits of {dt}")
+    if not dt.is_float and x >= 1 << dt.bits: raise op.error(f"value {hex(x)} does not fit {dt}")
+    return
+  if isinstance(x, float) and not dt.is_float: raise op.error(f"float value {x} for integer type {dt}")
+  if isinstance(x, int) and not dt.is_float:
+    from tgc.ir.dtypes import min_max
+    lo, hi = min_max(dt)
+    if not lo <= x <= hi: raise op.error(f"value {x} is out of range for {dt}")
+
+
+class ConstOp(Operation):
+  name = 'tensor.const'
+  ATTRS = {'value': 'dense'}
+  TRAITS = {PURE, CONSTANT}
+  FORMAT = '$value : type($result)'
+  def verify(self):
+    t = _tensor(self, self.results[0].type)
+    v = self.attrs['value']
+    if isinstance(v, tuple): check_dense(self, v, t.shape, t.dtype)
+    else: check_scalar(self, v, t.dtype)
+  @property
+  def is_splat(self) -> bool: return not isinstance(self.attrs['value'], tuple)
+
+
+class EmptyOp(Operation):
+  name = 'tensor.empty'
+  TRAITS = {PURE}
+  FORMAT = ': type($result)'
+  def verify(self): _tensor(self, self.results[0].type)
+
+
+class ReduceOp(Operation):
+  name = 'tensor.reduce'
+  OPERANDS = ('src',)
+  ATTRS = {'kind': 'ident', 'axes': 'ints'}
+  TRAITS = {PURE}
+  FORMAT = '$kind $src $axes : type($src) -> type($result)'
+  def verify(self):
+    s, r = _tensor(self, self.src.type, 'operand'), _tensor(self, self.results[0].type)
+    if self.kind not in alu.REDUCE_KINDS: raise self.error(f"unknown reduce kind '{self.kind}' (expected one of {', '.join(alu.REDUCE_KINDS)})")
+    _axes_ok(self, self.axes, s.rank)
+    want = tuple(1 if i in self.axes else d for i, d in enumerate(s.shape))
+    if r.shape != want or r.dtype != s.dtype:
+      raise self.error(f"result must be {TensorType(want, s.dtype)} (reduced axes kept as 1), got {r}")
+
+
+class _Movement(Operation):
+  OPERANDS = ('src',)
+  TRAITS = {PURE, MOVEMENT}
+  def verify(self):
+    s, r = _tensor(self, self.src.type, 'operand'), _tensor(self, self.results[0].type)
+    if s.dtype != r.dtype: raise self.error(f"changes the element type: {s} -> {r}")
+    want = self.result_shape(s.shape)
+    if want is not None and r.shape != want: raise self.error(f"result must be {TensorType(want, s.dtype)}, got {r}")
+  def result_shape(self, shape): return None
+
+
+class ReshapeOp(_Movement):
+  name = 'tensor.reshape'
+  FORMAT = '$src : type($src) -> type($result)'
+  def verify(self):
+    super().verify()
+    s, r = self.src.type, self.results[0].type
+    if s.numel != r.numel: raise self.error(f"cannot reshape {s} ({s.numel} elements) to {r} ({r.numel} elements)")
+
+
+class ExpandOp(_Movement):
+  name = 'tensor.expand'
+  FORMAT = '$src : type($src) -> type($result)'
+  def verify(self):
+    super().verify()
+    s, r = self.src.type, self.results[0].type
+    if s.rank != r.rank: raise self.error(f"cannot expand {s} to {r}: ranks differ")
+    for i, (a, b) in enumerate(zip(s.shape, r.shape)):
+      if a != b and a != 1: raise self.error(f"cannot expand {s} to {r}: axis {i} has size {a}, only size-1 axes grow")
+
+
+class PermuteOp(_Movement):
+  name = 'tensor.permute'
+  ATTRS = {'order': 'ints'}
+  FORMAT = '$src $order : type($src) -> type($result)'
+  def result_shape(self, shape):
+    o = self.order
+    if sorted(o) != list(range(len(shape))): raise self.error(f"order {list(o)} is not a permutation of {len(shape)} axes")
+    return tuple(shape[i] for i in o)
+
+
+class PadOp(_Movement):
+  name = 'tensor.pad'
+  ATTRS = {'pads': 'pairs'}
+  FORMAT = '$src $pads : type($src) -> type($result)'
+  def result_shape(self, shape):
+    p = self.pads
+    if len(p) != len(shape): raise self.error(f"has {len(p)} (before, after) pairs for rank {len(shape)}")
+    if any(a < 0 or b < 0 for a, b in p): raise self.error(f"pads must be non-negative, got {[tuple(x) for x in p]}")
+    return tuple(s + a + b for s, (a, b) in zip(shape, p))
+
+
+class ShrinkOp(_Movement):
+  name = 'tensor.shrink'
+  ATTRS = {'bounds': 'pairs'}
+  FORMAT = '$src $bounds : type($src) -> type($result)'
+  def result_shape(self, shape):
+    b = self.bounds
+    if len(b) != len(shape): raise self.error(f"has {len(b)} (start, end) pairs for rank {len(shape)}")
+    for i, ((lo, hi), s) in enumerate(zip(b, shape)):
+      if not 0 <= lo <= hi <= s: raise self.error(f"bounds ({lo}, {hi}) of axis {i} are not within [0, {s}]")
+    return tuple(hi - lo for lo, hi in b)
+
+
+class FlipOp(_Movement):
+  name = 'tensor.flip'
+  ATTRS = {'axes': 'ints'}
+  FORMAT = '$src $axes : type($result)'
+  def result_shape(self, shape):
+    _axes_ok(self, self.axes, len(shape))
+    return shape
+
+
+class ContiguousOp(Operation):
+  name = 'tensor.contiguous'
+  OPERANDS = ('src',)
+  FORMAT = '$src : type($result)'
+  TRAITS = frozenset()  # not pure: it is a request to materialise, cse/dce must keep it
+  def verify(self):
+    if self.src.type != self.results[0].type: raise self.error(f"result type {self.results[0].type} does not match operand type {self.src.type}")
+    _tensor(self, self.src.type, 'operand')
+
+
+class MatmulOp(Operation):
+  name = 'tensor.matmul'
+  OPERANDS = ('lhs', 'rhs')
+  TRAITS = {PURE}
+  FORMAT = '$lhs, $rhs : type($lhs), type($rhs) -> type($result)'
+  def verify(self):
+    a, b, r = (_tensor(self, t) for t in (self.lhs.type, self.rhs.type, self.results[0].type))
+    if a.rank < 2 or b.rank < 2 or a.rank != b.rank:
+      raise self.error(f"needs operands of equal rank >= 2, got {a} and {b}")
+    if a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
+      raise self.error(f"shapes do not fit: {a} and {b} (inner sizes {a.shape[-1]} and {b.shape[-2]})")
+    if a.dtype != b.dtype: raise self.error(f"operands have different types: {a} and {b}")
+    want = TensorType(a.shape[:-1] + b.shape[-1:], a.dtype)
+    if r != want: raise self.error(f"result must be {want}, got {r}")

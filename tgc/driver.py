@@ -1,0 +1,222 @@
+"""The command-line tools: tgc-opt, tgc-translate, tgc-run (../shared/spec/tools.md).
+
+Exit codes: 0 ok; 1 a user's mistake (a diagnostic); 2 a malformed command line; 3 a bug of tgc's own
+(`internal error:`, with a traceback only when TGC_TRACEBACK=1).
+"""
+from __future__ import annotations
+import argparse, os, re, sys, traceback
+
+
+class UsageError(Exception):
+  pass
+
+class ToolError(Exception):
+  """An error that belongs to no file position: printed as `tool: error: message`, exit 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):
+    self.print_usage(sys.stderr)
+    sys.stderr.write(f"{self.prog}: error: {message}\n")
+    sys.exit(2)
+
+
+def read_input(path: str, tool: str) -> tuple[str, str]:
+  """(text, name) of a file or '-'; undecodable bytes are a located diagnostic."""
+  from tgc.ir.diagnostics import Diagnostic, Location, Source
+  if path == '-': data, name = sys.stdin.buffer.read(), '<stdin>'
+  else:
+    try:
+      with open(path, 'rb') as f: data = f.read()
+    except OSError as e: raise ToolError(f"cannot open '{path}': {e.strerror}") from None
+    name = path
+  try: return data.decode('utf-8'), name
+  except UnicodeDecodeError as e:
+    line = data[:e.start].count(b'\n') + 1
+    col = e.start - (data.rfind(b'\n', 0, e.start) + 1) + 1
+    text = data.decode('utf-8', errors='replace')
+    raise Diagnostic(f"invalid UTF-8 byte 0x{data[e.start]:02x} in input", Location(name, line, col, Source(name, text))) from None
+
+def write_output(text: str, path: str | None):
+  if path in (None, '-'): sys.stdout.write(text)
+  else:
+    try:
+      with open(path, 'w') as f: f.write(text)
+    except OSError as e: raise ToolError(f"cannot write '{path}': {e.strerror}") from None
+
+
+def run_tool(tool: str, body) -> int:
+  """Call body(); turn every failure into the right message and exit code."""
+  from tgc.ir.diagnostics import Diagnostic, DiagnosticList
+  from tgc.errors import TgcError
+  try:
+    return body()
+  except Diagnostic as d:
+    sys.stderr.write(d.format(tool) + '\n'); return 1
+  except DiagnosticList as dl:
+    sys.stderr.write('\n'.join(d.format(tool) for d in dl.diags) + '\n'); return 1
+  except (ToolError, TgcError) as e:
+    sys.stderr.write(f"{tool}: error: {e}\n"); return 1
+  except UsageError as e:
+    sys.stderr.write(f"{tool}: error: {e}\n"); return 2
+  except KeyboardInterrupt:
+    return 130
+  except BrokenPipeError:
+    return 0
+  except Exception as e:  # a bug of ours
+    from tgc.passes.manager import PassFailure
+    where = ''
+    if isinstance(e, PassFailure): where = f" in pass '{e.pass_name}'"
+    sys.stderr.write(f"{tool}: internal error{where}: {e}\n")
+    if os.environ.get('TGC_TRACEBACK') == '1': traceback.print_exc()
+    else: sys.stderr.write("(set TGC_TRACEBACK=1 for the Python traceback)\n")
+    return 3
+
+
+# ---------------------------------------------------------------- tgc-opt
+_KNOWN_PASS_FLAG = re.compile(r'^--([a-z][a-z0-9\-]*)(=(.*))?$')
+
+def _split_pass_flags(argv: list[str]):
+  """Pull `--<pass-name>[=options]` flags out of argv, in order."""
+  from tgc.passes.manager import _PASS_MODULES
+  rest, passes = [], []
+  for a in argv:
+    m = _KNOWN_PASS_FLAG.match(a)
+    if m and m.group(1) in _PASS_MODULES:
+      passes.append(m.group(1) + (f"{{{m.group(3)}}}" if m.group(3) else ''))
+    else: rest.append(a)
+  return rest, passes
+
+
+def opt_main(argv: list[str] | None = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  argv, pass_flags = _split_pass_flags(argv)
+  ap = _Parser(prog='tgc-opt', description='Run a pass pipeline over textual IR (no pipeline: parse, verify, print).',
+               epilog='Passes can also be given one flag each, in order: --canonicalize --kernelize ...')
+  ap.add_argument('input', nargs='?', default='-', help="input file, or '-' for stdin")
+  ap.add_argument('-o', dest='output', default=None, help='output file')
+  ap.add_argument('-p', '--pass-pipeline', dest='pipeline', default=None, help="e.g. 'canonicalize,kernelize'")
+  ap.add_argument('--split-input-file', action='store_true', help="run each '// -----' separated chunk alone")
+  ap.add_argument('--verify-diagnostics', action='store_true', help='check diagnostics against expected-* comments')
+  ap.add_argument('--print-ir-after-all', action='store_true')
+  ap.add_argument('--print-ir-before-all', action='store_true')
+  ap.add_argument('--print-ir-after-change', action='store_true')
+  ap.add_argument('--print-ir-after', action='append', default=[], metavar='PASS')
+  ap.add_argument('--print-ir-before', action='append', default=[], metavar='PASS')
+  ap.add_argument('--print-op-generic', action='store_true', help='print the generic form')
+  ap.add_argument('--print-debuginfo', action='store_true', help='print loc(...) after each op')
+  ap.add_argument('--timing', action='store_true', help='per-pass wall time, to stderr')
+  ap.add_argument('--pass-statistics', action='store_true', help='per-pass counters, to stderr')
+  ap.add_argument('--no-verify', action='store_true', help='skip the verifier between passes')
+  ap.add_argument('--list-passes', action='store_true', help='list passes and their options')
+  ap.add_argument('--allow-unregistered-dialect', action='store_true')
+  args = ap.parse_args(argv)
+  return run_tool('tgc-opt', lambda: _opt(args, pass_flags))
+
+
+def _opt(args, pass_flags) -> int:
+  from tgc.passes.manager import list_passes
+  if args.list_passes:
+    sys.stdout.write(list_passes()); return 0
+  pipeline = ','.join(([args.pipeline] if args.pipeline else []) + pass_flags)
+  text, name = read_input(args.input, 'tgc-opt')
+  pm = None
+  if pipeline:
+    from tgc.passes.manager import PassManager
+    pm = PassManager.parse(pipeline, verify=not args.no_verify)
+  for n in args.print_ir_after + args.print_ir_before:
+    from tgc.passes.manager import get_pass
+    get_pass(n)
+  from tgc.parser import parse_chunks
+  outs, status = [], 0
+  for chunk, offset in parse_chunks(text, name, args.split_input_file):
+    if args.verify_diagnostics:
+      status |= _verify_diagnostics(chunk, name, offset, pm, args)
+      continue
+    outs.append(_run_chunk(chunk, name, offset, pm, args))
+  if not args.verify_diagnostics:
+    write_output('// -----\n'.join(outs), args.output)
+  return status
+
+
+def _run_chunk(chunk, name, offset, pm, args) -> str:
+  from tgc.parser import parse
+  from tgc.passes.manager import Instrumentation
+  from tgc.ir.printer import Printer
+  m = parse(chunk, name, verify=True, allow_unregistered=args.allow_unregistered_dialect, line_offset=offset)
+  if pm is not None:
+    inst = Instrumentation(args.print_ir_before, args.print_ir_after, args.print_ir_before_all, args.print_ir_after_all,
+                           args.print_ir_after_change, args.timing, args.pass_statistics, generic=args.print_op_generic)
+    pm.run(m, inst)
+    _report(inst)
+  return Printer(generic=args.print_op_generic, locs=args.print_debuginfo).print_module(m)
+
+
+def _report(inst):
+  if inst.timing and inst.times:
+    total = sum(t for _, t in inst.times) or 1e-12
+    lines = ["===-------------------------------------------------------------------------===",
+             "                         ... Execution time report ...",
+             "===-------------------------------------------------------------------------===",
+             f"  Total Execution Time: {total:.4f} seconds", "", "  ----Wall Time----  ----Name----"]
+    for n, t in inst.times: lines.append(f"  {t:.4f} ({100 * t / total:5.1f}%)  {n}")
+    lines.append(f"  {total:.4f} (100.0%)  Total")
+    inst.stream.write('\n'.join(lines) + '\n')
+  if inst.statistics:
+    lines = ["===-------------------------------------------------------------------------===",
+             "                         ... Pass statistics report ...",
+             "===-------------------------------------------------------------------------==="]
+    for n, st in inst.stats:
+      lines.append(n)
+      for k, v in sorted(st.items()): lines.append(f"  ({v}) {k}")
+    inst.stream.write('\n'.join(lines) + '\n')
+
+
+_EXPECT = re.compile(r'//\s*expected-(error|warning|note|remark)(?:@([+-]?\d+|above|below))?\s*\{\{(.*?)\}\}')
+
+def _verify_diagnostics(chunk, name, offset, pm, args) -> int:
+  """MLIR's -verify-diagnostics: every produced diagnostic expected, every expected one produced."""
+  from tgc.ir.diagnostics import Diagnostic, DiagnosticList, Location, Source
+  from tgc.passes.manager import PassFailure
+  expected = []
+  for i, line in enumerate(chunk.split('\n')):
+    for m in _EXPECT.finditer(line):
+      sev, where, msg = m.group(1), m.group(2), m.group(3)
+      ln = i + 1
+      if where in (None, ''): target = ln
+      elif where == 'above': target = ln - 1
+      elif where == 'below': target = ln + 1
+      elif where[0] in '+-': target = ln + int(where)
+      else: target = int(where) - offset
+      expected.append([sev, target + offset, msg, False, ln + offset, m.start() + 1])
+  produced = []
+  try:
+    _run_chunk(chunk, name, offset, pm, args)
+  except Diagnostic as d: produced = d.all()
+  except DiagnosticList as dl: produced = [n for d in dl.diags for n in d.all()]
+  except PassFailure: raise
+  from tgc.errors import TgcError
+  bad = []
+  src = Source(name, chunk, offset)
+  for p in produced:
+    line = p.loc.line if p.loc is not None else 0
+    hit = next((e for e in expected if not e[3] and e[0] == p.severity and e[1] == line and e[2] in p.message), None)
+    if hit is not None: hit[3] = True
+    else: bad.append(Diagnostic(f"unexpected {p.severity}: {p.message}", p.loc if p.loc and p.loc.line > 0 else None))
+  for e in expected:
+    if not e[3]:
+      bad.append(Diagnostic(f"expected {e[0]} \"{e[2]}\" was not produced", Location(name, e[4], e[5], src)))
+  for b in bad: sys.stderr.write(b.format('tgc-opt') + '\n')
+  return 1 if bad else 0
+
+
+# ---------------------------------------------------------------- entry points
+def opt_entry(): sys.exit(opt_main())
+
+def translate_entry():
+  from tgc.tools.translate import main
+  sys.exit(main())
+
+def run_entry():
+  from tgc.tools.run import main
+  sys.exit(main())

@@ -1,0 +1,18 @@
+"""The exceptions tgc raises for a user's mistakes. Everything a user can get wrong is a TgcError."""
+from __future__ import annotations
+
+
+class TgcError(Exception):
+  """Base of every error caused by the user's input (IR text, API arguments, flags)."""
+
+class ShapeError(TgcError, ValueError):
+  """Shapes that do not fit the operation."""
+
+class DTypeError(TgcError, TypeError):
+  """A dtype the operation or the device does not support."""
+
+class AxisError(TgcError, IndexError):
+  """An axis out of range, or repeated."""
+
+class IndexingError(TgcError, IndexError):
+  """A bad index or slice."""
