@@ -25,26 +25,27 @@ class KernelFuncOp(Operation):
       if not isinstance(a.type, BufType): raise self.error(f"arguments must be !kernel.buf, got {a.type}")
 
   def verify_body(self):
+    """Loads walk the full iteration shape (below a reduce) or the stored shape (after it)."""
     stores = [op for op in self.body.ops if op.name == 'kernel.store']
     if not stores: raise self.error(f"@{self.sym_name} stores nothing")
-    full = None
-    for op in self.body.ops:
-      if op.name == 'kernel.load':
-        if full is None: full = op.view.shape
-        elif op.view.shape != full: raise op.error(f"view shape {list(op.view.shape)} differs from the kernel's iteration shape {list(full)}")
     out = stores[0].view.shape
     for st in stores[1:]:
       if st.view.shape != out: raise st.error(f"view shape {list(st.view.shape)} differs from the first store's {list(out)}")
-    if full is not None and len(full) != len(out):
-      raise stores[0].error(f"view rank {len(out)} differs from the kernel's iteration rank {len(full)}")
+    reduces = [op for op in self.body.ops if op.name == 'kernel.reduce']
+    for op in reduces:
+      for a in op.axes:
+        if not 0 <= a < len(out): raise op.error(f"axis {a} is out of range for the iteration rank {len(out)}")
+        if out[a] != 1: raise op.error(f"reduced axis {a} must have size 1 in the stored view, got {out[a]}")
+    full = None
     for op in self.body.ops:
-      if op.name == 'kernel.reduce':
-        n = len(full) if full is not None else len(out)
-        for a in op.axes:
-          if not 0 <= a < n: raise op.error(f"axis {a} is out of range for the iteration rank {n}")
-        if full is not None:
-          for a in op.axes:
-            if out[a] != 1: raise op.error(f"reduced axis {a} must have size 1 in the stored view, got {out[a]}")
+      if op.name != 'kernel.load': continue
+      sh = op.view.shape
+      if len(sh) != len(out): raise op.error(f"view rank {len(sh)} differs from the kernel's iteration rank {len(out)}")
+      if sh != out:
+        if not reduces: raise op.error(f"view shape {list(sh)} differs from the stored shape {list(out)}")
+        if full is None: full = sh
+        elif sh != full: raise op.error(f"view shape {list(sh)} differs from the kernel's iteration shape {list(full)}")
+        if any(o != f and o != 1 for o, f in zip(out, sh)): raise op.error(f"view shape {list(sh)} does not reduce to the stored shape {list(out)}")
 
 
 def _check_view(op, buf_t: BufType, vs):
