@@ -127,10 +127,13 @@ class LaunchOp(Operation):
   FORMAT = '$callee($args)'
   def verify_symbols(self, module):
     k = module.lookup(self.callee)
-    if k is None or k.name != 'kernel.func': raise self.error(f"launches unknown kernel '@{self.callee}'")
-    want = [a.type for a in k.body.args]
+    if k is None or k.name not in ('kernel.func', 'uop.func'): raise self.error(f"launches unknown kernel '@{self.callee}'")
+    if k.name == 'kernel.func': want = [(a.type.dtype, a.type.numel) for a in k.body.args]
+    else:  # after linearize: the kernel's buffers are its define_globals
+      glob = sorted((op.attrs['index'], op.results[0].type.dtype) for op in k.body.ops if op.name == 'uop.define_global')
+      want = [(dt, None) for _, dt in glob]
     if len(want) != len(self.args): raise self.error(f"passes {len(self.args)} buffers, @{self.callee} takes {len(want)}")
-    for i, (v, w) in enumerate(zip(self.args, want)):
+    for i, (v, (dt, n)) in enumerate(zip(self.args, want)):
       t = v.type
-      if not isinstance(t, TensorType) or t.dtype != w.dtype or t.numel != w.numel:
-        raise self.error(f"argument #{i} is {t}, @{self.callee} expects a buffer of {w.numel} {w.dtype}")
+      if not isinstance(t, TensorType) or t.dtype != dt or (n is not None and t.numel != n):
+        raise self.error(f"argument #{i} is {t}, @{self.callee} expects a buffer of {n if n is not None else ''} {dt}".replace('  ', ' '))
