@@ -1,0 +1,32 @@
+"""Named pipelines: `lower-to-uop` is the whole way from the tensor level to an optimised uop level,
+with a target's choices; `lower-to-uop{noopt=true}` leaves kernel-opt out (NOOPT=1). The Python API and
+tgc-run run the same pipeline."""
+from __future__ import annotations
+import os
+from tgc.passes.manager import Pass, get_pass, parse_pipeline
+
+TARGETS = ('llvm', 'c', 'cuda', 'metal', 'opencl')
+
+
+def lower_to_uop_text(target: str = 'llvm', noopt: bool = False) -> str:
+  steps = ['canonicalize', 'tensor-decompose', 'canonicalize', 'cse', 'kernelize']
+  if not noopt:
+    try:
+      get_pass('kernel-opt')
+      steps.append(f'kernel-opt{{target={target}}}')
+    except Exception: pass  # kernel-opt not available yet: the unoptimised kernels
+  steps += ['linearize', 'uop-simplify', 'cse', 'dce']
+  return ','.join(steps)
+
+
+class LowerToUop(Pass):
+  name = 'lower-to-uop'
+  summary = 'named pipeline: tensor level to the uop level (canonicalize ... kernelize, kernel-opt, linearize, uop-simplify)'
+  reads, leaves = 'tensor', 'uop'
+  options = {'target': (str, 'llvm', 'the target whose choices kernel-opt makes'),
+             'noopt': (bool, False, 'skip kernel-opt (as NOOPT=1)')}
+  def expand(self):
+    from tgc.passes.manager import PipelineError
+    if self.target not in TARGETS: raise PipelineError(f"unknown target '{self.target}' (targets: {', '.join(TARGETS)})")
+    noopt = self.noopt or os.environ.get('NOOPT', '0') not in ('', '0')
+    return parse_pipeline(lower_to_uop_text(self.target, noopt))

@@ -1,0 +1,141 @@
+"""uop-simplify: symbolic algebra on index expressions with value ranges, and constant folding.
+
+Every integer value gets bounds [vmin, vmax] (specials and ranges from their sizes, arithmetic by
+interval rules). With them: x % c -> x and x // c -> 0 when 0 <= x < c; (a*c + b) // c -> a and
+(a*c + b) % c -> b when 0 <= b < c (sums are split into linear terms); comparisons decided by the
+bounds fold to constants; gates that are always true disappear.
+"""
+from __future__ import annotations
+from tgc.ir.core import REGISTRY, Value
+from tgc.ir.types import elem
+from tgc.ir import dtypes as D
+from tgc.ir.rewrite import PatternMatcher, apply_patterns, const_value
+from tgc.passes.manager import Pass
+from tgc.passes.canonicalize import canonical_patterns, make_const
+
+INF = float('inf')
+
+
+def bounds(v: Value, memo: dict) -> tuple:
+  """[vmin, vmax] of an integer/bool value (floats: (-inf, inf))."""
+  r = memo.get(v)
+  if r is not None: return r
+  memo[v] = r = _bounds(v, memo)
+  return r
+
+def _bounds(v, memo):
+  t = v.type
+  if not isinstance(t, D.DType) or t.is_float: return (-INF, INF)
+  lo_t, hi_t = D.min_max(t)
+  op = v.op
+  if op is None: return (lo_t, hi_t)
+  n = op.name
+  if n == 'uop.const':
+    c = op.attrs['value']; return (c, c)
+  if n == 'uop.special': return (0, op.attrs['size'] - 1)
+  if n == 'uop.define_var': return (op.attrs['min'], op.attrs['max'])
+  if n == 'uop.range':
+    a, b = bounds(op.operands[0], memo), bounds(op.operands[1], memo)
+    return (a[0], max(a[0], b[1] - 1))
+  opn = getattr(op, 'opname', None)
+  if opn in ('cmplt', 'cmpne', 'cmpeq', 'and', 'or', 'xor') and t.is_bool: return (0, 1)
+  if opn is None or len(op.operands) != 2 or opn not in ('add', 'sub', 'mul', 'idiv', 'mod', 'max', 'min'): return (lo_t, hi_t)
+  (a0, a1), (b0, b1) = bounds(op.operands[0], memo), bounds(op.operands[1], memo)
+  if opn == 'add': r = (a0 + b0, a1 + b1)
+  elif opn == 'sub': r = (a0 - b1, a1 - b0)
+  elif opn == 'mul':
+    c = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]; r = (min(c), max(c))
+  elif opn == 'max': r = (max(a0, b0), max(a1, b1))
+  elif opn == 'min': r = (min(a0, b0), min(a1, b1))
+  elif opn == 'idiv':
+    if b0 == b1 and b0 > 0 and a0 >= 0: r = (a0 // b0, a1 // b0)
+    else: return (lo_t, hi_t)
+  elif opn == 'mod':
+    if b0 == b1 and b0 > 0 and a0 >= 0: r = (0, min(a1, b0 - 1)) if a1 >= b0 else (a0, a1)
+    else: return (lo_t, hi_t)
+  if r[0] < lo_t or r[1] > hi_t: return (lo_t, hi_t)  # might wrap: know nothing
+  return r
+
+
+def terms(v: Value, memo) -> tuple[list[tuple[int, Value]], int]:
+  """v as sum(coef * atom) + const, looking through add, sub and mul by constants."""
+  op = v.op
+  c = const_value(v) if op is not None and op.name == 'uop.const' else None
+  if c is not None: return [], c
+  opn = getattr(op, 'opname', None) if op is not None else None
+  if opn in ('add', 'sub'):
+    ta, ca = terms(op.operands[0], memo)
+    tb, cb = terms(op.operands[1], memo)
+    if opn == 'sub': tb, cb = [(-k, x) for k, x in tb], -cb
+    return ta + tb, ca + cb
+  if opn == 'mul':
+    for x, y in (op.operands, op.operands[::-1]):
+      k = const_value(y) if y.op is not None and y.op.name == 'uop.const' else None
+      if k is not None:
+        tx, cx = terms(x, memo)
+        return [(k * kk, a) for kk, a in tx], k * cx
+  return [(1, v)], 0
+
+
+def _build(rw, op, ts, const, t):
+  """Materialise sum(coef * atom) + const as uops before `op`."""
+  C = lambda x: rw.create(REGISTRY['uop.const'], [], [t], {'value': x}, op.loc).results[0]
+  acc = None
+  for k, a in ts:
+    term = a if k == 1 else rw.create(REGISTRY['uop.mul'], [a, C(k)], [t], None, op.loc).results[0]
+    acc = term if acc is None else rw.create(REGISTRY['uop.add'], [acc, term], [t], None, op.loc).results[0]
+  if acc is None: return C(const)
+  if const: acc = rw.create(REGISTRY['uop.add'], [acc, C(const)], [t], None, op.loc).results[0]
+  return acc
+
+
+def simplify_divmod(op, rw, memo):
+  t = op.results[0].type
+  if not isinstance(t, D.DType) or not t.is_int: return None
+  c = const_value(op.operands[1]) if op.operands[1].op is not None and op.operands[1].op.name == 'uop.const' else None
+  if c is None or c <= 0: return None
+  x = op.operands[0]
+  lo, hi = bounds(x, memo)
+  if lo < 0: return None
+  if hi < c: return x if op.opname == 'mod' else make_const(rw, op, 0, t)
+  ts, k = terms(x, memo)
+  if any(bounds(a, memo)[0] < 0 or kk < 0 for kk, a in ts): return None
+  q = [(kk // c, a) for kk, a in ts if kk % c == 0]
+  r = [(kk, a) for kk, a in ts if kk % c != 0]
+  kq, kr = divmod(k, c)
+  rlo = kr + sum(kk * bounds(a, memo)[0] for kk, a in r)
+  rhi = kr + sum(kk * bounds(a, memo)[1] for kk, a in r)
+  if not (0 <= rlo and rhi < c) or not q and not kq: return None
+  if op.opname == 'idiv': return _build(rw, op, q, kq, t)
+  return _build(rw, op, r, kr, t)
+
+
+def simplify_cmp(op, rw, memo):
+  if op.opname != 'cmplt': return None
+  (a0, a1), (b0, b1) = bounds(op.operands[0], memo), bounds(op.operands[1], memo)
+  if a1 < b0: return make_const(rw, op, 1, op.results[0].type)
+  if a0 >= b1: return make_const(rw, op, 0, op.results[0].type)
+  return None
+
+def simplify_gate(op, rw, memo):
+  if op.name == 'uop.load' and len(op.operands) == 4:
+    g = const_value(op.operands[2]) if op.operands[2].op is not None and op.operands[2].op.name == 'uop.const' else None
+    if g == 1: return rw.create(REGISTRY['uop.load'], op.operands[:2], [op.results[0].type], None, op.loc).results[0]
+    if g == 0: return op.operands[3]
+  return None
+
+
+class UopSimplify(Pass):
+  name = 'uop-simplify'
+  summary = 'symbolic index algebra with value ranges, constant folding'
+  reads = leaves = 'uop'
+  def run(self, m):
+    memo: dict = {}
+    pm = canonical_patterns + PatternMatcher([
+      (('uop.idiv', 'uop.mod'), lambda op, rw: simplify_divmod(op, rw, memo)),
+      ('uop.cmplt', lambda op, rw: simplify_cmp(op, rw, memo)),
+      ('uop.load', lambda op, rw: simplify_gate(op, rw, memo)),
+    ])
+    apply_patterns(m, pm, stats=self.stats)
+    from tgc.passes.dce import remove_dead
+    remove_dead(m, self.stats)
