@@ -1,0 +1,174 @@
+"""From IR text (or a Module) to a callable: the pipeline the tools and the Tensor API share.
+
+compile(text, device) runs `lower-to-uop` with the device's target, compiles every uop.func on the
+device, and returns a CompiledFunction that runs the host schedule (alloc, launch, host reshapes and
+constants) on numpy arrays. DEBUG levels print each stage, as tinygrad's do.
+"""
+from __future__ import annotations
+import math, os, sys, time
+from tgc.errors import TgcError
+from tgc.ir.core import Module, Operation
+from tgc.ir.types import TensorType
+
+DEVICE_TARGET = {'CPU': 'llvm', 'INTERP': 'llvm', 'C': 'c', 'OPENCL': 'opencl', 'CUDA': 'cuda', 'METAL': 'metal'}
+
+def debug_level() -> int:
+  try: return int(os.environ.get('DEBUG', '0') or 0)
+  except ValueError: return 0
+
+def noopt() -> bool: return os.environ.get('NOOPT', '0') not in ('', '0')
+
+
+class Stats:
+  """Launch counters for the DEBUG=2 totals line."""
+  def __init__(self): self.kernels, self.ops, self.bytes, self.time = 0, 0, 0, 0.0
+GLOBAL_STATS = Stats()
+_opened_logged: set[str] = set()
+
+
+def lower(m: Module, target: str, out=None, dbg: int = 0) -> Module:
+  """Run lower-to-uop on m in place, printing kernel ASTs at DEBUG>=3."""
+  from tgc.passes.manager import PassManager, parse_pipeline
+  from tgc.passes.pipelines import lower_to_uop_text
+  steps = lower_to_uop_text(target, noopt()).split(',')
+  cut = steps.index('linearize')
+  PassManager(parse_pipeline(','.join(steps[:cut]))).run(m)
+  if dbg >= 3 and out is not None:
+    for k in m.functions('kernel.func'): out.write(str(k) + '\n')
+  PassManager(parse_pipeline(','.join(steps[cut:]))).run(m)
+  return m
+
+
+class Kernel:
+  def __init__(self, fn: Operation, program, device: str, flops_per_point: int):
+    self.fn, self.program, self.device = fn, program, device
+    self.name = fn.attrs['sym_name']
+    gs = fn.attrs.get('global_size', (1,)); ls = fn.attrs.get('local_size', (1,))
+    self.points = math.prod(gs) * math.prod(ls)
+    self.flops_per_point = flops_per_point
+
+
+class CompiledFunction:
+  """A compiled func.func: call it with numpy arrays (one per argument), get a tuple of arrays."""
+  def __init__(self, host: Operation, kernels: dict[str, Kernel], device: str, out=None):
+    self.host, self.kernels, self.device, self.out = host, kernels, device, out
+    self.arg_types = [a.type for a in host.body.args]
+    self.result_types = host.result_types
+    self.name = host.attrs['sym_name']
+
+  def __call__(self, *args):
+    import numpy as np
+    from tgc.ir import dtypes as D
+    if len(args) != len(self.arg_types):
+      raise TgcError(f"@{self.name} takes {len(self.arg_types)} arguments, got {len(args)}")
+    env = {}
+    for i, (a, t, v) in enumerate(zip(self.host.body.args, self.arg_types, args)):
+      arr = np.asarray(v)
+      want = t.dtype.np
+      if arr.shape != t.shape: raise TgcError(f"argument #{i} of @{self.name} has shape {arr.shape}, expected {t}")
+      if arr.dtype != want:
+        if t.dtype is D.bf16 and arr.dtype == np.float32: arr = D.f32_to_bf16_bits(arr)
+        else: raise TgcError(f"argument #{i} of @{self.name} has dtype {arr.dtype}, expected {t}")
+      env[a] = np.ascontiguousarray(arr)
+    dbg = debug_level()
+    for op in self.host.body.ops:
+      n = op.name
+      if n == 'kernel.alloc':
+        t = op.results[0].type
+        env[op.results[0]] = np.zeros(t.shape, dtype=t.dtype.np)
+      elif n == 'tensor.const':
+        env[op.results[0]] = host_const(op)
+      elif n == 'tensor.reshape':
+        env[op.results[0]] = env[op.operands[0]].reshape(op.results[0].type.shape)
+      elif n == 'kernel.launch':
+        k = self.kernels[op.attrs['callee']]
+        bufs = [env[v] for v in op.operands]
+        t0 = time.perf_counter()
+        k.program(*bufs)
+        dt = time.perf_counter() - t0
+        if dbg >= 2: self._log_launch(k, bufs, dt)
+      elif n == 'func.return':
+        return tuple(env[v] for v in op.operands)
+      else: raise TgcError(f"host op '{n}' cannot run")
+    raise TgcError("host schedule without func.return")
+
+  def _log_launch(self, k: Kernel, bufs, dt):
+    st = GLOBAL_STATS
+    st.kernels += 1
+    nbytes = sum(b.nbytes for b in bufs)
+    flops = k.flops_per_point * k.points
+    st.ops += flops; st.bytes += nbytes; st.time += dt
+    out = self.out or sys.stdout
+    out.write(f"*** {self.device:<7s} {st.kernels:4d} {k.name:<26s} arg {len(bufs):2d} mem {nbytes / 1e9:6.2f} GB "
+              f"tm {dt * 1e6:9.2f}us/{st.time * 1e3:9.2f}ms ({flops / max(dt, 1e-9) / 1e9:9.2f} GFLOPS {nbytes / max(dt, 1e-9) / 1e9:6.1f} GB/s)\n")
+
+
+def host_const(op):
+  import numpy as np
+  from tgc.passes.canonicalize import to_array
+  from tgc.ir import dtypes as D
+  t = op.results[0].type
+  arr = np.broadcast_to(to_array(op.attrs['value'], t), t.shape)
+  if t.dtype is D.bf16: return np.ascontiguousarray(D.f32_to_bf16_bits(arr))
+  return np.ascontiguousarray(arr.astype(t.dtype.np))
+
+
+def count_flops(fn: Operation) -> int:
+  """ALU ops per launch point (loops counted by their trip counts): the DEBUG=2 GFLOPS estimate."""
+  total, mult, stack = 0, 1, []
+  for op in fn.body.ops:
+    if op.name == 'uop.range':
+      lo, hi = (o.op.attrs.get('value', 0) if o.op is not None and o.op.name == 'uop.const' else 0 for o in op.operands)
+      stack.append(mult); mult *= max(hi - lo, 1)
+    elif op.name == 'uop.endrange': mult = stack.pop() if stack else 1
+    elif hasattr(op, 'opname') and op.opname not in ('cast', 'bitcast') and isinstance(op.results[0].type, object):
+      if not (op.results[0].type.__class__.__name__ == 'DType' and op.results[0].type.is_int): total += mult
+  return total
+
+
+def compile_module(m: Module, device: str | None = None, entry: str | None = None, out=None) -> CompiledFunction:
+  """A verified tensor-level (or already lowered) module -> a CompiledFunction for its entry func.func."""
+  from tgc.runtime import get_device, Device
+  from tgc.ir.core import Module as _M
+  dev_name = Device.canonicalize(device)
+  dev = get_device(dev_name)
+  target = DEVICE_TARGET.get(dev_name, 'llvm')
+  dbg = debug_level()
+  out = out or sys.stdout
+  if dbg >= 1 and dev_name not in _opened_logged:
+    _opened_logged.add(dev_name); out.write(f"opened device {dev_name} from pid:{os.getpid()}\n")
+  funcs = m.functions('func.func')
+  if not funcs: raise TgcError("no func.func to run")
+  host = funcs[0] if entry is None else m.lookup(entry.lstrip('@'))
+  if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
+  if not m.functions('uop.func') or any(op.name.startswith('tensor.') and op.name not in ('tensor.reshape', 'tensor.const') for op in host.body.ops):
+    lower(m, target, out, dbg)
+  kernels = {}
+  for fn in m.functions('uop.func'):
+    if dbg >= 4: out.write(_render(fn, target) + '\n')
+    if dbg >= 5: out.write(str(fn) + '\n')
+    kernels[fn.attrs['sym_name']] = Kernel(fn, dev.compile(fn), dev_name, count_flops(fn))
+  if dbg >= 1: out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
+  return CompiledFunction(host, kernels, dev_name, out)
+
+
+def _render(fn, target):
+  from tgc import emit
+  try: return emit.render(Module([fn]), target)
+  except TgcError as e: return f"// no source for target {target}: {e}"
+
+
+def compile(text_or_module, device: str | None = None, entry: str | None = None, filename: str = '<string>') -> CompiledFunction:
+  """`tgc.compile(text, device="CPU")`: a callable fn(*numpy_arrays) -> tuple of numpy arrays."""
+  if isinstance(text_or_module, Module): m = text_or_module
+  else:
+    from tgc.parser import parse
+    m = parse(text_or_module, filename)
+  return compile_module(m, device, entry)
+
+
+def print_totals(out=None):
+  st = GLOBAL_STATS
+  if st.kernels and debug_level() >= 2:
+    (out or sys.stdout).write(f"avg: {st.ops / max(st.time, 1e-9) / 1e9:9.2f} GFLOPS {st.bytes / max(st.time, 1e-9) / 1e9:9.2f} GB/s"
+                              f"           total: {st.kernels:5d} kernels {st.ops / 1e9:9.2f} GOPS {st.bytes / 1e9:9.2f} GB {st.time * 1e3:9.2f} ms\n")
