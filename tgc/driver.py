@@ -128,12 +128,19 @@ def _opt(args, pass_flags) -> int:
     from tgc.passes.manager import get_pass
     get_pass(n)
   from tgc.parser import parse_chunks
+  from tgc.ir.diagnostics import Diagnostic, DiagnosticList
   outs, status = [], 0
   for chunk, offset in parse_chunks(text, name, args.split_input_file):
     if args.verify_diagnostics:
       status |= _verify_diagnostics(chunk, name, offset, pm, args)
       continue
-    outs.append(_run_chunk(chunk, name, offset, pm, args))
+    if not args.split_input_file:
+      outs.append(_run_chunk(chunk, name, offset, pm, args)); continue
+    try: outs.append(_run_chunk(chunk, name, offset, pm, args))
+    except (Diagnostic, DiagnosticList) as d:  # MLIR's way: report the chunk's errors, go on with the next
+      diags = d.diags if isinstance(d, DiagnosticList) else [d]
+      sys.stderr.write('\n'.join(x.format('tgc-opt') for x in diags) + '\n')
+      status = 1
   if not args.verify_diagnostics:
     write_output('// -----\n'.join(outs), args.output)
   return status
@@ -210,13 +217,116 @@ def _verify_diagnostics(chunk, name, offset, pm, args) -> int:
   return 1 if bad else 0
 
 
+# ---------------------------------------------------------------- tgc-translate
+TRANSLATE_TARGETS = ('cuda', 'metal', 'opencl', 'llvm', 'c')
+
+def translate_main(argv: list[str] | None = None) -> int:
+  ap = _Parser(prog='tgc-translate', description='Lower IR (any level) and print device source for a target.')
+  ap.add_argument('input', nargs='?', default='-')
+  ap.add_argument('-o', dest='output', default=None)
+  ap.add_argument('--target', required=True, help='|'.join(TRANSLATE_TARGETS))
+  ap.add_argument('--noopt', action='store_true', help='the unoptimised pipeline (as NOOPT=1)')
+  ap.add_argument('--split-input-file', action='store_true')
+  args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+  return run_tool('tgc-translate', lambda: _translate(args))
+
+
+def lower_for_target(m, target: str, noopt: bool) -> None:
+  """Bring a module at any level down to the uop level with the target's default pipeline."""
+  from tgc.passes.manager import PassManager
+  from tgc.passes.pipelines import lower_to_uop_text
+  steps = lower_to_uop_text(target, noopt).split(',')
+  names = {op.name for fn in m.ops for op in ([fn] + (fn.body.ops if fn.body else []))}
+  if any(n.startswith('tensor.') and n not in ('tensor.reshape', 'tensor.const') for n in names) or \
+     ('func.func' in names and 'kernel.func' not in names and 'uop.func' not in names):
+    PassManager.parse(','.join(steps)).run(m)
+  elif 'kernel.func' in names:
+    PassManager.parse(','.join(steps[steps.index('kernelize') + 1:])).run(m)
+
+
+def _translate(args) -> int:
+  from tgc.parser import parse, parse_chunks
+  from tgc.passes.pipelines import TARGETS
+  if args.target not in TRANSLATE_TARGETS: raise ToolError(f"unknown target '{args.target}' (targets: {', '.join(TRANSLATE_TARGETS)})")
+  from tgc import emit
+  text, name = read_input(args.input, 'tgc-translate')
+  outs = []
+  for chunk, offset in parse_chunks(text, name, args.split_input_file):
+    m = parse(chunk, name, line_offset=offset)
+    lower_for_target(m, args.target, args.noopt or os.environ.get('NOOPT', '0') not in ('', '0'))
+    outs.append(emit.render(m, args.target))
+  write_output('// -----\n'.join(outs), args.output)
+  return 0
+
+
+# ---------------------------------------------------------------- tgc-run
+def run_main(argv: list[str] | None = None) -> int:
+  ap = _Parser(prog='tgc-run', description='Compile a function and run it on a device; print its results.')
+  ap.add_argument('input', nargs='?', default='-')
+  ap.add_argument('--device', default=None, help='CPU (default), C, OPENCL, CUDA, INTERP')
+  ap.add_argument('--entry', default=None, help='@name of the func.func to run (default: the first)')
+  ap.add_argument('--input', dest='inputs', action='append', default=[], metavar='NAME=FILE.npy')
+  ap.add_argument('--seed', type=int, default=0, help='seed of the random values for inputs not given')
+  ap.add_argument('--output', default=None, metavar='DIR', help='save results as DIR/result0.npy, ...')
+  args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+  return run_tool('tgc-run', lambda: _run(args))
+
+
+def random_input(t, rng):
+  import numpy as np
+  dt = t.dtype
+  if dt.is_bool: return rng.integers(0, 2, size=t.shape).astype(np.bool_)
+  if dt.is_int:
+    lo = 0 if not dt.is_signed else -10
+    return rng.integers(lo, 10, size=t.shape).astype(dt.np)
+  from tgc.ir import dtypes as D
+  x = rng.standard_normal(size=t.shape).astype(np.float32)
+  return D.f32_to_bf16_bits(x) if dt is D.bf16 else x.astype(dt.np)
+
+
+def _run(args) -> int:
+  import numpy as np
+  from tgc.parser import parse
+  from tgc import compiler
+  text, name = read_input(args.input, 'tgc-run')
+  m = parse(text, name)
+  fns = m.functions('func.func')
+  if not fns: raise ToolError(f"'{name}' has no func.func to run")
+  entry = fns[0]
+  if args.entry:
+    entry = m.lookup(args.entry.lstrip('@'))
+    if entry is None or entry.name != 'func.func': raise ToolError(f"no func.func named '{args.entry}' in '{name}'")
+  given = {}
+  for spec in args.inputs:
+    if '=' not in spec: raise UsageError(f"--input expects NAME=FILE.npy, got '{spec}'")
+    k, path = spec.split('=', 1)
+    try: given[k.lstrip('%')] = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e: raise ToolError(f"cannot load '{path}': {e}") from None
+  argnames = [a.hint for a in entry.body.args]
+  for k in given:
+    if k not in argnames: raise ToolError(f"@{entry.attrs['sym_name']} has no argument '%{k}' (arguments: {', '.join('%' + n for n in argnames)})")
+  rng = np.random.default_rng(args.seed)
+  inputs = []
+  for a in entry.body.args:
+    if a.hint in given: inputs.append(given[a.hint])
+    else:
+      inputs.append(random_input(a.type, rng))
+      sys.stderr.write(f"tgc-run: input %{a.hint}: random {a.type} (seed {args.seed})\n")
+  fn = compiler.compile_module(m, args.device, entry.attrs['sym_name'], out=sys.stderr)
+  results = fn(*inputs)
+  compiler.print_totals(sys.stderr)
+  from tgc.ir import dtypes as D
+  for i, (r, t) in enumerate(zip(results, fn.result_types)):
+    if t.dtype is D.bf16: r = D.bf16_bits_to_f32(r)
+    if len(results) > 1: sys.stdout.write(f"result{i}: {t}\n")
+    sys.stdout.write(np.array2string(np.asarray(r), threshold=10000) + '\n')
+    if args.output:
+      os.makedirs(args.output, exist_ok=True)
+      np.save(os.path.join(args.output, f"result{i}.npy"), r)
+  return 0
+
+
 # ---------------------------------------------------------------- entry points
 def opt_entry(): sys.exit(opt_main())
-
-def translate_entry():
-  from tgc.tools.translate import main
-  sys.exit(main())
-
-def run_entry():
-  from tgc.tools.run import main
-  sys.exit(main())
+def translate_entry(): sys.exit(translate_main())
+def run_entry(): sys.exit(run_main())
