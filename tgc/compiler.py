@@ -31,7 +31,7 @@ def lower(m: Module, target: str, out=None, dbg: int = 0) -> Module:
   from tgc.passes.manager import PassManager, parse_pipeline
   from tgc.passes.pipelines import lower_to_uop_text
   steps = lower_to_uop_text(target, noopt()).split(',')
-  cut = steps.index('linearize')
+  cut = next(i for i, s in enumerate(steps) if s.startswith('linearize'))
   PassManager(parse_pipeline(','.join(steps[:cut]))).run(m)
   if dbg >= 3 and out is not None:
     for k in m.functions('kernel.func'): out.write(str(k) + '\n')

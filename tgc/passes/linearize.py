@@ -1,20 +1,40 @@
 """linearize: kernel.func ASTs -> uop.func flat lists (ranges, index arithmetic, accumulators).
 
-The iteration space of a kernel is its full shape: axes that are not reduced are global (launch grid,
-`uop.special gidxN`, the last axis is gidx0 as in tinygrad), reduced axes are `uop.range` loops
-(`ridxN`). Loads and stores index through their view stacks (ViewStack.to_indexed with a builder that
-emits uops); a mask becomes the gate of the load. A reduce is a `uop.define_acc` before its loops and
-a `uop.phi` inside them; what follows the reduce reads the phi after `uop.endrange`.
+The iteration space of a kernel is its full shape. The kernel's `opts` attribute (chosen by kernel-opt,
+or written by hand: it replays) splits axes and gives each part a kind:
+
+  global   the launch grid: `uop.special gidxN` (the last global axis is gidx0, as in tinygrad); on CPU
+           targets only the outermost is a special (the runtime splits it across threads), the rest loops
+  local    work-group dims: `uop.special lidxN`
+  reduce   `uop.range` loops (ridxN) inside which the reduce's input is computed
+  group    a reduce axis spread over the work-group: partial sums meet in shared memory after a barrier
+  upcast   a non-reduce axis computed in registers: unrolled, and the last upcast axis is a vector lane
+  unroll   a reduce axis unrolled inside the loop (a vector lane when no upcast axis is)
+
+Values are generated once per combination of the unrolled lanes; along the vector axis a value is either
+uniform (a scalar) or a `vec<W>`: loads whose index has stride 1 along it become vector loads, stride 0
+a scalar, anything else a gather of scalar loads. A reduce is a `uop.define_acc` per lane combination
+before its loops and `uop.phi` inside them; a reduce over a vector lane ends with a horizontal reduce.
 """
 from __future__ import annotations
+import itertools, math
 from tgc.ir.core import Operation, Module, Value, Block, REGISTRY
-from tgc.ir.types import PtrType, elem
+from tgc.ir.types import PtrType, VecType, elem
 from tgc.ir import dtypes as D, alu
-from tgc.ir.attrs import Symbol
+from tgc.ir.attrs import Symbol, Record
+from tgc.errors import TgcError
 from tgc.passes.manager import Pass
 
 U = lambda n: REGISTRY[f'uop.{n}']
 MAX_GLOBAL_DIMS = 3
+CPU_TARGETS = ('llvm', 'c')
+VEC_WIDTHS = (2, 4, 8, 16)
+MAX_LANES = 256
+OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce'}
+
+
+class OptError(TgcError):
+  """An optimisation action that does not apply to the kernel."""
 
 
 class UopBuilder:
@@ -24,6 +44,7 @@ class UopBuilder:
     self.ops: list[Operation] = []
     self.cache: dict = {}
     self.idx_dt = idx_dt
+    self.scopes: list[list] = [[]]   # cache keys made inside each open range: forgotten at its end
 
   def emit(self, name, srcs, t, attrs=None, pure=True) -> Value:
     key = (name, tuple(srcs), t, tuple(sorted(attrs.items())) if attrs else ()) if pure else None
@@ -31,20 +52,29 @@ class UopBuilder:
     op = U(name)(list(srcs), [t] if t is not None else [], attrs)
     self.ops.append(op)
     r = op.results[0] if op.results else None
-    if key is not None: self.cache[key] = r
+    if key is not None: self.cache[key] = r; self.scopes[-1].append(key)
     return r
+
+  def open_range(self, start, end):
+    r = self.emit('range', [start, end], self.idx_dt, pure=False)
+    self.scopes.append([])
+    return r
+  def close_range(self, r):
+    self.emit('endrange', [r], None, pure=False)
+    for k in self.scopes.pop(): self.cache.pop(k, None)
 
   def cval(self, v):
     op = v.op
     return op.attrs['value'] if op is not None and op.name == 'uop.const' else None
 
-  # the index-expression interface (ints)
-  def const(self, x, dt=None): return self.emit('const', [], dt or self.idx_dt, {'value': int(x) if not (dt or self.idx_dt).is_float else float(x)})
-  def true(self): return self.emit('const', [], D.bool_, {'value': 1})
+  def const(self, x, dt=None):
+    dt = dt or self.idx_dt
+    return self.emit('const', [], dt, {'value': float(x) if dt.is_float else int(x)})
+  def true(self): return self.const(1, D.bool_)
   def alu(self, name, a, b, dt=None):
     ca, cb = self.cval(a), self.cval(b)
     t = dt or a.type
-    if ca is not None and cb is not None and elem(t).is_int or (ca is not None and cb is not None and name in ('cmplt', 'and')):
+    if ca is not None and cb is not None and isinstance(t, D.DType) and (t.is_int or t.is_bool):
       import numpy as np
       r = alu.exec_alu(name, elem(a.type), np.array(ca), np.array(cb))
       return self.const(int(r), D.bool_ if name in alu.COMPARE else t)
@@ -71,113 +101,310 @@ class UopBuilder:
   def and_(self, a, b): return self.alu('and', a, b)
 
 
-def linearize_kernel(k: Operation) -> Operation:
-  ops = k.body.ops
-  stores = [op for op in ops if op.name == 'kernel.store']
-  reduces = [op for op in ops if op.name == 'kernel.reduce']
-  out = stores[0].view.shape
-  axes = tuple(reduces[0].axes) if reduces else ()
-  full = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out), None)
-  if full is None:
-    if reduces and any(out[a] != 1 for a in axes): raise ValueError("reduce kernel without a load to give its iteration shape")
-    full = out if not reduces else None
-  if full is None: raise ValueError(f"@{k.sym_name}: a reduce with nothing below it to give its size (run canonicalize first)")
-  big = any(a.type.numel >= 2**31 for a in k.body.args)
-  b = UopBuilder(D.i64 if big else D.i32)
-  buf = {}
-  for i, a in enumerate(k.body.args):
-    buf[a] = b.emit('define_global', [], PtrType(a.type.dtype), {'index': i}, pure=False)
-  # global axes: the last one is gidx0; more than three fold the leading ones into one
-  gaxes = [i for i in range(len(out)) if i not in axes and out[i] > 1]
-  idx = {i: None for i in range(len(full))}
-  groups = [[a] for a in gaxes]
-  while len(groups) > MAX_GLOBAL_DIMS: groups[0:2] = [groups[0] + groups[1]]
-  global_size = []
-  for gi, grp in enumerate(reversed(groups)):
-    size = 1
-    for a in grp: size *= out[a]
-    g = b.emit('special', [], b.idx_dt, {'axis': f'gidx{gi}', 'size': size})
-    global_size.append(size)
-    inner = size
-    for a in grp:  # unravel a folded group
-      inner //= out[a]
-      v = g if inner == 1 else b.idiv(g, b.const(inner))
-      idx[a] = v if a == grp[0] else b.mod(v, b.const(out[a]))
-  zero = b.const(0)
-  for i in range(len(full)):
-    if idx[i] is None and i not in axes: idx[i] = zero
-  out_idx = [idx[i] if i not in axes else zero for i in range(len(full))]
+def apply_opts(full, out, kinds, views, opts):
+  """Split axes per the opts. `views`: {key: ViewStack at `full` (below the reduce) or `out`}. Returns the
+  new (full, out, kinds, views, padded) where padded maps an axis to its size before PADTO."""
+  full, out, kinds = list(full), list(out), list(kinds)
+  padded: dict[int, int] = {}
+  for o in opts:
+    name = o.name
+    if name not in OPT_KINDS: raise OptError(f"unknown optimisation '{name}' (known: {', '.join(OPT_KINDS)})")
+    ax, amt = o.fields.get('axis'), o.fields.get('amt', 0)
+    if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
+    if kinds[ax] != OPT_KINDS[name]:
+      raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes")
+    s = full[ax]
+    amt = s if amt == 0 else amt
+    if not isinstance(amt, int) or amt < 1: raise OptError(f"{name}: amount {amt} must be a positive integer")
+    if name == 'padto':
+      ns = -(-s // amt) * amt
+      if ns == s: continue
+      for k, vs in views.items(): views[k] = vs.pad(tuple((0, ns - s) if i == ax else (0, 0) for i in range(len(vs.shape))))
+      padded[ax] = s
+      full[ax] = ns
+      if kinds[ax] != 'reduce': out[ax] = ns
+      continue
+    if s % amt: raise OptError(f"{name}: amount {amt} does not divide axis {ax} of size {s}")
+    outer, inner = (amt, s // amt) if name == 'grouptop' else (s // amt, amt)
+    nf = full[:ax] + [outer, inner] + full[ax + 1:]
+    no = out[:ax] + ([outer, inner] if out[ax] == s else [1, 1]) + out[ax + 1:]
+    for k, vs in views.items():
+      views[k] = vs.reshape(tuple(nf) if tuple(vs.shape) == tuple(full) else tuple(no))
+    new_kind = {'upcast': 'upcast', 'local': 'local', 'unroll': 'unroll', 'group': 'group', 'grouptop': 'reduce'}[name]
+    kinds = kinds[:ax] + ([kinds[ax], new_kind] if name != 'grouptop' else ['group', 'reduce']) + kinds[ax + 1:]
+    padded = {(a if a < ax else a + 1): v for a, v in padded.items()}
+    full, out = nf, no
+  return tuple(full), tuple(out), kinds, views, padded
 
-  vals: dict[Value, Value] = {}
-  # everything before the (last) reduce runs inside the reduce loops
-  last_reduce = max((ops.index(r) for r in reduces), default=-1)
-  accs = []
-  if reduces:
+
+class Lowerer:
+  def __init__(self, k: Operation, target: str):
+    self.k, self.target = k, target
+    self.cpu = target in CPU_TARGETS
+
+  def run(self) -> Operation:
+    k = self.k
+    ops = k.body.ops
+    stores = [op for op in ops if op.name == 'kernel.store']
+    reduces = [op for op in ops if op.name == 'kernel.reduce']
+    out0 = stores[0].view.shape
+    axes = tuple(reduces[0].axes) if reduces else ()
+    full0 = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out0), None)
+    if full0 is None:
+      if reduces and any(out0[a] != 1 for a in axes): raise TgcError(f"@{k.sym_name}: a reduce with no load to give its size")
+      full0 = out0 if not reduces else None
+    if full0 is None: raise TgcError(f"@{k.sym_name}: a reduce with nothing below it to give its size (run canonicalize first)")
+    kinds0 = ['reduce' if i in axes else 'global' for i in range(len(full0))]
+    views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
+    opts = tuple(k.attrs.get('opts', ()))
+    try: full, out, kinds, views, padded = apply_opts(full0, out0, kinds0, views, opts)
+    except ValueError as e: raise OptError(f"@{k.sym_name}: {e}") from None
+    except OptError as e: raise OptError(f"@{k.sym_name}: {e}") from None
+    self.full, self.out, self.kinds, self.views, self.padded = full, out, kinds, views, padded
+    n = len(full)
+    big = any(a.type.numel >= 2**31 for a in k.body.args)
+    b = self.b = UopBuilder(D.i64 if big else D.i32)
+    self.buf = {a: b.emit('define_global', [], PtrType(a.type.dtype), {'index': i}, pure=False) for i, a in enumerate(k.body.args)}
+    # lanes: the unrolled axes of each region, and the vector axis
+    up = [i for i in range(n) if kinds[i] == 'upcast' and full[i] > 1]
+    un = [i for i in range(n) if kinds[i] == 'unroll' and full[i] > 1]
+    cand = [i for i in reversed(up) if full[i] in VEC_WIDTHS] or ([] if up else [i for i in reversed(un) if full[i] in VEC_WIDTHS])
+    self.vec = cand[0] if cand else None
+    self.W = full[self.vec] if self.vec is not None else 1
+    self.lanes_below = [i for i in up + un if i != self.vec]
+    self.lanes_above = [i for i in up if i != self.vec]
+    if math.prod(full[i] for i in up + un) > MAX_LANES: raise OptError(f"@{k.sym_name}: {math.prod(full[i] for i in up + un)} unrolled lanes (at most {MAX_LANES})")
+    if any(kd in ('local', 'group') for kd in kinds) and self.cpu:
+      raise OptError(f"@{k.sym_name}: local and group dims need a GPU target, not {self.target}")
+    # index variables
+    zero = b.const(0)
+    self.idx: dict[int, Value] = {}
+    gl = [i for i in range(n) if kinds[i] == 'global' and full[i] > 1]
+    lo = [i for i in range(n) if kinds[i] in ('local', 'group') and full[i] > 1]
+    self.loops: list[Value] = []
+    global_size, local_size = self.grid(gl, 'gidx'), self.grid(lo, 'lidx')
+    for i in range(n):
+      if kinds[i] in ('global', 'local', 'group') and i not in self.idx: self.idx[i] = zero
+    self.global_size, self.local_size = global_size, local_size
+    self.ops_list = ops
+    self.lower_body(reduces)
+    for r in reversed(self.loops): b.close_range(r)
+    attrs = {'sym_name': Symbol(k.sym_name), 'global_size': tuple(global_size) or (1,), 'local_size': tuple(local_size) or (1,)}
+    if opts: attrs['opts'] = opts
+    return U('func')([], [], attrs, k.loc, Block([], b.ops))
+
+  def grid(self, axes, prefix):
+    """Specials for these axes (the last is N=0); beyond three, or on the CPU, loops."""
+    b, sizes = self.b, []
+    if not axes: return sizes
+    if self.cpu and prefix == 'gidx':  # one special for the outermost axis: the runtime splits it across threads
+      g = b.emit('special', [], b.idx_dt, {'axis': 'gidx0', 'size': self.full[axes[0]]})
+      self.idx[axes[0]] = g; sizes.append(self.full[axes[0]])
+      for a in axes[1:]:
+        r = b.open_range(b.const(0), b.const(self.full[a]))
+        self.loops.append(r); self.idx[a] = r
+      return sizes
+    groups = [[a] for a in axes]
+    while len(groups) > MAX_GLOBAL_DIMS: groups[0:2] = [groups[0] + groups[1]]
+    for gi, grp in enumerate(reversed(groups)):
+      size = math.prod(self.full[a] for a in grp)
+      g = b.emit('special', [], b.idx_dt, {'axis': f'{prefix}{gi}', 'size': size})
+      sizes.append(size)
+      inner = size
+      for a in grp:
+        inner //= self.full[a]
+        v = g if inner == 1 else b.idiv(g, b.const(inner))
+        self.idx[a] = v if a == grp[0] else b.mod(v, b.const(self.full[a]))
+    return sizes
+
+  # ---- lanes ----
+  def combos(self, lane_axes):
+    return list(itertools.product(*[range(self.full[a]) for a in lane_axes]))
+
+  def at(self, idx_axes, lane_axes, combo, vec_lane=0):
+    """Index expressions per axis for one lane combination."""
+    b, out = self.b, []
+    cm = dict(zip(lane_axes, combo))
+    for i in range(len(self.full)):
+      if i in cm: out.append(b.const(cm[i]))
+      elif i == self.vec: out.append(b.const(vec_lane))
+      elif i in idx_axes: out.append(idx_axes[i])
+      else: out.append(b.const(0))
+    return out
+
+  def lower_body(self, reduces):
+    b, ops = self.b, self.ops_list
+    last_reduce = max((ops.index(r) for r in reduces), default=-1)
+    below = {i: v for i, v in self.idx.items()}
+    above = {i: v for i, v in self.idx.items()}
+    self.vals: dict = {}
+    if reduces:
+      self.lower_reduce_region(reduces, below, last_reduce)
+    for n, op in enumerate(ops):
+      if n <= last_reduce: continue
+      self.lower_op(op, above, self.lanes_above, above=True)
+
+  def lower_reduce_region(self, reduces, idx, last_reduce):
+    b, ops, full = self.b, self.ops_list, self.full
+    cu = self.combos(self.lanes_above)
+    vec_is_unroll = self.vec is not None and self.kinds[self.vec] == 'unroll'
+    accs = {}
     for r in reduces:
       dt = r.results[0].type
-      init = b.const(alu.reduce_identity(r.kind, dt), dt) if not dt.is_float else b.emit('const', [], dt, {'value': float(alu.reduce_identity(r.kind, dt))})
-      accs.append(b.emit('define_acc', [init], dt, pure=False))
+      t = VecType(self.W, dt) if self.vec is not None and self.W > 1 else dt
+      init = b.const(alu.reduce_identity(r.kind, dt), dt)
+      if isinstance(t, VecType): init = b.emit('vectorize', [init] * self.W, t)
+      accs[r] = {c: b.emit('define_acc', [init], t, pure=False) for c in cu}
+    loop_idx = dict(idx)
     ranges = []
-    for ri, a in enumerate(axes):
-      if full[a] == 1: idx[a] = zero; continue
-      rng = b.emit('range', [b.const(0), b.const(full[a])], b.idx_dt, pure=False)
-      ranges.append(rng); idx[a] = rng
-    for acc in accs: acc.op.operands = [acc.op.operands[0]] + ranges
-  inner_idx = [idx[i] for i in range(len(full))]
+    for a in range(len(full)):
+      if self.kinds[a] == 'reduce':
+        if full[a] == 1: loop_idx[a] = b.const(0); continue
+        rr = b.open_range(b.const(0), b.const(full[a])); ranges.append(rr); loop_idx[a] = rr
+    for r in reduces:
+      for acc in accs[r].values(): acc.op.operands = [acc.op.operands[0]] + ranges
+    # the reduce's input, per lane combination of the region below
+    for n, op in enumerate(ops[:last_reduce + 1]):
+      if op.name == 'kernel.reduce': continue
+      self.lower_op(op, loop_idx, self.lanes_below, above=False)
+    cmap = {a: i for i, a in enumerate(self.lanes_below)}
+    for r in reduces:
+      src = self.vals[r.src]
+      res = {}
+      for c in cu:
+        acc = accs[r][c]
+        cur = acc
+        for cb in self.combos(self.lanes_below):
+          if any(cb[cmap[a]] != c[i] for i, a in enumerate(self.lanes_above)): continue
+          x = self.broadcast(src[cb], acc.type)
+          cur = b.emit(r.kind, [cur, x], acc.type, pure=False)
+        res[c] = b.emit('phi', [acc, cur], acc.type, pure=False)
+      self.vals[r.results[0]] = res
+    for rr in reversed(ranges): b.close_range(rr)
+    if vec_is_unroll:  # horizontal reduce of the vector lanes
+      for r in reduces:
+        dt = r.results[0].type
+        res = {}
+        for c, v in self.vals[r.results[0]].items():
+          parts = [b.emit('gep', [v], dt, {'index': l}) for l in range(self.W)]
+          while len(parts) > 1:
+            parts = [b.emit(r.kind, [parts[i], parts[i + 1]], dt) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+          res[c] = parts[0]
+        self.vals[r.results[0]] = res
 
-  def load(op, at):
-    idx_e, valid = op.view.to_indexed(at, b)
-    dt = op.results[0].type
-    cv = b.cval(valid)
-    if cv == 0: return b.const(0, dt) if not dt.is_float else b.emit('const', [], dt, {'value': 0.0})
-    if cv == 1: return b.emit('load', [buf[op.buf], idx_e], dt, pure=False)
-    alt = b.const(0, dt) if not dt.is_float else b.emit('const', [], dt, {'value': 0.0})
-    return b.emit('load', [buf[op.buf], idx_e, valid, alt], dt, pure=False)
+  def broadcast(self, v, t):
+    if v.type == t: return v
+    if isinstance(t, VecType) and not isinstance(v.type, VecType):
+      return self.b.emit('vectorize', [v] * t.count, t)
+    raise AssertionError(f"cannot broadcast {v.type} to {t}")
 
-  ri = 0
-  for n, op in enumerate(ops):
+  def lower_op(self, op, idx, lane_axes, above):
+    b = self.b
     name = op.name
-    if name == 'kernel.load': vals[op.results[0]] = load(op, inner_idx if reduces and op.view.shape != out else out_idx)
+    combos = self.combos(lane_axes)
+    if name == 'kernel.load':
+      self.vals[op.results[0]] = {c: self.load(op, idx, lane_axes, c) for c in combos}
     elif name == 'kernel.const':
       dt = op.results[0].type
-      vals[op.results[0]] = b.emit('const', [], dt, {'value': op.attrs['value']})
-    elif name == 'kernel.reduce':
-      acc = accs[reduces.index(op)]
-      kind = {'add': 'add', 'max': 'max', 'mul': 'mul'}[op.kind]
-      new = b.emit(kind, [acc, vals[op.src]], acc.type, pure=False)
-      vals[op.results[0]] = b.emit('phi', [acc, new], acc.type, pure=False)
-      if n == last_reduce:
-        for rng in reversed([o.results[0] for o in b.ops if o.name == 'uop.range']):
-          b.emit('endrange', [rng], None, pure=False)
-        b.cache = {k: v for k, v in b.cache.items() if not _inside(v, b)}  # values of the loop die with it
+      v = b.emit('const', [], dt, {'value': op.attrs['value']})
+      self.vals[op.results[0]] = {c: v for c in combos}
     elif name == 'kernel.store':
-      idx_e, _ = op.view.to_indexed(out_idx, b)
-      b.emit('store', [buf[op.buf], idx_e, vals[op.value]], None, pure=False)
+      for c in combos: self.store(op, idx, lane_axes, c)
+    elif name == 'kernel.reduce': raise AssertionError("reduce handled by its region")
     elif hasattr(op, 'opname'):
-      vals[op.results[0]] = b.emit(op.opname, [vals[s] for s in op.operands], op.results[0].type)
-    else: raise ValueError(f"linearize: unexpected {name}")
-  attrs = {'sym_name': Symbol(k.sym_name), 'global_size': tuple(global_size) or (1,), 'local_size': (1,)}
-  if 'opts' in k.attrs: attrs['opts'] = k.attrs['opts']
-  return U('func')([], [], attrs, k.loc, Block([], b.ops))
+      res = {}
+      for c in combos:
+        srcs = [self.vals[s][self.project(s, lane_axes, c)] for s in op.operands]
+        vt = next((s.type for s in srcs if isinstance(s.type, VecType)), None)
+        dt = op.results[0].type
+        if vt is not None:
+          srcs = [self.broadcast(s, VecType(vt.count, elem(s.type))) for s in srcs]
+          t = VecType(vt.count, dt)
+        else: t = dt
+        res[c] = b.emit(op.opname, srcs, t)
+      self.vals[op.results[0]] = res
+    else: raise TgcError(f"linearize: unexpected op '{name}'")
+
+  def project(self, v, lane_axes, c):
+    """Values of the region below reach the region above only through the reduce: same combos."""
+    d = self.vals[v]
+    if c in d: return c
+    raise AssertionError("lane combination mismatch")
+
+  def index(self, op, idx, lane_axes, c, lane=0):
+    return self.views[op].to_indexed(self.at(idx, lane_axes, c, lane), self.b)
+
+  def vec_stride(self, op):
+    if self.vec is None or self.W == 1: return 0
+    rs = self.views[op].real_strides()
+    return rs[self.vec]
+
+  def load(self, op, idx, lane_axes, c):
+    """Loads are merged like pure ops: a kernel stores only to data0 and never reads it back."""
+    b = self.b
+    dt = op.results[0].type
+    buf = self.buf[op.buf]
+    def one(lane):
+      i, valid = self.index(op, idx, lane_axes, c, lane)
+      cv = b.cval(valid)
+      if cv == 0: return b.const(0, dt)
+      if cv == 1: return b.emit('load', [buf, i], dt)
+      return b.emit('load', [buf, i, valid, b.const(0, dt)], dt)
+    st = self.vec_stride(op)
+    if st == 0: return one(0)
+    if st == 1:
+      i, valid = self.index(op, idx, lane_axes, c, 0)
+      t = VecType(self.W, dt)
+      cv = b.cval(valid)
+      if cv == 1: return b.emit('load', [buf, i], t)
+      if cv == 0: return b.emit('vectorize', [b.const(0, dt)] * self.W, t)
+      zero = b.emit('vectorize', [b.const(0, dt)] * self.W, t)
+      return b.emit('load', [buf, i, valid, zero], t)
+    return b.emit('vectorize', [one(l) for l in range(self.W)], VecType(self.W, dt))
+
+  def store(self, op, idx, lane_axes, c):
+    b = self.b
+    v = self.vals[op.value][c]
+    buf = self.buf[op.buf]
+    dt = op.value.type
+    gate = None
+    for ax, size in self.padded.items():  # PADTO: the padding is computed, never stored
+      if self.kinds[ax] != 'reduce':
+        iv = self.at(idx, lane_axes, c)[ax]
+        g = b.lt(iv, b.const(size))
+        gate = g if gate is None else b.and_(gate, g)
+    def put(i, x, g):
+      b.emit('store', [buf, i, x] + ([g] if g is not None and b.cval(g) != 1 else []), None, pure=False)
+    vec_here = self.vec is not None and self.W > 1 and self.kinds[self.vec] == 'upcast'
+    if not vec_here:
+      i, _ = self.index(op, idx, lane_axes, c); put(i, v, gate); return
+    st = self.vec_stride(op)
+    if st == 1 and (gate is None or self.vec not in self.padded):
+      i, _ = self.index(op, idx, lane_axes, c, 0)
+      put(i, self.broadcast(v, VecType(self.W, dt)), gate); return
+    for l in range(self.W):
+      i, _ = self.index(op, idx, lane_axes, c, l)
+      x = b.emit('gep', [v], dt, {'index': l}) if isinstance(v.type, VecType) else v
+      g = gate
+      if self.vec in self.padded:
+        g2 = b.lt(b.const(l) if False else self.at(idx, lane_axes, c, l)[self.vec], b.const(self.padded[self.vec]))
+        g = g2 if g is None else b.and_(g, g2)
+      put(i, x, g)
 
 
-def _inside(v, b) -> bool:
-  """Was v defined inside a range (after the first uop.range)?"""
-  if v is None or v.op is None: return False
-  first = next((i for i, o in enumerate(b.ops) if o.name == 'uop.range'), None)
-  if first is None: return False
-  try: return b.ops.index(v.op) > first
-  except ValueError: return False
+def linearize_kernel(k: Operation, target: str = 'llvm') -> Operation:
+  return Lowerer(k, target).run()
 
 
 class Linearize(Pass):
   name = 'linearize'
-  summary = 'lower kernel.funcs to flat uop.funcs: ranges, index expressions, accumulators'
+  summary = 'lower kernel.funcs to flat uop.funcs: ranges, index expressions, accumulators, vector lanes'
   reads, leaves = 'kernel', 'uop'
+  options = {'target': (str, 'llvm', 'the target: on CPU targets (llvm, c) only the outermost global axis is a special')}
   def run(self, m: Module):
     new = []
     for op in m.ops:
       if op.name == 'kernel.func':
-        new.append(linearize_kernel(op)); self.stats['kernels linearized'] += 1
+        new.append(linearize_kernel(op, self.target)); self.stats['kernels linearized'] += 1
       else: new.append(op)
     m.body.ops = new

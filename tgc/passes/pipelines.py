@@ -15,7 +15,7 @@ def lower_to_uop_text(target: str = 'llvm', noopt: bool = False) -> str:
       get_pass('kernel-opt')
       steps.append(f'kernel-opt{{target={target}}}')
     except Exception: pass  # kernel-opt not available yet: the unoptimised kernels
-  steps += ['linearize', 'uop-simplify', 'cse', 'dce']
+  steps += [f'linearize{{target={target}}}', 'uop-simplify', 'cse', 'dce']
   return ','.join(steps)
 
 
