@@ -188,6 +188,7 @@ class Lowerer:
     self.global_size, self.local_size = global_size, local_size
     self.ops_list = ops
     self.lower_body(reduces)
+    for _ in range(getattr(self, 'open_ifs', 0)): b.emit('endif', [], None, pure=False)
     for r in reversed(self.loops): b.close_range(r)
     attrs = {'sym_name': Symbol(k.sym_name), 'global_size': tuple(global_size) or (1,), 'local_size': tuple(local_size) or (1,)}
     if opts: attrs['opts'] = opts
@@ -281,6 +282,7 @@ class Lowerer:
         res[c] = b.emit('phi', [acc, cur], acc.type, pure=False)
       self.vals[r.results[0]] = res
     for rr in reversed(ranges): b.close_range(rr)
+    if any(kd == 'group' for kd in self.kinds): self.group_reduce(reduces, cu)
     if vec_is_unroll:  # horizontal reduce of the vector lanes
       for r in reduces:
         dt = r.results[0].type
@@ -291,6 +293,60 @@ class Lowerer:
             parts = [b.emit(r.kind, [parts[i], parts[i + 1]], dt) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
           res[c] = parts[0]
         self.vals[r.results[0]] = res
+
+  def group_reduce(self, reduces, cu):
+    """GROUP: each thread holds a partial result; they meet in shared memory, and after a barrier the
+    threads whose group index is 0 combine them (the rest of the kernel runs under that uop.if)."""
+    b, full = self.b, self.full
+    loc = [i for i in range(len(full)) if self.kinds[i] in ('local', 'group') and full[i] > 1]
+    grp = [i for i in loc if self.kinds[i] == 'group']
+    strides, acc_s = {}, 1
+    for i in reversed(loc): strides[i] = acc_s; acc_s *= full[i]
+    nthreads = acc_s
+    lanes = len(cu) * self.W
+    def lin(sub):
+      e = b.const(0)
+      for i in loc: e = b.add(e, b.mul(sub.get(i, self.idx[i]), b.const(strides[i])))
+      return e
+    me = lin({})
+    for k, r in enumerate(reduces):
+      dt = r.results[0].type
+      tmp = b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{k}', 'size': nthreads * lanes}, pure=False)
+      vals = self.vals[r.results[0]]
+      for ci, c in enumerate(cu):
+        v = vals[c]
+        for l in range(self.W):
+          x = b.emit('gep', [v], dt, {'index': l}) if isinstance(v.type, VecType) else v
+          b.emit('store', [tmp, b.add(b.mul(me, b.const(lanes)), b.const(ci * self.W + l)), x], None, pure=False)
+      r._tmp = tmp
+    b.emit('barrier', [], None, pure=False)
+    cond = None
+    for i in grp:
+      c0 = b.alu('cmpeq', self.idx[i], b.const(0))
+      cond = c0 if cond is None else b.and_(cond, c0)
+    b.emit('if', [cond], None, pure=False)
+    self.open_ifs = getattr(self, 'open_ifs', 0) + 1
+    for r in reduces:
+      dt = r.results[0].type
+      res = {}
+      accs = {}
+      for ci, c in enumerate(cu):
+        for l in range(self.W):
+          accs[(ci, l)] = b.emit('define_acc', [b.const(alu.reduce_identity(r.kind, dt), dt)], dt, pure=False)
+      sub, rngs = {}, []
+      for i in grp:
+        rg = b.open_range(b.const(0), b.const(full[i])); rngs.append(rg); sub[i] = rg
+      for a in accs.values(): a.op.operands = [a.op.operands[0]] + rngs
+      src = lin(sub)
+      phis = {}
+      for (ci, l), a in accs.items():
+        x = b.emit('load', [r._tmp, b.add(b.mul(src, b.const(lanes)), b.const(ci * self.W + l))], dt, pure=False)
+        phis[(ci, l)] = b.emit('phi', [a, b.emit(r.kind, [a, x], dt, pure=False)], dt, pure=False)
+      for rg in reversed(rngs): b.close_range(rg)
+      for ci, c in enumerate(cu):
+        parts = [phis[(ci, l)] for l in range(self.W)]
+        res[c] = parts[0] if self.W == 1 or not isinstance(vals_type := self.vals[r.results[0]][c].type, VecType) else b.emit('vectorize', parts, vals_type)
+      self.vals[r.results[0]] = res
 
   def broadcast(self, v, t):
     if v.type == t: return v
