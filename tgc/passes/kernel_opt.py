@@ -1,0 +1,145 @@
+"""kernel-opt: choose optimisation actions for each kernel and record them as its `opts` attribute.
+
+The actions (each splits an iteration axis r -> r_outer * amt + r_inner; see linearize.py for what the
+kinds mean): UPCAST and LOCAL on global axes, UNROLL, GROUP and GROUPTOP on reduce axes, PADTO to round
+a global axis up. `axis` counts axes of the shape as it is after the earlier actions. linearize applies
+them, so an `opts` attribute written by hand replays exactly.
+
+mode=heuristic mirrors tinygrad's hand-coded optimisations: upcast axes that some buffer broadcasts
+(register reuse, as in matmul), vectorise the contiguous axis, unroll short reduces, group reduces whose
+output is too small to fill a GPU, local dims on GPUs. mode=search times candidates on the device
+(beam search with a disk cache) and keeps the fastest. Kernels that already have opts are left alone.
+"""
+from __future__ import annotations
+import math, os
+from tgc.ir.core import Module, Operation
+from tgc.ir.attrs import Record
+from tgc.passes.manager import Pass, PipelineError
+from tgc.passes.linearize import apply_opts, OptError, CPU_TARGETS, MAX_LANES
+
+GPU_TARGETS = ('cuda', 'metal', 'opencl')
+VEC = {'llvm': 16, 'c': 8, 'cuda': 4, 'metal': 4, 'opencl': 4}
+
+
+def Opt(name, axis, amt) -> Record: return Record(name, {'axis': axis, 'amt': amt})
+
+
+class KernelShape:
+  """What the heuristics look at: shapes, axis kinds, and each buffer's strides per axis."""
+  def __init__(self, k: Operation, opts=()):
+    ops = k.body.ops
+    self.k = k
+    store = next(op for op in ops if op.name == 'kernel.store')
+    reduces = [op for op in ops if op.name == 'kernel.reduce']
+    out = store.view.shape
+    axes = tuple(reduces[0].axes) if reduces else ()
+    full = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out), out)
+    views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
+    kinds = ['reduce' if i in axes else 'global' for i in range(len(full))]
+    self.full, self.out, self.kinds, self.views, self.padded = apply_opts(full, out, kinds, views, list(opts))
+    self.store = store
+    self.reduce_kind = reduces[0].kind if reduces else None
+    self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
+
+  def strides(self, op):
+    return self.views[op].real_strides()
+
+  def axes(self, kind): return [i for i, kd in enumerate(self.kinds) if kd == kind and self.full[i] > 1]
+
+
+def try_opts(k, opts) -> KernelShape | None:
+  try: return KernelShape(k, opts)
+  except (OptError, ValueError): return None
+
+
+def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4) -> list[Record]:
+  gpu = target in GPU_TARGETS
+  allow_local = gpu if allow_local is None else allow_local
+  vec = max_upcast or VEC.get(target, 4)
+  opts: list[Record] = []
+  ks = KernelShape(k)
+  if not ks.full: return opts
+  loads = [op for op in k.body.ops if op.name == 'kernel.load']
+
+  def apply(o):
+    nonlocal ks
+    nk = try_opts(k, opts + [o])
+    if nk is None: return False
+    opts.append(o); ks = nk
+    return True
+
+  red = ks.axes('reduce')
+  glob = ks.axes('global')
+  out_points = math.prod(ks.full[i] for i in glob) if glob else 1
+  # GPU: a reduce whose output cannot fill the device gets the work-group to share it (GROUPTOP)
+  if gpu and red and out_points <= 2048:
+    for amt in (256, 64, 16):
+      if ks.full[red[-1]] % amt == 0 and apply(Opt('grouptop', red[-1], amt)): break
+  # upcast global axes that some buffer broadcasts (stride 0): each loaded value is reused across the lanes
+  if red:
+    lanes = 1
+    for _ in range(2):
+      glob = ks.axes('global')
+      best = None
+      for ax in reversed(glob):
+        st = [ks.strides(op)[ax] for op in loads]
+        if any(s == 0 for s in st) and any(s not in (0, None) for s in st):
+          amt = vec if ax == glob[-1] and ks.full[ax] % vec == 0 and not gpu else 4
+          if ks.full[ax] % amt == 0 and lanes * amt <= 64: best = (ax, amt); break
+      if best is None: break
+      if apply(Opt('upcast', *best)): lanes *= best[1]
+    red = ks.axes('reduce')
+    # unroll the reduce: fully when short, else by `unroll`
+    if red:
+      r = red[-1]
+      s = ks.full[r]
+      cur = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('upcast', 'unroll'))
+      if s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: apply(Opt('unroll', r, 0))
+      elif s % unroll == 0 and cur * unroll <= MAX_LANES: apply(Opt('unroll', r, unroll))
+      elif not any(kd == 'upcast' for kd in ks.kinds):
+        # a plain reduction: vectorise along the reduce when the input is contiguous on it
+        if all(ks.strides(op)[r] == 1 for op in loads) and s % vec == 0: apply(Opt('unroll', r, vec))
+  else:
+    # elementwise: vectorise the contiguous innermost axis
+    glob = ks.axes('global')
+    if glob:
+      ax = glob[-1]
+      if all(ks.strides(op)[ax] in (1, 0) for op in loads + [ks.store]) and ks.strides(ks.store)[ax] == 1:
+        for amt in (vec, 8, 4, 2):
+          if amt <= vec and ks.full[ax] % amt == 0 and ks.full[ax] > amt and apply(Opt('upcast', ax, amt)): break
+  # GPU: local dims on the global axes
+  if allow_local:
+    for ax in reversed(ks.axes('global')):
+      for amt in (16, 8, 4):
+        if ks.full[ax] % amt == 0 and ks.full[ax] >= amt and apply(Opt('local', ax, amt)): break
+      local = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('local', 'group'))
+      if local >= 128: break
+  return opts
+
+
+class KernelOpt(Pass):
+  name = 'kernel-opt'
+  summary = 'choose optimisation actions (upcast, unroll, local, group, padto) per kernel, as an opts attribute'
+  reads = leaves = 'kernel'
+  options = {'mode': (str, 'heuristic', 'heuristic | search | none'),
+             'target': (str, 'llvm', 'the target whose limits and vector width apply'),
+             'upcast': (int, 0, 'the largest upcast (vector width); 0: the target default'),
+             'local': (str, 'auto', 'allow local (work-group) dims: true | false | auto (on GPU targets)'),
+             'unroll': (int, 4, 'unroll factor of long reduces'),
+             'beam': (int, 2, 'search: beam width'),
+             'budget': (float, 10.0, 'search: seconds per kernel at most')}
+  def run(self, m: Module):
+    if self.mode not in ('heuristic', 'search', 'none'): raise PipelineError(f"kernel-opt: unknown mode '{self.mode}' (heuristic, search, none)")
+    if self.local not in ('true', 'false', 'auto'): raise PipelineError(f"kernel-opt: option 'local' expects true, false or auto, got '{self.local}'")
+    if self.mode == 'none' or os.environ.get('NOOPT', '0') not in ('', '0'): return
+    allow = None if self.local == 'auto' else self.local == 'true'
+    for k in m.functions('kernel.func'):
+      if 'opts' in k.attrs: continue
+      if self.mode == 'search':
+        from tgc.passes.search import beam_search
+        opts = beam_search(k, self.target, self.beam, self.budget, heuristic(k, self.target, self.upcast, allow, self.unroll))
+      else: opts = heuristic(k, self.target, self.upcast, allow, self.unroll)
+      if opts:
+        k.attrs['opts'] = tuple(opts)
+        self.stats['kernels optimised'] += 1
+        self.stats['actions'] += len(opts)
