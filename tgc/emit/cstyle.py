@@ -1,0 +1,435 @@
+"""One C-style renderer for the c, cuda, opencl and metal targets: a uop.func read top to bottom.
+
+As tinygrad's renderer: ALU ops are a table of templates, and what differs between languages is data on
+a `Lang` subclass (type names, kernel signature, buffer address spaces, thread indices, vector types and
+constructors, shared memory, barrier, bitcasts, literals). Names follow the seeds: `gidx0`/`lidx0`,
+`ridx0` loops, `acc0` accumulators, `val0` loads, `alu0` intermediates, `cast0` casts. A pure value used
+once is inlined into its user's expression (`acc0 = (acc0+(val0*val1));`) unless that would move its
+reading of an accumulator past the accumulator's update, or its user's template repeats operands.
+
+Semantics are tgc.ir.alu's: integer division, modulo and shifts close their holes with ternaries where the
+divisor or shift is not a constant known safe; float max/min propagate NaN (numpy); sub-int integers and
+16-bit floats are cast back to their type after every op (C promotes them; _Float16 keeps excess
+precision otherwise). A dtype a language lacks natively is either emulated (bf16 in C and OpenCL, half
+in OpenCL: stored as 16 bits, computed as float, rounded after every op) or a TgcError naming it.
+Vector ops are rendered lane by lane (`make_float4((val0.x+val1.x),...)`, as the CUDA seed), so every
+language gets the same semantics from scalar templates.
+"""
+from __future__ import annotations
+import math
+import numpy as np
+from tgc.errors import TgcError
+from tgc.ir import alu, dtypes as D
+from tgc.ir.attrs import HexInt
+from tgc.ir.types import PtrType, VecType, elem
+from tgc.runtime.interp import const_value, launch_dims, buffer_signature
+
+NARROW = ('i8', 'i16', 'u8', 'u16', 'f16', 'bf16')   # C promotes these in arithmetic: cast results back
+DUP = ('max', 'min', 'idiv', 'mod', 'shl', 'shr')   # templates that repeat operands: operands must be names
+INLINE = set(alu.UNARY + alu.BINARY + alu.COMPARE + alu.TERNARY) | {'cast', 'bitcast', 'gep', 'vectorize'}
+BINOP = {'add': '+', 'sub': '-', 'mul': '*', 'fdiv': '/', 'and': '&', 'or': '|', 'xor': '^', 'cmplt': '<', 'cmpne': '!=', 'cmpeq': '=='}
+XYZW = 'xyzw'
+
+
+def bare(e: str) -> str:
+  """e without one pair of enclosing parentheses (`if ((a==0))` draws a warning)."""
+  if not (e.startswith('(') and e.endswith(')')): return e
+  depth = 0
+  for i, ch in enumerate(e):
+    depth += ch == '('; depth -= ch == ')'
+    if depth == 0 and i < len(e) - 1: return e
+  return e[1:-1]
+
+
+class Lang:
+  """The C99 language; the others override data and a few hooks."""
+  name = 'c'
+  kernel_prefix = 'void '
+  types = {'i1': 'bool', 'i8': 'signed char', 'i16': 'short', 'i32': 'int', 'i64': 'long long', 'u8': 'unsigned char',
+           'u16': 'unsigned short', 'u32': 'unsigned int', 'u64': 'unsigned long long', 'f16': '_Float16', 'f32': 'float', 'f64': 'double'}
+  vec_base = {'i1': 'bool', 'i8': 'char', 'i16': 'short', 'i32': 'int', 'i64': 'long', 'u8': 'uchar', 'u16': 'ushort', 'u32': 'uint',
+              'u64': 'ulong', 'f16': 'half', 'bf16': 'bfloat16', 'f32': 'float', 'f64': 'double'}
+  emulated = {'bf16'}          # stored as 16 bits, computed as float
+  missing: dict[str, str] = {}  # dtype -> why the language lacks it
+  native_vecs = (2, 3, 4)      # lane counts with builtin vector types (the rest: a struct of an array)
+  int64_sfx = ('ll', 'ull')
+  true_false = ('1', '0')
+  smem_prefix = ''
+  barrier = ''
+  specials = {'gidx': 'gidx{k}', 'lidx': 'lidx{k}'}
+  math = {'exp2': 'exp2', 'log2': 'log2', 'sin': 'sin', 'sqrt': 'sqrt', 'trunc': 'trunc', 'mod': 'fmod'}
+
+  def __init__(self): self.needs: set = set()
+
+  # ---- types ----
+  def check(self, dt: D.DType, where: str):
+    if dt.name in self.missing: raise TgcError(f"{self.name}: {where}: dtype {dt.name} is not supported by the {self.name} target ({self.missing[dt.name]})")
+  def check_vec(self, t: VecType, where: str): pass
+  def reg(self, dt: D.DType) -> str:
+    """The type a value of dt is computed in."""
+    if dt.name in self.emulated: return 'float'
+    if dt is D.f16: self.needs.add('half')
+    if dt is D.f64: self.needs.add('f64')
+    if dt is D.bf16: self.needs.add('bf16')
+    return self.types[dt.name]
+  def mem(self, dt: D.DType) -> str:
+    """The element type of a buffer of dt."""
+    return self.bits_type(16) if dt.name in self.emulated else self.reg(dt)
+  def bits_type(self, bits: int, signed: bool = False) -> str:
+    return self.types[f"{'i' if signed else 'u'}{bits}"]
+  def vtype(self, t) -> str:
+    if not isinstance(t, VecType): return self.reg(t)
+    base = 'float' if t.dtype.name in self.emulated else self.vec_name(t.dtype)
+    self.reg(t.dtype)
+    self.needs.add(('vec', base, self.reg(t.dtype), t.count))
+    return f"{base}{t.count}"
+  def vec_name(self, dt) -> str: return self.vec_base[dt.name]
+  def lane(self, name: str, i: int, n: int) -> str: return f"{name}.{XYZW[i]}" if n in self.native_vecs else f"{name}.v[{i}]"
+  def ctor(self, t: VecType, lanes: list[str]) -> str:
+    vt = self.vtype(t)
+    return f"make_{vt}({','.join(lanes)})" if t.count in self.native_vecs else f"({vt}){{{{{','.join(lanes)}}}}}"
+
+  # ---- literals ----
+  def literal(self, v, dt: D.DType) -> str:
+    x = const_value(v, dt)
+    if dt.is_bool: return self.true_false[0] if x else self.true_false[1]
+    if dt.is_int:
+      x = int(x)
+      if dt.bits == 64:
+        s, u = self.int64_sfx
+        return f"({x + 1}{s}-1)" if x == -(1 << 63) else f"({x}{s})" if x < 0 else f"{x}{u if not dt.is_signed else s}"
+      if dt is D.i32 and x == -(1 << 31): return "(-2147483647-1)"
+      if dt is D.u32: return f"{x}u"
+      return f"({x})" if x < 0 else str(x)
+    f = float(x)
+    if math.isnan(f): s = 'NAN'
+    elif math.isinf(f): s = 'INFINITY' if f > 0 else '(-INFINITY)'
+    else:
+      s = repr(f) if dt is D.f64 else str(np.float32(f))
+      if '.' not in s and 'e' not in s and 'n' not in s: s += '.0'
+      if dt is not D.f64: s += 'f'
+      if f < 0 or s.startswith('-'): s = f"({s})"
+    if dt is D.f64: return f"((double){s})" if not math.isfinite(f) else s
+    if dt is D.f32 or dt.name in self.emulated: return s
+    return f"(({self.reg(dt)}){s})"
+
+  # ---- hooks per language ----
+  def signature(self, k: 'KernelRenderer') -> str:
+    args = [f"{'const ' if i not in k.written else ''}{self.mem(dt)}* restrict data{i}" for i, dt in enumerate(k.sig)]
+    args += [f"{self.reg(dt)} {n}" for n, dt in k.vars] + ['int start', 'int end']
+    return f"{self.kernel_prefix}{k.name}({', '.join(args)})"
+  def special(self, axis: str) -> str: return self.specials[axis[:4]].format(k=int(axis[4]), x=XYZW[int(axis[4])])
+  def wrap(self, dt: D.DType, e: str) -> str:
+    """Round a computed value back to dt."""
+    if dt is D.bf16 and 'bf16' in self.emulated: self.needs.add('bf16emu'); return f"tg_bf16_round({e})"
+    if dt.name in NARROW: return f"(({self.reg(dt)}){e})"
+    return e
+  def load(self, buf: str, idx: str, t, space: str) -> str:
+    dt, n = elem(t), (t.count if isinstance(t, VecType) else None)
+    if dt.name in self.emulated:
+      one = lambda i: self.emu_load(dt, buf, idx if i == 0 else f"{idx}+{i}")
+      return one(0) if n is None else self.ctor(t, [one(i) for i in range(n)])
+    if n is None: return f"*({buf}+{idx})"
+    return self.vec_load(buf, idx, t, space)
+  def vec_load(self, buf, idx, t, space) -> str: return f"*(({space}{self.vtype(t)}*)({buf}+{idx}))"
+  def store(self, buf: str, idx: str, v: str, lanes, t, space: str) -> str:
+    dt, n = elem(t), (t.count if isinstance(t, VecType) else None)
+    if dt.name in self.emulated:
+      if n is None: return self.emu_store(dt, buf, idx, v)
+      return ' '.join(self.emu_store(dt, buf, f"{idx}+{i}", lanes[i]) for i in range(n))
+    if n is None: return f"*({buf}+{idx}) = {v};"
+    return self.vec_store(buf, idx, v, t, space)
+  def vec_store(self, buf, idx, v, t, space) -> str: return f"*(({space}{self.vtype(t)}*)({buf}+{idx})) = {v};"
+  def emu_load(self, dt, buf, idx) -> str: self.needs.add('bf16emu'); return f"tg_bf16_to_f32(*({buf}+{idx}))"
+  def emu_store(self, dt, buf, idx, v) -> str: self.needs.add('bf16emu'); return f"*({buf}+{idx}) = tg_f32_to_bf16({v});"
+  def math_fn(self, op: str, dt: D.DType, args: list[str]) -> str:
+    f = self.math[op] + ('f' if dt is not D.f64 else '')
+    return f"{f}({', '.join(args)})"
+  def bitcast(self, x: str, src: D.DType, dst: D.DType) -> str:
+    if src.name in self.emulated or dst.name in self.emulated:  # through the 16 bits
+      bits = self.to_bits(x, src) if src.name in self.emulated else f"({self.bits_type(16)})({x})"
+      return self.from_bits(bits, dst) if dst.name in self.emulated else f"(({self.reg(dst)}){bits})"
+    if not src.is_float and not dst.is_float: return f"(({self.reg(dst)})({x}))"
+    return self.bitcast_native(x, src, dst)
+  def bitcast_native(self, x, src, dst) -> str:
+    return f"((union {{{self.reg(src)} a; {self.reg(dst)} b;}}){{.a = {x}}}).b"
+  def to_bits(self, x, dt) -> str: self.needs.add('bf16emu'); return f"tg_f32_to_bf16({x})"
+  def from_bits(self, x, dt) -> str: self.needs.add('bf16emu'); return f"tg_bf16_to_f32({x})"
+  def cast(self, x: str, src: D.DType, dst: D.DType) -> str:
+    if src is dst: return x
+    if dst.is_bool: return f"({x}!={self.literal(0, src)})"
+    if src.name in self.emulated or (src.is_float and src.bits == 16): x, src = f"(float)({x})", D.f32  # 16-bit floats: through float
+    if dst.is_float:
+      if src.is_int and src.bits == 64 and dst is not D.f64: x = f"(double)({x})"  # numpy converts through float64
+      if dst is D.bf16 and (src is D.f64 or src.is_int): x = f"(float)({x})"         # bf16 rounds from float32
+      if dst.name in self.emulated: return self.wrap(dst, x if dst is D.bf16 or x.startswith('(float)') else f"(float)({x})")
+      return f"(({self.reg(dst)})({x}))"
+    if src.is_float and dst.bits < 64: return f"(({self.reg(dst)})(long long)({x}))"  # numpy: through int64, wrapped
+    return f"(({self.reg(dst)})({x}))"
+  def prelude(self) -> list[str]:
+    out = ['#include <stdbool.h>', '#include <math.h>', '#include <string.h>']
+    if 'bf16emu' in self.needs:
+      out += ['static inline float tg_bf16_to_f32(unsigned short b) { unsigned int u = (unsigned int)b << 16; float f; memcpy(&f, &u, 4); return f; }',
+              'static inline unsigned short tg_f32_to_bf16(float f) { unsigned int u; memcpy(&u, &f, 4); if (f != f) return 0x7FC0;'
+              ' return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); }',
+              'static inline float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }']
+    out += self.vec_typedefs()
+    return out
+  def vec_typedefs(self) -> list[str]:
+    return [f"typedef struct {{ {reg} v[{n}]; }} {base}{n};" for _, base, reg, n in sorted(x for x in self.needs if isinstance(x, tuple))]
+  def grid_open(self, k: 'KernelRenderer') -> list[str]:
+    """C: the kernel loops over its launch grid (gidx0 from start to end, as the llvm target)."""
+    lines, k.loops = ['for (int gidx0 = start; gidx0 < end; gidx0++) {'], {'gidx0'}
+    for ax, n in [(f"gidx{i}", k.gs[i]) for i in (1, 2)] + [(f"lidx{i}", k.ls[i]) for i in range(3)]:
+      if n > 1: lines.append(f"for (int {ax} = 0; {ax} < {n}; {ax}++) {{"); k.loops.add(ax)
+    return lines
+  def grid_close(self, k) -> int: return 1 + sum(1 for n in k.gs[1:] + k.ls if n > 1)
+  def define_local(self, k, op) -> str:
+    if math.prod(k.ls) > 1: raise TgcError(f"{self.name}: @{k.name}: shared memory across a work-group of more than one thread is not supported by the c target")
+    return f"{self.reg(op.results[0].type.dtype)} {op.attrs['sym']}[{op.attrs['size']}];"
+  def render_barrier(self, k) -> str:
+    if math.prod(k.ls) > 1: raise TgcError(f"{self.name}: @{k.name}: 'uop.barrier' across a work-group of more than one thread is not supported by the c target")
+    return '/* barrier: one thread per work-group */'
+  def space(self, buf_op, written: bool) -> str: return ''
+
+
+class KernelRenderer:
+  def __init__(self, lang: Lang, fn):
+    if fn.name != 'uop.func': raise TgcError(f"{lang.name}: expects a uop.func, got '{fn.name}'")
+    self.lang, self.fn, self.name = lang, fn, fn.sym_name
+    self.gs, self.ls = (list(x) for x in launch_dims(fn))
+    self.sig = buffer_signature(fn)
+    ops = self.ops = fn.body.ops
+    self.written = {op.buf.op.attrs['index'] for op in ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'}
+    self.vars = [(op.attrs['sym'], op.results[0].type) for op in ops if op.name == 'uop.define_var']
+    self.pos = {r: i for i, op in enumerate(ops) for r in op.results}
+    self.users: dict = {}
+    for i, op in enumerate(ops):
+      for v in op.operands: self.users.setdefault(v, []).append(i)
+    self.expr: dict = {}    # Value -> expression text
+    self.lanes: dict = {}   # vector Value -> lane expressions
+    self.count: dict = {}
+    self.lines: list[str] = []
+    self.depth = 1
+
+  def err(self, op, msg): return TgcError(f"{self.lang.name}: @{self.name}: '{op.name}' {msg}")
+
+  def fresh(self, prefix: str) -> str:
+    n = self.count.get(prefix, 0); self.count[prefix] = n + 1
+    return f"{prefix}{n}"
+
+  def emit(self, line: str):
+    if line.startswith('}'): self.depth -= 1
+    self.lines.append('  ' * self.depth + line)
+    if line.endswith('{'): self.depth += 1
+
+  # ---- which values are inlined ----
+  def plan(self):
+    ops, acc_of, phis = self.ops, {}, {}
+    for i, op in enumerate(ops):
+      if op.name == 'uop.define_acc': acc_of[op.results[0]] = op.results[0]
+      elif op.name == 'uop.phi':
+        a = acc_of.get(op.acc, op.acc); acc_of[op.results[0]] = a; phis.setdefault(a, []).append(i)
+    self.inline, accs, start = set(), {}, {}
+    for i, op in enumerate(ops):
+      if not op.results: continue
+      r = op.results[0]
+      nm = op.name[4:]
+      accs[r] = {acc_of[v] for v in op.operands if v in acc_of} | set().union(*(accs.get(v, set()) for v in op.operands if v in self.inline))
+      start[r] = min([i] + [start[v] for v in op.operands if v in self.inline])
+      us = self.users.get(r, [])
+      if nm not in INLINE or len(us) != 1: continue
+      u = ops[us[0]]
+      if u.name[4:] in DUP: continue
+      if u.name == 'uop.define_acc' and not (nm == 'vectorize' and all(s.op is not None and s.op.name == 'uop.const' for s in op.operands)): continue
+      if any(start[r] < p < us[0] for a in accs[r] for p in phis.get(a, ())): continue
+      self.inline.add(r)
+
+  # ---- values ----
+  def get(self, v) -> str:
+    try: return self.expr[v]
+    except KeyError: raise TgcError(f"{self.lang.name}: @{self.name}: value %{v.hint} is used where its definition does not reach") from None
+
+  def lane(self, v, i: int) -> str:
+    if isinstance(v.type, VecType): return self.lanes[v][i]
+    return self.get(v)  # a scalar broadcast into a vector op
+
+  def bind(self, op, e: str, prefix: str, lanes=None):
+    """Give op's result the expression e; declare a variable unless it is inlined."""
+    r, t = op.results[0], op.results[0].type
+    if r in self.inline:
+      self.expr[r] = e
+      if lanes is not None: self.lanes[r] = lanes
+      return
+    name = self.fresh(prefix)
+    self.emit(f"{self.lang.vtype(t)} {name} = {e};")
+    self.set_name(r, name)
+
+  def set_name(self, r, name: str):
+    self.expr[r] = name
+    if isinstance(r.type, VecType): self.lanes[r] = [self.lang.lane(name, i, r.type.count) for i in range(r.type.count)]
+
+  # ---- ALU ----
+  def alu(self, nm: str, dt: D.DType, a: list[str], op) -> str:
+    L = self.lang
+    if nm in alu.COMPARE: return f"({a[0]}{BINOP[nm]}{a[1]})"
+    if nm == 'where': return f"({a[0]}?{a[1]}:{a[2]})"
+    if dt.is_bool:
+      if nm == 'not': return f"(!{a[0]})"
+      m = {'and': '&', 'min': '&', 'mul': '&', 'or': '|', 'max': '|', 'add': '|', 'xor': '^', 'sub': '^'}
+      if nm in m: return f"({a[0]}{m[nm]}{a[1]})"
+      if nm == 'mulacc': return f"(({a[0]}&{a[1]})|{a[2]})"
+      raise self.err(op, f"is not defined on {dt}")
+    if nm in ('max', 'min'):
+      c = '>=' if nm == 'max' else '<='
+      if dt.is_float: return f"((({a[0]}{c}{a[1]})||({a[0]}!={a[0]}))?{a[0]}:{a[1]})"
+      return f"(({a[0]}{c[0]}{a[1]})?{a[0]}:{a[1]})"
+    if dt.is_float:
+      if nm == 'neg': r = f"(-{a[0]})"
+      elif nm == 'recip': r = f"({L.literal(1.0, dt)}/{a[0]})"
+      elif nm in ('exp2', 'log2', 'sin', 'sqrt', 'trunc', 'mod'): r = L.math_fn(nm, dt, a)
+      elif nm == 'idiv': r = L.math_fn('trunc', dt, [f"({a[0]}/{a[1]})"])
+      elif nm == 'mulacc': r = f"(({a[0]}*{a[1]})+{a[2]})"
+      elif nm in BINOP: r = f"({a[0]}{BINOP[nm]}{a[1]})"
+      else: raise self.err(op, f"is not defined on {dt}")
+      return L.wrap(dt, r)
+    if nm == 'neg': r = f"(-{a[0]})"
+    elif nm == 'not': r = f"(~{a[0]})"
+    elif nm == 'trunc': return a[0]
+    elif nm == 'mulacc': r = f"(({a[0]}*{a[1]})+{a[2]})"
+    elif nm in ('idiv', 'mod'):
+      o = '/' if nm == 'idiv' else '%'
+      y = op.operands[1]
+      c = self.const_of(y)
+      if c is not None and c != 0 and not (dt.is_signed and c == -1): r = f"({a[0]}{o}{a[1]})"
+      elif c == 0: r = '0'
+      elif dt.is_signed:  # x/0 -> 0; INT_MIN/-1 overflows: the quotient wraps to -x, the remainder is 0
+        r = f"(({a[1]}==0)?0:({a[1]}==(-1))?{'(-' + a[0] + ')' if nm == 'idiv' else '0'}:({a[0]}{o}{a[1]}))"
+      else: r = f"(({a[1]}==0)?0:({a[0]}{o}{a[1]}))"
+    elif nm in ('shl', 'shr'):
+      c = self.const_of(op.operands[1])
+      ut = L.bits_type(max(dt.bits, 32)) if dt.bits < 32 else L.bits_type(dt.bits)
+      x = f"(({ut}){a[0]}<<{a[1]})" if nm == 'shl' else f"({a[0]}>>{a[1]})"  # shl in unsigned: no signed overflow
+      if c is not None and 0 <= c < dt.bits: r = x
+      elif c is not None: r = '0'
+      else: r = f"((({L.bits_type(dt.bits)}){a[1]}<{dt.bits}u)?{x}:0)"
+    elif nm in BINOP: r = f"({a[0]}{BINOP[nm]}{a[1]})"
+    else: raise self.err(op, f"is not defined on {dt}")
+    return L.wrap(dt, r) if dt.name in NARROW or nm == 'shl' and dt.bits >= 32 and dt.is_signed else r
+
+  def const_of(self, v):
+    if v.op is not None and v.op.name == 'uop.const' and isinstance(v.type, D.DType): return int(const_value(v.op.attrs['value'], v.type))
+    return None
+
+  # ---- the walk ----
+  def render(self) -> str:
+    L, ops = self.lang, self.ops
+    for op in ops:
+      for v in list(op.results) + list(op.operands):
+        t = v.type
+        L.check(t.dtype if isinstance(t, (PtrType, VecType)) else t, f"@{self.name}: '{op.name}'")
+        if isinstance(t, VecType): L.check_vec(t, f"@{self.name}: '{op.name}'")
+    self.plan()
+    acc_at: dict[int, list] = {}
+    for i, op in enumerate(ops):
+      if op.name == 'uop.define_acc':
+        first = min([self.pos[x] for x in op.ranges if x in self.pos] + [i])
+        acc_at.setdefault(first, []).append(op)
+    for ln in L.grid_open(self): self.emit(ln)
+    for i, op in enumerate(ops):
+      for a in acc_at.get(i, ()):
+        name = self.fresh('acc')
+        t = a.results[0].type
+        self.emit(f"{L.vtype(t)} {name} = {self.init_of(a.init, t)};")
+        self.set_name(a.results[0], name)
+      self.op(op)
+    for _ in range(L.grid_close(self)): self.emit('}')
+    body = '\n'.join(self.lines)
+    return f"{L.signature(self)} {{\n{body}\n}}"
+
+  def init_of(self, v, t) -> str:
+    if isinstance(t, VecType) and v.op is not None and v.op.name == 'uop.const': return self.lang.ctor(t, [self.lang.literal(v.op.attrs['value'], t.dtype)] * t.count)
+    return self.get(v)
+
+  def op(self, op):
+    L, nm = self.lang, op.name[4:]
+    res = op.results[0] if op.results else None
+    t = res.type if res is not None else None
+    if nm == 'define_global': self.expr[res] = f"data{op.attrs['index']}"
+    elif nm == 'define_local':
+      self.emit(L.define_local(self, op)); self.expr[res] = op.attrs['sym']
+    elif nm == 'define_var': self.expr[res] = op.attrs['sym']
+    elif nm == 'special':
+      ax = op.attrs['axis']
+      self.expr[res] = ax
+      if L.name != 'c': self.emit(f"{L.reg(t)} {ax} = {L.special(ax)}; /* {op.attrs['size']} */")
+      elif ax not in self.loops: self.expr[res] = '0'
+      elif t is not D.i32: self.expr[res] = f"(({L.reg(t)}){ax})"
+    elif nm == 'const':
+      dt = elem(t)
+      if isinstance(t, VecType):
+        lanes = [L.literal(op.attrs['value'], dt)] * t.count
+        self.expr[res], self.lanes[res] = L.ctor(t, lanes), lanes
+      else: self.expr[res] = L.literal(op.attrs['value'], dt)
+    elif nm == 'define_acc': pass  # declared before the first loop it accumulates over
+    elif nm == 'phi':
+      name = self.get(op.acc)
+      self.emit(f"{name} = {self.get(op.value)};")
+      self.set_name(res, name)
+    elif nm == 'range':
+      name, ty = self.fresh('ridx'), L.reg(t)
+      self.emit(f"for ({ty} {name} = {self.get(op.start)}; {name} < {self.get(op.end)}; {name}++) {{")
+      self.expr[res] = name
+    elif nm in ('endrange', 'endif'): self.emit('}')
+    elif nm == 'if': self.emit(f"if ({bare(self.get(op.cond))}) {{")
+    elif nm == 'barrier': self.emit(L.render_barrier(self))
+    elif nm == 'load':
+      e = L.load(self.get(op.buf), self.get(op.idx), t, self.space(op.buf))
+      if op.gate is not None: e = f"({self.get(op.gate)}?{e}:{self.get(op.alt)})"
+      name = self.fresh('val')
+      self.emit(f"{L.vtype(t)} {name} = {e};")
+      self.set_name(res, name)
+    elif nm == 'store':
+      vt = op.value.type
+      s = L.store(self.get(op.buf), self.get(op.idx), self.get(op.value), self.lanes.get(op.value), vt, self.space(op.buf))
+      self.emit(f"if ({bare(self.get(op.gate))}) {{ {s} }}" if op.gate is not None else s)
+    elif nm == 'vectorize':
+      lanes = [self.get(s) for s in op.srcs]
+      self.bind(op, L.ctor(t, lanes), 'cast', lanes)
+    elif nm == 'gep':
+      self.bind(op, self.lanes[op.vec][op.attrs['index']], 'gep')
+    elif nm in ('cast', 'bitcast'):
+      src, dst = elem(op.src.type), elem(t)
+      f = (lambda x: L.cast(x, src, dst)) if nm == 'cast' else (lambda x: L.bitcast(x, src, dst))
+      self.vec_or_scalar(op, lambda i: f(self.lane(op.src, i)), 'cast')
+    elif nm in INLINE:
+      dt = elem(op.operands[0].type) if nm in alu.COMPARE else elem(t)
+      if nm == 'where': dt = elem(t)
+      self.vec_or_scalar(op, lambda i: self.alu(nm, dt, [self.lane(v, i) for v in op.operands], op), 'alu')
+    elif nm == 'wmma': raise self.err(op, f"(tensor cores) is not supported by the {L.name} emitter yet")
+    else: raise self.err(op, f"is not supported by the {L.name} target")
+
+  def vec_or_scalar(self, op, lane_fn, prefix):
+    t = op.results[0].type
+    if isinstance(t, VecType):
+      lanes = [lane_fn(i) for i in range(t.count)]
+      self.bind(op, self.lang.ctor(t, lanes), prefix, lanes)
+    else: self.bind(op, lane_fn(None), prefix)
+
+  def space(self, buf) -> str:
+    return self.lang.space(buf.op, buf.op.name == 'uop.define_global' and buf.op.attrs['index'] in self.written)
+
+
+def render_module(module, lang: Lang) -> str:
+  """Every uop.func of module -> one source text: the prelude once, then the kernels in order."""
+  fns = [op for op in getattr(module, 'ops', [module]) if op.name == 'uop.func']
+  if not fns: raise TgcError(f"{lang.name}: the module has no uop.func to render (lower it to the uop level first)")
+  names = [f.sym_name for f in fns]
+  if len(set(names)) != len(names): raise TgcError(f"{lang.name}: two kernels share a name")
+  kernels = [KernelRenderer(lang, f).render() for f in fns]
+  return '\n'.join(lang.prelude() + kernels) + '\n'
+
+
+def render_kernel(fn, lang: Lang) -> str:
+  """One uop.func -> a complete source text (prelude and kernel)."""
+  return render_module(type('M', (), {'ops': [fn]})(), lang)

@@ -1,0 +1,62 @@
+"""The CUDA target: `extern "C" __global__ void __launch_bounds__(N) name(float* data0, ...)`, N the
+work-group size; gidx/lidx are blockIdx/threadIdx (a launch is grid = global_size, block = local_size).
+half and bf16 are cuda_fp16.h's `half` and cuda_bf16.h's `__nv_bfloat16`; vectors of them and of bool
+(which CUDA lacks) are small structs with make_ functions, defined in the prelude."""
+from __future__ import annotations
+import math
+from tgc.ir import dtypes as D
+from tgc.emit.cstyle import Lang, render_module, render_kernel
+
+_AS_INT = {'f32': ('__float_as_int', '__int_as_float'), 'f64': ('__double_as_longlong', '__longlong_as_double'),
+           'f16': ('__half_as_short', '__short_as_half'), 'bf16': ('__bfloat16_as_short', '__short_as_bfloat16')}
+_BUILTIN_VEC = ('char', 'uchar', 'short', 'ushort', 'int', 'uint', 'longlong', 'ulonglong', 'float', 'double')
+
+
+class CUDALang(Lang):
+  name = 'cuda'
+  types = {**Lang.types, 'f16': 'half', 'bf16': '__nv_bfloat16'}
+  vec_base = {**Lang.vec_base, 'i64': 'longlong', 'u64': 'ulonglong', 'bf16': 'bfloat16'}
+  emulated = set()
+  true_false = ('true', 'false')
+  smem_prefix = '__shared__ '
+  specials = {'gidx': 'blockIdx.{x}', 'lidx': 'threadIdx.{x}'}
+
+  def signature(self, k) -> str:
+    args = [f"{self.mem(dt)}* data{i}" for i, dt in enumerate(k.sig)] + [f"const {self.reg(dt)} {n}" for n, dt in k.vars]
+    return f'extern "C" __global__ void __launch_bounds__({math.prod(k.ls)}) {k.name}({", ".join(args)})'
+  def grid_open(self, k): return []
+  def grid_close(self, k): return 0
+  def define_local(self, k, op): return f"__shared__ {self.reg(op.results[0].type.dtype)} {op.attrs['sym']}[{op.attrs['size']}];"
+  def render_barrier(self, k): return '__syncthreads();'
+  def lane(self, name, i, n): return f"{name}.{'xyzw'[i]}" if n <= 4 else f"{name}.v[{i}]"
+  def ctor(self, t, lanes): return f"make_{self.vtype(t)}({','.join(lanes)})"
+  def math_fn(self, op, dt, args):
+    if dt.bits == 16:  # cuda_fp16.h / cuda_bf16.h: hexp2, hlog2, hsin, hsqrt, htrunc; fmod through float
+      return f"h{self.math[op]}({args[0]})" if op != 'mod' else f"fmodf((float)({args[0]}), (float)({args[1]}))"
+    return super().math_fn(op, dt, args)
+  def bitcast_native(self, x, src, dst):
+    if not src.is_float: x = f"{_AS_INT[dst.name][1]}(({self.bits_type(dst.bits, True)})({x}))"; return x
+    bits = f"{_AS_INT[src.name][0]}({x})"
+    return f"{_AS_INT[dst.name][1]}({bits})" if dst.is_float else f"(({self.reg(dst)}){bits})"
+  def cast(self, x, src, dst):
+    if dst.is_float and dst.bits == 16 and src is not D.f32 and not (src.is_float and src.bits == 16 and src is dst):
+      x, src = super().cast(x, src, D.f32), D.f32  # half/bf16 constructors from float: the one sure conversion
+    return super().cast(x, src, dst)
+  def prelude(self):
+    out = ['#define INFINITY (__int_as_float(0x7f800000))', '#define NAN (__int_as_float(0x7fffffff))']
+    if 'half' in self.needs: out.append('#include <cuda_fp16.h>')
+    if 'bf16' in self.needs: out.append('#include <cuda_bf16.h>')
+    for _, base, reg, n in sorted(x for x in self.needs if isinstance(x, tuple)):
+      if base in _BUILTIN_VEC and n <= 4: continue
+      names = list('xyzw'[:n]) if n <= 4 else None
+      fields = ', '.join(names) if names else f"v[{n}]"
+      al = f"__align__({D.BY_NAME[[k for k, v in self.vec_base.items() if v == base][0]].itemsize * n}) " if n in (2, 4, 8, 16) else ''
+      params = ', '.join(f"{reg} a{i}" for i in range(n))
+      body = '; '.join(f"r.{names[i] if names else f'v[{i}]'} = a{i}" for i in range(n))
+      out.append(f"struct {al}{base}{n} {{ {reg} {fields}; }};")
+      out.append(f"__device__ inline {base}{n} make_{base}{n}({params}) {{ {base}{n} r; {body}; return r; }}")
+    return out
+
+
+def render_cuda(module) -> str: return render_module(module, CUDALang())
+def render_cuda_kernel(fn) -> str: return render_kernel(fn, CUDALang())

@@ -1,0 +1,391 @@
+"""The LLVM emitter: a uop.func -> LLVM IR text built with llvmlite.ir (opaque pointers).
+
+A kernel becomes `void @name(ptr %data0, ..., ptr %dataN, i32 %start, i32 %end)` that loops itself over
+its launch grid: gidx0 (from start to end, so a runtime may split it across threads), then gidx1, gidx2,
+lidx0..2. Every op means exactly what tgc.ir.alu says: integer division, modulo and shifts close their
+holes with selects (no UB, no traps), float min/max follow numpy (NaN propagates), and no fast-math flag
+is set, so LLVM may not reassociate or contract. Registers hold a dtype's compute type: i1 as i1 (stored
+as a byte), f16 as `half`, bf16 as a `float` already rounded to bf16 (stored as its top 16 bits).
+"""
+from __future__ import annotations
+import re
+import numpy as np
+from llvmlite import ir
+from tgc.errors import TgcError
+from tgc.ir import alu, dtypes as D
+from tgc.ir.types import VecType, elem
+from tgc.runtime.interp import const_value, launch_dims, buffer_signature, acc_init_points
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+PTR = ir.PointerType()
+_FLOAT = {'f16': ir.HalfType(), 'bf16': ir.FloatType(), 'f32': ir.FloatType(), 'f64': ir.DoubleType()}
+
+
+def reg_type(dt: D.DType) -> ir.Type:
+  """The type a value of dt lives in while computed."""
+  return _FLOAT[dt.name] if dt.is_float else ir.IntType(dt.bits)
+
+def mem_type(dt: D.DType) -> ir.Type:
+  """The type a value of dt has in memory: i1 is a byte, bf16 its 16 bits."""
+  return I8 if dt.is_bool else I16 if dt is D.bf16 else reg_type(dt)
+
+def _vec(t: ir.Type, n: int | None) -> ir.Type: return t if n is None else ir.VectorType(t, n)
+
+def _lanes(t) -> int | None: return t.count if isinstance(t, VecType) else None
+
+
+class _Emitter:
+  def __init__(self, fn, module: ir.Module):
+    if fn.name != 'uop.func': raise TgcError(f"render_llvm expects a uop.func, got '{fn.name}'")
+    self.fn, self.m = fn, module
+    self.name = fn.sym_name
+    self.gs, self.ls = launch_dims(fn)
+    self.sig = buffer_signature(fn)
+    self.val: dict = {}       # uop Value -> LLVM value
+    self.cell: dict = {}      # define_acc / phi result Value -> alloca of the accumulator
+    self.loops: dict = {}     # range Value -> (phi, header block, exit block)
+    self.ifs: list = []       # merge blocks of open uop.if
+
+  def err(self, op, msg): return TgcError(f"llvm: @{self.name}: '{op.name}' {msg}")
+
+  # ---- constants and small helpers ----
+  def const(self, v, dt: D.DType, lanes: int | None = None) -> ir.Constant:
+    x = const_value(v, dt)
+    if dt.is_bool: c = ir.Constant(I1, int(bool(x)))
+    elif dt.is_int: c = ir.Constant(reg_type(dt), int(x))
+    elif np.isnan(x):  # keep the payload: build the NaN from its bits
+      bits = np.asarray(x, dtype=D.compute_np(dt)).view(f'u{D.compute_np(dt).itemsize}')
+      c = ir.Constant(ir.IntType(D.compute_np(dt).itemsize * 8), int(bits)).bitcast(reg_type(dt))
+    else: c = ir.Constant(reg_type(dt), float(x))
+    return c if lanes is None else ir.Constant(ir.VectorType(c.type, lanes), [c] * lanes)
+
+  def splat(self, ty: ir.Type, v) -> ir.Constant:
+    """A constant of LLVM type ty (scalar or vector) with every lane v."""
+    if isinstance(ty, ir.VectorType): return ir.Constant(ty, [ir.Constant(ty.element, v)] * ty.count)
+    return ir.Constant(ty, v)
+
+  def intrinsic(self, name: str, ty: ir.Type, nargs: int = 1):
+    sfx = (f"v{ty.count}" if isinstance(ty, ir.VectorType) else '') + (ty.element if isinstance(ty, ir.VectorType) else ty).intrinsic_name
+    full = f"llvm.{name}.{sfx}"
+    f = self.m.globals.get(full)
+    return f if f is not None else ir.Function(self.m, ir.FunctionType(ty, [ty] * nargs), full)
+
+  def bf16_bits(self, x):
+    """float (or vector) -> i16 bits of bf16, round to nearest even; any NaN becomes 0x7FC0 (as tgc.ir.dtypes)."""
+    b = self.b
+    n = x.type.count if isinstance(x.type, ir.VectorType) else None
+    i32, i16 = _vec(I32, n), _vec(I16, n)
+    u = b.bitcast(x, i32)
+    odd = b.and_(b.lshr(u, self.splat(i32, 16)), self.splat(i32, 1))
+    r = b.lshr(b.add(b.add(u, self.splat(i32, 0x7FFF)), odd), self.splat(i32, 16))  # no wrap: only NaN bits could overflow
+    r = b.select(b.fcmp_unordered('uno', x, x), self.splat(i32, 0x7FC0), r)
+    return b.trunc(r, i16)
+
+  def bf16_from_bits(self, h):
+    n = h.type.count if isinstance(h.type, ir.VectorType) else None
+    return self.b.bitcast(self.b.shl(self.b.zext(h, _vec(I32, n)), self.splat(_vec(I32, n), 16)), _vec(ir.FloatType(), n))
+
+  def f64_to_f32_odd(self, x):
+    """double -> float rounded to odd (toward zero, then the last bit set if inexact): a later float -> half
+    rounding is then exactly the one correct rounding of the double, as numpy's astype(float16) does."""
+    b = self.b
+    n = x.type.count if isinstance(x.type, ir.VectorType) else None
+    f, i32, d = _vec(ir.FloatType(), n), _vec(I32, n), _vec(ir.DoubleType(), n)
+    r = b.fptrunc(x, f)
+    fabs = lambda v, t: b.call(self.intrinsic('fabs', t), [v])
+    away = b.fcmp_ordered('>', fabs(b.fpext(r, d), d), fabs(x, d))  # rounded away from zero: step back one ulp
+    u = b.bitcast(r, i32)
+    u = b.select(away, b.sub(u, self.splat(i32, 1)), u)
+    inexact = b.fcmp_unordered('!=', b.fpext(b.bitcast(u, f), d), x)
+    return b.bitcast(b.select(inexact, b.or_(u, self.splat(i32, 1)), u), f)
+
+  def round_bf16(self, x): return self.bf16_from_bits(self.bf16_bits(x))
+
+  def get(self, v):
+    c = self.cell.get(v)
+    if c is not None: return self.b.load(c, typ=c.allocated_type)
+    try: return self.val[v]
+    except KeyError: raise TgcError(f"llvm: @{self.name}: value %{v.hint} is used where its definition does not reach") from None
+
+  # ---- control flow ----
+  def loop_open(self, start, end, name: str, signed: bool = True):
+    b, f = self.b, self.func
+    pre, hdr, body, exit_ = b.block, f.append_basic_block(f"{name}.hdr"), f.append_basic_block(f"{name}.body"), f.append_basic_block(f"{name}.end")
+    b.branch(hdr); b.position_at_end(hdr)
+    i = b.phi(start.type, name=name); i.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed('<', i, end) if signed else b.icmp_unsigned('<', i, end), body, exit_)
+    b.position_at_end(body)
+    return i, hdr, exit_
+
+  def loop_close(self, lp):
+    i, hdr, exit_ = lp
+    nxt = self.b.add(i, ir.Constant(i.type, 1))
+    i.add_incoming(nxt, self.b.block)
+    self.b.branch(hdr); self.place_last(exit_)
+
+  def place_last(self, block):
+    """Continue in `block`, moved after the blocks emitted since it was made: the text reads in program order."""
+    self.func.blocks.remove(block); self.func.blocks.append(block)
+    self.b.position_at_end(block)
+
+  # ---- the function ----
+  def emit(self) -> ir.Function:
+    fn, ops = self.fn, self.fn.body.ops
+    ftype = ir.FunctionType(ir.VoidType(), [PTR] * len(self.sig) + [I32, I32])
+    if self.name in self.m.globals: raise TgcError(f"llvm: two kernels are named @{self.name}")
+    self.func = f = ir.Function(self.m, ftype, self.name)
+    f.attributes.add('nounwind')
+    for i, a in enumerate(f.args[:len(self.sig)]): a.name = f"data{i}"
+    f.args[-2].name, f.args[-1].name = 'start', 'end'
+    for op in ops:  # refuse what a CPU cannot do before building anything
+      if op.name in ('uop.define_local', 'uop.wmma', 'uop.define_var'):
+        raise self.err(op, "is not supported by the llvm (CPU) target" + (": it has no shared memory" if op.name == 'uop.define_local' else
+                       ": it has no tensor cores" if op.name == 'uop.wmma' else ": kernels take buffers only"))
+      if op.name == 'uop.barrier' and max(self.ls) > 1: raise self.err(op, "across a work-group of more than one thread is not supported by the llvm (CPU) target")
+    entry = f.append_basic_block('entry')
+    self.b = b = ir.IRBuilder(entry)
+    # accumulators: one alloca each in the entry block (mem2reg makes registers of them)
+    init_at = acc_init_points(ops)  # the init is stored before the loops it names (or where it stands)
+    for op in ops:
+      if op.name == 'uop.define_acc':
+        r = op.results[0]
+        a = b.alloca(_vec(reg_type(elem(r.type)), _lanes(r.type)), name=r.hint if r.hint and not r.hint[0].isdigit() else 'acc')
+        a.type = PTR  # llvmlite types allocas with typed pointers unless told otherwise: print them opaque
+        self.cell[r] = a
+    for op in ops:  # a phi's result reads the accumulator, even after a loop that ran zero times
+      if op.name == 'uop.phi': self.cell[op.results[0]] = self.cell[op.acc]
+    # the launch grid: gidx0 runs start..end, the other axes their full size
+    idx = {}
+    lp0 = self.loop_open(f.args[-2], f.args[-1], 'gidx0')
+    idx['gidx0'] = lp0[0]
+    inner = []
+    for ax, n in [(f"gidx{k}", self.gs[k]) for k in (1, 2)] + [(f"lidx{k}", self.ls[k]) for k in range(3)]:
+      if n > 1: lp = self.loop_open(ir.Constant(I32, 0), ir.Constant(I32, n), ax); inner.append(lp); idx[ax] = lp[0]
+      else: idx[ax] = ir.Constant(I32, 0)
+    self.idx = idx
+    for i, op in enumerate(ops):
+      for a in init_at.get(i, ()): b.store(self.get(a.init), self.cell[a.results[0]])
+      self.op(op)
+    for lp in reversed(inner): self.loop_close(lp)
+    self.loop_close(lp0)
+    b.ret_void()
+    return f
+
+  def op(self, op):
+    b, nm = self.b, op.name[4:]
+    res = op.results[0] if op.results else None
+    out = None
+    if nm == 'define_global': out = self.func.args[op.attrs['index']]
+    elif nm == 'special':
+      x, t = self.idx[op.attrs['axis']], reg_type(res.type)
+      out = x if t == I32 else b.trunc(x, t) if t.width < 32 else b.zext(x, t)
+    elif nm == 'const': out = self.const(op.attrs['value'], elem(res.type), _lanes(res.type))
+    elif nm == 'define_acc': pass  # its alloca exists; init is stored before its loops
+    elif nm == 'phi':
+      b.store(self.get(op.value), self.cell[op.acc])
+    elif nm == 'range':
+      t = elem(res.type)
+      self.loops[res] = lp = self.loop_open(self.get(op.start), self.get(op.end), res.hint if res.hint and not res.hint[0].isdigit() else 'ridx', t.is_signed)
+      out = lp[0]
+    elif nm == 'endrange': self.loop_close(self.loops[op.range])
+    elif nm == 'if':
+      then, merge = self.func.append_basic_block('if.then'), self.func.append_basic_block('if.end')
+      b.cbranch(self.get(op.cond), then, merge); b.position_at_end(then); self.ifs.append(merge)
+    elif nm == 'endif':
+      merge = self.ifs.pop(); b.branch(merge); self.place_last(merge)
+    elif nm == 'barrier': pass  # one thread per work-group on the CPU: nothing to wait for
+    elif nm == 'load': out = self.load(op, res)
+    elif nm == 'store': self.store(op)
+    elif nm == 'vectorize':
+      out = ir.Constant(ir.VectorType(reg_type(res.type.dtype), res.type.count), ir.Undefined)
+      for k, s in enumerate(op.srcs): out = b.insert_element(out, self.get(s), ir.Constant(I32, k))
+    elif nm == 'gep': out = b.extract_element(self.get(op.vec), ir.Constant(I32, op.attrs['index']))
+    elif nm == 'cast': out = self.cast(self.get(op.src), elem(op.src.type), elem(res.type), _lanes(res.type))
+    elif nm == 'bitcast': out = self.bitcast(self.get(op.src), elem(op.src.type), elem(res.type), _lanes(res.type))
+    elif nm in alu.COMPARE: out = self.compare(nm, elem(op.operands[0].type), *map(self.get, op.operands))
+    elif nm == 'where': out = b.select(*map(self.get, op.operands))
+    elif nm in alu.UNARY or nm in alu.BINARY or nm == 'mulacc': out = self.alu(op, nm, elem(res.type), [self.get(v) for v in op.operands])
+    else: raise self.err(op, "is not supported by the llvm (CPU) target")
+    if out is not None:
+      if isinstance(out, ir.Instruction) and out.name.startswith('.') and res.hint and res.hint[0].isalpha():
+        out.name = res.hint  # the IR's names (val0, alu1) make the LLVM text readable against the uop listing
+      self.val[res] = out
+
+  # ---- memory ----
+  def address(self, op, t):
+    ptr, idx = self.get(op.buf), self.get(op.idx)
+    idx = self.b.sext(idx, I64) if elem(op.idx.type).is_signed and idx.type.width < 64 else self.b.zext(idx, I64) if idx.type.width < 64 else idx
+    return self.b.gep(ptr, [idx], inbounds=True, source_etype=mem_type(elem(t)))
+
+  def load(self, op, res):
+    b, t = self.b, res.type
+    dt, n = elem(t), _lanes(t)
+    def raw():
+      x = b.load(self.address(op, t), typ=_vec(mem_type(dt), n), align=dt.itemsize)
+      if dt.is_bool: return b.icmp_unsigned('!=', x, self.splat(x.type, 0))
+      return self.bf16_from_bits(x) if dt is D.bf16 else x
+    if op.gate is None: return raw()
+    # a gated load touches no memory when the gate is false: a branch, not a select over the loaded value
+    gate, alt = self.get(op.gate), self.get(op.alt)
+    cur, ld, merge = b.block, self.func.append_basic_block('load.gated'), self.func.append_basic_block('load.end')
+    b.cbranch(gate, ld, merge); b.position_at_end(ld)
+    x = raw(); ld_end = b.block
+    b.branch(merge); b.position_at_end(merge)
+    p = b.phi(x.type); p.add_incoming(x, ld_end); p.add_incoming(alt, cur)
+    return p
+
+  def store(self, op):
+    b, t = self.b, op.value.type
+    dt, n = elem(t), _lanes(t)
+    def raw():
+      v = self.get(op.value)
+      v = b.zext(v, _vec(I8, n)) if dt.is_bool else self.bf16_bits(v) if dt is D.bf16 else v
+      b.store(v, self.address(op, t), align=dt.itemsize)
+    if op.gate is None: return raw()
+    st, merge = self.func.append_basic_block('store.gated'), self.func.append_basic_block('store.end')
+    b.cbranch(self.get(op.gate), st, merge); b.position_at_end(st)
+    raw(); b.branch(merge); b.position_at_end(merge)
+
+  # ---- ALU ----
+  def compare(self, nm, dt, x, y):
+    b = self.b
+    if dt.is_float: return b.fcmp_ordered('<', x, y) if nm == 'cmplt' else b.fcmp_ordered('==', x, y) if nm == 'cmpeq' else b.fcmp_unordered('!=', x, y)
+    cmp = b.icmp_signed if dt.is_signed else b.icmp_unsigned
+    return cmp({'cmplt': '<', 'cmpne': '!=', 'cmpeq': '=='}[nm], x, y)
+
+  def alu(self, op, nm, dt, a):
+    b, ty = self.b, a[0].type
+    if dt.is_float:
+      if nm == 'neg': r = b.fneg(a[0])
+      elif nm in ('exp2', 'log2', 'sin', 'sqrt', 'trunc'): r = b.call(self.intrinsic(nm, ty), [a[0]])
+      elif nm == 'recip': r = b.fdiv(self.splat(ty, 1.0), a[0])
+      elif nm == 'add': r = b.fadd(*a)
+      elif nm == 'sub': r = b.fsub(*a)
+      elif nm == 'mul': r = b.fmul(*a)
+      elif nm == 'fdiv': r = b.fdiv(*a)
+      elif nm == 'mod': r = b.frem(*a)  # fmod: the dividend's sign
+      elif nm == 'idiv': r = b.call(self.intrinsic('trunc', ty), [b.fdiv(*a)])
+      elif nm in ('max', 'min'):  # numpy: a if (a >= b or a is NaN) else b; NaN in b comes through the else
+        keep = b.or_(b.fcmp_ordered('>=' if nm == 'max' else '<=', a[0], a[1]), b.fcmp_unordered('uno', a[0], a[0]))
+        r = b.select(keep, a[0], a[1])
+      elif nm == 'mulacc': r = b.fadd(b.fmul(a[0], a[1]), a[2])  # two roundings, as exec_alu: no contract into fma
+      else: raise self.err(op, f"is not defined on {dt}")
+      return self.round_bf16(r) if dt is D.bf16 else r
+    if dt.is_bool:
+      one = self.splat(ty, 1)
+      if nm == 'not': return b.xor(a[0], one)
+      if nm in ('and', 'min', 'mul'): return b.and_(*a)
+      if nm in ('or', 'max', 'add'): return b.or_(*a)
+      if nm in ('xor', 'sub'): return b.xor(*a)
+      if nm == 'mulacc': return b.or_(b.and_(a[0], a[1]), a[2])
+      raise self.err(op, f"is not defined on {dt}")
+    s, zero = dt.is_signed, self.splat(ty, 0)
+    if nm == 'neg': return b.sub(zero, a[0])
+    if nm == 'not': return b.xor(a[0], self.splat(ty, -1))
+    if nm == 'trunc': return a[0]
+    if nm == 'mulacc': return b.add(b.mul(a[0], a[1]), a[2])
+    if nm == 'add': return b.add(*a)
+    if nm == 'sub': return b.sub(*a)
+    if nm == 'mul': return b.mul(*a)
+    if nm == 'and': return b.and_(*a)
+    if nm == 'or': return b.or_(*a)
+    if nm == 'xor': return b.xor(*a)
+    if nm in ('max', 'min'):
+      cmp = b.icmp_signed if s else b.icmp_unsigned
+      return b.select(cmp('>' if nm == 'max' else '<', a[0], a[1]), a[0], a[1])
+    if nm in ('idiv', 'mod'):
+      x, y = a
+      bz = b.icmp_unsigned('==', y, zero)
+      bad = bz
+      if s:  # INT_MIN / -1 overflows: divide by 1 instead (quotient INT_MIN, remainder 0, as the oracle wraps)
+        mn = self.splat(ty, -(1 << (dt.bits - 1)))
+        bad = b.or_(bz, b.and_(b.icmp_signed('==', x, mn), b.icmp_signed('==', y, self.splat(ty, -1))))
+      y1 = b.select(bad, self.splat(ty, 1), y)
+      q = (b.sdiv if s else b.udiv)(x, y1) if nm == 'idiv' else (b.srem if s else b.urem)(x, y1)
+      return b.select(bz, zero, q)
+    if nm in ('shl', 'shr'):
+      x, y = a
+      ok = b.icmp_unsigned('<', y, self.splat(ty, dt.bits))  # unsigned: a negative shift is out of range too
+      y1 = b.select(ok, y, zero)
+      r = b.shl(x, y1) if nm == 'shl' else b.ashr(x, y1) if s else b.lshr(x, y1)
+      return b.select(ok, r, zero)
+    raise self.err(op, f"is not defined on {dt}")
+
+  def cast(self, x, src: D.DType, dst: D.DType, n):
+    b = self.b
+    if src is dst: return x
+    if dst.is_bool:
+      return b.fcmp_unordered('!=', x, self.splat(x.type, 0.0)) if src.is_float else b.icmp_unsigned('!=', x, self.splat(x.type, 0))
+    if dst.is_float:
+      if not src.is_float:  # numpy goes through float64 (exact for <= 32 bits; i64/u64 round once there)
+        x = (b.sitofp if src.is_signed else b.uitofp)(x, _vec(ir.DoubleType(), n)); src = D.f64
+      if dst is D.bf16:  # bf16 rounds from float32 (as tgc.ir.dtypes.round_to does)
+        f = _vec(ir.FloatType(), n)
+        if src is D.f64: x = b.fptrunc(x, f)
+        elif src is D.f16: x = b.fpext(x, f)
+        return self.round_bf16(x)
+      t = _vec(reg_type(dst), n)
+      if src is D.f64 and dst is D.f16: x, src = self.f64_to_f32_odd(x), D.f32  # no __truncdfhf2 libcall, one rounding
+      sb, db = (32 if src is D.bf16 else src.bits), dst.bits
+      return x if sb == db else b.fptrunc(x, t) if sb > db else b.fpext(x, t)
+    if src.is_float:
+      # numpy: t = trunc(x as f64); NaN/inf -> 0; |t| < 2^63 -> int64(t) wrapped to dst; in dst's range beyond that
+      # (only u64 in [2^63, 2^64), and t == -2^63) -> 0x8000000000000000 (x86's answer); else 0
+      d, i64 = _vec(ir.DoubleType(), n), _vec(I64, n)
+      if src.bits < 64: x = b.fpext(x, d)
+      t = b.call(self.intrinsic('trunc', d), [x])
+      fabs = b.call(self.intrinsic('fabs', d), [t])
+      small = b.fcmp_ordered('<', fabs, self.splat(d, 2.0 ** 63))
+      lo, hi = D.min_max(dst)
+      inr = b.and_(b.fcmp_ordered('>=', t, self.splat(d, float(lo))), b.fcmp_ordered('<=', t, self.splat(d, float(hi))))
+      v = b.fptosi(b.select(small, t, self.splat(d, 0.0)), i64)
+      v = b.select(small, v, b.select(inr, self.splat(i64, -(1 << 63)), self.splat(i64, 0)))
+      return v if dst.bits == 64 else b.trunc(v, _vec(ir.IntType(dst.bits), n))
+    t = _vec(ir.IntType(dst.bits), n)
+    sb = src.bits
+    if sb == dst.bits: return x
+    if sb > dst.bits: return b.trunc(x, t)
+    return b.sext(x, t) if src.is_signed else b.zext(x, t)
+
+  def bitcast(self, x, src: D.DType, dst: D.DType, n):
+    b = self.b
+    if src is D.bf16: x = self.bf16_bits(x)
+    if dst is D.bf16: return self.bf16_from_bits(b.bitcast(x, _vec(I16, n)) if x.type != _vec(I16, n) else x)
+    t = _vec(reg_type(dst), n)
+    return x if x.type == t else b.bitcast(x, t)
+
+
+def _new_module(name: str) -> ir.Module:
+  m = ir.Module(name=name)
+  try:
+    import llvmlite.binding as llvm
+    m.triple = llvm.get_process_triple()
+  except Exception: pass  # a triple is a nicety: the JIT sets its own
+  return m
+
+
+_QUOTED = re.compile(r'([%@])"([-a-zA-Z$._][-a-zA-Z$._0-9]*)"')
+
+def module_text(m: ir.Module) -> str:
+  """llvmlite quotes every name (@"r_2"); plain identifiers need no quotes, and read as the seeds print them."""
+  return _QUOTED.sub(r'\1\2', str(m))
+
+
+def render_llvm_function(fn, module: ir.Module) -> ir.Function:
+  return _Emitter(fn, module).emit()
+
+
+def render_llvm(fn) -> str:
+  """One uop.func -> the text of an LLVM module holding its kernel function."""
+  m = _new_module(getattr(fn, 'sym_name', 'kernel'))
+  render_llvm_function(fn, m)
+  return module_text(m)
+
+
+def render_llvm_module(module) -> str:
+  """Every uop.func of a Module -> one LLVM module's text (kernels in the order they appear)."""
+  m = _new_module('tgc')
+  fns = [op for op in module.ops if op.name == 'uop.func']
+  if not fns: raise TgcError("llvm: the module has no uop.func to render (lower it to the uop level first)")
+  for fn in fns: render_llvm_function(fn, m)
+  return module_text(m)

@@ -1,0 +1,69 @@
+"""The C device: tgc.emit.c source, built by the system C compiler into a shared library, called through ctypes.
+
+Libraries are cached by source text, in process and on disk ($TGC_CACHE or ~/.cache/tgc/c, named by the
+source's hash), so an identical kernel is compiled once. The kernel loops over its own grid: one call runs
+gidx0 in [start, end) (all of it by default).
+"""
+from __future__ import annotations
+import ctypes, hashlib, os, subprocess, tempfile, threading
+import numpy as np
+from tgc.errors import TgcError
+from tgc.runtime.interp import buffer_signature, check_buffers, launch_dims
+
+CC = os.environ.get('CC', 'cc')
+# C99; -fwrapv: signed overflow wraps (tgc's semantics); -ffp-contract=off: a*b+c is never fused into an fma
+CFLAGS = ['-std=c99', '-O2', '-shared', '-fPIC', '-march=native', '-fwrapv', '-fno-strict-aliasing', '-ffp-contract=off', '-fno-math-errno']
+_lock = threading.Lock()
+_libs: dict[str, ctypes.CDLL] = {}
+
+
+def cache_dir() -> str:
+  d = os.environ.get('TGC_CACHE') or os.path.join(os.path.expanduser('~'), '.cache', 'tgc')
+  d = os.path.join(d, 'c'); os.makedirs(d, exist_ok=True)
+  return d
+
+
+def compile_c(src: str) -> ctypes.CDLL:
+  """C source -> a loaded shared library (cached by source)."""
+  with _lock:
+    lib = _libs.get(src)
+    if lib is not None: return lib
+    key = hashlib.sha256((src + ' '.join([CC] + CFLAGS)).encode()).hexdigest()[:24]
+    path = os.path.join(cache_dir(), f"{key}.so")
+    if not os.path.exists(path):
+      with tempfile.TemporaryDirectory() as td:
+        cfile, tmp = os.path.join(td, 'k.c'), os.path.join(td, 'k.so')
+        with open(cfile, 'w') as f: f.write(src)
+        try: p = subprocess.run([CC, *CFLAGS, cfile, '-o', tmp, '-lm'], capture_output=True, text=True, timeout=120)
+        except FileNotFoundError: raise TgcError(f"C device unavailable: no C compiler '{CC}'") from None
+        if p.returncode != 0: raise TgcError(f"c: the C compiler rejected the emitted source:\n{p.stderr}\n{src}")
+        os.replace(tmp, path)  # atomic: a concurrent process sees a whole library or none
+    lib = _libs[src] = ctypes.CDLL(path)
+    return lib
+
+
+class CProgram:
+  def __init__(self, fn):
+    from tgc.emit.c import render_c_kernel
+    self.fn, self.name = fn, fn.sym_name
+    if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"C: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
+    self.signature = buffer_signature(fn)
+    self.global_size, self.local_size = launch_dims(fn)
+    self.src = render_c_kernel(fn)
+    f = getattr(compile_c(self.src), self.name)
+    f.argtypes = [ctypes.c_void_p] * len(self.signature) + [ctypes.c_int, ctypes.c_int]
+    f.restype = None
+    self._f = f
+
+  def __call__(self, *bufs: np.ndarray, start: int = 0, end: int | None = None) -> None:
+    check_buffers(self.fn, bufs, self.signature)
+    g0 = self.global_size[0]
+    end = g0 if end is None else end
+    if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
+    self._f(*[b.ctypes.data for b in bufs], start, end)
+
+
+class CDevice:
+  """Device "C": the c target built by the system C compiler."""
+  name = 'C'
+  def compile(self, fn) -> CProgram: return CProgram(fn)

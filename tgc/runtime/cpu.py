@@ -1,0 +1,99 @@
+"""The CPU device: LLVM IR from tgc.emit.llvm, JIT-compiled with llvmlite MCJIT, called through ctypes.
+
+Programs are cached by their LLVM IR text, so an identical kernel is compiled once per process; the
+engines are kept alive for the process (a function pointer outlives nothing it came from).
+"""
+from __future__ import annotations
+import ctypes, threading
+import numpy as np
+from tgc.errors import TgcError
+from tgc.runtime.interp import buffer_signature, check_buffers, launch_dims
+
+_lock = threading.Lock()
+_tm = None
+_jitted: dict[str, int] = {}           # LLVM IR text -> address of its kernel: each text is compiled once
+_cache: dict[tuple, 'CPUProgram'] = {}  # (LLVM IR text, buffer dtypes) -> program (i8 and u8 kernels can share IR)
+_engines: list = []                     # every MCJIT engine made: never freed while functions may be called
+stats = {'compiles': 0, 'cache_hits': 0, 'launches': 0}
+
+
+def _target_machine():
+  """Initialise llvmlite once; a target machine for this host's CPU and its features, opt level 2."""
+  global _tm
+  if _tm is None:
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target(); llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    _tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=2, jit=True)
+  return _tm
+
+
+def _optimize(mod, tm) -> None:
+  import llvmlite.binding as llvm
+  if hasattr(llvm, 'create_pass_builder'):  # the new pass manager (llvmlite >= 0.44)
+    pto = llvm.create_pipeline_tuning_options(speed_level=2)
+    pto.loop_vectorization = pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+  else:  # pragma: no cover  (older llvmlite: the legacy pass manager)
+    pmb = llvm.PassManagerBuilder(); pmb.opt_level = 2
+    pm = llvm.ModulePassManager(); pmb.populate(pm); pm.run(mod)
+
+
+def jit(ir_text: str, names: list[str]) -> dict[str, int]:
+  """Compile LLVM IR text; the addresses of the named functions. The engine lives as long as the process."""
+  import llvmlite.binding as llvm
+  tm = _target_machine()
+  try:
+    mod = llvm.parse_assembly(ir_text); mod.verify()
+  except RuntimeError as e: raise TgcError(f"llvm: the emitted IR does not verify: {e}") from None
+  mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
+  _optimize(mod, tm)
+  ee = llvm.create_mcjit_compiler(mod, tm)
+  ee.finalize_object()
+  _engines.append(ee)
+  return {n: ee.get_function_address(n) for n in names}
+
+
+class CPUProgram:
+  """One compiled kernel: call it with numpy arrays (data0 first); outputs are written in place."""
+  def __init__(self, fn, ir_text: str | None = None):
+    from tgc.emit.llvm import render_llvm
+    self.fn, self.name = fn, fn.sym_name
+    self.signature = buffer_signature(fn)
+    self.global_size, self.local_size = launch_dims(fn)
+    self.src = ir_text if ir_text is not None else render_llvm(fn)
+    addr = _jitted.get(self.src)
+    if addr is None:
+      addr = _jitted[self.src] = jit(self.src, [self.name])[self.name]
+      stats['compiles'] += 1
+    self._cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.signature)), ctypes.c_int32, ctypes.c_int32)(addr)
+
+  def __call__(self, *bufs: np.ndarray, start: int = 0, end: int | None = None) -> None:
+    """Run every point of the grid (or gidx0 in [start, end) only: for splitting the launch across threads)."""
+    check_buffers(self.fn, bufs, self.signature)
+    g0 = self.global_size[0]
+    end = g0 if end is None else end
+    if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
+    self._cfn(*[b.ctypes.data for b in bufs], start, end)  # ctypes releases the GIL during the call
+    stats['launches'] += 1
+
+
+def compile_llvm(fn) -> CPUProgram:
+  """A uop.func -> its compiled program, from the cache when the same LLVM IR was compiled before."""
+  from tgc.emit.llvm import render_llvm
+  src = render_llvm(fn)
+  key = (src, tuple(d.name for d in buffer_signature(fn)))
+  with _lock:
+    prg = _cache.get(key)
+    if prg is not None: stats['cache_hits'] += 1; return prg
+    prg = _cache[key] = CPUProgram(fn, src)
+    return prg
+
+
+class CPUDevice:
+  """The default device: LLVM through llvmlite's MCJIT on the host CPU. compile() returns the cached program."""
+  name = 'CPU'
+  def compile(self, fn) -> CPUProgram: return compile_llvm(fn)
+  @property
+  def launches(self) -> int: return stats['launches']

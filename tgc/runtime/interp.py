@@ -1,0 +1,195 @@
+"""The reference interpreter of the uop dialect: the semantic oracle the emitters are tested against.
+
+It runs the flat list point by point (every gidx/lidx point of the launch grid), in plain Python, and
+computes every ALU op with tgc.ir.alu, so an op means here exactly what constant folding says it means.
+Values are numpy 0-d arrays (scalars) or 1-d arrays (vec<N x T>) in the dtype's compute type (bf16 as
+rounded float32, i1 as numpy bool). Slow by design: correctness and clear errors only.
+"""
+from __future__ import annotations
+import itertools
+import numpy as np
+from tgc.errors import TgcError
+from tgc.ir import alu, dtypes as D
+from tgc.ir.attrs import HexInt
+from tgc.ir.types import PtrType, VecType, elem
+
+
+def const_value(v, dt: D.DType):
+  """A `uop.const` attribute -> a numpy scalar in dt's compute type (a hex literal is a float's bit pattern)."""
+  if dt.is_bool: return np.bool_(bool(v))
+  if dt.is_int:
+    x = int(v) & ((1 << dt.bits) - 1)  # hex literals and out-of-range ints wrap to the type's bits
+    if dt.is_signed and x >= 1 << (dt.bits - 1): x -= 1 << dt.bits
+    return dt.np.type(x)
+  if isinstance(v, HexInt):
+    if dt is D.bf16: return D.bf16_bits_to_f32(np.uint16(int(v)))[()]
+    return np.array(int(v), dtype=f'u{dt.itemsize}').view(dt.np)[()]
+  with np.errstate(all='ignore'):
+    return D.round_to(np.float64(v), dt).astype(D.compute_np(dt))[()]
+
+
+def launch_dims(fn) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+  """(global_size, local_size), padded to 3 axes with 1; a special beyond the attribute gives its own size."""
+  g = list(fn.attrs.get('global_size') or ()) + [1] * 3
+  l = list(fn.attrs.get('local_size') or ()) + [1] * 3
+  for op in fn.body.ops:
+    if op.name == 'uop.special':
+      k, n = int(op.attrs['axis'][4]), op.attrs['size']
+      sizes, given = (g, fn.attrs.get('global_size') or ()) if op.attrs['axis'].startswith('gidx') else (l, fn.attrs.get('local_size') or ())
+      if k >= len(given): sizes[k] = max(sizes[k], n)
+  return tuple(g[:3]), tuple(l[:3])
+
+
+def buffer_signature(fn) -> list[D.DType]:
+  """The element dtype of each buffer argument, by define_global index (0 = output)."""
+  sig: dict[int, D.DType] = {}
+  for op in fn.body.ops:
+    if op.name == 'uop.define_global':
+      i, dt = op.attrs['index'], op.results[0].type.dtype
+      if sig.get(i, dt) is not dt: raise TgcError(f"@{fn.sym_name}: buffer {i} is defined with two dtypes, {sig[i]} and {dt}")
+      sig[i] = dt
+  n = max(sig) + 1 if sig else 0
+  for i in range(n):
+    if i not in sig: raise TgcError(f"@{fn.sym_name}: buffer argument {i} has no uop.define_global")
+  return [sig[i] for i in range(n)]
+
+
+def check_buffers(fn, bufs, sig=None) -> list[np.ndarray]:
+  """Buffers must be C-contiguous numpy arrays of the kernel's dtypes (bf16: uint16 bits); else a TgcError."""
+  sig = buffer_signature(fn) if sig is None else sig
+  if len(bufs) != len(sig): raise TgcError(f"@{fn.sym_name} takes {len(sig)} buffers, got {len(bufs)}")
+  for i, (b, dt) in enumerate(zip(bufs, sig)):
+    if not isinstance(b, np.ndarray): raise TgcError(f"@{fn.sym_name}: buffer {i} must be a numpy array, got {type(b).__name__}")
+    if b.dtype != dt.np: raise TgcError(f"@{fn.sym_name}: buffer {i} must have numpy dtype {dt.np} for {dt}, got {b.dtype}")
+    if not b.flags['C_CONTIGUOUS']: raise TgcError(f"@{fn.sym_name}: buffer {i} must be C-contiguous")
+    if i == 0 and not b.flags['WRITEABLE']: raise TgcError(f"@{fn.sym_name}: output buffer 0 is read-only")
+  return list(bufs)
+
+
+def acc_init_points(ops) -> dict[int, list]:
+  """Op index -> the define_accs whose initial value is set just before that op: before the outermost of
+  the loops it names when it comes first, else where it stands (emitters share this rule)."""
+  pos = {op.results[0]: i for i, op in enumerate(ops) if op.results}
+  out: dict[int, list] = {}
+  for i, op in enumerate(ops):
+    if op.name == 'uop.define_acc':
+      out.setdefault(min([pos[r] for r in op.ranges if r in pos] + [i]), []).append(op)
+  return out
+
+
+def _scope_pairs(ops) -> dict[int, int]:
+  """Index of each range/if -> index of its endrange/endif, and back."""
+  pair, stack = {}, []
+  for i, op in enumerate(ops):
+    if op.name in ('uop.range', 'uop.if'): stack.append(i)
+    elif op.name in ('uop.endrange', 'uop.endif'):
+      j = stack.pop(); pair[j], pair[i] = i, j
+  return pair
+
+
+def _load(buf: np.ndarray, idx: int, t, where: str):
+  n = t.count if isinstance(t, VecType) else 1
+  if idx < 0 or idx + n > buf.size: raise TgcError(f"{where}: index {idx} (+{n}) is out of bounds of a buffer of {buf.size}")
+  dt = elem(t)
+  x = buf.reshape(-1)[idx:idx + n]
+  x = D.bf16_bits_to_f32(x) if dt is D.bf16 else x.copy()
+  return x if isinstance(t, VecType) else x[0].reshape(())
+
+
+def _store(buf: np.ndarray, idx: int, val, t, where: str):
+  n = t.count if isinstance(t, VecType) else 1
+  if idx < 0 or idx + n > buf.size: raise TgcError(f"{where}: index {idx} (+{n}) is out of bounds of a buffer of {buf.size}")
+  dt = elem(t)
+  v = D.f32_to_bf16_bits(val) if dt is D.bf16 else np.asarray(val).astype(dt.np)
+  buf.reshape(-1)[idx:idx + n] = np.broadcast_to(v, (n,))
+
+
+def run_uop_func(fn, buffers: list[np.ndarray]) -> None:
+  """Execute one uop.func over its whole launch grid; outputs are written into `buffers` in place."""
+  if fn.name != 'uop.func': raise TgcError(f"expected a uop.func, got '{fn.name}'")
+  bufs = check_buffers(fn, buffers)
+  ops = fn.body.ops
+  pair = _scope_pairs(ops)
+  gs, ls = launch_dims(fn)
+  name = f"@{fn.sym_name}"
+  for op in ops:
+    if op.name in ('uop.define_var', 'uop.wmma'): raise TgcError(f"{name}: the interpreter does not support '{op.name}'")
+  locals_ = {}  # define_local buffers are shared by the threads of a work-group; barriers need lockstep, so unsupported
+  if any(op.name == 'uop.define_local' for op in ops) or (any(op.name == 'uop.barrier' for op in ops) and max(ls) > 1):
+    raise TgcError(f"{name}: the interpreter does not support shared memory or barriers across threads (uop.define_local / uop.barrier)")
+  for g in itertools.product(*(range(n) for n in gs)):
+    for l in itertools.product(*(range(n) for n in ls)):
+      _run_point(fn, ops, pair, bufs, {'gidx': g, 'lidx': l}, locals_, name)
+
+
+def _run_point(fn, ops, pair, bufs, special, locals_, name):
+  val: dict = {}     # Value -> numpy value
+  # define_acc / phi result -> the define_acc (the mutable cell): static, so a phi of a loop that ran zero
+  # times still reads the accumulator after its endrange
+  acc = {op.results[0]: (op.results[0] if op.name == 'uop.define_acc' else op.acc) for op in ops if op.name in ('uop.define_acc', 'uop.phi')}
+  cell: dict = {}    # define_acc Value -> current value
+  ends: dict = {}    # range op index -> end value
+  def get(v):
+    a = acc.get(v)
+    return cell[a] if a is not None else val[v]
+  inits = acc_init_points(ops)
+  pc, n = 0, len(ops)
+  while pc < n:
+    op = ops[pc]
+    for a in inits.get(pc, ()): cell[a.results[0]] = np.array(get(a.init))
+    nm = op.name[4:]
+    if nm == 'define_global': val[op.results[0]] = bufs[op.attrs['index']]
+    elif nm == 'special':
+      ax = op.attrs['axis']
+      val[op.results[0]] = np.asarray(special[ax[:4]][int(ax[4])]).astype(op.results[0].type.np)
+    elif nm == 'const':
+      t = op.results[0].type
+      c = const_value(op.attrs['value'], elem(t))
+      val[op.results[0]] = np.full(t.count, c) if isinstance(t, VecType) else np.asarray(c)
+    elif nm == 'define_acc': pass  # initialised at its init point, above
+    elif nm == 'phi': cell[op.acc] = np.array(get(op.value))
+    elif nm == 'range':
+      s, e = int(get(op.start)), int(get(op.end))
+      if s >= e: pc = pair[pc] + 1; continue
+      val[op.results[0]] = np.asarray(s).astype(op.results[0].type.np); ends[pc] = e
+    elif nm == 'endrange':
+      j = pair[pc]; r = ops[j].results[0]
+      i = int(val[r]) + 1
+      if i < ends[j]: val[r] = np.asarray(i).astype(r.type.np); pc = j + 1; continue
+    elif nm == 'if':
+      if not bool(get(op.cond)): pc = pair[pc] + 1; continue
+    elif nm in ('endif', 'barrier'): pass
+    elif nm == 'load':
+      t = op.results[0].type
+      if op.gate is not None and not bool(get(op.gate)): val[op.results[0]] = np.array(get(op.alt))
+      else: val[op.results[0]] = _load(get(op.buf), int(get(op.idx)), t, f"{name}: 'uop.load'")
+    elif nm == 'store':
+      if op.gate is None or bool(get(op.gate)):
+        _store(get(op.buf), int(get(op.idx)), get(op.value), op.value.type, f"{name}: 'uop.store'")
+    elif nm == 'vectorize': val[op.results[0]] = np.array([get(s) for s in op.srcs])
+    elif nm == 'gep': val[op.results[0]] = np.asarray(get(op.vec)[op.attrs['index']])
+    elif nm == 'cast': val[op.results[0]] = np.asarray(alu.exec_cast(get(op.src), elem(op.src.type), elem(op.results[0].type)))
+    elif nm == 'bitcast': val[op.results[0]] = np.asarray(alu.exec_bitcast(get(op.src), elem(op.src.type), elem(op.results[0].type)))
+    elif nm in alu.COMPARE: val[op.results[0]] = np.asarray(alu.exec_alu(nm, elem(op.operands[0].type), *map(get, op.operands)))
+    elif nm in alu.UNARY or nm in alu.BINARY or nm in alu.TERNARY:
+      try: val[op.results[0]] = np.asarray(alu.exec_alu(nm, elem(op.results[0].type), *map(get, op.operands)))
+      except ValueError as e: raise TgcError(f"{name}: {e}") from None
+    else: raise TgcError(f"{name}: the interpreter does not support '{op.name}'")
+    pc += 1
+
+
+class InterpProgram:
+  def __init__(self, fn, device=None):
+    self.fn, self.name, self.device = fn, fn.sym_name, device
+    self.signature = buffer_signature(fn)
+    self.global_size, self.local_size = launch_dims(fn)
+  def __call__(self, *bufs: np.ndarray) -> None:
+    run_uop_func(self.fn, list(bufs))
+    if self.device is not None: self.device.launches += 1
+
+
+class InterpDevice:
+  """The interpreter as a device: `compile(fn)` gives a callable over numpy arrays (outputs written in place)."""
+  name = 'INTERP'
+  def __init__(self): self.launches = 0
+  def compile(self, fn) -> InterpProgram: return InterpProgram(fn, self)
