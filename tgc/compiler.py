@@ -75,7 +75,7 @@ class CompiledFunction:
       n = op.name
       if n == 'kernel.alloc':
         t = op.results[0].type
-        env[op.results[0]] = np.zeros(t.shape, dtype=t.dtype.np)
+        env[op.results[0]] = np.empty(t.shape, dtype=t.dtype.np)  # every kernel writes all of its output
       elif n == 'tensor.const':
         env[op.results[0]] = host_const(op)
       elif n == 'tensor.reshape':

@@ -21,6 +21,10 @@ REDUCE_KINDS = ('add', 'max', 'mul')
 def _int_div(a, b, dt: DType):
   a64, b64 = a.astype(np.int64) if dt.is_signed else a.astype(np.uint64), b.astype(np.int64) if dt.is_signed else b.astype(np.uint64)
   safe = np.where(b64 == 0, 1, b64)
+  if dt.is_signed and dt.itemsize == 8:  # |INT64_MIN| does not fit int64: exact Python ints
+    ao, so = a64.astype(object), safe.astype(object)
+    q = np.frompyfunc(lambda x, y: abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1), 2, 1)(ao, so)
+    return q, so, ao
   if dt.is_signed:
     q = np.abs(a64) // np.abs(safe)  # truncate toward zero
     q = np.where((a64 < 0) != (safe < 0), -q, q)
@@ -119,7 +123,7 @@ def exec_cast(x, src: DType, dst: DType):
 def exec_bitcast(x, src: DType, dst: DType):
   x = np.asarray(x)
   stored = D.f32_to_bf16_bits(x) if src is D.bf16 else x.astype(src.np)
-  out = np.ascontiguousarray(stored).view(np.uint16 if dst is D.bf16 else dst.np)
+  out = np.ascontiguousarray(stored).view(np.uint16 if dst is D.bf16 else dst.np).reshape(x.shape)  # ascontiguousarray makes 0-d 1-d
   return D.bf16_bits_to_f32(out) if dst is D.bf16 else out
 
 def reduce_identity(kind: str, dt: DType):

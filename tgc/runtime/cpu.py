@@ -4,7 +4,8 @@ Programs are cached by their LLVM IR text, so an identical kernel is compiled on
 engines are kept alive for the process (a function pointer outlives nothing it came from).
 """
 from __future__ import annotations
-import ctypes, threading
+import ctypes, os, threading
+from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from tgc.errors import TgcError
 from tgc.runtime.interp import buffer_signature, check_buffers, launch_dims
@@ -15,6 +16,19 @@ _jitted: dict[str, int] = {}           # LLVM IR text -> address of its kernel: 
 _cache: dict[tuple, 'CPUProgram'] = {}  # (LLVM IR text, buffer dtypes) -> program (i8 and u8 kernels can share IR)
 _engines: list = []                     # every MCJIT engine made: never freed while functions may be called
 stats = {'compiles': 0, 'cache_hits': 0, 'launches': 0}
+_pool: ThreadPoolExecutor | None = None
+PARALLEL_MIN_BYTES = 1 << 20  # below this a launch is too short to be worth a thread hand-off
+
+
+def threads() -> int:
+  """Worker threads for one launch: $CPU_THREADS, else the core count."""
+  try: return max(1, int(os.environ.get('CPU_THREADS', '') or (os.cpu_count() or 1)))
+  except ValueError: return os.cpu_count() or 1
+
+def _get_pool(n: int) -> ThreadPoolExecutor:
+  global _pool
+  if _pool is None or _pool._max_workers < n: _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix='tgc-cpu')
+  return _pool
 
 
 def _target_machine():
@@ -75,7 +89,15 @@ class CPUProgram:
     g0 = self.global_size[0]
     end = g0 if end is None else end
     if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
-    self._cfn(*[b.ctypes.data for b in bufs], start, end)  # ctypes releases the GIL during the call
+    ptrs = [b.ctypes.data for b in bufs]
+    n = min(threads(), end - start)
+    if n > 1 and sum(b.nbytes for b in bufs) >= PARALLEL_MIN_BYTES:
+      # the outermost global axis split across the cores; ctypes releases the GIL during each call
+      cuts = [start + (end - start) * i // n for i in range(n + 1)]
+      futs = [_get_pool(n).submit(self._cfn, *ptrs, cuts[i], cuts[i + 1]) for i in range(1, n)]
+      self._cfn(*ptrs, cuts[0], cuts[1])
+      for f in futs: f.result()
+    else: self._cfn(*ptrs, start, end)
     stats['launches'] += 1
 
 
