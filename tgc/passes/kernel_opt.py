@@ -18,6 +18,7 @@ from tgc.passes.manager import Pass, PipelineError
 from tgc.passes.linearize import apply_opts, OptError, CPU_TARGETS, MAX_LANES
 
 GPU_TARGETS = ('cuda', 'metal', 'opencl')
+MAX_THREADS = 256  # work-group size kernel-opt stays within (CUDA, Metal and PoCL all allow it)
 VEC = {'llvm': 16, 'c': 8, 'cuda': 4, 'metal': 4, 'opencl': 4}
 
 
@@ -77,28 +78,30 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
       if ks.full[red[-1]] % amt == 0 and apply(Opt('grouptop', red[-1], amt)): break
   # upcast global axes that some buffer broadcasts (stride 0): each loaded value is reused across the lanes
   if red:
-    lanes = 1
+    lanes, done = 1, set()
     for _ in range(2):
       glob = ks.axes('global')
       best = None
       for ax in reversed(glob):
+        if ax in done: continue
         st = [ks.strides(op)[ax] for op in loads]
         if any(s == 0 for s in st) and any(s not in (0, None) for s in st):
           amt = vec if ax == glob[-1] and ks.full[ax] % vec == 0 and not gpu else 4
           if ks.full[ax] % amt == 0 and lanes * amt <= 64: best = (ax, amt); break
       if best is None: break
-      if apply(Opt('upcast', *best)): lanes *= best[1]
+      if apply(Opt('upcast', *best)):
+        lanes *= best[1]
+        done = {a + (a > best[0]) for a in done} | {best[0], best[0] + 1}  # the split's two parts are used
     red = ks.axes('reduce')
-    # unroll the reduce: fully when short, else by `unroll`
     if red:
       r = red[-1]
       s = ks.full[r]
       cur = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('upcast', 'unroll'))
-      if s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: apply(Opt('unroll', r, 0))
+      plain = not any(kd == 'upcast' for kd in ks.kinds)
+      if plain and not gpu and all(ks.strides(op)[r] == 1 for op in loads) and s % vec == 0 and s > vec:
+        apply(Opt('unroll', r, vec))  # a plain reduction over contiguous memory: vector lanes along it
+      elif s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: apply(Opt('unroll', r, 0))
       elif s % unroll == 0 and cur * unroll <= MAX_LANES: apply(Opt('unroll', r, unroll))
-      elif not any(kd == 'upcast' for kd in ks.kinds):
-        # a plain reduction: vectorise along the reduce when the input is contiguous on it
-        if all(ks.strides(op)[r] == 1 for op in loads) and s % vec == 0: apply(Opt('unroll', r, vec))
   else:
     # elementwise: vectorise the contiguous innermost axis
     glob = ks.axes('global')
@@ -110,10 +113,10 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
   # GPU: local dims on the global axes
   if allow_local:
     for ax in reversed(ks.axes('global')):
-      for amt in (16, 8, 4):
-        if ks.full[ax] % amt == 0 and ks.full[ax] >= amt and apply(Opt('local', ax, amt)): break
       local = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('local', 'group'))
       if local >= 128: break
+      for amt in (16, 8, 4):
+        if local * amt <= MAX_THREADS and ks.full[ax] % amt == 0 and apply(Opt('local', ax, amt)): break
   return opts
 
 

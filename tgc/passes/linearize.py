@@ -461,6 +461,10 @@ class Linearize(Pass):
     new = []
     for op in m.ops:
       if op.name == 'kernel.func':
-        new.append(linearize_kernel(op, self.target)); self.stats['kernels linearized'] += 1
+        try: new.append(linearize_kernel(op, self.target))
+        except OptError as e:
+          from tgc.ir.diagnostics import Diagnostic
+          raise Diagnostic(str(e), op.loc) from None
+        self.stats['kernels linearized'] += 1
       else: new.append(op)
     m.body.ops = new
