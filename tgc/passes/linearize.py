@@ -103,7 +103,8 @@ class UopBuilder:
 
 def apply_opts(full, out, kinds, views, opts):
   """Split axes per the opts. `views`: {key: ViewStack at `full` (below the reduce) or `out`}. Returns the
-  new (full, out, kinds, views, padded) where padded maps an axis to its size before PADTO."""
+  new (full, out, kinds, views, padded) where padded holds, per PADTO, ([(axis, multiplier)], size): the
+  index along the padded axis (a sum once it is split) must stay below its size before padding."""
   full, out, kinds = list(full), list(out), list(kinds)
   padded: dict[int, int] = {}
   for o in opts:
@@ -120,7 +121,7 @@ def apply_opts(full, out, kinds, views, opts):
       ns = -(-s // amt) * amt
       if ns == s: continue
       for k, vs in views.items(): views[k] = vs.pad(tuple((0, ns - s) if i == ax else (0, 0) for i in range(len(vs.shape))))
-      padded[ax] = s
+      padded[len(padded)] = ([(ax, 1)], s)
       full[ax] = ns
       if kinds[ax] != 'reduce': out[ax] = ns
       continue
@@ -132,7 +133,10 @@ def apply_opts(full, out, kinds, views, opts):
       views[k] = vs.reshape(tuple(nf) if tuple(vs.shape) == tuple(full) else tuple(no))
     new_kind = {'upcast': 'upcast', 'local': 'local', 'unroll': 'unroll', 'group': 'group', 'grouptop': 'reduce'}[name]
     kinds = kinds[:ax] + ([kinds[ax], new_kind] if name != 'grouptop' else ['group', 'reduce']) + kinds[ax + 1:]
-    padded = {(a if a < ax else a + 1): v for a, v in padded.items()}
+    # a padded axis that is split: its index is now outer * inner_size + inner
+    isz = inner
+    padded = {k: ([t for a, m in terms for t in ((((a, m * isz)), (a + 1, m)) if a == ax else ((a if a < ax else a + 1, m),))], size)
+              for k, (terms, size) in padded.items()}
     full, out = nf, no
   return tuple(full), tuple(out), kinds, views, padded
 
@@ -423,29 +427,30 @@ class Lowerer:
     v = self.vals[op.value][c]
     buf = self.buf[op.buf]
     dt = op.value.type
-    gate = None
-    for ax, size in self.padded.items():  # PADTO: the padding is computed, never stored
-      if self.kinds[ax] != 'reduce':
-        iv = self.at(idx, lane_axes, c)[ax]
-        g = b.lt(iv, b.const(size))
-        gate = g if gate is None else b.and_(gate, g)
+    def pad_gate(lane):  # PADTO: the padding is computed, never stored
+      g = None
+      at = self.at(idx, lane_axes, c, lane)
+      for terms, size in self.padded.values():
+        e = b.const(0)
+        for a, m in terms: e = b.add(e, b.mul(at[a], b.const(m)))
+        lt = b.lt(e, b.const(size))
+        g = lt if g is None else b.and_(g, lt)
+      return g
+    gate = pad_gate(0)
     def put(i, x, g):
       b.emit('store', [buf, i, x] + ([g] if g is not None and b.cval(g) != 1 else []), None, pure=False)
     vec_here = self.vec is not None and self.W > 1 and self.kinds[self.vec] == 'upcast'
     if not vec_here:
       i, _ = self.index(op, idx, lane_axes, c); put(i, v, gate); return
     st = self.vec_stride(op)
-    if st == 1 and (gate is None or self.vec not in self.padded):
+    vec_padded = any(a == self.vec for terms, _ in self.padded.values() for a, _ in terms)
+    if st == 1 and not vec_padded:
       i, _ = self.index(op, idx, lane_axes, c, 0)
       put(i, self.broadcast(v, VecType(self.W, dt)), gate); return
-    for l in range(self.W):
+    for l in range(self.W):  # lane by lane: a strided store, or lanes the padding may cut off
       i, _ = self.index(op, idx, lane_axes, c, l)
       x = b.emit('gep', [v], dt, {'index': l}) if isinstance(v.type, VecType) else v
-      g = gate
-      if self.vec in self.padded:
-        g2 = b.lt(b.const(l) if False else self.at(idx, lane_axes, c, l)[self.vec], b.const(self.padded[self.vec]))
-        g = g2 if g is None else b.and_(g, g2)
-      put(i, x, g)
+      put(i, x, pad_gate(l))
 
 
 def linearize_kernel(k: Operation, target: str = 'llvm') -> Operation:

@@ -1,0 +1,139 @@
+"""The whole pipeline against numpy: tensor-level programs, NOOPT and optimised, on the LLVM CPU device and
+the reference interpreter; and every kernel-opt action replayed on odd shapes keeps the results."""
+import itertools, os
+import numpy as np
+import pytest
+import tgc
+from tgc import ir
+from tgc.ir.attrs import Record
+from tgc.passes import PassManager
+from tgc.compiler import compile_module
+
+RNG = np.random.default_rng(0)
+
+def arr(shape, dt='f32'):
+  if dt == 'f32': return RNG.standard_normal(shape).astype(np.float32)
+  return RNG.integers(-20, 20, size=shape).astype(np.int32)
+
+def ty(shape, dt='f32'): return f"tensor<{''.join(f'{s}x' for s in shape)}{dt}>"
+
+# (name, text, inputs, numpy reference)
+def programs():
+  out = []
+  for n in (1, 3, 7, 17, 127):
+    a, b = arr((n,)), arr((n,))
+    out.append((f"add{n}", f"""func.func @f(%a: {ty((n,))}, %b: {ty((n,))}) -> {ty((n,))} {{
+  %0 = tensor.add %a, %b : {ty((n,))}
+  func.return %0 : {ty((n,))}
+}}""", (a, b), lambda a, b: a + b))
+  for m, k, n in ((1, 1, 1), (3, 5, 7), (17, 3, 9), (16, 32, 16), (7, 127, 3)):
+    a, b = arr((m, k)), arr((k, n))
+    out.append((f"matmul{m}x{k}x{n}", f"""func.func @f(%a: {ty((m, k))}, %b: {ty((k, n))}) -> {ty((m, n))} {{
+  %0 = tensor.matmul %a, %b : {ty((m, k))}, {ty((k, n))} -> {ty((m, n))}
+  func.return %0 : {ty((m, n))}
+}}""", (a, b), lambda a, b: a @ b))
+  for shape, axis in (((3, 7), 0), ((3, 7), 1), ((17, 16), 1), ((4, 5, 6), 1), ((127,), 0)):
+    a = arr(shape)
+    rs = tuple(1 if i == axis else s for i, s in enumerate(shape))
+    for kind, f in (('add', np.sum), ('max', np.max)):
+      out.append((f"reduce_{kind}{shape}{axis}", f"""func.func @f(%a: {ty(shape)}) -> {ty(rs)} {{
+  %0 = tensor.reduce {kind} %a [{axis}] : {ty(shape)} -> {ty(rs)}
+  func.return %0 : {ty(rs)}
+}}""", (a,), lambda a, f=f, axis=axis: f(a, axis=axis, keepdims=True)))
+  a = arr((5, 9))
+  out.append(("softmax", f"""func.func @f(%x: {ty((5, 9))}) -> {ty((5, 9))} {{
+  %m = tensor.reduce max %x [1] : {ty((5, 9))} -> {ty((5, 1))}
+  %me = tensor.expand %m : {ty((5, 1))} -> {ty((5, 9))}
+  %d = tensor.sub %x, %me : {ty((5, 9))}
+  %e = tensor.exp2 %d : {ty((5, 9))}
+  %s = tensor.reduce add %e [1] : {ty((5, 9))} -> {ty((5, 1))}
+  %se = tensor.expand %s : {ty((5, 1))} -> {ty((5, 9))}
+  %o = tensor.fdiv %e, %se : {ty((5, 9))}
+  func.return %o : {ty((5, 9))}
+}}""", (a,), lambda x: np.exp2(x - x.max(1, keepdims=True)) / np.exp2(x - x.max(1, keepdims=True)).sum(1, keepdims=True)))
+  a, b = arr((3, 7)), arr((7, 3))
+  out.append(("movement", f"""func.func @f(%a: {ty((3, 7))}, %b: {ty((7, 3))}) -> {ty((5, 3))} {{
+  %0 = tensor.permute %b [1, 0] : {ty((7, 3))} -> {ty((3, 7))}
+  %1 = tensor.mul %a, %0 : {ty((3, 7))}
+  %2 = tensor.flip %1 [1] : {ty((3, 7))}
+  %3 = tensor.shrink %2 [(0, 3), (2, 5)] : {ty((3, 7))} -> {ty((3, 3))}
+  %4 = tensor.pad %3 [(1, 1), (0, 0)] : {ty((3, 3))} -> {ty((5, 3))}
+  %5 = tensor.reshape %4 : {ty((5, 3))} -> {ty((15,))}
+  %6 = tensor.reshape %5 : {ty((15,))} -> {ty((5, 3))}
+  func.return %6 : {ty((5, 3))}
+}}""", (a, b), lambda a, b: np.pad(np.flip(a * b.T, 1)[:, 2:5], ((1, 1), (0, 0)))))
+  a, b = arr((4, 6), 'i32'), arr((4, 6), 'i32')
+  out.append(("int_divmod", f"""func.func @f(%a: {ty((4, 6), 'i32')}, %b: {ty((4, 6), 'i32')}) -> ({ty((4, 6), 'i32')}, {ty((4, 6), 'i32')}) {{
+  %0 = tensor.idiv %a, %b : {ty((4, 6), 'i32')}
+  %1 = tensor.mod %a, %b : {ty((4, 6), 'i32')}
+  func.return %0, %1 : {ty((4, 6), 'i32')}, {ty((4, 6), 'i32')}
+}}""", (a, b), None))
+  return out
+
+PROGRAMS = programs()
+
+def check(name, res, args, ref):
+  if ref is None:  # integer division: C semantics from the oracle
+    from tgc.ir import alu, dtypes as D
+    want = (alu.exec_alu('idiv', D.i32, *args), alu.exec_alu('mod', D.i32, *args))
+    for r, w in zip(res, want): np.testing.assert_array_equal(r, w)
+    return
+  np.testing.assert_allclose(res[0], ref(*args), rtol=1e-4, atol=1e-4, err_msg=name)
+
+@pytest.mark.parametrize("device", ["CPU", "INTERP"])
+@pytest.mark.parametrize("noopt", [True, False])
+@pytest.mark.parametrize("name,text,args,ref", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_program(name, text, args, ref, device, noopt, monkeypatch):
+  if device == "INTERP" and sum(a.size for a in args) > 600: pytest.skip("too large for the interpreter (kept small on purpose)")
+  monkeypatch.setenv("NOOPT", "1" if noopt else "0")
+  fn = tgc.compile(text, device=device)
+  check(name, fn(*args), args, ref)
+
+def test_seed_dot_is_one_kernel(monkeypatch):
+  monkeypatch.setenv("NOOPT", "1")
+  text = open(os.path.join(os.path.dirname(__file__), '..', 'examples', 'dot.tgc')).read()
+  m = ir.parse(text)
+  PassManager.parse('lower-to-uop').run(m)
+  (k,) = m.functions('uop.func')
+  assert k.attrs['sym_name'] == 'r_2'
+  names = [op.name for op in k.body.ops]
+  assert names.count('uop.range') == 1 and names.count('uop.define_acc') == 1 and names.count('uop.phi') == 1
+  assert tgc.compile(text)(np.array([1, 2], np.int32), np.array([3, 4], np.int32))[0] == 11
+
+# ---- every action, replayed from an opts attribute, keeps the results ----
+def kernel_module(text):
+  m = ir.parse(text)
+  PassManager.parse('canonicalize,tensor-decompose,canonicalize,kernelize').run(m)
+  return m
+
+CPU_OPTS = [
+  ("matmul16x32x16", [Record('upcast', {'axis': 1, 'amt': 4})]),
+  ("matmul16x32x16", [Record('upcast', {'axis': 0, 'amt': 2}), Record('upcast', {'axis': 2, 'amt': 8}), Record('unroll', {'axis': 4, 'amt': 4})]),
+  ("matmul16x32x16", [Record('unroll', {'axis': 2, 'amt': 0})]),
+  ("matmul3x5x7", [Record('padto', {'axis': 0, 'amt': 4}), Record('upcast', {'axis': 0, 'amt': 4})]),
+  ("matmul3x5x7", [Record('padto', {'axis': 1, 'amt': 8}), Record('upcast', {'axis': 1, 'amt': 8})]),
+  ("add127", [Record('padto', {'axis': 0, 'amt': 16}), Record('upcast', {'axis': 0, 'amt': 16})]),
+  ("reduce_add(17, 16)1", [Record('unroll', {'axis': 1, 'amt': 16})]),
+  ("reduce_max(17, 16)1", [Record('unroll', {'axis': 1, 'amt': 4}), Record('unroll', {'axis': 1, 'amt': 2})]),
+  ("reduce_add(4, 5, 6)1", [Record('upcast', {'axis': 2, 'amt': 2}), Record('unroll', {'axis': 1, 'amt': 5})]),
+  ("movement", [Record('upcast', {'axis': 1, 'amt': 3})]),
+  ("softmax", [Record('upcast', {'axis': 0, 'amt': 5})]),
+]
+
+@pytest.mark.parametrize("device", ["CPU", "INTERP"])
+@pytest.mark.parametrize("prog,opts", CPU_OPTS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(CPU_OPTS)])
+def test_opts_replay(prog, opts, device):
+  name, text, args, ref = next(p for p in PROGRAMS if p[0] == prog)
+  m = kernel_module(text)
+  for k in m.functions('kernel.func'): k.attrs['opts'] = tuple(opts)
+  try: fn = compile_module(m, device)
+  except tgc.TgcError as e:  # an action that does not fit a second kernel of the same program
+    if len(m.functions('kernel.func')) > 1 or len(m.functions('uop.func')) > 1: pytest.skip(f"opts fit only one of the kernels: {e}")
+    raise
+  check(name, fn(*args), args, ref)
+
+def test_heuristic_opts_everywhere():
+  """The heuristics give every program here valid opts, and the results stay right."""
+  for name, text, args, ref in PROGRAMS:
+    fn = tgc.compile(text, device="CPU")
+    check(name, fn(*args), args, ref)
