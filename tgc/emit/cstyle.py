@@ -20,7 +20,6 @@ import math
 import numpy as np
 from tgc.errors import TgcError
 from tgc.ir import alu, dtypes as D
-from tgc.ir.attrs import HexInt
 from tgc.ir.types import PtrType, VecType, elem
 from tgc.runtime.interp import const_value, launch_dims, buffer_signature
 
@@ -421,8 +420,8 @@ class KernelRenderer:
 
 
 def render_module(module, lang: Lang) -> str:
-  """Every uop.func of module -> one source text: the prelude once, then the kernels in order."""
-  fns = [op for op in getattr(module, 'ops', [module]) if op.name == 'uop.func']
+  """Every uop.func of module (a Module or a list of ops) -> one source text: the prelude once, then the kernels in order."""
+  fns = [op for op in (module if isinstance(module, list) else module.ops) if op.name == 'uop.func']
   if not fns: raise TgcError(f"{lang.name}: the module has no uop.func to render (lower it to the uop level first)")
   names = [f.sym_name for f in fns]
   if len(set(names)) != len(names): raise TgcError(f"{lang.name}: two kernels share a name")
@@ -432,4 +431,4 @@ def render_module(module, lang: Lang) -> str:
 
 def render_kernel(fn, lang: Lang) -> str:
   """One uop.func -> a complete source text (prelude and kernel)."""
-  return render_module(type('M', (), {'ops': [fn]})(), lang)
+  return render_module([fn], lang)

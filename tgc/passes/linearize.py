@@ -168,7 +168,7 @@ class Lowerer:
     n = len(full)
     big = any(a.type.numel >= 2**31 for a in k.body.args)
     b = self.b = UopBuilder(D.i64 if big else D.i32)
-    self.buf = {a: b.emit('define_global', [], PtrType(a.type.dtype), {'index': i}, pure=False) for i, a in enumerate(k.body.args)}
+    self.buf = {a: b.emit('define_global', [], PtrType(a.type.dtype), {'index': i, 'size': a.type.numel}, pure=False) for i, a in enumerate(k.body.args)}
     # lanes: the unrolled axes of each region, and the vector axis
     up = [i for i in range(n) if kinds[i] == 'upcast' and full[i] > 1]
     un = [i for i in range(n) if kinds[i] == 'unroll' and full[i] > 1]

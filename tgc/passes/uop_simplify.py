@@ -12,49 +12,8 @@ from tgc.ir import dtypes as D
 from tgc.ir.rewrite import PatternMatcher, apply_patterns, const_value
 from tgc.passes.manager import Pass
 from tgc.passes.canonicalize import canonical_patterns, make_const
+from tgc.dialects.uop_bounds import bounds
 
-INF = float('inf')
-
-
-def bounds(v: Value, memo: dict) -> tuple:
-  """[vmin, vmax] of an integer/bool value (floats: (-inf, inf))."""
-  r = memo.get(v)
-  if r is not None: return r
-  memo[v] = r = _bounds(v, memo)
-  return r
-
-def _bounds(v, memo):
-  t = v.type
-  if not isinstance(t, D.DType) or t.is_float: return (-INF, INF)
-  lo_t, hi_t = D.min_max(t)
-  op = v.op
-  if op is None: return (lo_t, hi_t)
-  n = op.name
-  if n == 'uop.const':
-    c = op.attrs['value']; return (c, c)
-  if n == 'uop.special': return (0, op.attrs['size'] - 1)
-  if n == 'uop.define_var': return (op.attrs['min'], op.attrs['max'])
-  if n == 'uop.range':
-    a, b = bounds(op.operands[0], memo), bounds(op.operands[1], memo)
-    return (a[0], max(a[0], b[1] - 1))
-  opn = getattr(op, 'opname', None)
-  if opn in ('cmplt', 'cmpne', 'cmpeq', 'and', 'or', 'xor') and t.is_bool: return (0, 1)
-  if opn is None or len(op.operands) != 2 or opn not in ('add', 'sub', 'mul', 'idiv', 'mod', 'max', 'min'): return (lo_t, hi_t)
-  (a0, a1), (b0, b1) = bounds(op.operands[0], memo), bounds(op.operands[1], memo)
-  if opn == 'add': r = (a0 + b0, a1 + b1)
-  elif opn == 'sub': r = (a0 - b1, a1 - b0)
-  elif opn == 'mul':
-    c = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]; r = (min(c), max(c))
-  elif opn == 'max': r = (max(a0, b0), max(a1, b1))
-  elif opn == 'min': r = (min(a0, b0), min(a1, b1))
-  elif opn == 'idiv':
-    if b0 == b1 and b0 > 0 and a0 >= 0: r = (a0 // b0, a1 // b0)
-    else: return (lo_t, hi_t)
-  elif opn == 'mod':
-    if b0 == b1 and b0 > 0 and a0 >= 0: r = (0, min(a1, b0 - 1)) if a1 >= b0 else (a0, a1)
-    else: return (lo_t, hi_t)
-  if r[0] < lo_t or r[1] > hi_t: return (lo_t, hi_t)  # might wrap: know nothing
-  return r
 
 
 def terms(v: Value, memo) -> tuple[list[tuple[int, Value]], int]:

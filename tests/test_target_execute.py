@@ -1,0 +1,336 @@
+"""The c and opencl targets executed (C: the system compiler + ctypes; OPENCL: pyopencl on PoCL), compared
+with numpy and with the INTERP device; bit-exact on integer programs. The same programs are compiled by
+tests/test_target_cuda.py (nvcc) and run through tests/test_target_metal.py (g++ and tests/metal_shim.h)."""
+import numpy as np
+import pytest
+import tgc
+import tgc.ir as I
+from tgc.ir import dtypes as D
+from tgc.runtime import get_device
+
+# ---- tensor-level programs: (name, text, inputs, numpy reference or None (INTERP only), exact) ----
+def _t(shape, dt): return f"tensor<{'x'.join(map(str, shape))}x{dt}>" if shape else f"tensor<{dt}>"
+
+TENSOR = {
+  'dot': ("""func.func @dot(%a: tensor<2xi32>, %b: tensor<2xi32>) -> tensor<i32> {
+  %0 = tensor.mul %a, %b : tensor<2xi32>
+  %1 = tensor.reduce add %0 [0] : tensor<2xi32> -> tensor<1xi32>
+  %2 = tensor.reshape %1 : tensor<1xi32> -> tensor<i32>
+  func.return %2 : tensor<i32>
+}""", lambda a, b: [np.array(a @ b, np.int32)], [('i32', (2,)), ('i32', (2,))]),
+  'add44': ("""func.func @add(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %c = tensor.const 2.5 : tensor<4x4xf32>
+  %0 = tensor.add %a, %b : tensor<4x4xf32>
+  %1 = tensor.mul %0, %c : tensor<4x4xf32>
+  %2 = tensor.max %1, %a : tensor<4x4xf32>
+  func.return %2 : tensor<4x4xf32>
+}""", lambda a, b: [np.maximum((a + b) * np.float32(2.5), a)], [('f32', (4, 4)), ('f32', (4, 4))]),
+  'reduce': ("""func.func @red(%a: tensor<6x5xf32>) -> (tensor<6x1xf32>, tensor<1x5xf32>) {
+  %0 = tensor.reduce add %a [1] : tensor<6x5xf32> -> tensor<6x1xf32>
+  %1 = tensor.reduce max %a [0] : tensor<6x5xf32> -> tensor<1x5xf32>
+  func.return %0, %1 : tensor<6x1xf32>, tensor<1x5xf32>
+}""", lambda a: [a.sum(1, keepdims=True), a.max(0, keepdims=True)], [('f32', (6, 5))]),
+  'softmax': ("""func.func @softmax(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %m = tensor.reduce max %x [1] : tensor<4x8xf32> -> tensor<4x1xf32>
+  %me = tensor.expand %m : tensor<4x1xf32> -> tensor<4x8xf32>
+  %d = tensor.sub %x, %me : tensor<4x8xf32>
+  %e = tensor.exp2 %d : tensor<4x8xf32>
+  %s = tensor.reduce add %e [1] : tensor<4x8xf32> -> tensor<4x1xf32>
+  %se = tensor.expand %s : tensor<4x1xf32> -> tensor<4x8xf32>
+  %r = tensor.fdiv %e, %se : tensor<4x8xf32>
+  func.return %r : tensor<4x8xf32>
+}""", lambda x: [np.exp2(x - x.max(1, keepdims=True)) / np.exp2(x - x.max(1, keepdims=True)).sum(1, keepdims=True)], [('f32', (4, 8))]),
+  'matmul': ("""func.func @mm(%a: tensor<4x8xf32>, %b: tensor<8x3xf32>) -> tensor<4x3xf32> {
+  %0 = tensor.matmul %a, %b : tensor<4x8xf32>, tensor<8x3xf32> -> tensor<4x3xf32>
+  func.return %0 : tensor<4x3xf32>
+}""", lambda a, b: [a @ b], [('f32', (4, 8)), ('f32', (8, 3))]),
+  'padshrink': ("""func.func @ps(%a: tensor<4x4xi32>) -> tensor<5x4xi32> {
+  %0 = tensor.pad %a [(1, 2), (0, 1)] : tensor<4x4xi32> -> tensor<7x5xi32>
+  %1 = tensor.shrink %0 [(1, 6), (1, 5)] : tensor<7x5xi32> -> tensor<5x4xi32>
+  %2 = tensor.flip %1 [1] : tensor<5x4xi32>
+  %c = tensor.const 3 : tensor<5x4xi32>
+  %3 = tensor.add %2, %c : tensor<5x4xi32>
+  func.return %3 : tensor<5x4xi32>
+}""", lambda a: [(np.pad(a, ((1, 2), (0, 1)))[1:6, 1:5][:, ::-1] + 3).astype(np.int32)], [('i32', (4, 4))]),
+  'casts': ("""func.func @casts(%a: tensor<12xf32>, %i: tensor<12xi32>) -> (tensor<12xi8>, tensor<12xu8>, tensor<12xi64>, tensor<12xf16>, tensor<12xbf16>, tensor<12xf64>, tensor<12xf32>, tensor<12xi1>, tensor<12xu16>) {
+  %0 = tensor.cast %a : tensor<12xf32> -> tensor<12xi8>
+  %1 = tensor.cast %i : tensor<12xi32> -> tensor<12xu8>
+  %2 = tensor.cast %i : tensor<12xi32> -> tensor<12xi64>
+  %3 = tensor.cast %a : tensor<12xf32> -> tensor<12xf16>
+  %4 = tensor.cast %a : tensor<12xf32> -> tensor<12xbf16>
+  %5 = tensor.cast %a : tensor<12xf32> -> tensor<12xf64>
+  %6 = tensor.bitcast %i : tensor<12xi32> -> tensor<12xf32>
+  %7 = tensor.cast %a : tensor<12xf32> -> tensor<12xi1>
+  %8 = tensor.cast %3 : tensor<12xf16> -> tensor<12xu16>
+  func.return %0, %1, %2, %3, %4, %5, %6, %7, %8 : tensor<12xi8>, tensor<12xu8>, tensor<12xi64>, tensor<12xf16>, tensor<12xbf16>, tensor<12xf64>, tensor<12xf32>, tensor<12xi1>, tensor<12xu16>
+}""", None, [('f32', (12,)), ('i32', (12,))]),
+  'halfmath': ("""func.func @hm(%a: tensor<8xf16>, %b: tensor<8xf16>) -> (tensor<8xf16>, tensor<8xbf16>, tensor<8xf64>) {
+  %0 = tensor.mul %a, %b : tensor<8xf16>
+  %1 = tensor.add %0, %a : tensor<8xf16>
+  %2 = tensor.sqrt %1 : tensor<8xf16>
+  %3 = tensor.cast %a : tensor<8xf16> -> tensor<8xbf16>
+  %4 = tensor.mul %3, %3 : tensor<8xbf16>
+  %5 = tensor.cast %b : tensor<8xf16> -> tensor<8xf64>
+  %6 = tensor.recip %5 : tensor<8xf64>
+  func.return %2, %4, %6 : tensor<8xf16>, tensor<8xbf16>, tensor<8xf64>
+}""", None, [('f16', (8,)), ('f16', (8,))]),
+  'intdiv': ("""func.func @idiv(%a: tensor<64xi32>, %b: tensor<64xi32>, %c: tensor<64xi8>, %d: tensor<64xu32>) -> (tensor<64xi32>, tensor<64xi32>, tensor<64xi32>, tensor<64xi32>, tensor<64xi8>, tensor<64xi8>, tensor<64xu32>, tensor<64xu32>, tensor<64xi32>) {
+  %0 = tensor.idiv %a, %b : tensor<64xi32>
+  %1 = tensor.mod %a, %b : tensor<64xi32>
+  %2 = tensor.shl %a, %b : tensor<64xi32>
+  %3 = tensor.shr %a, %b : tensor<64xi32>
+  %4 = tensor.idiv %c, %c : tensor<64xi8>
+  %e = tensor.add %c, %c : tensor<64xi8>
+  %5 = tensor.mul %e, %c : tensor<64xi8>
+  %6 = tensor.mod %d, %d : tensor<64xu32>
+  %7 = tensor.shr %d, %d : tensor<64xu32>
+  %k = tensor.const 3 : tensor<64xi32>
+  %8 = tensor.idiv %a, %k : tensor<64xi32>
+  func.return %0, %1, %2, %3, %4, %5, %6, %7, %8 : tensor<64xi32>, tensor<64xi32>, tensor<64xi32>, tensor<64xi32>, tensor<64xi8>, tensor<64xi8>, tensor<64xu32>, tensor<64xu32>, tensor<64xi32>
+}""", None, [('i32', (64,)), ('i32', (64,)), ('i8', (64,)), ('u32', (64,))]),
+  'where': ("""func.func @w(%a: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<3x4xf32> {
+  %c = tensor.cmplt %a, %b : tensor<3x4xf32> -> tensor<3x4xi1>
+  %n = tensor.neg %b : tensor<3x4xf32>
+  %0 = tensor.where %c, %a, %n : tensor<3x4xf32>
+  %1 = tensor.permute %0 [1, 0] : tensor<3x4xf32> -> tensor<4x3xf32>
+  %2 = tensor.contiguous %1 : tensor<4x3xf32>
+  %3 = tensor.log2 %2 : tensor<4x3xf32>
+  %4 = tensor.sin %3 : tensor<4x3xf32>
+  %5 = tensor.reshape %4 : tensor<4x3xf32> -> tensor<3x4xf32>
+  func.return %5 : tensor<3x4xf32>
+}""", None, [('f32', (3, 4)), ('f32', (3, 4))]),
+}
+
+
+def inputs_for(name, seed=0):
+  rng = np.random.default_rng(seed)
+  out = []
+  for dt, shape in TENSOR[name][2]:
+    d = D.get(dt)
+    if d.is_int:
+      lo, hi = D.min_max(d)
+      x = rng.integers(max(lo, -9), min(hi, 9), shape, endpoint=True).astype(d.np)
+      if name == 'intdiv':  # the holes: zero divisors, INT_MIN / -1, shifts by >= the width and negative
+        edge = [0, -1, 1, 31, 32, 33, -5, 7, lo, hi, 2, 100]
+        x.reshape(-1)[:len(edge)] = np.array(edge, dtype=object).astype(np.int64).astype(d.np)
+        x = np.roll(x, seed)
+    else:
+      x = (rng.standard_normal(shape) * 4).astype(d.np)
+      if name == 'casts': x.reshape(-1)[:6] = [0.0, -0.0, 2.5, -3.75, 127.9, -128.5]
+    out.append(x)
+  return out
+
+
+_compiled = {}
+def compiled(name, dev):
+  if (name, dev) not in _compiled: _compiled[name, dev] = tgc.compile(TENSOR[name][0], device=dev)
+  return _compiled[name, dev]
+
+def exact(r): return r.dtype.kind in 'iub' or r.dtype == np.uint16
+
+
+@pytest.mark.parametrize('dev', ['C', 'OPENCL'])
+@pytest.mark.parametrize('name', list(TENSOR))
+def test_tensor_programs(name, dev):
+  ins = inputs_for(name)
+  got = compiled(name, dev)(*ins)
+  ref = compiled(name, 'INTERP')(*ins)
+  for g, r in zip(got, ref):
+    assert g.dtype == r.dtype and g.shape == r.shape
+    if exact(r) or name not in ('softmax', 'where', 'halfmath'): np.testing.assert_array_equal(g, r, err_msg=f"{name} on {dev}")
+    else: np.testing.assert_allclose(g.astype(np.float64), r.astype(np.float64), rtol=2e-6 if r.dtype != np.float16 else 1e-3, err_msg=f"{name} on {dev}")
+  if TENSOR[name][1] is not None:
+    for g, want in zip(got, TENSOR[name][1](*ins)):
+      np.testing.assert_allclose(g, np.asarray(want, g.dtype).reshape(g.shape), rtol=1e-5, atol=1e-6)
+
+
+# ---- hand-written uop IR: vectors, shared memory + barrier, if/endif, gated loads and stores ----
+UOP = {
+  'vec': ("""uop.func @E_2() attributes {global_size = [2]} {
+  %0 = uop.define_global 0 : !uop.ptr<f32>
+  %1 = uop.define_global 1 : !uop.ptr<f32>
+  %2 = uop.define_global 2 : !uop.ptr<f32>
+  %g = uop.special gidx0 2 : i32
+  %c4 = uop.const 4 : i32
+  %i = uop.mul %g, %c4 : i32
+  %a = uop.load %1[%i] : vec<4xf32>
+  %x0 = uop.gep %a 3 : f32
+  %x1 = uop.gep %a 2 : f32
+  %x2 = uop.gep %a 1 : f32
+  %x3 = uop.gep %a 0 : f32
+  %rev = uop.vectorize %x0, %x1, %x2, %x3 : vec<4xf32>
+  %one = uop.const 1.0 : vec<4xf32>
+  %b = uop.load %2[%i] : vec<4xf32>
+  %s = uop.mulacc %rev, %b, %one : vec<4xf32>
+  %c = uop.cmplt %s, %one : vec<4xf32> -> vec<4xi1>
+  %z = uop.const 0.0 : vec<4xf32>
+  %w = uop.where %c, %z, %s : vec<4xf32>
+  %q = uop.sqrt %w : vec<4xf32>
+  %m = uop.max %q, %b : vec<4xf32>
+  uop.store %0[%i], %m : vec<4xf32>
+}""", [('f32', 8), ('f32', 8), ('f32', 8)]),
+  'vec_bf16': ("""uop.func @E_1() attributes {global_size = [1]} {
+  %0 = uop.define_global 0 : !uop.ptr<bf16>
+  %1 = uop.define_global 1 : !uop.ptr<i1>
+  %2 = uop.define_global 2 : !uop.ptr<bf16>
+  %c0 = uop.const 0 : i32
+  %m = uop.load %1[%c0] : vec<4xi1>
+  %a = uop.load %2[%c0] : vec<4xbf16>
+  %b = uop.add %a, %a : vec<4xbf16>
+  %c = uop.where %m, %b, %a : vec<4xbf16>
+  uop.store %0[%c0], %c : vec<4xbf16>
+}""", [('bf16', 4), ('i1', 4), ('bf16', 4)]),
+  'vec_half8': ("""uop.func @E_2_8() attributes {global_size = [2]} {
+  %0 = uop.define_global 0 : !uop.ptr<f16>
+  %1 = uop.define_global 1 : !uop.ptr<f16>
+  %g = uop.special gidx0 2 : i32
+  %c8 = uop.const 8 : i32
+  %i = uop.mul %g, %c8 : i32
+  %a = uop.load %1[%i] : vec<8xf16>
+  %h = uop.const 0.5 : vec<8xf16>
+  %b = uop.mul %a, %h : vec<8xf16>
+  %e = uop.exp2 %b : vec<8xf16>
+  uop.store %0[%i], %e : vec<8xf16>
+}""", [('f16', 16), ('f16', 16)]),
+  'local': ("""uop.func @r_2_4() attributes {global_size = [2], local_size = [4]} {
+  %0 = uop.define_global 0 : !uop.ptr<i32>
+  %1 = uop.define_global 1 : !uop.ptr<i32>
+  %t = uop.define_local temp0 4 : !uop.ptr<i32, local>
+  %g = uop.special gidx0 2 : i32
+  %l = uop.special lidx0 4 : i32
+  %c4 = uop.const 4 : i32
+  %c0 = uop.const 0 : i32
+  %b = uop.mul %g, %c4 : i32
+  %i = uop.add %b, %l : i32
+  %v = uop.load %1[%i] : i32
+  uop.store %t[%l], %v : i32
+  uop.barrier
+  %z = uop.cmpeq %l, %c0 : i32 -> i1
+  uop.if %z
+  %acc = uop.define_acc %c0 (%r) : i32
+  %r = uop.range %c0, %c4 : i32
+  %x = uop.load %t[%r] : i32
+  %s = uop.add %acc, %x : i32
+  %p = uop.phi %acc, %s : i32
+  uop.endrange %r
+  uop.store %0[%g], %p : i32
+  uop.endif
+}""", [('i32', 2), ('i32', 8)]),
+  'pad_gated': ("""uop.func @E_8() attributes {global_size = [8]} {
+  %0 = uop.define_global 0 : !uop.ptr<f32>
+  %1 = uop.define_global 1 : !uop.ptr<f32>
+  %2 = uop.define_global 2 : !uop.ptr<i16>
+  %g = uop.special gidx0 8 : i32
+  %c2 = uop.const 2 : i32
+  %c6 = uop.const 6 : i32
+  %c0 = uop.const 0 : i32
+  %lo = uop.cmplt %g, %c2 : i32 -> i1
+  %t = uop.const true : i1
+  %ge = uop.xor %lo, %t : i1
+  %lt = uop.cmplt %g, %c6 : i32 -> i1
+  %in = uop.and %ge, %lt : i1
+  %i = uop.sub %g, %c2 : i32
+  %alt = uop.const -1.0 : f32
+  %v = uop.load %1[%i], %in, %alt : f32
+  uop.store %0[%g], %v : f32
+  %m = uop.mod %g, %c2 : i32
+  %even = uop.cmpeq %m, %c0 : i32 -> i1
+  %w = uop.cast %g : i32 -> i16
+  uop.store %2[%g], %w, %even : i16
+}""", [('f32', 8), ('f32', 4), ('i16', 8)]),
+  'if_bool': ("""uop.func @E_6() attributes {global_size = [3, 2]} {
+  %0 = uop.define_global 0 : !uop.ptr<u8>
+  %1 = uop.define_global 1 : !uop.ptr<i1>
+  %g0 = uop.special gidx0 3 : i32
+  %g1 = uop.special gidx1 2 : i32
+  %c2 = uop.const 2 : i32
+  %r = uop.mul %g0, %c2 : i32
+  %i = uop.add %r, %g1 : i32
+  %c = uop.load %1[%i] : i1
+  uop.if %c
+  %v = uop.const 200 : u8
+  %w = uop.cast %i : i32 -> u8
+  %x = uop.add %v, %w : u8
+  %y = uop.add %x, %v : u8
+  uop.store %0[%i], %y : u8
+  uop.endif
+}""", [('u8', 6), ('i1', 6)]),
+  'bitcast': ("""uop.func @E_4() attributes {global_size = [4]} {
+  %0 = uop.define_global 0 : !uop.ptr<i32>
+  %1 = uop.define_global 1 : !uop.ptr<f32>
+  %2 = uop.define_global 2 : !uop.ptr<u16>
+  %3 = uop.define_global 3 : !uop.ptr<f16>
+  %g = uop.special gidx0 4 : i32
+  %a = uop.load %1[%g] : f32
+  %b = uop.bitcast %a : f32 -> i32
+  %n = uop.const nan : f32
+  %inf = uop.const -inf : f32
+  %c = uop.cmpne %a, %n : f32 -> i1
+  %d = uop.where %c, %inf, %a : f32
+  %e = uop.bitcast %d : f32 -> i32
+  %f = uop.xor %b, %e : i32
+  uop.store %0[%g], %f : i32
+  %h = uop.load %3[%g] : f16
+  %k = uop.bitcast %h : f16 -> u16
+  uop.store %2[%g], %k : u16
+}""", [('i32', 4), ('f32', 4), ('u16', 4), ('f16', 4)]),
+}
+
+
+def uop_inputs(name, seed=0):
+  rng = np.random.default_rng(seed)
+  out = []
+  for i, (dt, n) in enumerate(UOP[name][1]):
+    d = D.get(dt)
+    if i == 0: x = np.zeros(n, d.np) + (99 if d.is_int else 0)
+    elif d.is_bool: x = rng.integers(0, 2, n).astype(bool)
+    elif d.is_int: x = rng.integers(-50, 50, n).astype(d.np)
+    else:
+      x = (rng.standard_normal(n) * 3).astype(np.float32)
+      x = D.f32_to_bf16_bits(x) if d is D.bf16 else x.astype(d.np)
+    out.append(x)
+  return out
+
+def uop_fn(name): return I.parse(UOP[name][0]).functions('uop.func')[0]
+
+def run_uop(name, dev, ins):
+  bufs = [b.copy() for b in ins]
+  get_device(dev).compile(uop_fn(name))(*bufs)
+  return bufs
+
+def uop_reference(name, ins):
+  """The interpreter's answer; it has no shared memory, so the 'local' kernel's sum is numpy's."""
+  if name == 'local': return [ins[1].reshape(2, 4).sum(1).astype(np.int32)] + [b.copy() for b in ins[1:]]
+  return run_uop(name, 'INTERP', ins)
+
+
+@pytest.mark.parametrize('dev', ['C', 'OPENCL'])
+@pytest.mark.parametrize('name', list(UOP))
+def test_uop_programs(name, dev):
+  if dev == 'C' and name == 'local': pytest.skip("the c target runs a work-group's threads one after another: no barrier across threads")
+  ins = uop_inputs(name)
+  got, ref = run_uop(name, dev, ins), uop_reference(name, ins)
+  for g, r in zip(got, ref):
+    if g.dtype == np.float16: np.testing.assert_allclose(g.astype(np.float32), r.astype(np.float32), rtol=2e-3)
+    elif g.dtype.kind == 'f': np.testing.assert_allclose(g, r, rtol=1e-6)
+    else: np.testing.assert_array_equal(g, r, err_msg=f"{name} on {dev}")
+
+
+def test_c_rejects_shared_memory_across_threads():
+  with pytest.raises(tgc.TgcError, match='c target'): get_device('C').compile(uop_fn('local'))
+
+
+def test_c_split_launch():
+  prg = get_device('C').compile(uop_fn('pad_gated'))
+  out, a, s = np.zeros(8, np.float32), np.arange(1, 5, dtype=np.float32), np.full(8, 7, np.int16)
+  prg(out, a, s, start=2, end=4)
+  np.testing.assert_array_equal(out, [0, 0, 1, 2, 0, 0, 0, 0])
+  with pytest.raises(tgc.TgcError): prg(out, a, s, start=3, end=9)
+
+
+def test_opencl_platform_choice(monkeypatch):
+  from tgc.runtime.opencl import pick_platform
+  import pyopencl as cl
+  assert 'portable' in pick_platform(cl).name.lower() or 'pocl' in pick_platform(cl).name.lower()
+  monkeypatch.setenv('OPENCL_PLATFORM', 'no-such-platform')
+  with pytest.raises(tgc.TgcError, match='OPENCL_PLATFORM'): pick_platform(cl)

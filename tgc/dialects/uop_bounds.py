@@ -1,0 +1,111 @@
+"""Value ranges of uop integers, and which loads and stores can be proven to stay inside their buffer.
+
+`bounds(v)` gives [vmin, vmax] by interval arithmetic from specials, ranges, constants and variables.
+uop-simplify uses it to fold index algebra; emitters use `unproven_accesses` to guard every load and
+store that the analysis cannot prove in bounds (a gate's comparisons narrow the values they test), so
+that no kernel, however it was written, touches memory outside the buffers it declares.
+"""
+from __future__ import annotations
+from tgc.ir.core import Value
+from tgc.ir.types import VecType
+from tgc.ir import dtypes as D
+
+INF = float('inf')
+
+
+def bounds(v: Value, memo: dict, narrow: dict | None = None) -> tuple:
+  """[vmin, vmax] of an integer/bool value (floats: (-inf, inf)); `narrow` overrides some values' ranges."""
+  if narrow and v in narrow: return narrow[v]
+  r = memo.get(v) if not narrow else None
+  if r is not None: return r
+  r = _bounds(v, memo, narrow)
+  if not narrow: memo[v] = r
+  return r
+
+def _bounds(v, memo, narrow):
+  t = v.type
+  if not isinstance(t, D.DType) or t.is_float: return (-INF, INF)
+  lo_t, hi_t = D.min_max(t)
+  op = v.op
+  if op is None: return (lo_t, hi_t)
+  n = op.name
+  if n == 'uop.const':
+    c = op.attrs['value']; return (c, c) if isinstance(c, int) else (lo_t, hi_t)
+  if n == 'uop.special': return (0, op.attrs['size'] - 1)
+  if n == 'uop.define_var': return (op.attrs['min'], op.attrs['max'])
+  if n == 'uop.range':
+    a, b = bounds(op.operands[0], memo, narrow), bounds(op.operands[1], memo, narrow)
+    return (a[0], max(a[0], b[1] - 1))
+  opn = getattr(op, 'opname', None)
+  if opn in ('cmplt', 'cmpne', 'cmpeq', 'and', 'or', 'xor') and t.is_bool: return (0, 1)
+  if opn is None or len(op.operands) != 2 or opn not in ('add', 'sub', 'mul', 'idiv', 'mod', 'max', 'min'): return (lo_t, hi_t)
+  (a0, a1), (b0, b1) = bounds(op.operands[0], memo, narrow), bounds(op.operands[1], memo, narrow)
+  if opn == 'add': r = (a0 + b0, a1 + b1)
+  elif opn == 'sub': r = (a0 - b1, a1 - b0)
+  elif opn == 'mul':
+    c = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]; r = (min(c), max(c))
+  elif opn == 'max': r = (max(a0, b0), max(a1, b1))
+  elif opn == 'min': r = (min(a0, b0), min(a1, b1))
+  elif opn == 'idiv':
+    if b0 == b1 and b0 > 0 and a0 >= 0: r = (a0 // b0, a1 // b0)
+    else: return (lo_t, hi_t)
+  elif opn == 'mod':
+    if b0 == b1 and b0 > 0 and a0 >= 0: r = (0, min(a1, b0 - 1)) if a1 >= b0 else (a0, a1)
+    else: return (lo_t, hi_t)
+  if r[0] < lo_t or r[1] > hi_t: return (lo_t, hi_t)  # might wrap: know nothing
+  return r
+
+
+def _conditions(g: Value, out: list):
+  """The comparisons a gate is the conjunction of."""
+  op = g.op
+  if op is None: return
+  if op.name == 'uop.and':
+    for x in op.operands: _conditions(x, out)
+  elif op.name == 'uop.cmplt': out.append(op)
+
+def narrowed(gate: Value, memo: dict) -> dict:
+  """Ranges implied by the gate being true: `x < c` caps x, `c < x` floors it (x any value)."""
+  conds: list = []
+  _conditions(gate, conds)
+  nar: dict = {}
+  for _ in range(2):  # a value tested twice (lower and upper bound) takes both
+    for c in conds:
+      a, b = c.operands
+      (a0, a1), (b0, b1) = bounds(a, memo, nar), bounds(b, memo, nar)
+      if b0 == b1 and b0 != INF: nar[a] = (a0, min(a1, b1 - 1))
+      if a0 == a1 and a0 != -INF: nar[b] = (max(b0, a0 + 1), b1)
+  return nar
+
+
+def access_range(op, memo: dict) -> tuple:
+  """[lo, hi] of the elements a load or store touches (vector lanes included), under its gate."""
+  nar = None
+  gate = op.gate if op.name == 'uop.load' else op.attrs and None or (op.operands[3] if len(op.operands) == 4 else None)
+  if op.name == 'uop.load': gate = op.gate
+  if gate is not None: nar = narrowed(gate, memo)
+  lo, hi = _index_bounds(op.idx, memo, nar)
+  t = op.results[0].type if op.name == 'uop.load' else op.value.type
+  n = t.count if isinstance(t, VecType) else 1
+  return lo, hi + n - 1
+
+def _index_bounds(idx, memo, nar):
+  if not nar: return bounds(idx, memo)
+  # re-derive through the ops between the narrowed values and the index
+  return bounds(idx, {}, nar)
+
+
+def unproven_accesses(fn) -> set:
+  """Loads and stores of a uop.func not provably inside their define_global's size (a missing size: all)."""
+  memo: dict = {}
+  out = set()
+  for op in fn.body.ops:
+    if op.name not in ('uop.load', 'uop.store'): continue
+    d = op.buf.op
+    size = d.attrs.get('size') if d is not None else None
+    if d is None or d.name != 'uop.define_global':
+      if d is not None and d.name == 'uop.define_local': size = d.attrs.get('size')
+    if size is None: out.add(op); continue
+    lo, hi = access_range(op, memo)
+    if not (lo >= 0 and hi < size): out.add(op)
+  return out
