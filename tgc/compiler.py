@@ -143,6 +143,7 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
   if not m.functions('uop.func') or any(op.name.startswith('tensor.') and op.name not in ('tensor.reshape', 'tensor.const') for op in host.body.ops):
     lower(m, target, out, dbg)
+  _declare_sizes(m, host)
   kernels = {}
   for fn in m.functions('uop.func'):
     if dbg >= 4: out.write(_render(fn, target) + '\n')
@@ -150,6 +151,20 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
     kernels[fn.attrs['sym_name']] = Kernel(fn, dev.compile(fn), dev_name, count_flops(fn))
   if dbg >= 1: out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
   return CompiledFunction(host, kernels, dev_name, out)
+
+
+def _declare_sizes(m: Module, host: Operation) -> None:
+  """Hand-written uop.funcs may leave out their buffers' sizes: take them from what the host launches them
+  with, so that every access is proven in bounds or guarded (a kernel launched with different sizes gets the
+  smallest)."""
+  for op in host.body.ops:
+    if op.name != 'kernel.launch': continue
+    k = m.lookup(op.attrs['callee'])
+    if k is None or k.name != 'uop.func': continue
+    for d in k.body.ops:
+      if d.name == 'uop.define_global' and d.attrs['index'] < len(op.operands):
+        n = op.operands[d.attrs['index']].type.numel
+        d.attrs['size'] = min(d.attrs.get('size', n), n)
 
 
 def _render(fn, target):

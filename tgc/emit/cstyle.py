@@ -200,6 +200,8 @@ class KernelRenderer:
     self.sig = buffer_signature(fn)
     ops = self.ops = fn.body.ops
     self.written = {op.buf.op.attrs['index'] for op in ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'}
+    from tgc.dialects.uop_bounds import unproven_accesses
+    self.unproven = unproven_accesses(fn)  # guarded at run time: no access leaves its buffer
     self.vars = [(op.attrs['sym'], op.results[0].type) for op in ops if op.name == 'uop.define_var']
     self.pos = {r: i for i, op in enumerate(ops) for r in op.results}
     self.users: dict = {}
@@ -216,6 +218,16 @@ class KernelRenderer:
   def fresh(self, prefix: str) -> str:
     n = self.count.get(prefix, 0); self.count[prefix] = n + 1
     return f"{prefix}{n}"
+
+  def guarded(self, op, t, gate: str | None) -> str | None:
+    """The gate, and-ed with `0 <= idx && idx <= size - lanes` where the bounds analysis proved nothing."""
+    d = op.buf.op
+    size = d.attrs.get('size') if d is not None else None
+    if op not in self.unproven or size is None: return gate
+    n = t.count if isinstance(t, VecType) else 1
+    idx = self.get(op.idx)
+    ok = f"(({idx})>=0&&({idx})<={size - n})"
+    return ok if gate is None else f"({gate}&&{ok})"
 
   def emit(self, line: str):
     if line.startswith('}'): self.depth -= 1
@@ -384,14 +396,18 @@ class KernelRenderer:
     elif nm == 'barrier': self.emit(L.render_barrier(self))
     elif nm == 'load':
       e = L.load(self.get(op.buf), self.get(op.idx), t, self.space(op.buf))
-      if op.gate is not None: e = f"({self.get(op.gate)}?{e}:{self.get(op.alt)})"
+      cond = self.guarded(op, t, self.get(op.gate) if op.gate is not None else None)
+      if cond is not None:
+        alt = self.get(op.alt) if op.alt is not None else (L.ctor(t, ['0'] * t.count) if isinstance(t, VecType) else '0')
+        e = f"({cond}?{e}:{alt})"
       name = self.fresh('val')
       self.emit(f"{L.vtype(t)} {name} = {e};")
       self.set_name(res, name)
     elif nm == 'store':
       vt = op.value.type
       s = L.store(self.get(op.buf), self.get(op.idx), self.get(op.value), self.lanes.get(op.value), vt, self.space(op.buf))
-      self.emit(f"if ({bare(self.get(op.gate))}) {{ {s} }}" if op.gate is not None else s)
+      cond = self.guarded(op, vt, self.get(op.gate) if op.gate is not None else None)
+      self.emit(f"if ({bare(cond)}) {{ {s} }}" if cond is not None else s)
     elif nm == 'vectorize':
       lanes = [self.get(s) for s in op.srcs]
       self.bind(op, L.ctor(t, lanes), 'cast', lanes)

@@ -45,6 +45,8 @@ class _Emitter:
     self.cell: dict = {}      # define_acc / phi result Value -> alloca of the accumulator
     self.loops: dict = {}     # range Value -> (phi, header block, exit block)
     self.ifs: list = []       # merge blocks of open uop.if
+    from tgc.dialects.uop_bounds import unproven_accesses
+    self.unproven = unproven_accesses(fn)  # loads/stores guarded at run time: no access leaves its buffer
 
   def err(self, op, msg): return TgcError(f"llvm: @{self.name}: '{op.name}' {msg}")
 
@@ -217,6 +219,20 @@ class _Emitter:
     idx = self.b.sext(idx, I64) if elem(op.idx.type).is_signed and idx.type.width < 64 else self.b.zext(idx, I64) if idx.type.width < 64 else idx
     return self.b.gep(ptr, [idx], inbounds=True, source_etype=mem_type(elem(t)))
 
+  def guard(self, op, t, gate):
+    """The gate, and-ed with `0 <= idx && idx + lanes <= size` where the bounds analysis proved nothing."""
+    d = op.buf.op
+    size = d.attrs.get('size') if d is not None else None
+    if op not in self.unproven or size is None: return gate
+    b, idx = self.b, self.get(op.idx)
+    n = _lanes(t) or 1
+    i64 = b.sext(idx, I64) if elem(op.idx.type).is_signed and idx.type.width < 64 else b.zext(idx, I64) if idx.type.width < 64 else idx
+    ok = b.and_(b.icmp_signed('>=', i64, ir.Constant(I64, 0)), b.icmp_signed('<=', i64, ir.Constant(I64, size - n)))
+    return ok if gate is None else b.and_(gate, ok)
+
+  def zero(self, t):
+    return self.const(0, elem(t), _lanes(t))
+
   def load(self, op, res):
     b, t = self.b, res.type
     dt, n = elem(t), _lanes(t)
@@ -224,9 +240,10 @@ class _Emitter:
       x = b.load(self.address(op, t), typ=_vec(mem_type(dt), n), align=dt.itemsize)
       if dt.is_bool: return b.icmp_unsigned('!=', x, self.splat(x.type, 0))
       return self.bf16_from_bits(x) if dt is D.bf16 else x
-    if op.gate is None: return raw()
+    gate = self.guard(op, t, self.get(op.gate) if op.gate is not None else None)
+    if gate is None: return raw()
     # a gated load touches no memory when the gate is false: a branch, not a select over the loaded value
-    gate, alt = self.get(op.gate), self.get(op.alt)
+    alt = self.get(op.alt) if op.alt is not None else self.zero(t)
     cur, ld, merge = b.block, self.func.append_basic_block('load.gated'), self.func.append_basic_block('load.end')
     b.cbranch(gate, ld, merge); b.position_at_end(ld)
     x = raw(); ld_end = b.block
@@ -241,9 +258,10 @@ class _Emitter:
       v = self.get(op.value)
       v = b.zext(v, _vec(I8, n)) if dt.is_bool else self.bf16_bits(v) if dt is D.bf16 else v
       b.store(v, self.address(op, t), align=dt.itemsize)
-    if op.gate is None: return raw()
+    gate = self.guard(op, t, self.get(op.gate) if op.gate is not None else None)
+    if gate is None: return raw()
     st, merge = self.func.append_basic_block('store.gated'), self.func.append_basic_block('store.end')
-    b.cbranch(self.get(op.gate), st, merge); b.position_at_end(st)
+    b.cbranch(gate, st, merge); b.position_at_end(st)
     raw(); b.branch(merge); b.position_at_end(merge)
 
   # ---- ALU ----

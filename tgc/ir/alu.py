@@ -32,6 +32,11 @@ def _int_div(a, b, dt: DType):
   return q, safe, a64
 
 def _wrap(x, dt: DType):
+  x = np.asarray(x)
+  if x.dtype == object and dt.is_int:  # exact Python ints (int64 division): wrap to the dtype's width
+    m = 1 << dt.bits
+    wrap = (lambda v: (int(v) + m // 2) % m - m // 2) if dt.is_signed else (lambda v: int(v) % m)
+    return np.frompyfunc(wrap, 1, 1)(x).astype(dt.np)
   with np.errstate(over='ignore'):
     return np.asarray(x).astype(dt.np) if dt.is_int else np.asarray(x)
 

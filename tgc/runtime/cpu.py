@@ -8,7 +8,7 @@ import ctypes, os, threading
 from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from tgc.errors import TgcError
-from tgc.runtime.interp import buffer_signature, check_buffers, launch_dims
+from tgc.runtime.interp import buffer_signature, buffer_sizes, check_buffers, launch_dims
 
 _lock = threading.Lock()
 _tm = None
@@ -74,7 +74,7 @@ class CPUProgram:
   def __init__(self, fn, ir_text: str | None = None):
     from tgc.emit.llvm import render_llvm
     self.fn, self.name = fn, fn.sym_name
-    self.signature = buffer_signature(fn)
+    self.signature, self.sizes = buffer_signature(fn), buffer_sizes(fn)
     self.global_size, self.local_size = launch_dims(fn)
     self.src = ir_text if ir_text is not None else render_llvm(fn)
     addr = _jitted.get(self.src)
@@ -85,7 +85,7 @@ class CPUProgram:
 
   def __call__(self, *bufs: np.ndarray, start: int = 0, end: int | None = None) -> None:
     """Run every point of the grid (or gidx0 in [start, end) only: for splitting the launch across threads)."""
-    check_buffers(self.fn, bufs, self.signature)
+    check_buffers(self.fn, bufs, self.signature, self.sizes)
     g0 = self.global_size[0]
     end = g0 if end is None else end
     if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")

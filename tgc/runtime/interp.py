@@ -54,15 +54,22 @@ def buffer_signature(fn) -> list[D.DType]:
   return [sig[i] for i in range(n)]
 
 
-def check_buffers(fn, bufs, sig=None) -> list[np.ndarray]:
-  """Buffers must be C-contiguous numpy arrays of the kernel's dtypes (bf16: uint16 bits); else a TgcError."""
+def buffer_sizes(fn) -> dict[int, int]:
+  """define_global index -> the element count it declares (those that declare one)."""
+  return {op.attrs['index']: op.attrs['size'] for op in fn.body.ops if op.name == 'uop.define_global' and 'size' in op.attrs}
+
+def check_buffers(fn, bufs, sig=None, sizes=None) -> list[np.ndarray]:
+  """Buffers must be C-contiguous numpy arrays of the kernel's dtypes (bf16: uint16 bits), at least as large as
+  the kernel declares (its accesses are proven or guarded against those sizes); else a TgcError."""
   sig = buffer_signature(fn) if sig is None else sig
+  sizes = buffer_sizes(fn) if sizes is None else sizes
   if len(bufs) != len(sig): raise TgcError(f"@{fn.sym_name} takes {len(sig)} buffers, got {len(bufs)}")
   for i, (b, dt) in enumerate(zip(bufs, sig)):
     if not isinstance(b, np.ndarray): raise TgcError(f"@{fn.sym_name}: buffer {i} must be a numpy array, got {type(b).__name__}")
     if b.dtype != dt.np: raise TgcError(f"@{fn.sym_name}: buffer {i} must have numpy dtype {dt.np} for {dt}, got {b.dtype}")
     if not b.flags['C_CONTIGUOUS']: raise TgcError(f"@{fn.sym_name}: buffer {i} must be C-contiguous")
     if i == 0 and not b.flags['WRITEABLE']: raise TgcError(f"@{fn.sym_name}: output buffer 0 is read-only")
+    if b.size < sizes.get(i, 0): raise TgcError(f"@{fn.sym_name}: buffer {i} has {b.size} elements, the kernel declares {sizes[i]}")
   return list(bufs)
 
 
