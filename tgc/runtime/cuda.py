@@ -25,6 +25,8 @@ class CUDADevice:
       self.dev = cuda.Device(0)
       self.ctx = self.dev.retain_primary_context()
       self.ctx.push()
+      import atexit
+      atexit.register(self.ctx.pop)  # pycuda aborts at exit when a context is still on the stack
     except ImportError as e: raise TgcError(f"CUDA device unavailable: pycuda is not installed ({e}); pip install '.[cuda]' on a GPU machine") from None
     except TgcError: raise
     except Exception as e: raise TgcError(f"CUDA device unavailable: {e}") from None
