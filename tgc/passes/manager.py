@@ -97,7 +97,7 @@ def _convert(p: type[Pass], key: str, text: str):
     raise PipelineError(f"option '{key}' of pass '{p.name}' expects {ty.__name__}, got '{text}'") from None
 
 
-_TOKEN = re.compile(r'\s*([A-Za-z0-9_.\-]+|[{}(),=]|"[^"]*")')
+_TOKEN = re.compile(r'\s*([A-Za-z0-9_.+\-]+|[{}(),=]|"[^"]*")')
 
 def parse_pipeline(text: str) -> list[Pass]:
   toks, pos = [], 0

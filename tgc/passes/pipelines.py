@@ -15,7 +15,10 @@ def lower_to_uop_text(target: str = 'llvm', noopt: bool = False) -> str:
       get_pass('kernel-opt')
       steps.append(f'kernel-opt{{target={target}}}')
     except Exception: pass  # kernel-opt not available yet: the unoptimised kernels
-  steps += [f'linearize{{target={target}}}', 'uop-simplify', 'cse', 'dce']
+  steps += [f'linearize{{target={target}}}', 'uop-simplify']
+  if target == 'llvm' and not noopt:  # polynomials vectorise where libm calls do not
+    steps.append('decompose-transcendentals{ops=exp2+log2}')
+  steps += ['cse', 'dce']
   return ','.join(steps)
 
 
