@@ -18,6 +18,7 @@ def lower_to_uop_text(target: str = 'llvm', noopt: bool = False) -> str:
   steps += [f'linearize{{target={target}}}', 'uop-simplify']
   if target == 'llvm' and not noopt:  # polynomials vectorise where libm calls do not
     steps.append('decompose-transcendentals{ops=exp2+log2}')
+  if target in ('cuda', 'metal'): steps.append('devectorize{width=4}')  # float4 is their widest vector
   steps += ['cse', 'dce']
   return ','.join(steps)
 

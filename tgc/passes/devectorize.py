@@ -1,0 +1,65 @@
+"""devectorize: split vector values wider than a target has into chunks of `width` lanes (1: scalars).
+
+Every op on a wide value becomes one op per chunk; loads and stores become loads and stores at
+idx + k*width; accumulators and their phis split alike; `uop.vectorize` regroups its sources and
+`uop.gep` picks the lane from its chunk. Nothing of the wide type is left.
+"""
+from __future__ import annotations
+from tgc.ir.core import REGISTRY, Value
+from tgc.ir.types import VecType
+from tgc.passes.manager import Pass, PipelineError
+
+U = lambda n: REGISTRY[f'uop.{n}']
+
+
+def devectorize_function(fn, width: int, stats) -> None:
+  out: list = []
+  chunks: dict[Value, list[Value]] = {}   # wide value -> its chunks, in lane order
+  subst: dict[Value, Value] = {}          # a gep of a wide value -> the chunk lane it names
+  wide = lambda t: isinstance(t, VecType) and t.count > width
+  chunk_t = lambda t: t.dtype if width == 1 else VecType(width, t.dtype)
+  part = lambda v, k: chunks[v][k] if v in chunks else v
+  def add(name, operands, t, attrs=None, loc=None):
+    op = U(name)(operands, [t] if t is not None else [], attrs, loc)
+    out.append(op)
+    return op.results[0] if op.results else None
+  for op in fn.body.ops:
+    op.operands = [subst.get(v, v) for v in op.operands]
+    res = op.results[0] if op.results else None
+    n = op.name
+    if n == 'uop.gep' and op.vec in chunks:
+      i = op.attrs['index']
+      src = chunks[op.vec][i // width]
+      subst[res] = src if width == 1 else add('gep', [src], res.type, {'index': i % width}, op.loc)
+      continue
+    vt = res.type if res is not None and wide(res.type) else op.value.type if n == 'uop.store' and wide(op.value.type) else None
+    if vt is None:
+      out.append(op); continue
+    if vt.count % width: raise PipelineError(f"devectorize: {vt} does not split into chunks of {width}")
+    stats['ops split'] += 1
+    k_n = vt.count // width
+    if n == 'uop.vectorize':
+      chunks[res] = [op.srcs[k] if width == 1 else add('vectorize', op.srcs[k * width:(k + 1) * width], chunk_t(vt), None, op.loc) for k in range(k_n)]
+    elif n in ('uop.load', 'uop.store'):
+      vals = []
+      for k in range(k_n):
+        idx = op.idx if k == 0 else add('add', [op.idx, add('const', [], op.idx.type, {'value': k * width}, op.loc)], op.idx.type, None, op.loc)
+        if n == 'uop.load':
+          vals.append(add('load', [op.buf, idx] + ([op.gate, part(op.alt, k)] if op.gate is not None else []), chunk_t(vt), None, op.loc))
+        else: add('store', [op.buf, idx, part(op.value, k)] + ([op.gate] if op.gate is not None else []), None, None, op.loc)
+      if n == 'uop.load': chunks[res] = vals
+    else:  # elementwise ops, define_acc and phi: one per chunk; scalar operands are shared
+      new = [type(op)([part(v, k) for v in op.operands], [chunk_t(res.type)], dict(op.attrs), op.loc) for k in range(k_n)]
+      out += new
+      chunks[res] = [o.results[0] for o in new]
+  fn.body.ops = out
+
+
+class Devectorize(Pass):
+  name = 'devectorize'
+  summary = 'split vectors wider than the target has (width=1: scalars)'
+  reads = leaves = 'uop'
+  options = {'width': (int, 1, 'the widest vector kept')}
+  def run(self, m):
+    if self.width < 1: raise PipelineError(f"devectorize: width must be >= 1, got {self.width}")
+    for fn in m.functions('uop.func'): devectorize_function(fn, self.width, self.stats)
