@@ -1,0 +1,91 @@
+"""kernel-opt{mode=search}: beam search over optimisation actions, timed on the target's device.
+
+Candidates extend each kept opts list by one action (upcast/unroll/local/group of a few amounts on every
+axis it applies to); each is linearized, compiled and timed on random buffers (warm-up, then the best of a
+few runs) and the `beam` fastest are kept; the search stops when a round finds nothing faster or the time
+budget is spent. Results are cached on disk ($TGC_CACHE or ~/.cache/tgc/search.json) by the kernel's text,
+the target and the device, so a search repeats byte for byte. Measuring needs a device: this is the one
+pass that reaches the runtime (lazily, at run time), through tgc.runtime.time_kernel.
+"""
+from __future__ import annotations
+import hashlib, json, math, os, sys, time
+from tgc.ir.attrs import Record
+from tgc.passes.linearize import OPT_KINDS, MAX_LANES
+
+TARGET_DEVICE = {'llvm': 'CPU', 'c': 'C', 'opencl': 'OPENCL', 'cuda': 'CUDA'}
+AMOUNTS = {'upcast': (2, 4, 8, 16), 'unroll': (2, 4, 8, 16, 0), 'local': (2, 4, 8, 16, 32), 'group': (4, 16, 64), 'grouptop': (16, 64, 256)}
+
+
+def _cache_path() -> str:
+  d = os.environ.get('TGC_CACHE') or os.path.join(os.path.expanduser('~'), '.cache', 'tgc')
+  os.makedirs(d, exist_ok=True)
+  return os.path.join(d, 'search.json')
+
+def _load_cache() -> dict:
+  try:
+    with open(_cache_path()) as f: return json.load(f)
+  except (OSError, ValueError): return {}
+
+def _store_cache(key: str, opts) -> None:
+  c = _load_cache()
+  c[key] = [[o.name, o.fields['axis'], o.fields['amt']] for o in opts]
+  tmp = _cache_path() + f'.{os.getpid()}'
+  with open(tmp, 'w') as f: json.dump(c, f)
+  os.replace(tmp, _cache_path())
+
+
+def candidates(k, opts, gpu: bool):
+  from tgc.passes.kernel_opt import try_opts
+  ks = try_opts(k, opts)
+  if ks is None: return []
+  out = []
+  for name, kind in OPT_KINDS.items():
+    if name == 'padto' or (name in ('local', 'group', 'grouptop') and not gpu): continue
+    for ax, kd in enumerate(ks.kinds):
+      if kd != kind or ks.full[ax] <= 1: continue
+      for amt in AMOUNTS[name]:
+        o = Record(name, {'axis': ax, 'amt': amt})
+        nk = try_opts(k, list(opts) + [o])
+        if nk is None: continue
+        lanes = math.prod(nk.full[i] for i, kd2 in enumerate(nk.kinds) if kd2 in ('upcast', 'unroll'))
+        threads = math.prod(nk.full[i] for i, kd2 in enumerate(nk.kinds) if kd2 in ('local', 'group'))
+        if lanes <= MAX_LANES and threads <= 1024: out.append(list(opts) + [o])
+  return out
+
+
+def beam_search(k, target: str, beam: int, budget: float, start=None):
+  from tgc.runtime import time_kernel
+  device = TARGET_DEVICE.get(target)
+  if device is None: return list(start or [])
+  text = str(k)
+  key = hashlib.sha256(f"{text}|{target}|{device}".encode()).hexdigest()
+  hit = _load_cache().get(key)
+  if hit is not None: return [Record(n, {'axis': a, 'amt': m}) for n, a, m in hit]
+  gpu = target in ('cuda', 'metal', 'opencl')
+  t_end = time.perf_counter() + budget
+  def measure(opts):
+    try: return time_kernel(k, opts, target, device)
+    except Exception: return math.inf
+  best = [(measure([]), [])]
+  if start:
+    best.append((measure(list(start)), list(start)))
+  best.sort(key=lambda x: x[0])
+  best = best[:beam]
+  tried, rounds = 0, 0
+  while time.perf_counter() < t_end:
+    rounds += 1
+    cands = [c for _, o in best for c in candidates(k, o, gpu)]
+    if not cands: break
+    scored = []
+    for i, c in enumerate(cands):
+      if time.perf_counter() >= t_end: break
+      scored.append((measure(c), c)); tried += 1
+      sys.stderr.write(f"\r  search @{k.attrs['sym_name']}: round {rounds} [{'#' * (20 * (i + 1) // len(cands)):<20}] {tried} tried, best {best[0][0] * 1e6:9.1f} us")
+    merged = sorted(best + scored, key=lambda x: x[0])[:beam]
+    improved = merged[0][0] < best[0][0]
+    best = merged
+    if not improved: break
+  sys.stderr.write('\n')
+  opts = best[0][1]
+  _store_cache(key, opts)
+  return opts
