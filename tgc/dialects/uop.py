@@ -29,17 +29,30 @@ class UopFuncOp(Operation):
     if self.body.args: raise self.error("takes no arguments: buffers are uop.define_global ops")
 
   def verify_body(self):
-    """Ranges and ifs nest and close; each endrange closes the innermost open range."""
+    """Ranges and ifs nest and close; each endrange closes the innermost open range. A value defined
+    inside a range or if is not visible after its close, except the accumulator's uop.phi."""
     stack: list[Operation] = []
+    inner: list[set] = []   # values defined in each open scope
+    hidden: dict = {}       # value -> the op that closed its scope
     for op in self.body.ops:
-      if op.name in ('uop.range', 'uop.if'): stack.append(op)
-      elif op.name == 'uop.endrange':
+      for i, v in enumerate(op.operands):
+        if v in hidden:
+          closer = hidden[v]
+          raise op.error(f"operand #{i} is not visible here: it is defined inside the {closer.name.replace('end', '')} closed at line {closer.loc.line if closer.loc else '?'}")
+      if op.name in ('uop.range', 'uop.if'):
+        stack.append(op); inner.append(set()); continue
+      if op.name == 'uop.endrange':
+        if op.range.op is None or op.range.op.name != 'uop.range': continue  # reported by the op's own verify
         if not stack or stack[-1].name != 'uop.range' or stack[-1].results[0] is not op.range:
           raise op.error("does not close the innermost open uop.range")
         stack.pop()
+        for v in inner.pop(): hidden[v] = op
       elif op.name == 'uop.endif':
         if not stack or stack[-1].name != 'uop.if': raise op.error("has no open uop.if to close")
         stack.pop()
+        for v in inner.pop(): hidden[v] = op
+      elif inner and op.name != 'uop.phi':
+        inner[-1].update(op.results)
     if stack: raise stack[-1].error("is never closed")
 
 
@@ -58,13 +71,14 @@ def _bool(op, v, what):
 
 class DefineGlobalOp(Operation):
   name = 'uop.define_global'
-  ATTRS = {'index': 'int'}
+  ATTRS = {'index': 'int', 'size': 'int?'}  # size: elements, when known; emitters guard what they cannot prove inside it
   TRAITS = frozenset()  # a kernel parameter: kept even when unused, so the signature stays
   FORMAT = '$index : type($result)'
   def verify(self):
     t = self.results[0].type
     if not isinstance(t, PtrType) or t.local: raise self.error(f"defines a global pointer !uop.ptr<...>, got {t}")
     if self.index < 0: raise self.error(f"index must be non-negative, got {self.index}")
+    if self.attrs.get('size', 0) < 0: raise self.error(f"size must be non-negative, got {self.attrs['size']}")
 
 
 class DefineLocalOp(Operation):

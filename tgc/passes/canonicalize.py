@@ -20,9 +20,10 @@ def to_array(v, t):
   import numpy as np
   dt = elem(t)
   def scalar(x):
-    if isinstance(x, HexInt) and dt.is_float:
-      return alu.exec_bitcast(np.array(int(x), dtype=D.BY_NAME[{2: 'u16', 4: 'u32', 8: 'u64'}[dt.itemsize]].np), D.BY_NAME[{2: 'u16', 4: 'u32', 8: 'u64'}[dt.itemsize]], dt) \
-        if dt is not D.bf16 else D.bf16_bits_to_f32(np.uint16(int(x)))
+    if isinstance(x, HexInt) and dt.is_float:  # the bit pattern, as a Python float (bitcast gives a 1-element array)
+      ut = D.BY_NAME[{2: 'u16', 4: 'u32', 8: 'u64'}[dt.itemsize]]
+      r = alu.exec_bitcast(np.array(int(x), dtype=ut.np), ut, dt) if dt is not D.bf16 else D.bf16_bits_to_f32(np.uint16(int(x)))
+      return float(np.asarray(r).reshape(-1)[0])
     return x
   if isinstance(v, tuple):
     flat = _flatten(v)

@@ -8,6 +8,15 @@ from tgc.ir.core import PURE, COMMUTATIVE, SCOPE_OPEN, SCOPE_CLOSE
 from tgc.passes.manager import Pass
 
 
+def _exact(v):
+  """An attribute value as a key that tells apart what == does not: -0.0 from 0.0, a hex bit pattern from
+  the integer of the same value, 1 from 1.0 from True."""
+  if isinstance(v, tuple): return (type(v).__name__,) + tuple(_exact(x) for x in v)
+  if isinstance(v, float): return ('float', v.hex())
+  if isinstance(v, (bool, int)): return (type(v).__name__, int(v))
+  return (type(v).__name__, v)
+
+
 def cse_function(fn, stats) -> None:
   scopes: list[dict] = [{}]
   subst: dict = {}
@@ -18,7 +27,7 @@ def cse_function(fn, stats) -> None:
     if PURE in op.TRAITS and op.results and op.body is None:
       operands = tuple(op.operands)
       if COMMUTATIVE in op.TRAITS: operands = tuple(sorted(operands, key=id))
-      key = (op.name, operands, tuple(sorted(op.attrs.items())), tuple(r.type for r in op.results))
+      key = (op.name, operands, tuple(sorted((k, _exact(v)) for k, v in op.attrs.items())), tuple(r.type for r in op.results))
       prev = next((s[key] for s in reversed(scopes) if key in s), None)
       if prev is not None:
         subst.update(zip(op.results, prev.results))
