@@ -62,7 +62,7 @@ class Scheduler:
     for v in ret.operands:
       b = v
       while b.op is not None and b.op.name == 'tensor.reshape': b = b.op.operands[0]
-      if b.op is None: continue  # an argument, maybe reshaped on the host
+      if b.op is None or _is_leaf(b): continue  # an argument or a host constant, maybe reshaped on the host
       self.R.add(b)
     for op in self.fn.body.ops:
       if op.name == 'tensor.contiguous': self.R.add(op.results[0])
@@ -97,7 +97,9 @@ class Scheduler:
   def build(self):
     while True:
       try: return self._build_all()
-      except _Realize as r: self.R.add(r.v)
+      except _Realize as r:
+        if r.v in self.R: raise AssertionError(f"kernelize: no kernel can compute '{r.v.op.name}'") from None
+        self.R.add(r.v)  # each retry adds a value: this ends
 
   def _build_all(self):
     roots = sorted(self.R, key=lambda v: self.order[v.op])
