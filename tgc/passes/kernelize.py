@@ -19,7 +19,7 @@ from tgc.ir.attrs import Symbol
 from tgc.shape import ViewStack, View
 from tgc.passes.manager import Pass
 from tgc.passes.tensor_decompose import decompose_patterns
-from tgc.ir.rewrite import apply_patterns
+from tgc.ir.rewrite import apply_patterns, PatternMatcher
 
 K = lambda n: REGISTRY[f'kernel.{n}']
 
@@ -282,12 +282,39 @@ class _KernelBuilder:
     return full, out, store_vs
 
 
+SPLIT_MIN = 1 << 15   # a reduce of at least this many elements into fewer than SPLIT_OUT outputs is split
+SPLIT_OUT = 64
+
+def split_reduce(op, rw):
+  """A big reduce into a few outputs is two: (..., n, ...) -> (..., k, n/k, ...) reduced over n/k, then over k,
+  so that the first kernel has k*outputs points to spread across cores (tinygrad's split_reduceop)."""
+  src, t = op.src, op.results[0].type
+  if len(op.axes) != 1 or math.prod(t.shape) >= SPLIT_OUT: return None
+  a = op.axes[0]
+  n = src.type.shape[a]
+  if n < SPLIT_MIN: return None
+  k = next((k for k in (256, 128, 64, 32, 16) if n % k == 0 and n // k >= 256), None)
+  if k is None: return None
+  shape = src.type.shape
+  split = shape[:a] + (k, n // k) + shape[a + 1:]
+  TT = lambda sh: TensorType(tuple(sh), t.dtype)
+  x = rw.create(REGISTRY['tensor.reshape'], [src], [TT(split)], None, op.loc).results[0]
+  r1 = rw.create(REGISTRY['tensor.reduce'], [x], [TT(split[:a + 1] + (1,) + split[a + 2:])], {'kind': op.kind, 'axes': (a + 1,)}, op.loc).results[0]
+  c = rw.create(REGISTRY['tensor.contiguous'], [r1], [r1.type], None, op.loc).results[0]
+  r2 = rw.create(REGISTRY['tensor.reduce'], [c], [TT(split[:a] + (1, 1) + split[a + 2:])], {'kind': op.kind, 'axes': (a,)}, op.loc).results[0]
+  return rw.create(REGISTRY['tensor.reshape'], [r2], [t], None, op.loc).results[0]
+
+split_patterns = PatternMatcher([('tensor.reduce', split_reduce)])
+
+
 class Kernelize(Pass):
   name = 'kernelize'
   summary = 'fuse the tensor graph into kernel.funcs (views for movement ops) and a host schedule'
   reads, leaves = 'tensor', 'kernel'
+  options = {'split': (bool, True, 'split a big reduce into few outputs into two kernels, so the first can use every core')}
   def run(self, m: Module):
     apply_patterns(m, decompose_patterns)
+    if self.split: apply_patterns(m, split_patterns, max_sweeps=1)
     used = {op.attrs['sym_name'] for op in m.ops if 'sym_name' in op.attrs}
     kernels = []
     for fn in m.functions('func.func'):
