@@ -32,7 +32,7 @@ def programs():
   %0 = tensor.matmul %a, %b : {ty((m, k))}, {ty((k, n))} -> {ty((m, n))}
   func.return %0 : {ty((m, n))}
 }}""", (a, b), lambda a, b: a @ b))
-  for shape, axis in (((3, 7), 0), ((3, 7), 1), ((17, 16), 1), ((4, 5, 6), 1), ((127,), 0)):
+  for shape, axis in (((3, 7), 0), ((3, 7), 1), ((17, 16), 1), ((4, 5, 6), 1), ((127,), 0), ((17,), 0)):
     a = arr(shape)
     rs = tuple(1 if i == axis else s for i, s in enumerate(shape))
     for kind, f in (('add', np.sum), ('max', np.max)):
@@ -138,3 +138,15 @@ def test_heuristic_opts_everywhere():
   for name, text, args, ref in PROGRAMS:
     fn = tgc.compile(text, device="CPU")
     check(name, fn(*args), args, ref)
+
+
+def test_rank0_arguments_and_results_keep_their_shape():
+  """A 0-d argument, a 0-d computed result and a 0-d host constant all come back as 0-d arrays."""
+  text = """func.func @f(%a: tensor<f32>) -> (tensor<f32>, tensor<f32>) {
+  %0 = tensor.neg %a : tensor<f32>
+  %c = tensor.const 2.5 : tensor<f32>
+  func.return %0, %c : tensor<f32>, tensor<f32>
+}"""
+  for device in ("CPU", "INTERP"):
+    r = tgc.compile(text, device=device)(np.float32(3))
+    assert [x.shape for x in r] == [(), ()] and float(r[0]) == -3.0 and float(r[1]) == 2.5

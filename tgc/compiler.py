@@ -69,7 +69,7 @@ class CompiledFunction:
       if arr.dtype != want:
         if t.dtype is D.bf16 and arr.dtype == np.float32: arr = D.f32_to_bf16_bits(arr)
         else: raise TgcError(f"argument #{i} of @{self.name} has dtype {arr.dtype}, expected {t}")
-      env[a] = np.ascontiguousarray(arr)
+      env[a] = np.require(arr, requirements='C')  # (ascontiguousarray would make a 0-d array 1-d)
     dbg = debug_level()
     for op in self.host.body.ops:
       n = op.name
@@ -109,8 +109,8 @@ def host_const(op):
   from tgc.ir import dtypes as D
   t = op.results[0].type
   arr = np.broadcast_to(to_array(op.attrs['value'], t), t.shape)
-  if t.dtype is D.bf16: return np.ascontiguousarray(D.f32_to_bf16_bits(arr))
-  return np.ascontiguousarray(arr.astype(t.dtype.np))
+  if t.dtype is D.bf16: return np.array(D.f32_to_bf16_bits(arr), order='C')
+  return np.array(arr, dtype=t.dtype.np, order='C')  # a copy: the broadcast view is read-only
 
 
 def count_flops(fn: Operation) -> int:

@@ -46,7 +46,9 @@ def _optimize(mod, tm) -> None:
   import llvmlite.binding as llvm
   if hasattr(llvm, 'create_pass_builder'):  # the new pass manager (llvmlite >= 0.44)
     pto = llvm.create_pipeline_tuning_options(speed_level=2)
-    pto.loop_vectorization = pto.slp_vectorization = True
+    # kernel-opt vectorises explicitly (vec<N> values); LLVM's loop vectorizer adds little to that and can
+    # take seconds (28 s on a 17-long max reduce) on the short constant-trip loops kernels are made of
+    pto.loop_vectorization, pto.slp_vectorization = False, True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
   else:  # pragma: no cover  (older llvmlite: the legacy pass manager)

@@ -1,0 +1,221 @@
+"""Reductions, softmax family, cumsum, argmax/argmin, matmul/dot and the nn helpers, against numpy."""
+import numpy as np
+import pytest
+import tgc
+from tgc import Tensor, dtypes, ShapeError, AxisError
+
+RNG = np.random.default_rng(99)
+
+
+@pytest.fixture(autouse=True)
+def _default_device(request):
+  cs = getattr(request.node, 'callspec', None)
+  dev = cs.params.get('dev', 'INTERP') if cs is not None else 'INTERP'
+  old = tgc.Device._default
+  tgc.Device.DEFAULT = dev
+  yield dev
+  tgc.Device._default = old
+
+def check(t, e, dtype=None, rtol=1e-5, atol=1e-5):
+  e = np.asarray(e)
+  if dtype is not None: assert t.dtype is dtype, f"dtype {t.dtype!r}, expected {dtype!r}"
+  assert t.shape == e.shape, f"shape {t.shape}, expected {e.shape}"
+  r = t.numpy()
+  if t.dtype.is_float: np.testing.assert_allclose(r.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)
+  else: np.testing.assert_array_equal(r, e)
+
+X = RNG.standard_normal((3, 7, 5)).astype(np.float32)
+XI = RNG.integers(-9, 9, (3, 7, 5)).astype(np.int32)
+
+RED = {
+  'sum': (Tensor.sum, lambda x, axis, keepdims: x.sum(axis=axis, keepdims=keepdims)),
+  'max': (Tensor.max, lambda x, axis, keepdims: x.max(axis=axis, keepdims=keepdims)),
+  'min': (Tensor.min, lambda x, axis, keepdims: x.min(axis=axis, keepdims=keepdims)),
+  'mean': (Tensor.mean, lambda x, axis, keepdims: x.mean(axis=axis, keepdims=keepdims)),
+  'prod': (Tensor.prod, lambda x, axis, keepdims: x.prod(axis=axis, keepdims=keepdims)),
+  'var': (Tensor.var, lambda x, axis, keepdims: x.var(axis=axis, keepdims=keepdims, ddof=1)),
+  'std': (Tensor.std, lambda x, axis, keepdims: x.std(axis=axis, keepdims=keepdims, ddof=1)),
+}
+AXES = [None, 0, 1, -1, (0, 2), (2, 0, 1), ()]
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("axis", AXES, ids=repr)
+@pytest.mark.parametrize("name", list(RED))
+def test_reduce_float(name, axis, keepdim):
+  f, g = RED[name]
+  x = X * 0.5 + 1.0 if name == 'prod' else X
+  with np.errstate(all='ignore'): want = g(x.astype(np.float64), axis, keepdim).astype(np.float32)  # var over no axes: 0/0, NaN
+  check(f(Tensor(x), axis, keepdim), want, dtypes.float32, rtol=1e-4, atol=1e-5)
+
+@pytest.mark.parametrize("axis", [None, 1, (0, 2)], ids=repr)
+@pytest.mark.parametrize("name", ['sum', 'max', 'min', 'prod', 'mean'])
+def test_reduce_int(name, axis):
+  f, g = RED[name]
+  x = XI % 3 + 1 if name == 'prod' else XI
+  e = g(x, axis, False)
+  want = e.astype(np.float32) if name == 'mean' else e.astype(np.int32)
+  check(f(Tensor(x), axis, False), want, dtypes.float32 if name == 'mean' else dtypes.int32)
+
+@pytest.mark.parametrize("dt,acc", [(dtypes.bool, dtypes.int32), (dtypes.int8, dtypes.int32), (dtypes.uint8, dtypes.uint32), (dtypes.int16, dtypes.int32),
+                                    (dtypes.int64, dtypes.int64), (dtypes.float16, dtypes.float16), (dtypes.float64, dtypes.float64), (dtypes.uint32, dtypes.uint32)])
+def test_sum_dtypes(dt, acc):
+  x = RNG.integers(0, 2 if dt is dtypes.bool else 100, (17, 3)).astype(dt.np)
+  t = Tensor(x).sum(0)
+  assert t.dtype is acc
+  check(t, x.astype(acc.np).sum(0).astype(acc.np), rtol=1e-3)
+  assert Tensor(x).max().dtype is dt and Tensor(x).mean().dtype is (dt if dt.is_float else dtypes.float32)
+
+# (CPU leaves (17,) out: LLVM takes ~30 s to compile that max loop, tests/repro/cpu_llvm_slow_max_reduce.tgc)
+@pytest.mark.parametrize("dev,shape", [("INTERP", (1,)), ("INTERP", (17,)), ("INTERP", (127,)), ("INTERP", (3, 7)),
+                                       ("CPU", (1,)), ("CPU", (127,)), ("CPU", (3, 7))])
+def test_reduce_shapes(shape, dev):
+  x = RNG.standard_normal(shape).astype(np.float32)
+  check(Tensor(x).sum(), x.sum(dtype=np.float64).astype(np.float32), rtol=1e-4)
+  check(Tensor(x).max(0, keepdim=True), x.max(0, keepdims=True))
+  check(Tensor(x).min(-1), x.min(-1))
+
+def test_reduce_0d_and_bool():
+  check(Tensor(2.5).sum(), np.float32(2.5)); check(Tensor(2.5).max(keepdim=True), np.float32(2.5)); check(Tensor(3).mean(), np.float32(3))
+  check(Tensor(2.5).sum(0), np.float32(2.5))
+  b = RNG.random((3, 7)) < 0.3
+  check(Tensor(b).max(1), b.max(1)); check(Tensor(b).min(0), b.min(0)); check(Tensor(b).sum(1), b.sum(1).astype(np.int32))
+  check(Tensor(b).any(), b.any()); check(Tensor(b).all(1), b.all(1))
+
+def test_reduce_unsigned_min():
+  x = RNG.integers(0, 255, (3, 7)).astype(np.uint8)
+  check(Tensor(x).min(1), x.min(1)); check(Tensor(x).max(0), x.max(0))
+
+@pytest.mark.parametrize("correction", [0, 1, 2])
+def test_var_correction(correction):
+  check(Tensor(X).var(1, correction=correction), X.astype(np.float64).var(1, ddof=correction), rtol=1e-4)
+  check(Tensor(X).std((0, 2), keepdim=True, correction=correction), X.astype(np.float64).std((0, 2), keepdims=True, ddof=correction), rtol=1e-4)
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+@pytest.mark.parametrize("fn", ['argmax', 'argmin'])
+def test_argmax(fn, axis, keepdim):
+  x = RNG.integers(-5, 5, (3, 7, 5)).astype(np.float32)  # ties: the first index wins, as numpy
+  want = getattr(np, fn)(x, axis=axis, keepdims=keepdim).astype(np.int32)
+  check(getattr(Tensor(x), fn)(axis, keepdim), want, dtypes.int32)
+  check(getattr(Tensor(x.astype(np.int32)), fn)(axis, keepdim), want, dtypes.int32)
+
+def _softmax(x, axis):
+  e = np.exp(x - x.max(axis, keepdims=True))
+  return e / e.sum(axis, keepdims=True)
+
+@pytest.mark.parametrize("dev", ["INTERP", "CPU"])
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_softmax_family(axis, dev):
+  x = X.astype(np.float64)
+  check(Tensor(X).softmax(axis), _softmax(x, axis))
+  check(Tensor(X).log_softmax(axis), np.log(_softmax(x, axis)), rtol=1e-4)
+  lse = np.log(np.exp(x).sum(axis))
+  check(Tensor(X).logsumexp(axis), lse, rtol=1e-5)
+  check(Tensor(X).logsumexp(axis, keepdim=True), np.expand_dims(lse, axis), rtol=1e-5)
+
+def test_logsumexp_all_axes():
+  x = X.astype(np.float64)
+  check(Tensor(X).logsumexp(None), np.log(np.exp(x).sum()), rtol=1e-5)
+  check(Tensor(X).logsumexp((0, 2), keepdim=True), np.log(np.exp(x).sum((0, 2), keepdims=True)), rtol=1e-5)
+
+def test_softmax_large_values_and_ints():
+  x = np.array([[1000.0, 1001.0, 999.0], [-1000.0, 0.0, 1000.0]], np.float32)
+  check(Tensor(x).softmax(), _softmax(x.astype(np.float64), -1))
+  check(Tensor([[1, 2, 3]]).softmax(), _softmax(np.array([[1.0, 2, 3]]), -1), dtypes.float32)
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_cumsum(axis):
+  check(Tensor(X).cumsum(axis), np.cumsum(X.astype(np.float64), axis), rtol=1e-5)
+  check(Tensor(XI).cumsum(axis), np.cumsum(XI, axis).astype(np.int32), dtypes.int32)
+
+@pytest.mark.parametrize("dev", ["INTERP", "CPU"])
+def test_cumsum_1d(dev):
+  x = RNG.standard_normal(17).astype(np.float32)
+  check(Tensor(x).cumsum(), np.cumsum(x.astype(np.float64)), rtol=1e-5)
+  check(Tensor(5.0).cumsum(), np.float32(5.0))
+
+MM = [((3,), (3,)), ((3, 7), (7,)), ((7,), (7, 5)), ((3, 7), (7, 5)), ((2, 3, 7), (7, 5)), ((2, 3, 7), (2, 7, 5)), ((1, 3, 7), (4, 1, 7, 2)),
+      ((1, 1), (1, 1)), ((17, 3), (3, 1)), ((4, 3, 7), (7,))]
+
+@pytest.mark.parametrize("sa,sb", MM)
+def test_matmul(sa, sb):
+  a, b = RNG.standard_normal(sa).astype(np.float32), RNG.standard_normal(sb).astype(np.float32)
+  check(Tensor(a) @ Tensor(b), a.astype(np.float64) @ b, dtypes.float32)
+  check(Tensor(a).matmul(Tensor(b)), a.astype(np.float64) @ b)
+  check(Tensor(a).dot(Tensor(b)), a.astype(np.float64) @ b)
+
+@pytest.mark.parametrize("dev", ["INTERP", "CPU"])
+def test_matmul_dtypes(dev):
+  a, b = RNG.integers(-5, 5, (3, 7)).astype(np.int32), RNG.integers(-5, 5, (7, 2)).astype(np.int32)
+  check(Tensor(a) @ Tensor(b), a @ b, dtypes.int32)
+  check(Tensor(a) @ Tensor(b.astype(np.float32)), (a @ b).astype(np.float32), dtypes.float32)
+  check(Tensor(a.astype(np.int8)) @ Tensor(b.astype(np.uint8) % 3), a.astype(np.int16) @ (b.astype(np.uint8) % 3).astype(np.int16), dtypes.int16)
+  check(Tensor([1, 2]).dot(Tensor([3, 4])), np.int32(11), dtypes.int32)
+  check(Tensor(a) @ b, a @ b); check(a @ Tensor(b), a @ b)
+
+def test_matmul_errors():
+  with pytest.raises(ShapeError, match=r"\(3, 7\).*\(5, 2\)"): Tensor.ones(3, 7) @ Tensor.ones(5, 2)
+  with pytest.raises(ShapeError): Tensor.ones(2, 3, 7) @ Tensor.ones(3, 7, 2)
+  with pytest.raises(ShapeError): Tensor.ones(3) @ Tensor(2.0)
+
+def test_linear_layernorm():
+  x, w, b = RNG.standard_normal((3, 7)).astype(np.float32), RNG.standard_normal((7, 5)).astype(np.float32), RNG.standard_normal(5).astype(np.float32)
+  check(Tensor(x).linear(Tensor(w), Tensor(b)), x.astype(np.float64) @ w + b)
+  check(Tensor(x).linear(Tensor(w)), x.astype(np.float64) @ w)
+  x64 = x.astype(np.float64)
+  ln = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+  check(Tensor(x).layernorm(), ln, rtol=1e-4, atol=1e-4)
+  ln0 = (x64 - x64.mean(0, keepdims=True)) / np.sqrt(x64.var(0, keepdims=True) + 1e-3)
+  check(Tensor(x).layernorm(axis=0, eps=1e-3), ln0, rtol=1e-4, atol=1e-4)
+
+def _conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+  x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+  n, cin, h, wd = x.shape
+  cout, cpg, kh, kw = w.shape
+  oh, ow = (h - dilation * (kh - 1) - 1) // stride + 1, (wd - dilation * (kw - 1) - 1) // stride + 1
+  out = np.zeros((n, cout, oh, ow))
+  opg = cout // groups
+  for o in range(cout):
+    g = o // opg
+    for i in range(oh):
+      for j in range(ow):
+        patch = x[:, g * cpg:(g + 1) * cpg, i * stride:i * stride + dilation * (kh - 1) + 1:dilation, j * stride:j * stride + dilation * (kw - 1) + 1:dilation]
+        out[:, o, i, j] = (patch * w[o]).sum((1, 2, 3))
+  return out if b is None else out + b.reshape(1, -1, 1, 1)
+
+@pytest.mark.parametrize("kw", [dict(), dict(stride=2), dict(padding=1), dict(dilation=2), dict(groups=2), dict(stride=2, padding=1, bias=True)],
+                         ids=lambda d: ','.join(f"{k}={v}" for k, v in d.items()) or 'plain')
+def test_conv2d(kw):
+  kw = dict(kw)
+  groups = kw.get('groups', 1)
+  x = RNG.standard_normal((1, 2, 5, 6)).astype(np.float32)
+  w = RNG.standard_normal((2, 2 // groups, 3, 2)).astype(np.float32)
+  b = RNG.standard_normal(2).astype(np.float32) if kw.pop('bias', False) else None
+  check(Tensor(x).conv2d(Tensor(w), Tensor(b) if b is not None else None, **kw), _conv2d(x, w, b, **kw), rtol=1e-4, atol=1e-4)
+
+def _pool(x, k, s, fn):
+  n, c, h, w = x.shape
+  oh, ow = (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1
+  out = np.zeros((n, c, oh, ow), x.dtype)
+  for i in range(oh):
+    for j in range(ow): out[:, :, i, j] = fn(x[:, :, i * s[0]:i * s[0] + k[0], j * s[1]:j * s[1] + k[1]], axis=(2, 3))
+  return out
+
+@pytest.mark.parametrize("k,s", [((2, 2), None), ((3, 3), (1, 1)), ((2, 3), (2, 1)), ((3, 2), (2, 2))])
+def test_pools(k, s):
+  x = RNG.standard_normal((1, 2, 5, 7)).astype(np.float32)
+  check(Tensor(x).max_pool2d(k, s), _pool(x, k, s or k, np.max))
+  check(Tensor(x).avg_pool2d(k, s), _pool(x, k, s or k, np.mean), rtol=1e-5)
+
+def test_reduce_errors():
+  with pytest.raises(AxisError): Tensor.ones(3, 7).sum(2)
+  with pytest.raises(AxisError): Tensor.ones(3, 7).argmax(-3)
+  with pytest.raises(AxisError): Tensor.ones(3, 7).cumsum(2)
+  with pytest.raises(AxisError): Tensor.ones(3, 7).mean((1, -1))
+  with pytest.raises(AxisError): Tensor(1.0).sum(1)
+
+def test_zero_size():
+  z = Tensor.ones(0, 3)
+  assert z.shape == (0, 3) and z.numpy().shape == (0, 3)
+  check(z.sum(0), np.zeros(3, np.float32)); check(z.prod(0), np.ones(3, np.float32))
+  check(Tensor.ones(3, 0).sum(1) + 1, np.ones(3, np.float32))

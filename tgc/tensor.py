@@ -1,0 +1,1092 @@
+"""The lazy Tensor: tinygrad's API over the `tensor` dialect.
+
+A Tensor holds a node of a lazy graph. A node is either a realized leaf (a numpy buffer in the storage
+dtype of its DType; bfloat16 is stored as its uint16 bits) or an op of the tensor dialect (name without
+the `tensor.` prefix, sources, attributes, shape, dtype). The API does what numpy does implicitly, in the
+graph: broadcasting becomes `reshape` + `expand`, dtype promotion becomes `cast`, scalars become splat
+`const`s of the broadcast shape. `realize()` turns the graph reachable from a tensor into one
+`func.func` (its arguments are the realized leaves), compiles it once per (IR text, device) and runs it;
+the nodes computed become leaves.
+
+Choices worth knowing:
+- `rand/randn/uniform/randint` draw from numpy's PCG64 Generator (seeded with `seed=`, else with the
+  generator `Tensor.manual_seed` set) on the host and upload the values as a leaf.
+- `arange` is a dense `tensor.const` (its values depend only on its arguments); `eye` compares two aranges.
+- `Tensor.jit` replays the compiled graph of a function per input signature (shapes, dtypes, devices);
+  tensors the function captures (weights, random draws) are baked in as they were on the first call.
+"""
+from __future__ import annotations
+import math, itertools
+from typing import Any, Callable
+import numpy as np
+from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError
+from tgc.ir import dtypes as _D
+from tgc.ir.dtypes import DType
+from tgc.ir.types import TensorType
+
+__all__ = ['Tensor', 'dtypes', 'DType', 'least_upper_dtype']
+
+
+class DeviceError(TgcError, ValueError):
+  """An unknown device, or tensors on different devices in one op."""
+
+class ArgumentError(TgcError, ValueError):
+  """A bad argument that is neither a shape, a dtype, an axis nor an index (e.g. a step of 0)."""
+
+
+# ---------------------------------------------------------------- dtypes
+
+class _DTypes:
+  """`tgc.dtypes`: the DType objects of tgc.ir.dtypes under tinygrad's names."""
+  def __init__(self):
+    for n in ('bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64', 'float16', 'bfloat16',
+              'float32', 'float64', 'half', 'float', 'double', 'int', 'long', 'uint', 'char', 'uchar', 'short', 'ushort', 'ulong'):
+      setattr(self, n, _D.BY_API[n])
+    self.default_float, self.default_int = _D.f32, _D.i32
+    self.all = tuple(_D.BY_API[n] for n in ('bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64',
+                                             'float16', 'bfloat16', 'float32', 'float64'))
+  @staticmethod
+  def is_float(dt: DType) -> bool: return dt.is_float
+  @staticmethod
+  def is_int(dt: DType) -> bool: return dt.is_int
+  @staticmethod
+  def is_unsigned(dt: DType) -> bool: return dt.kind == 'u'
+  @staticmethod
+  def from_np(x) -> DType: return to_dtype(np.dtype(x))
+  def __repr__(self): return 'tgc.dtypes'
+
+dtypes = _DTypes()
+
+_PRIORITY = {d: i for i, d in enumerate((_D.bool_, _D.i8, _D.u8, _D.i16, _D.u16, _D.i32, _D.u32, _D.i64, _D.u64,
+                                         _D.f16, _D.bf16, _D.f32, _D.f64))}
+_LATTICE = {_D.bool_: (_D.i8, _D.u8), _D.i8: (_D.i16,), _D.i16: (_D.i32,), _D.i32: (_D.i64,), _D.i64: (_D.f16, _D.bf16),
+            _D.u8: (_D.i16, _D.u16), _D.u16: (_D.i32, _D.u32), _D.u32: (_D.i64, _D.u64), _D.u64: (_D.f16, _D.bf16),
+            _D.f16: (_D.f32,), _D.bf16: (_D.f32,), _D.f32: (_D.f64,), _D.f64: ()}
+_PARENTS: dict[DType, frozenset] = {}
+
+def _parents(d: DType) -> frozenset:
+  p = _PARENTS.get(d)
+  if p is None:
+    p = _PARENTS[d] = frozenset({d}).union(*[_parents(x) for x in _LATTICE[d]])
+  return p
+
+def least_upper_dtype(*ds: DType) -> DType:
+  """tinygrad's (JAX's) promotion lattice: int with float takes the float; int8 + uint8 is int16."""
+  return min(frozenset.intersection(*[_parents(d) for d in ds]), key=_PRIORITY.__getitem__)
+
+def _upper_float(dt: DType) -> DType: return dt if dt.is_float else _D.f32
+
+def _sum_acc(dt: DType) -> DType:
+  if dt.kind == 'u': return least_upper_dtype(dt, _D.u32)
+  if dt.is_int or dt.is_bool: return least_upper_dtype(dt, _D.i32)
+  return least_upper_dtype(dt, _D.f32)
+
+def to_dtype(x) -> DType:
+  """A DType, its name ('float32', 'f32', 'half'), a numpy dtype, or float/int/bool."""
+  if isinstance(x, DType): return x
+  if x is float: return _D.f32
+  if x is int: return _D.i32
+  if x is bool: return _D.bool_
+  if isinstance(x, str):
+    if x in _D.BY_API: return _D.BY_API[x]
+    if x in _D.BY_NAME: return _D.BY_NAME[x]
+    raise DTypeError(f"unknown dtype '{x}'")
+  try: return _D.from_numpy(np.dtype(x))
+  except (TypeError, KeyError) as e: raise DTypeError(f"unsupported dtype {x!r}") from e
+
+
+# ---------------------------------------------------------------- devices
+
+def _canon_device(device) -> str:
+  from tgc.runtime import Device, DEVICES
+  if device is not None and not isinstance(device, str): raise DeviceError(f"device must be a string, got {device!r}")
+  d = Device.canonicalize(device)
+  if d not in DEVICES: raise DeviceError(f"unknown device '{device}' (known: {', '.join(sorted(DEVICES))})")
+  return d
+
+
+# ---------------------------------------------------------------- the graph
+
+class _Node:
+  """One value of the lazy graph: op 'BUFFER' (a realized leaf with `buf`) or a tensor-dialect op."""
+  __slots__ = ('op', 'srcs', 'attrs', 'shape', 'dtype', 'device', 'buf', '__weakref__')
+  def __init__(self, op: str, srcs: tuple, attrs, shape: tuple, dtype: DType, device: str, buf=None):
+    self.op, self.srcs, self.attrs, self.shape, self.dtype, self.device, self.buf = op, srcs, attrs, shape, dtype, device, buf
+  @property
+  def realized(self) -> bool: return self.op == 'BUFFER'
+
+
+def _toposort(roots) -> list[_Node]:
+  order, seen = [], set()
+  for r in roots:
+    if r in seen: continue
+    stack = [(r, False)]
+    while stack:
+      n, done = stack.pop()
+      if done: order.append(n); continue
+      if n in seen: continue
+      seen.add(n)
+      stack.append((n, True))
+      for s in reversed(n.srcs):
+        if s not in seen: stack.append((s, False))
+  return order
+
+
+def _build_module(roots: list[_Node], name: str = 'main'):
+  """The func.func computing `roots` from the realized leaves it reaches: (module, leaves in argument order)."""
+  from tgc.ir.core import Module, Block, Value, REGISTRY, load_dialects
+  load_dialects()
+  Func, Ret = REGISTRY['func.func'], REGISTRY['func.return']
+  vals, args, leaves, ops = {}, [], [], []
+  for n in _toposort(roots):
+    t = TensorType(n.shape, n.dtype)
+    if n.op == 'BUFFER':
+      v = Value(t, hint=f"arg{len(args)}")
+      args.append(v); leaves.append(n)
+    else:
+      op = REGISTRY['tensor.' + n.op]([vals[s] for s in n.srcs], [t], n.attrs)
+      ops.append(op); v = op.results[0]
+    vals[n] = v
+  ret = Ret([vals[r] for r in roots], [])
+  fn = Func([], [], {'sym_name': name, 'result_types': tuple(TensorType(r.shape, r.dtype) for r in roots)}, None, Block(args, ops + [ret]))
+  return Module([fn]), leaves
+
+
+_COMPILED: dict[tuple[str, str], Any] = {}
+
+def _realize_nodes(nodes) -> None:
+  todo = list(dict.fromkeys(n for n in nodes if not n.realized))
+  for n in todo:
+    # nothing to compute: an empty result (its contents are unspecified) or no elements at all.
+    # (An `empty` root also makes kernelize loop forever: tests/repro/kernelize_empty_result_hangs.tgc.)
+    if math.prod(n.shape) == 0 or n.op == 'empty':
+      n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, np.zeros(n.shape, dtype=n.dtype.np)
+  by_dev: dict[str, list[_Node]] = {}
+  for n in todo:
+    if not n.realized: by_dev.setdefault(n.device, []).append(n)
+  from tgc.compiler import compile_module
+  for dev, group in by_dev.items():
+    m, leaves = _build_module(group)
+    key = (m.print(), dev)
+    fn = _COMPILED.get(key)
+    if fn is None:
+      m.verify()
+      fn = _COMPILED[key] = compile_module(m, dev)
+    outs = fn(*[l.buf for l in leaves])
+    for n, o in zip(group, outs):  # (reshape: a rank-0 constant comes back as (1,), tests/repro/host_const_rank0_shape.tgc)
+      n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, np.asarray(o).reshape(n.shape)
+
+
+# ---------------------------------------------------------------- helpers
+
+def _is_scalar(x) -> bool:
+  return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)) and not isinstance(x, Tensor)
+
+def _scalar_dtype(x) -> DType:
+  if isinstance(x, (bool, np.bool_)): return _D.bool_
+  if isinstance(x, (int, np.integer)): return _D.i32
+  return _D.f32
+
+def _const_value(v, dt: DType):
+  """A Python scalar as the `value` of a tensor.const of dtype dt (ints wrap, floats round to dt)."""
+  if dt.is_bool: return int(bool(v))
+  if dt.is_int:
+    if isinstance(v, (float, np.floating)):
+      if not math.isfinite(v): return 0
+      v = math.trunc(v)
+    lo, hi = _D.min_max(dt)
+    return (int(v) - lo) % (hi - lo + 1) + lo
+  f = float(v)
+  if math.isfinite(f):
+    with np.errstate(over='ignore'): f = float(_D.round_to(np.float64(f), dt))
+  return f
+
+def _dense_value(arr: np.ndarray, dt: DType):
+  if dt.is_bool: conv = lambda x: int(bool(x))
+  elif dt.is_int: conv = int
+  else: conv = float
+  def tup(x): return tuple(tup(y) for y in x) if isinstance(x, list) else conv(x)
+  if dt.is_float: arr = _D.round_to(arr.astype(np.float64), dt)
+  return tup(arr.tolist())
+
+def _to_storage(arr: np.ndarray, dt: DType) -> np.ndarray:
+  with np.errstate(all='ignore'):
+    if dt is _D.bf16: return np.ascontiguousarray(_D.f32_to_bf16_bits(arr.astype(np.float32)))
+    return np.array(arr, dtype=dt.np, copy=True, order='C')
+
+def _shape_arg(shape) -> tuple[int, ...]:
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  out = []
+  for s in shape:
+    if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
+      raise ShapeError(f"shape sizes must be integers, got {tuple(shape)}")
+    out.append(int(s))
+  return tuple(out)
+
+def _broadcast_shape(*shapes) -> tuple[int, ...]:
+  n = max(len(s) for s in shapes)
+  padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for i, dims in enumerate(zip(*padded)):
+    big = {d for d in dims if d != 1}
+    if len(big) > 1: raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+    out.append(big.pop() if big else 1)
+  return tuple(out)
+
+def _pairs(arg, ndim, what):
+  """pad/shrink arguments: a tuple of (a, b) (or None) per axis."""
+  if not isinstance(arg, (tuple, list)) or len(arg) != ndim:
+    raise ShapeError(f"{what} needs one (a, b) pair per axis of a {ndim}-d tensor, got {arg!r}")
+  out = []
+  for p in arg:
+    if p is None: out.append(None); continue
+    if not isinstance(p, (tuple, list)) or len(p) != 2 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in p):
+      raise ShapeError(f"{what} needs (a, b) integer pairs, got {arg!r}")
+    out.append((int(p[0]), int(p[1])))
+  return out
+
+_LOG2_E = 1 / math.log(2)
+_LN_2 = math.log(2)
+
+
+# ---------------------------------------------------------------- Tensor
+
+class Tensor:
+  """A lazy tensor. `Tensor(data, dtype=None, device=None)` from a list, a scalar or a numpy array."""
+  __slots__ = ('node', '__weakref__')
+  __array_ufunc__ = None  # numpy defers to the reflected operators: np.float32(2) * t is a Tensor
+  _rng = np.random.default_rng()
+
+  def __init__(self, data, dtype=None, device=None):
+    if isinstance(data, _Node): self.node = data; return
+    dt = to_dtype(dtype) if dtype is not None else None
+    if isinstance(data, Tensor):
+      t = data.cast(dt) if dt is not None else data
+      self.node = t.to(device).node if device is not None else t.node
+      return
+    dev = _canon_device(device)
+    if isinstance(data, (np.ndarray, np.generic)):
+      arr = np.asarray(data)
+      if arr.dtype.kind not in 'biuf': raise DTypeError(f"numpy dtype {arr.dtype} is not supported")
+      src = to_dtype(arr.dtype)
+      if dt is None: dt = src
+    elif _is_scalar(data) or isinstance(data, (list, tuple)):
+      try: arr = np.array(data)
+      except ValueError as e: raise ShapeError(f"data is not rectangular: {e}") from None
+      if arr.dtype.kind not in 'biuf':
+        if arr.dtype.kind == 'O': raise ShapeError("data is not rectangular (or holds values that are not numbers)")
+        raise DTypeError(f"data of numpy dtype {arr.dtype} is not supported")
+      if dt is None: dt = _D.bool_ if arr.dtype.kind == 'b' else _D.i32 if arr.dtype.kind in 'iu' else _D.f32
+    else: raise DTypeError(f"cannot make a Tensor from {type(data).__name__}")
+    self.node = _Node('BUFFER', (), None, tuple(arr.shape), dt, dev, _to_storage(arr, dt))
+
+  # ---- properties
+  @property
+  def shape(self) -> tuple[int, ...]: return self.node.shape
+  @property
+  def dtype(self) -> DType: return self.node.dtype
+  @property
+  def device(self) -> str: return self.node.device
+  @property
+  def ndim(self) -> int: return len(self.node.shape)
+  def numel(self) -> int: return math.prod(self.node.shape)
+  def element_size(self) -> int: return self.dtype.itemsize
+  def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
+  def is_floating_point(self) -> bool: return self.dtype.is_float
+  def __len__(self):
+    if not self.shape: raise ShapeError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __repr__(self):
+    n = self.node
+    return f"<Tensor {'realized' if n.realized else n.op} shape={n.shape} dtype={n.dtype!r} device={n.device!r}>"
+  __hash__ = object.__hash__
+  def __bool__(self):
+    if self.numel() != 1: raise ShapeError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
+    return bool(self.item())
+  def __iter__(self):
+    if not self.shape: raise ShapeError("iteration over a 0-d tensor")
+    return (self[i] for i in range(self.shape[0]))
+
+  # ---- building nodes
+  def _new(self, op: str, srcs: tuple[Tensor, ...], shape, dtype: DType, attrs=None) -> Tensor:
+    dev = srcs[0].device if srcs else self.device
+    for s in srcs:
+      if s.device != dev: raise DeviceError(f"tensors on different devices: {dev} and {s.device}")
+    return Tensor(_Node(op, tuple(s.node for s in srcs), attrs, tuple(shape), dtype, dev))
+
+  @staticmethod
+  def _const(value, shape, dtype: DType, device: str) -> Tensor:
+    return Tensor(_Node('const', (), {'value': _const_value(value, dtype)}, tuple(shape), dtype, device))
+
+  def _c(self, value, dtype: DType | None = None) -> Tensor:
+    """A splat constant of this tensor's shape and device."""
+    return Tensor._const(value, self.shape, dtype or self.dtype, self.device)
+
+  def _unop(self, op: str) -> Tensor: return self._new(op, (self,), self.shape, self.dtype)
+  def _binop(self, op: str, y: Tensor) -> Tensor:
+    return self._new(op, (self, y), self.shape, _D.bool_ if op.startswith('cmp') else self.dtype)
+  def _float(self) -> Tensor: return self if self.dtype.is_float else self.cast(_D.f32)
+
+  # ---- results
+  def realize(self, *others: Tensor) -> Tensor:
+    """Compute this tensor (and `others`, in the same function when on one device); returns self."""
+    _realize_nodes([self.node] + [o.node for o in others])
+    return self
+
+  def numpy(self) -> np.ndarray:
+    self.realize()
+    b = self.node.buf
+    return _D.bf16_bits_to_f32(b).reshape(self.shape) if self.dtype is _D.bf16 else np.array(b, copy=True)
+
+  def tolist(self): return self.numpy().tolist()
+
+  def item(self):
+    if self.numel() != 1: raise ShapeError(f"item() needs a tensor of one element, got shape {self.shape}")
+    return self.numpy().reshape(()).item()
+
+  def to(self, device) -> Tensor:
+    dev = _canon_device(device)
+    if dev == self.device: return self
+    self.realize()
+    return Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, dev, self.node.buf))
+
+  def to_ir(self, level: str = 'tensor', name: str = 'main') -> str:
+    """The text of this tensor's graph as a func.func: level 'tensor', 'kernel' (kernelized) or 'uop'."""
+    if level not in ('tensor', 'kernel', 'uop'): raise ArgumentError(f"unknown level '{level}' (expected tensor, kernel or uop)")
+    m, _ = _build_module([self.node], name)
+    m.verify()
+    if level != 'tensor':
+      from tgc.passes import PassManager
+      if level == 'kernel': PassManager.parse('canonicalize,tensor-decompose,canonicalize,cse,kernelize').run(m)
+      else:
+        from tgc.compiler import DEVICE_TARGET
+        PassManager.parse(f"lower-to-uop{{target={DEVICE_TARGET.get(self.device, 'llvm')}}}").run(m)
+    return m.print()
+
+  # ---- creation
+  @staticmethod
+  def empty(*shape, dtype=None, device=None) -> Tensor:
+    return Tensor(_Node('empty', (), None, _shape_arg(shape), to_dtype(dtype or _D.f32), _canon_device(device)))
+
+  @staticmethod
+  def full(shape, fill_value, dtype=None, device=None) -> Tensor:
+    shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,))
+    if not _is_scalar(fill_value): raise DTypeError(f"fill_value must be a scalar, got {type(fill_value).__name__}")
+    return Tensor._const(fill_value, shape, to_dtype(dtype) if dtype is not None else _scalar_dtype(fill_value), _canon_device(device))
+
+  @staticmethod
+  def zeros(*shape, dtype=None, device=None) -> Tensor:
+    return Tensor.full(_shape_arg(shape), 0, dtype=dtype or _D.f32, device=device)
+
+  @staticmethod
+  def ones(*shape, dtype=None, device=None) -> Tensor:
+    return Tensor.full(_shape_arg(shape), 1, dtype=dtype or _D.f32, device=device)
+
+  def full_like(self, fill_value, dtype=None, device=None) -> Tensor:
+    return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=device or self.device)
+  def zeros_like(self, dtype=None, device=None) -> Tensor: return self.full_like(0, dtype, device)
+  def ones_like(self, dtype=None, device=None) -> Tensor: return self.full_like(1, dtype, device)
+
+  @staticmethod
+  def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
+    if stop is None: start, stop = 0, start
+    for v in (start, stop, step):
+      if not _is_scalar(v) or isinstance(v, (bool, np.bool_)): raise DTypeError(f"arange takes numbers, got {v!r}")
+    if step == 0: raise ArgumentError("arange step must not be 0")
+    is_f = any(isinstance(v, (float, np.floating)) for v in (start, stop, step))
+    dt = to_dtype(dtype) if dtype is not None else (_D.f32 if is_f else _D.i32)
+    n = max(0, math.ceil((stop - start) / step))
+    vals = np.array([start + i * step for i in range(n)], dtype=np.float64 if is_f else np.int64)
+    dev = _canon_device(device)
+    return Tensor(_Node('const', (), {'value': _dense_value(vals, dt)}, (n,), dt, dev)) if n else Tensor.zeros(0, dtype=dt, device=dev)
+
+  @staticmethod
+  def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
+    m = n if m is None else m
+    r = Tensor.arange(n, device=device).reshape(n, 1) == Tensor.arange(m, device=device).reshape(1, m)
+    return r.cast(to_dtype(dtype) if dtype is not None else _D.f32)
+
+  @staticmethod
+  def manual_seed(seed: int = 0) -> None: Tensor._rng = np.random.default_rng(seed)
+
+  @staticmethod
+  def _random(draw, shape, dtype, device, seed) -> Tensor:
+    rng = Tensor._rng if seed is None else np.random.default_rng(seed)
+    dt = to_dtype(dtype) if dtype is not None else _D.f32
+    return Tensor(draw(rng, _shape_arg(shape)), dtype=dt, device=device)
+
+  @staticmethod
+  def rand(*shape, dtype=None, device=None, seed=None) -> Tensor:
+    """Uniform [0, 1), drawn by numpy's Generator on the host (seed= or Tensor.manual_seed) and uploaded."""
+    return Tensor._random(lambda g, s: g.random(s, dtype=np.float32), shape, dtype, device, seed)
+
+  @staticmethod
+  def randn(*shape, dtype=None, device=None, seed=None) -> Tensor:
+    return Tensor._random(lambda g, s: g.standard_normal(s, dtype=np.float32), shape, dtype, device, seed)
+
+  @staticmethod
+  def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None, seed=None) -> Tensor:
+    return Tensor._random(lambda g, s: g.uniform(low, high, s).astype(np.float32), shape, dtype, device, seed)
+
+  @staticmethod
+  def randint(*shape, low=0, high=10, dtype=None, device=None, seed=None) -> Tensor:
+    return Tensor._random(lambda g, s: g.integers(low, high, s), shape, dtype or _D.i32, device, seed)
+
+  # ---- casts
+  def cast(self, dtype) -> Tensor:
+    dt = to_dtype(dtype)
+    return self if dt is self.dtype else self._new('cast', (self,), self.shape, dt)
+
+  def bitcast(self, dtype) -> Tensor:
+    dt = to_dtype(dtype)
+    if dt is self.dtype: return self
+    if dt.itemsize != self.dtype.itemsize or dt.is_bool or self.dtype.is_bool:
+      raise DTypeError(f"bitcast needs dtypes of the same size, got {self.dtype!r} -> {dt!r}")
+    return self._new('bitcast', (self,), self.shape, dt)
+
+  def float(self) -> Tensor: return self.cast(_D.f32)
+  def half(self) -> Tensor: return self.cast(_D.f16)
+  def double(self) -> Tensor: return self.cast(_D.f64)
+  def int(self) -> Tensor: return self.cast(_D.i32)
+  def long(self) -> Tensor: return self.cast(_D.i64)
+  def bool(self) -> Tensor: return self.cast(_D.bool_)
+  def contiguous(self) -> Tensor: return self._new('contiguous', (self,), self.shape, self.dtype)
+  def detach(self) -> Tensor: return self
+
+  # ---- broadcasting and promotion
+  def _broadcast_to(self, shape) -> Tensor:
+    shape = tuple(shape)
+    if self.shape == shape: return self
+    x = self
+    if len(shape) > self.ndim: x = x.reshape((1,) * (len(shape) - self.ndim) + self.shape)
+    return x._new('expand', (x,), shape, x.dtype)
+
+  def _broadcasted(self, y, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
+    x = self
+    if isinstance(y, Tensor):
+      if y.device != x.device: raise DeviceError(f"tensors on different devices: {x.device} and {y.device}")
+      if match_dtype:
+        dt = least_upper_dtype(x.dtype, y.dtype)
+        x, y = x.cast(dt), y.cast(dt)
+      shape = _broadcast_shape(x.shape, y.shape)
+      x, y = x._broadcast_to(shape), y._broadcast_to(shape)
+    elif _is_scalar(y):
+      sd = _scalar_dtype(y)
+      if not match_dtype: dt = sd if sd is not _D.bool_ or x.dtype.is_bool else x.dtype
+      elif sd is _D.bool_: dt = x.dtype
+      elif sd is _D.i32: dt = _D.i32 if x.dtype.is_bool else x.dtype
+      else: dt = x.dtype if x.dtype.is_float else _D.f32
+      if match_dtype: x = x.cast(dt)
+      y = x._c(y, dt)
+    elif isinstance(y, (list, tuple, np.ndarray)): return x._broadcasted(Tensor(y, device=x.device), reverse, match_dtype)
+    else: raise DTypeError(f"cannot combine a Tensor with {type(y).__name__}")
+    return (y, x) if reverse else (x, y)
+
+  # ---- unary math
+  def neg(self) -> Tensor:
+    if self.dtype.is_bool: raise DTypeError("negation of a bool tensor is not supported, use ~ (logical_not)")
+    return self._unop('neg')
+  def __neg__(self): return self.neg()
+  def logical_not(self) -> Tensor: return self.cast(_D.bool_)._unop('not')
+  def __invert__(self):
+    if self.dtype.is_float: raise DTypeError(f"~ needs an integer or bool tensor, got {self.dtype!r}")
+    return self._unop('not')
+  def exp2(self) -> Tensor: return self._float()._unop('exp2')
+  def log2(self) -> Tensor: return self._float()._unop('log2')
+  def exp(self) -> Tensor: return (self._float() * _LOG2_E).exp2()
+  def log(self) -> Tensor: return self._float().log2() * _LN_2
+  def sin(self) -> Tensor: return self._float()._unop('sin')
+  def cos(self) -> Tensor: return (math.pi / 2 - self._float()).sin()
+  def tan(self) -> Tensor: return self.sin() / self.cos()
+  def sqrt(self) -> Tensor: return self._float()._unop('sqrt')
+  def reciprocal(self) -> Tensor: return self._float()._unop('recip')
+  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
+  def square(self) -> Tensor: return self * self
+  def trunc(self) -> Tensor: return self._unop('trunc') if self.dtype.is_float else self
+  def floor(self) -> Tensor:
+    if not self.dtype.is_float: return self
+    b = self.trunc()
+    return (self < b).where(b - 1, b)
+  def ceil(self) -> Tensor:
+    if not self.dtype.is_float: return self
+    b = self.trunc()
+    return (self > b).where(b + 1, b)
+  def round(self) -> Tensor:
+    """Round half to even, as numpy: exact (x - trunc(x) is exact in binary floating point)."""
+    if not self.dtype.is_float: return self
+    t = self.trunc()
+    d = (self - t).abs()
+    away = t + self.sign()
+    odd = t._binop('mod', t._c(2)) != 0
+    return (d > 0.5).where(away, ((d == 0.5) & odd).where(away, t))
+  def abs(self) -> Tensor:
+    if self.dtype.kind in 'ub': return self
+    if self.dtype.is_float:  # clear the sign bit: abs(-0.0) is 0.0 and NaN stays NaN
+      it = {2: _D.u16, 4: _D.u32, 8: _D.u64}[self.dtype.itemsize]
+      b = self.bitcast(it)
+      return b._binop('and', b._c((1 << (8 * it.itemsize - 1)) - 1)).bitcast(self.dtype)
+    return (self < 0).where(-self, self)
+  def sign(self) -> Tensor:
+    if self.dtype.is_bool: return self
+    if self.dtype.kind == 'u': return (self != 0).cast(self.dtype)
+    r = (self != 0).where((self < 0).where(self._c(-1), self._c(1)), self._c(0))
+    return (self != self).where(self, r) if self.dtype.is_float else r  # NaN stays NaN
+  def relu(self) -> Tensor: return self.maximum(0)
+  def sigmoid(self) -> Tensor: return (1 + (-self._float()).exp()).reciprocal()
+  def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+  def gelu(self) -> Tensor:
+    x = self._float()
+    return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+  def silu(self) -> Tensor: return self * self.sigmoid()
+  swish = silu
+  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
+  def softplus(self, beta: float = 1) -> Tensor: return (1 + (self * beta).exp()).log() * (1 / beta)
+  def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
+  def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
+
+  # ---- binary math
+  def _arith(self, op: str, y, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    return a._binop(op, b)
+
+  def add(self, y, reverse=False) -> Tensor: return self._arith('add', y, reverse)
+  def sub(self, y, reverse=False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    if a.dtype.is_bool: raise DTypeError("subtraction of bool tensors is not supported, use ^ (xor)")
+    return a._binop('sub', b)
+  def mul(self, y, reverse=False) -> Tensor: return self._arith('mul', y, reverse)
+  def div(self, y, reverse=False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    dt = _upper_float(a.dtype)
+    return a.cast(dt)._binop('fdiv', b.cast(dt))
+  def floordiv(self, y, reverse=False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    if a.dtype.is_bool: raise DTypeError("// of bool tensors is not supported")
+    if a.dtype.is_float: return a.div(b).floor()
+    q = a._binop('idiv', b)
+    if a.dtype.kind == 'u': return q
+    r = a._binop('mod', b)
+    return ((r != 0) & ((r < 0) != (b < 0))).where(q - 1, q)
+  def mod(self, y, reverse=False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    if a.dtype.is_bool: raise DTypeError("% of bool tensors is not supported")
+    r = a._binop('mod', b)
+    if a.dtype.kind == 'u': return r
+    return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+  def maximum(self, y) -> Tensor: return self._arith('max', y)
+  def minimum(self, y) -> Tensor: return self._arith('min', y)
+  def clip(self, min_=None, max_=None) -> Tensor:
+    if min_ is None and max_ is None: raise ArgumentError("clip needs min_ or max_")
+    r = self
+    if min_ is not None: r = r.maximum(min_)
+    if max_ is not None: r = r.minimum(max_)
+    return r
+  clamp = clip
+
+  def _bitwise(self, op: str, y, reverse=False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    if a.dtype.is_float: raise DTypeError(f"bitwise op '{op}' needs integer or bool tensors, got {a.dtype!r}")
+    return a._binop(op, b)
+  def bitwise_and(self, y, reverse=False): return self._bitwise('and', y, reverse)
+  def bitwise_or(self, y, reverse=False): return self._bitwise('or', y, reverse)
+  def bitwise_xor(self, y, reverse=False): return self._bitwise('xor', y, reverse)
+  def _shift(self, op: str, y, reverse=False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    if not a.dtype.is_int: raise DTypeError(f"shifts need integer tensors, got {a.dtype!r}")
+    return a._binop(op, b)
+  def lshift(self, y, reverse=False): return self._shift('shl', y, reverse)
+  def rshift(self, y, reverse=False): return self._shift('shr', y, reverse)
+
+  def pow(self, x, reverse: bool = False) -> Tensor:
+    if not reverse and _is_scalar(x) and not isinstance(x, (bool, np.bool_)) and float(x).is_integer() and abs(x) <= 1024:
+      n = int(x)
+      base = self
+      if n < 0:
+        if not self.dtype.is_float: raise DTypeError(f"integers to negative integer powers are not allowed ({self.dtype!r} ** {n})")
+        base, n = self.reciprocal(), -n
+      if n == 0: return base.ones_like()
+      acc, p = None, base
+      while n:
+        if n & 1: acc = p if acc is None else acc * p
+        n >>= 1
+        if n: p = p * p
+      return acc
+    if not reverse and _is_scalar(x) and x == 0.5 and self.dtype.is_float: return self.sqrt()
+    b, e = self._broadcasted(x, reverse)
+    out = b.dtype
+    bf, ef = b._float(), e._float()
+    ret = (ef * bf.abs().log2()).exp2()
+    neg = bf < 0
+    is_int = ef.trunc() == ef
+    odd = is_int & (ef._binop('mod', ef._c(2)) != 0)
+    ret = (neg & odd).where(-ret, ret)
+    ret = (neg & is_int.logical_not()).where(ret._c(math.nan), ret)
+    ret = (ef == 0).where(ret._c(1), ret)
+    return ret if out.is_float else ret.round().cast(out)
+
+  __add__ = lambda self, y: self.add(y)
+  __radd__ = lambda self, y: self.add(y, True)
+  __sub__ = lambda self, y: self.sub(y)
+  __rsub__ = lambda self, y: self.sub(y, True)
+  __mul__ = lambda self, y: self.mul(y)
+  __rmul__ = lambda self, y: self.mul(y, True)
+  __truediv__ = lambda self, y: self.div(y)
+  __rtruediv__ = lambda self, y: self.div(y, True)
+  __floordiv__ = lambda self, y: self.floordiv(y)
+  __rfloordiv__ = lambda self, y: self.floordiv(y, True)
+  __mod__ = lambda self, y: self.mod(y)
+  __rmod__ = lambda self, y: self.mod(y, True)
+  __pow__ = lambda self, y: self.pow(y)
+  __rpow__ = lambda self, y: self.pow(y, True)
+  __and__ = lambda self, y: self.bitwise_and(y)
+  __rand__ = lambda self, y: self.bitwise_and(y, True)
+  __or__ = lambda self, y: self.bitwise_or(y)
+  __ror__ = lambda self, y: self.bitwise_or(y, True)
+  __xor__ = lambda self, y: self.bitwise_xor(y)
+  __rxor__ = lambda self, y: self.bitwise_xor(y, True)
+  __lshift__ = lambda self, y: self.lshift(y)
+  __rlshift__ = lambda self, y: self.lshift(y, True)
+  __rshift__ = lambda self, y: self.rshift(y)
+  __rrshift__ = lambda self, y: self.rshift(y, True)
+  __abs__ = lambda self: self.abs()
+  def __matmul__(self, y): return self.matmul(y)
+  def __rmatmul__(self, y): return Tensor(y, device=self.device).matmul(self) if not isinstance(y, Tensor) else y.matmul(self)
+
+  # ---- comparisons
+  def _cmp(self, op: str, y, reverse=False) -> Tensor:
+    a, b = self._broadcasted(y, reverse)
+    return a._binop(op, b)
+  def __lt__(self, y): return self._cmp('cmplt', y)
+  def __gt__(self, y): return self._cmp('cmplt', y, True)
+  def __le__(self, y): return self._cmp('cmplt', y) | self._cmp('cmpeq', y)
+  def __ge__(self, y): return self._cmp('cmplt', y, True) | self._cmp('cmpeq', y)
+  def __eq__(self, y): return self._cmp('cmpeq', y)
+  def __ne__(self, y): return self._cmp('cmpne', y)
+  def eq(self, y): return self == y
+  def ne(self, y): return self != y
+  def lt(self, y): return self < y
+
+  def where(self, x, y) -> Tensor:
+    """self (a bool tensor) ? x : y, with broadcasting and promotion of x and y."""
+    if isinstance(x, Tensor) or isinstance(y, Tensor):
+      if isinstance(x, Tensor): x, y = x._broadcasted(y)
+      else: y, x = y._broadcasted(x)
+    else:
+      if not (_is_scalar(x) and _is_scalar(y)): x, y = Tensor(x, device=self.device), Tensor(y, device=self.device); return self.where(x, y)
+      dx, dy = _scalar_dtype(x), _scalar_dtype(y)
+      dt = least_upper_dtype(dx, dy)
+      x, y = Tensor._const(x, (), dt, self.device), Tensor._const(y, (), dt, self.device)
+    shape = _broadcast_shape(self.shape, x.shape, y.shape)
+    c = self.cast(_D.bool_)._broadcast_to(shape)
+    x, y = x._broadcast_to(shape), y._broadcast_to(shape)
+    return c._new('where', (c, x, y), shape, x.dtype)
+
+  # ---- movement
+  def reshape(self, *shape) -> Tensor:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+    shape = _shape_arg(shape)
+    if shape.count(-1) > 1: raise ShapeError(f"reshape to {shape}: only one size can be -1")
+    if any(s < -1 for s in shape): raise ShapeError(f"reshape to {shape}: negative size")
+    if -1 in shape:
+      known = math.prod(s for s in shape if s != -1)
+      if known == 0 or self.numel() % known: raise ShapeError(f"cannot reshape {self.shape} to {shape}")
+      shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+    if math.prod(shape) != self.numel(): raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
+    return self if shape == self.shape else self._new('reshape', (self,), shape, self.dtype)
+  view = reshape
+
+  def _axis(self, a, ndim: int | None = None) -> int:
+    nd = self.ndim if ndim is None else ndim
+    if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)): raise AxisError(f"axis must be an integer, got {a!r}")
+    if not -max(nd, 1) <= a < max(nd, 1) or (nd == 0 and a not in (0, -1)):
+      raise AxisError(f"axis {a} is out of range for a tensor of shape {self.shape}")
+    return int(a) % nd if nd else 0
+
+  def permute(self, *order) -> Tensor:
+    if len(order) == 1 and isinstance(order[0], (tuple, list)): order = tuple(order[0])
+    o = tuple(self._axis(a) for a in order)
+    if sorted(o) != list(range(self.ndim)): raise AxisError(f"permute order {order} is not a permutation of the axes of shape {self.shape}")
+    if o == tuple(range(self.ndim)): return self
+    return self._new('permute', (self,), tuple(self.shape[i] for i in o), self.dtype, {'order': o})
+
+  def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+    a, b = self._axis(dim0), self._axis(dim1)
+    order = list(range(self.ndim))
+    order[a], order[b] = order[b], order[a]
+    return self.permute(order)
+
+  @property
+  def T(self) -> Tensor: return self if self.ndim < 2 else self.transpose()
+
+  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if self.ndim == 0: return self.reshape(1)
+    s, e = self._axis(start_dim), self._axis(end_dim)
+    if s > e: raise AxisError(f"flatten: start_dim {start_dim} is after end_dim {end_dim} for shape {self.shape}")
+    return self.reshape(self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+
+  def squeeze(self, dim=None) -> Tensor:
+    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    dims = {self._axis(d) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
+
+  def unsqueeze(self, dim: int) -> Tensor:
+    d = self._axis(dim, self.ndim + 1)
+    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+  def expand(self, *shape) -> Tensor:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    shape = _shape_arg(shape)
+    if len(shape) < self.ndim: raise ShapeError(f"cannot expand {self.shape} to {shape}: fewer axes")
+    old = (1,) * (len(shape) - self.ndim) + self.shape
+    new = tuple(o if s == -1 else s for s, o in zip(shape, old))
+    for o, n in zip(old, new):
+      if o != n and o != 1: raise ShapeError(f"cannot expand {self.shape} to {shape}: only size-1 axes grow")
+    return self._broadcast_to(new)
+
+  def pad(self, padding, value=0.0) -> Tensor:
+    """pad(((before, after), ...)) per axis (None: no padding), or torch's flat (left, right, top, bottom, ...)."""
+    if isinstance(padding, (tuple, list)) and padding and all(isinstance(p, (int, np.integer)) for p in padding):
+      if len(padding) % 2 or len(padding) // 2 > self.ndim: raise ShapeError(f"flat padding {padding} does not fit shape {self.shape}")
+      pairs = [(0, 0)] * self.ndim
+      for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (int(padding[2 * i]), int(padding[2 * i + 1]))
+    else: pairs = [p or (0, 0) for p in _pairs(padding, self.ndim, 'pad')]
+    x = self
+    if any(a < 0 or b < 0 for a, b in pairs):  # negative padding removes
+      x = x.shrink(tuple((-min(a, 0), s + min(b, 0)) for (a, b), s in zip(pairs, x.shape)))
+      pairs = [(max(a, 0), max(b, 0)) for a, b in pairs]
+    if all(p == (0, 0) for p in pairs): return x
+    shape = tuple(s + a + b for s, (a, b) in zip(x.shape, pairs))
+    r = x._new('pad', (x,), shape, x.dtype, {'pads': tuple(pairs)})
+    if value == 0: return r
+    inside = Tensor._const(True, x.shape, _D.bool_, x.device)
+    inside = inside._new('pad', (inside,), shape, _D.bool_, {'pads': tuple(pairs)})
+    return inside.where(r, value)
+
+  def shrink(self, arg) -> Tensor:
+    bounds = _pairs(arg, self.ndim, 'shrink')
+    bounds = [(0, s) if b is None else b for b, s in zip(bounds, self.shape)]
+    for i, ((lo, hi), s) in enumerate(zip(bounds, self.shape)):
+      if not 0 <= lo <= hi <= s: raise ShapeError(f"shrink bounds ({lo}, {hi}) of axis {i} are outside [0, {s}] for shape {self.shape}")
+    if all(b == (0, s) for b, s in zip(bounds, self.shape)): return self
+    return self._new('shrink', (self,), tuple(hi - lo for lo, hi in bounds), self.dtype, {'bounds': tuple(bounds)})
+
+  def flip(self, axis=None) -> Tensor:
+    if axis is None: axis = tuple(range(self.ndim))
+    axes = [self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
+    if len(set(axes)) != len(axes): raise AxisError(f"flip repeats an axis in {axis}")
+    axes = tuple(sorted(a for a in axes if self.shape[a] > 1))
+    return self._new('flip', (self,), self.shape, self.dtype, {'axes': axes}) if axes else self
+
+  def __getitem__(self, idx) -> Tensor:
+    if not isinstance(idx, tuple): idx = (idx,)
+    for it in idx:
+      if isinstance(it, (bool, np.bool_)) or not (it is None or it is Ellipsis or isinstance(it, (int, np.integer, slice))):
+        raise IndexingError(f"unsupported index {it!r} (ints, slices, None and ... are supported)")
+    if sum(it is Ellipsis for it in idx) > 1: raise IndexingError("an index can only have a single ellipsis (...)")
+    used = sum(isinstance(it, (int, np.integer, slice)) for it in idx)
+    if used > self.ndim: raise IndexingError(f"too many indices for a tensor of shape {self.shape}: {used} given")
+    if Ellipsis in idx:
+      i = next(k for k, it in enumerate(idx) if it is Ellipsis)
+      idx = idx[:i] + (slice(None),) * (self.ndim - used) + idx[i + 1:]
+    else: idx = idx + (slice(None),) * (self.ndim - used)
+    bounds, flips, steps, final, dim = [], [], [], [], 0
+    pads = []
+    for it in idx:
+      if it is None: final.append(1); continue
+      size = self.shape[dim]
+      if isinstance(it, slice):
+        try: start, stop, step = it.indices(size)
+        except ValueError: raise IndexingError(f"slice step cannot be zero (axis {dim} of shape {self.shape})") from None
+        n = len(range(start, stop, step))
+        st = abs(step)
+        if n == 0: bounds.append((0, 0)); pads.append(0); steps.append(1); final.append(0)
+        elif step > 0:
+          hi = start + n * st if st > 1 else start + n
+          bounds.append((start, min(hi, size))); pads.append(max(0, hi - size)); steps.append(st); final.append(n)
+        else:
+          lo = start + 1 - n * st if st > 1 else start + 1 - n
+          bounds.append((max(lo, 0), start + 1)); pads.append(max(0, -lo)); steps.append(st); final.append(n); flips.append(dim)
+      else:
+        i = int(it)
+        if not -size <= i < size: raise IndexingError(f"index {i} is out of bounds for axis {dim} with size {size} (shape {self.shape})")
+        i %= size
+        bounds.append((i, i + 1)); pads.append(0); steps.append(1)
+      dim += 1
+    x = self.shrink(tuple(bounds)).flip(tuple(flips)) if flips else self.shrink(tuple(bounds))
+    if any(s > 1 for s in steps):  # keep every st-th element: split the axis as (n, st) and take [:, 0]
+      if any(pads): x = x.pad(tuple((0, p) for p in pads))
+      x = x.reshape(tuple(v for s, st in zip(x.shape, steps) for v in (s // st, st)))
+      x = x.shrink(tuple(b for k in range(len(steps)) for b in ((0, x.shape[2 * k]), (0, 1))))
+    return x.reshape(tuple(final))
+
+  # ---- reductions
+  def _axes(self, axis) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    axs = [self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
+    if len(set(axs)) != len(axs): raise AxisError(f"repeated axis in {axis} for shape {self.shape}")
+    return tuple(sorted(a for a in axs if self.ndim))
+
+  def _reduce(self, kind: str, axis, keepdim: bool) -> Tensor:
+    axes = self._axes(axis)
+    keep = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+    if not axes: ret = self
+    elif any(self.shape[i] == 0 for i in axes):
+      if kind == 'max' and not self.dtype.is_float: raise ShapeError(f"max of an empty axis of shape {self.shape}")
+      ret = Tensor._const({'add': 0, 'mul': 1, 'max': -math.inf}[kind], keep, self.dtype, self.device)
+    else: ret = self._new('reduce', (self,), keep, self.dtype, {'kind': kind, 'axes': axes})
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+  def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
+    acc = to_dtype(dtype) if dtype is not None else _sum_acc(self.dtype)
+    ret = self.cast(acc)._reduce('add', axis, keepdim)
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (_D.f16, _D.bf16) else ret
+
+  def prod(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
+    acc = to_dtype(dtype) if dtype is not None else _sum_acc(self.dtype)
+    ret = self.cast(acc)._reduce('mul', axis, keepdim)
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (_D.f16, _D.bf16) else ret
+
+  def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce('max', axis, keepdim)
+
+  def _inverse(self) -> Tensor:
+    return -self if self.dtype.is_float else self.logical_not() if self.dtype.is_bool else ~self
+
+  def min(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse().max(axis, keepdim)._inverse()
+
+  def mean(self, axis=None, keepdim: bool = False) -> Tensor:
+    out = self.dtype if self.dtype.is_float else _D.f32
+    axes = self._axes(axis)
+    n = math.prod(self.shape[i] for i in axes)
+    s = self.sum(axis, keepdim)
+    return (s.div(n) if n else s.cast(_upper_float(s.dtype)) * math.nan).cast(out)
+
+  def var(self, axis=None, keepdim: bool = False, correction=1) -> Tensor:
+    axes = self._axes(axis)
+    n = math.prod(self.shape[i] for i in axes)
+    sq = (self - self.mean(axes, keepdim=True)).square()
+    return sq.sum(axes, keepdim).div(max(0, n - correction))
+
+  def std(self, axis=None, keepdim: bool = False, correction=1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+
+  def argmax(self, axis=None, keepdim: bool = False) -> Tensor:
+    if axis is None:
+      r = self.flatten().argmax(0)
+      return r.reshape((1,) * self.ndim) if keepdim else r
+    ax = self._axis(axis)
+    if self.ndim == 0: return Tensor._const(0, (), _D.i32, self.device)
+    n = self.shape[ax]
+    if n == 0: raise ShapeError(f"argmax of an empty axis of shape {self.shape}")
+    m = self == self.max(ax, keepdim=True)
+    idx = m.where(Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1)), 0)
+    return (n - idx.max(ax, keepdim=keepdim)).cast(_D.i32)
+
+  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis, keepdim)
+
+  def any(self, axis=None, keepdim=False) -> Tensor: return self.cast(_D.bool_).max(axis, keepdim)
+  def all(self, axis=None, keepdim=False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
+
+  def _softmax(self, axis):
+    x = self._float()
+    m = x - x.max(axis, keepdim=True)
+    e = m.exp()
+    return m, e, e.sum(axis, keepdim=True)
+
+  def softmax(self, axis=-1) -> Tensor:
+    _, e, ss = self._softmax(axis)
+    return e.div(ss)
+
+  def log_softmax(self, axis=-1) -> Tensor:
+    m, _, ss = self._softmax(axis)
+    return m - ss.log()
+
+  def logsumexp(self, axis=-1, keepdim: bool = False) -> Tensor:
+    x = self._float()
+    m = x.max(axis, keepdim=True)
+    r = (x - m).exp().sum(axis, keepdim=True).log() + m
+    if keepdim: return r
+    axes = x._axes(axis)
+    return r.reshape(tuple(s for i, s in enumerate(r.shape) if i not in axes))
+
+  def cumsum(self, axis: int = 0) -> Tensor:
+    """Sum over a sliding window: x moved to the last axis, each row i adds x[..., j] for j <= i."""
+    if self.ndim == 0: return self.sum()
+    ax = self._axis(axis)
+    x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
+    n = x.shape[-1]
+    if n == 0: return self.cast(_sum_acc(self.dtype)) if self.dtype not in (_D.f16, _D.bf16) else self
+    tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
+    xe = x.unsqueeze(-2)._broadcast_to(x.shape[:-1] + (n, n))
+    r = tri._broadcast_to(xe.shape).where(xe, 0).sum(-1)
+    return r.transpose(ax, -1) if ax != self.ndim - 1 else r
+
+  # ---- linear algebra
+  def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
+
+  def matmul(self, w) -> Tensor:
+    x = self
+    if not isinstance(w, Tensor): w = Tensor(w, device=x.device)
+    if x.ndim == 0 or w.ndim == 0: raise ShapeError(f"matmul needs tensors of at least 1 axis, got shapes {x.shape} and {w.shape}")
+    dt = least_upper_dtype(x.dtype, w.dtype)
+    x, w = x.cast(dt), w.cast(dt)
+    k1, k2 = x.shape[-1], (w.shape[-2] if w.ndim > 1 else w.shape[0])
+    if k1 != k2: raise ShapeError(f"matmul shapes {self.shape} and {w.shape} do not fit: inner sizes {k1} and {k2}")
+    if x.ndim == 1 and w.ndim == 1: return (x * w)._reduce('add', 0, False)
+    x2 = x.reshape(1, k1) if x.ndim == 1 else x
+    w2 = w.reshape(k2, 1) if w.ndim == 1 else w
+    batch = _broadcast_shape(x2.shape[:-2], w2.shape[:-2])
+    x2, w2 = x2._broadcast_to(batch + x2.shape[-2:]), w2._broadcast_to(batch + w2.shape[-2:])
+    r = x2._new('matmul', (x2, w2), batch + (x2.shape[-2], w2.shape[-1]), dt)
+    if x.ndim == 1: r = r.reshape(r.shape[:-2] + r.shape[-1:])
+    if w.ndim == 1: r = r.reshape(r.shape[:-1])
+    return r
+
+  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    x = self * weight if weight.ndim == 1 else self.matmul(weight)
+    return x + bias if bias is not None else x
+
+  def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
+    y = self - self.mean(axis, keepdim=True)
+    return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
+
+  # ---- combining
+  def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+    ts = [self, *others]
+    for t in ts:
+      if not isinstance(t, Tensor): raise DTypeError(f"cat takes tensors, got {type(t).__name__}")
+      if t.ndim != self.ndim or t.ndim == 0: raise ShapeError(f"cat needs tensors of the same rank >= 1, got shapes {[x.shape for x in ts]}")
+    d = self._axis(dim)
+    for t in ts:
+      if t.shape[:d] != self.shape[:d] or t.shape[d + 1:] != self.shape[d + 1:]:
+        raise ShapeError(f"cat along axis {d}: shapes {[x.shape for x in ts]} differ in another axis")
+    dt = least_upper_dtype(*[t.dtype for t in ts])
+    total = sum(t.shape[d] for t in ts)
+    out, off = None, 0
+    for t in ts:
+      n = t.shape[d]
+      if n:
+        p = t.cast(dt).pad(tuple((off, total - off - n) if i == d else (0, 0) for i in range(t.ndim)))
+        out = p if out is None else out._binop('or' if dt.is_bool else 'add', p)
+      off += n
+    return out if out is not None else Tensor.zeros(*self.shape[:d], 0, *self.shape[d + 1:], dtype=dt, device=self.device)
+
+  def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+    ts = [self, *others]
+    for t in ts:
+      if not isinstance(t, Tensor): raise DTypeError(f"stack takes tensors, got {type(t).__name__}")
+      if t.shape != self.shape: raise ShapeError(f"stack needs tensors of one shape, got {[x.shape for x in ts]}")
+    d = self._axis(dim, self.ndim + 1)
+    return ts[0].unsqueeze(d).cat(*[t.unsqueeze(d) for t in ts[1:]], dim=d)
+
+  def repeat(self, *repeats) -> Tensor:
+    reps = _shape_arg(repeats)
+    if len(reps) < self.ndim: raise ShapeError(f"repeat {reps} has fewer entries than the axes of shape {self.shape}")
+    if any(r < 0 for r in reps): raise ShapeError(f"repeat counts must be non-negative, got {reps}")
+    base = (1,) * (len(reps) - self.ndim) + self.shape
+    x = self.reshape(tuple(v for s in base for v in (1, s)))
+    x = x.expand(tuple(v for r, s in zip(reps, base) for v in (r, s)))
+    return x.reshape(tuple(r * s for r, s in zip(reps, base)))
+
+  # ---- pooling and convolution (tinygrad's views)
+  def _pool(self, k_, stride=1, dilation=1) -> Tensor:
+    nk = len(k_)
+    s_ = (stride,) * nk if isinstance(stride, int) else tuple(stride)
+    d_ = (dilation,) * nk if isinstance(dilation, int) else tuple(dilation)
+    if self.ndim < nk or len(s_) != nk or len(d_) != nk: raise ShapeError(f"cannot pool shape {self.shape} with kernel {k_}, stride {s_}, dilation {d_}")
+    noop, i_ = [None] * (self.ndim - nk), self.shape[-nk:]
+    if any(d * (k - 1) + 1 > i for k, d, i in zip(k_, d_, i_)):
+      raise ShapeError(f"kernel {tuple(k_)} (dilation {d_}) is larger than the input {tuple(i_)}")
+    if any(s < 1 for s in s_) or any(d < 1 for d in d_): raise ShapeError(f"stride {s_} and dilation {d_} must be positive")
+    o_ = [(i - d * (k - 1) - 1) // s + 1 for i, d, k, s in zip(i_, d_, k_, s_)]
+    if any(k > s for k, s in zip(k_, s_)) or any(d != 1 for d in d_):
+      f_ = [1 + int(o * s > i - d * (k - 1)) for o, s, i, d, k in zip(o_, s_, i_, d_, k_)]
+      x = self.repeat([1] * len(noop) + [-(-k * (i * f + d) // i) for k, i, d, f in zip(k_, i_, d_, f_)])
+      x = x.shrink(tuple(noop + [(0, k * (i * f + d)) for k, i, d, f in zip(k_, i_, d_, f_)]))
+      x = x.reshape(tuple(x.shape[:len(noop)]) + tuple(v for k, i, d, f in zip(k_, i_, d_, f_) for v in (k, i * f + d)))
+      x = x.shrink(tuple(noop + [b for k, o, s in zip(k_, o_, s_) for b in ((0, k), (0, o * s))]))
+      x = x.reshape(tuple(x.shape[:len(noop)]) + tuple(v for k, o, s in zip(k_, o_, s_) for v in (k, o, s)))
+      x = x.shrink(tuple(noop + [b for k, o in zip(k_, o_) for b in ((0, k), (0, o), (0, 1))]))
+      x = x.reshape(tuple(x.shape[:len(noop)]) + tuple(v for k, o in zip(k_, o_) for v in (k, o)))
+      nn = len(noop)
+      return x.permute(*range(nn), *[nn + i * 2 + 1 for i in range(nk)], *[nn + i * 2 for i in range(nk)])
+    x = self.pad(tuple(noop + [(0, max(0, o * s - i)) for i, o, s in zip(i_, o_, s_)]))
+    x = x.shrink(tuple(noop + [(0, o * s) for o, s in zip(o_, s_)]))
+    x = x.reshape(tuple(x.shape[:len(noop)]) + tuple(v for o, s in zip(o_, s_) for v in (o, s)))
+    x = x.shrink(tuple(noop + [b for o, k in zip(o_, k_) for b in ((0, o), (0, k))]))
+    nn = len(noop)
+    return x.permute(*range(nn), *[nn + i * 2 for i in range(nk)], *[nn + i * 2 + 1 for i in range(nk)])
+
+  @staticmethod
+  def _pads2d(padding, n):
+    if isinstance(padding, int): return [padding] * 2 * n
+    p = list(padding)
+    if len(p) == n: return [v for v in p[::-1] for _ in range(2)]
+    if len(p) == 2 * n: return p
+    raise ShapeError(f"padding {padding} needs {n} or {2 * n} values")
+
+  def _pad2d(self, flat, value=0.0) -> Tensor:
+    """flat (left, right, top, bottom, ...) from the last axis, as torch's F.pad."""
+    return self.pad(tuple(flat), value) if any(flat) else self
+
+  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
+    k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    x = self._pad2d(Tensor._pads2d(padding, len(k)), -math.inf)
+    return x._pool(k, stride if stride is not None else k, dilation).max(tuple(range(-len(k), 0)))
+
+  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
+    k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    x = self._pad2d(Tensor._pads2d(padding, len(k)))
+    return x._pool(k, stride if stride is not None else k, dilation).mean(tuple(range(-len(k), 0)))
+
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
+    """NCHW input, (cout, cin/groups, kh, kw) weight; padding an int, (ph, pw) or torch's flat (left, right, top, bottom)."""
+    if self.ndim != weight.ndim or self.ndim < 3: raise ShapeError(f"conv2d: input {self.shape} and weight {weight.shape} need the same rank >= 3")
+    (bs, cin_), (cout, cin), HW = self.shape[:2], weight.shape[:2], weight.shape[2:]
+    if groups * cin != cin_ or cout % groups:
+      raise ShapeError(f"conv2d: input {self.shape} does not fit weight {weight.shape} with groups={groups} ({groups * cin} vs {cin_} channels)")
+    x = self._pad2d(Tensor._pads2d(padding, len(HW)))._pool(HW, stride, dilation)  # (bs, groups*cin, *oyx, *HW)
+    rcout, oyx = cout // groups, x.shape[2:-len(HW)]
+    nd = len(oyx)
+    x = x.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
+    x = x.permute(0, 1, 3, *[4 + i for i in range(nd)], 2, *[4 + nd + i for i in range(len(HW))])
+    ret = (x * weight.reshape(1, groups, rcout, *[1] * nd, cin, *HW)).sum([-1 - i for i in range(1 + len(HW))], keepdim=True)
+    ret = ret.reshape(bs, cout, *oyx)
+    return ret if bias is None else ret + bias.reshape(1, -1, *[1] * len(HW))
+
+  # ---- jit
+  @staticmethod
+  def jit(fn: Callable) -> Callable: return _Jit(fn)
+
+
+class _Jit:
+  """Compile fn once per input signature, then replay the compiled graph with new input buffers."""
+  def __init__(self, fn):
+    self.fn, self.cache = fn, {}
+    self.__wrapped__ = fn
+  def __call__(self, *args, **kwargs):
+    tens = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
+    key = (tuple((t.shape, t.dtype.name, t.device) for t in tens),
+           tuple(repr(a) for a in args if not isinstance(a, Tensor)), tuple(sorted((k, repr(v)) for k, v in kwargs.items() if not isinstance(v, Tensor))))
+    Tensor.realize(*tens) if tens else None
+    ent = self.cache.get(key)
+    if ent is None:
+      out = self.fn(*args, **kwargs)
+      outs = out if isinstance(out, (tuple, list)) else (out,)
+      roots = [o.node for o in outs]
+      if not roots or any(not isinstance(o, Tensor) for o in outs) or len({r.device for r in roots}) != 1:
+        return out  # nothing to replay (not tensors, or several devices)
+      m, leaves = _build_module(roots, 'jit')
+      m.verify()
+      from tgc.compiler import compile_module
+      cf = compile_module(m, roots[0].device)
+      inputs = [t.node for t in tens]
+      mapping = [('in', inputs.index(l)) if l in inputs else ('cap', l.buf) for l in leaves]
+      self.cache[key] = (cf, mapping, [(r.shape, r.dtype, r.device) for r in roots], isinstance(out, (tuple, list)))
+      res = cf(*[tens[i].node.buf if k == 'in' else i for k, i in mapping])
+      for r, o in zip(roots, res):
+        if not r.realized: r.op, r.srcs, r.attrs, r.buf = 'BUFFER', (), None, np.asarray(o)
+      return out
+    cf, mapping, meta, multi = ent
+    res = cf(*[tens[i].node.buf if k == 'in' else i for k, i in mapping])
+    outs = [Tensor(_Node('BUFFER', (), None, s, d, dev, np.asarray(o))) for (s, d, dev), o in zip(meta, res)]
+    return tuple(outs) if multi else outs[0]
