@@ -21,7 +21,8 @@ class UopFuncOp(Operation):
   """uop.func @r_2() attributes {global_size = [...], local_size = [...]} { flat list }."""
   name = 'uop.func'
   RESULTS = 0
-  ATTRS = {'sym_name': 'symbol', 'global_size': 'ints?', 'local_size': 'ints?', 'opts': 'records?'}
+  # contract: float multiplies and adds may fuse into fma (linearize sets it on optimised CPU kernels)
+  ATTRS = {'sym_name': 'symbol', 'global_size': 'ints?', 'local_size': 'ints?', 'opts': 'records?', 'contract': 'any?'}
   TRAITS = {FUNCTION}
   @property
   def sym_name(self) -> str: return self.attrs['sym_name']

@@ -47,6 +47,7 @@ class _Emitter:
     self.ifs: list = []       # merge blocks of open uop.if
     from tgc.dialects.uop_bounds import unproven_accesses
     self.unproven = unproven_accesses(fn)  # loads/stores guarded at run time: no access leaves its buffer
+    self.fp_flags = ('contract',) if fn.attrs.get('contract') else ()  # the uop.func allows mul+add -> fma
 
   def err(self, op, msg): return TgcError(f"llvm: @{self.name}: '{op.name}' {msg}")
 
@@ -277,9 +278,9 @@ class _Emitter:
       if nm == 'neg': r = b.fneg(a[0])
       elif nm in ('exp2', 'log2', 'sin', 'sqrt', 'trunc'): r = b.call(self.intrinsic(nm, ty), [a[0]])
       elif nm == 'recip': r = b.fdiv(self.splat(ty, 1.0), a[0])
-      elif nm == 'add': r = b.fadd(*a)
-      elif nm == 'sub': r = b.fsub(*a)
-      elif nm == 'mul': r = b.fmul(*a)
+      elif nm == 'add': r = b.fadd(*a, flags=self.fp_flags)
+      elif nm == 'sub': r = b.fsub(*a, flags=self.fp_flags)
+      elif nm == 'mul': r = b.fmul(*a, flags=self.fp_flags)
       elif nm == 'fdiv': r = b.fdiv(*a)
       elif nm == 'mod': r = b.frem(*a)  # fmod: the dividend's sign
       elif nm == 'idiv': r = b.call(self.intrinsic('trunc', ty), [b.fdiv(*a)])

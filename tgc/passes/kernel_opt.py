@@ -78,17 +78,21 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
       if ks.full[red[-1]] % amt == 0 and apply(Opt('grouptop', red[-1], amt)): break
   # upcast global axes that some buffer broadcasts (stride 0): each loaded value is reused across the lanes
   if red:
+    # register tiles: upcast the axes some buffer broadcasts (each loaded value is reused across the lanes);
+    # on CPUs 8 rows x 32 columns (two vectors) make loads fewer than fmas, which a 4x16 tile does not
     lanes, done = 1, set()
-    for _ in range(2):
+    wants = [vec, 2, 8] if not gpu else [4, 4]
+    for want in wants:
       glob = ks.axes('global')
       best = None
       for ax in reversed(glob):
-        if ax in done: continue
+        if ax in done and not (want == 2 and ax == min(done)): continue
         st = [ks.strides(op)[ax] for op in loads]
         if any(s == 0 for s in st) and any(s not in (0, None) for s in st):
-          amt = vec if ax == glob[-1] and ks.full[ax] % vec == 0 and not gpu else 4
-          if ks.full[ax] % amt == 0 and lanes * amt <= 64: best = (ax, amt); break
-      if best is None: break
+          for amt in (want, 4, 2):
+            if amt <= want and ks.full[ax] % amt == 0 and ks.full[ax] >= amt and lanes * amt <= MAX_LANES: best = (ax, amt); break
+          if best: break
+      if best is None: continue
       if apply(Opt('upcast', *best)):
         lanes *= best[1]
         done = {a + (a > best[0]) for a in done} | {best[0], best[0] + 1}  # the split's two parts are used
@@ -109,7 +113,7 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
       ax = glob[-1]
       if all(ks.strides(op)[ax] in (1, 0) for op in loads + [ks.store]) and ks.strides(ks.store)[ax] == 1:
         for amt in (vec, 8, 4, 2):
-          if amt <= vec and ks.full[ax] % amt == 0 and ks.full[ax] > amt and apply(Opt('upcast', ax, amt)): break
+          if amt <= vec and ks.full[ax] % amt == 0 and apply(Opt('upcast', ax, amt)): break
   # GPU: local dims on the global axes
   if allow_local:
     for ax in reversed(ks.axes('global')):

@@ -30,6 +30,7 @@ MAX_GLOBAL_DIMS = 3
 CPU_TARGETS = ('llvm', 'c')
 VEC_WIDTHS = (2, 4, 8, 16)
 MAX_LANES = 256
+MAX_ACCS = 24     # accumulators kept apart per unrolled lane at most (registers: 32 vector registers on AVX-512)
 OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce'}
 
 
@@ -196,6 +197,7 @@ class Lowerer:
     for r in reversed(self.loops): b.close_range(r)
     attrs = {'sym_name': Symbol(k.sym_name), 'global_size': tuple(global_size) or (1,), 'local_size': tuple(local_size) or (1,)}
     if opts: attrs['opts'] = opts
+    if opts and self.cpu: attrs['contract'] = True  # fma in the register tiles: half the instructions, one rounding
     return U('func')([], [], attrs, k.loc, Block([], b.ops))
 
   def grid(self, axes, prefix):
@@ -252,6 +254,14 @@ class Lowerer:
   def lower_reduce_region(self, reduces, idx, last_reduce):
     b, ops, full = self.b, self.ops_list, self.full
     cu = self.combos(self.lanes_above)
+    cb_all = self.combos(self.lanes_below)
+    cmap = {a: i for i, a in enumerate(self.lanes_below)}
+    above_of = lambda cb: tuple(cb[cmap[a]] for a in self.lanes_above)
+    # one accumulator per unrolled lane while they fit in registers: no chain of dependent updates in the
+    # loop; the lanes of an unrolled reduce axis are combined after it
+    split = len(cb_all) <= MAX_ACCS
+    keys = cb_all if split else cu
+    key_of = (lambda cb: cb) if split else above_of
     vec_is_unroll = self.vec is not None and self.kinds[self.vec] == 'unroll'
     accs = {}
     for r in reduces:
@@ -259,7 +269,7 @@ class Lowerer:
       t = VecType(self.W, dt) if self.vec is not None and self.W > 1 else dt
       init = b.const(alu.reduce_identity(r.kind, dt), dt)
       if isinstance(t, VecType): init = b.emit('vectorize', [init] * self.W, t)
-      accs[r] = {c: b.emit('define_acc', [init], t, pure=False) for c in cu}
+      accs[r] = {c: b.emit('define_acc', [init], t, pure=False) for c in keys}
     loop_idx = dict(idx)
     ranges = []
     for a in range(len(full)):
@@ -272,20 +282,24 @@ class Lowerer:
     for n, op in enumerate(ops[:last_reduce + 1]):
       if op.name == 'kernel.reduce': continue
       self.lower_op(op, loop_idx, self.lanes_below, above=False)
-    cmap = {a: i for i, a in enumerate(self.lanes_below)}
     for r in reduces:
       src = self.vals[r.src]
-      res = {}
-      for c in cu:
-        acc = accs[r][c]
-        cur = acc
-        for cb in self.combos(self.lanes_below):
-          if any(cb[cmap[a]] != c[i] for i, a in enumerate(self.lanes_above)): continue
-          x = self.broadcast(src[cb], acc.type)
-          cur = b.emit(r.kind, [cur, x], acc.type, pure=False)
-        res[c] = b.emit('phi', [acc, cur], acc.type, pure=False)
-      self.vals[r.results[0]] = res
+      cur = dict(accs[r])
+      for cb in cb_all:
+        k = key_of(cb)
+        cur[k] = b.emit(r.kind, [cur[k], self.broadcast(src[cb], cur[k].type)], cur[k].type, pure=False)
+      phis = {k: b.emit('phi', [accs[r][k], cur[k]], cur[k].type, pure=False) for k in keys}
+      self.vals[r.results[0]] = phis
     for rr in reversed(ranges): b.close_range(rr)
+    if split:  # combine the unrolled lanes of each upcast lane, as a tree
+      for r in reduces:
+        phis, res = self.vals[r.results[0]], {}
+        for c in cu:
+          parts = [phis[cb] for cb in cb_all if above_of(cb) == c]
+          while len(parts) > 1:
+            parts = [b.emit(r.kind, [parts[i], parts[i + 1]], parts[i].type) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+          res[c] = parts[0]
+        self.vals[r.results[0]] = res
     if any(kd == 'group' for kd in self.kinds): self.group_reduce(reduces, cu)
     if vec_is_unroll:  # horizontal reduce of the vector lanes
       for r in reduces:

@@ -9,7 +9,8 @@ TARGETS = ('llvm', 'c', 'cuda', 'metal', 'opencl')
 
 
 def lower_to_uop_text(target: str = 'llvm', noopt: bool = False) -> str:
-  steps = ['canonicalize', 'tensor-decompose', 'canonicalize', 'cse', 'kernelize']
+  pack = '{pack=true}' if target in ('llvm', 'c') and not noopt else ''
+  steps = ['canonicalize', f'tensor-decompose{pack}', 'canonicalize', 'cse', 'kernelize']
   if not noopt:
     try:
       get_pass('kernel-opt')
