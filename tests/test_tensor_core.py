@@ -6,6 +6,8 @@ import pytest
 import tgc
 from tgc import Tensor, dtypes, TgcError, ShapeError, DTypeError, AxisError, IndexingError
 
+pytestmark = pytest.mark.usefixtures('_default_device')  # $TGC_TEST_DEVICE, or a test's `dev` (conftest.py)
+
 RNG = np.random.default_rng(1234)
 # The big matrices of cases run on the reference interpreter (cheap to compile, fine for small tensors); a
 # test that takes a `dev` argument runs on each device it is given. The CPU device compiles each new graph
@@ -13,14 +15,6 @@ RNG = np.random.default_rng(1234)
 BOTH = ["CPU", "INTERP"]
 
 
-@pytest.fixture(autouse=True)
-def _default_device(request):
-  cs = getattr(request.node, 'callspec', None)
-  dev = cs.params.get('dev', 'INTERP') if cs is not None else 'INTERP'
-  old = tgc.Device._default
-  tgc.Device.DEFAULT = dev
-  yield dev
-  tgc.Device._default = old
 SHAPES = [(), (1,), (3,), (7,), (17,), (3, 7), (127,), (2, 3, 5)]
 
 

@@ -4,17 +4,11 @@ import pytest
 import tgc
 from tgc import Tensor, dtypes, ShapeError, AxisError
 
+pytestmark = pytest.mark.usefixtures('_default_device')  # $TGC_TEST_DEVICE, or a test's `dev` (conftest.py)
+
 RNG = np.random.default_rng(99)
 
 
-@pytest.fixture(autouse=True)
-def _default_device(request):
-  cs = getattr(request.node, 'callspec', None)
-  dev = cs.params.get('dev', 'INTERP') if cs is not None else 'INTERP'
-  old = tgc.Device._default
-  tgc.Device.DEFAULT = dev
-  yield dev
-  tgc.Device._default = old
 
 def check(t, e, dtype=None, rtol=1e-5, atol=1e-5):
   e = np.asarray(e)

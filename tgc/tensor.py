@@ -1030,7 +1030,8 @@ class Tensor:
 
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
     k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
-    x = self._pad2d(Tensor._pads2d(padding, len(k)), -math.inf)
+    lowest = -math.inf if self.dtype.is_float else _D.min_max(self.dtype)[0]  # pad with the dtype's lowest: ints stay ints
+    x = self._pad2d(Tensor._pads2d(padding, len(k)), lowest)
     return x._pool(k, stride if stride is not None else k, dilation).max(tuple(range(-len(k), 0)))
 
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:

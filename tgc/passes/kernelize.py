@@ -164,6 +164,7 @@ class _KernelBuilder:
     self.loads: list[Operation] = []
     self.after: list[Operation] = []       # loads outside the reduce: they walk the stored shape
     self.out_shape = root.type.shape
+    self.const_loads = False                # splat constants below the reduce are read from host buffers
 
   def name(self):
     shape = self.final_shape
@@ -209,7 +210,7 @@ class _KernelBuilder:
       return self.load(s.buffers[v] if v in s.buffers else s.host_buffer(v), path, below)
     if op.name == 'tensor.const':
       st = self.views(v.type.shape, path)
-      if isinstance(op.attrs['value'], tuple) or any(w.mask is not None for w in st.views):
+      if isinstance(op.attrs['value'], tuple) or any(w.mask is not None for w in st.views) or (below and self.const_loads):
         return self.load(s.host_buffer(v), path, below)
       return self.add(K('const')([], [dt], {'value': op.attrs['value']}, op.loc))
     if MOVEMENT in op.TRAITS: return self.emit(op.operands[0], path + (op,), below)
@@ -236,6 +237,11 @@ class _KernelBuilder:
   def build(self):
     root = self.root
     val = self.emit(root, (), False)
+    if self.axes and all(ld in self.after for ld in self.loads):
+      # a reduce over constants only: nothing would give the loop its size; read the constant from a host buffer
+      self.__init__(self.s, root)
+      self.const_loads = True
+      val = self.emit(root, (), False)
     out = self.out_shape  # the reduce's output shape; the root may be a reshape of it
     full = self.full if self.full is not None else out
     if full == ():  # scalar kernels iterate over one point

@@ -20,10 +20,18 @@ _pool: ThreadPoolExecutor | None = None
 PARALLEL_MIN_BYTES = 1 << 20  # below this a launch is too short to be worth a thread hand-off
 
 
+_CORES = os.cpu_count() or 1
+_threads_env: tuple[str | None, int] = ('', _CORES)
+
 def threads() -> int:
-  """Worker threads for one launch: $CPU_THREADS, else the core count."""
-  try: return max(1, int(os.environ.get('CPU_THREADS', '') or (os.cpu_count() or 1)))
-  except ValueError: return os.cpu_count() or 1
+  """Worker threads for one launch: $CPU_THREADS, else the core count (read per launch, parsed once per value)."""
+  global _threads_env
+  v = os.environ.get('CPU_THREADS')
+  if v != _threads_env[0]:
+    try: n = max(1, int(v)) if v else _CORES
+    except ValueError: n = _CORES
+    _threads_env = (v, n)
+  return _threads_env[1]
 
 def _get_pool(n: int) -> ThreadPoolExecutor:
   global _pool
