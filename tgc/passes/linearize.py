@@ -28,6 +28,7 @@ from tgc.passes.manager import Pass
 U = lambda n: REGISTRY[f'uop.{n}']
 MAX_GLOBAL_DIMS = 3
 CPU_TARGETS = ('llvm', 'c')
+ALIGNED_TARGETS = ('cuda', 'metal')  # vector loads and stores need addresses aligned to the vector
 VEC_WIDTHS = (2, 4, 8, 16)
 MAX_LANES = 256
 MAX_ACCS = 24     # accumulators kept apart per unrolled lane at most (registers: 32 vector registers on AVX-512)
@@ -413,6 +414,14 @@ class Lowerer:
     rs = self.views[op].real_strides()
     return rs[self.vec]
 
+  def aligned(self, i) -> bool:
+    """CUDA and Metal load a float4 only from an address that is a multiple of its size: the index must be
+    a multiple of the vector width for every value of the variables in it (CPUs and OpenCL's vloadN don't care)."""
+    if self.target not in ALIGNED_TARGETS: return True
+    from tgc.passes.uop_simplify import terms
+    ts, k = terms(i, {})
+    return k % self.W == 0 and all(coef % self.W == 0 for coef, _ in ts)
+
   def load(self, op, idx, lane_axes, c):
     """Loads are merged like pure ops: a kernel stores only to data0 and never reads it back."""
     b = self.b
@@ -426,7 +435,7 @@ class Lowerer:
       return b.emit('load', [buf, i, valid, b.const(0, dt)], dt)
     st = self.vec_stride(op)
     if st == 0: return one(0)
-    if st == 1:
+    if st == 1 and self.aligned(self.index(op, idx, lane_axes, c, 0)[0]):
       i, valid = self.index(op, idx, lane_axes, c, 0)
       t = VecType(self.W, dt)
       cv = b.cval(valid)
@@ -458,7 +467,7 @@ class Lowerer:
       i, _ = self.index(op, idx, lane_axes, c); put(i, v, gate); return
     st = self.vec_stride(op)
     vec_padded = any(a == self.vec for terms, _ in self.padded.values() for a, _ in terms)
-    if st == 1 and not vec_padded:
+    if st == 1 and not vec_padded and self.aligned(self.index(op, idx, lane_axes, c, 0)[0]):
       i, _ = self.index(op, idx, lane_axes, c, 0)
       put(i, self.broadcast(v, VecType(self.W, dt)), gate); return
     for l in range(self.W):  # lane by lane: a strided store, or lanes the padding may cut off

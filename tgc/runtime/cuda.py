@@ -6,7 +6,7 @@ back after it. Modules are cached by source in the process. On a machine without
 opening the device raises TgcError("CUDA device unavailable: ...").
 """
 from __future__ import annotations
-import threading
+import os, tempfile, threading
 import numpy as np
 from tgc.errors import TgcError
 from tgc.runtime.interp import buffer_signature, buffer_sizes, check_buffers, launch_dims
@@ -40,7 +40,9 @@ class CUDADevice:
     with _lock:
       m = self._modules.get(src)
       if m is None:
-        try: m = SourceModule(src, no_extern_c=True, arch=self.arch, options=['--fmad=false'])
+        # one compiler cache per process: pycuda's shared one races when several processes fill it at once
+        cache = os.path.join(tempfile.gettempdir(), f"tgc-pycuda-{os.getpid()}")
+        try: m = SourceModule(src, no_extern_c=True, arch=self.arch, options=['--fmad=false'], cache_dir=cache)
         except Exception as e: raise TgcError(f"cuda: nvcc rejected the emitted source:\n{e}\n{src}") from None
         self._modules[src] = m
       return m
