@@ -137,7 +137,9 @@ def test_tensor_programs(name, dev):
   ref = compiled(name, 'INTERP')(*ins)
   for g, r in zip(got, ref):
     assert g.dtype == r.dtype and g.shape == r.shape
-    if exact(r) or name not in ('softmax', 'where', 'halfmath'): np.testing.assert_array_equal(g, r, err_msg=f"{name} on {dev}")
+    # integers agree bit for bit; floats summed in another order (each target's kernel-opt picks its own tiles)
+    # agree to rounding, except where no reduction is involved
+    if exact(r) or name not in ('softmax', 'where', 'halfmath', 'matmul', 'dot', 'reduce'): np.testing.assert_array_equal(g, r, err_msg=f"{name} on {dev}")
     else: np.testing.assert_allclose(g.astype(np.float64), r.astype(np.float64), rtol=2e-6 if r.dtype != np.float16 else 1e-3, err_msg=f"{name} on {dev}")
   if TENSOR[name][1] is not None:
     for g, want in zip(got, TENSOR[name][1](*ins)):
