@@ -42,6 +42,7 @@ class CUDADevice:
       if m is None:
         # one compiler cache per process: pycuda's shared one races when several processes fill it at once
         cache = os.path.join(tempfile.gettempdir(), f"tgc-pycuda-{os.getpid()}")
+        os.makedirs(cache, exist_ok=True)
         try: m = SourceModule(src, no_extern_c=True, arch=self.arch, options=['--fmad=false'], cache_dir=cache)
         except Exception as e: raise TgcError(f"cuda: nvcc rejected the emitted source:\n{e}\n{src}") from None
         self._modules[src] = m
