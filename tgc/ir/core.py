@@ -22,6 +22,7 @@ SCOPE_CLOSE = 'scope_close'
 FORWARD_REFS = 'forward_refs'  # its variadic operands may be defined later in the block (uop.define_acc's ranges)
 
 REGISTRY: dict[str, type[Operation]] = {}
+_new_object = object.__new__
 
 
 class Value:
@@ -75,6 +76,16 @@ class Operation:
     self.attrs = {k: normalize(self.ATTRS.get(k, 'any'), v) for k, v in attrs.items()} if attrs else {}
     self.loc, self.body = loc, body
     if body is not None: body.parent = self
+
+  @classmethod
+  def _new(cls, operands: list, result_types, attrs: dict, loc: Location | None):
+    """The parser's constructor: `attrs` are already normalised (normalize is idempotent) and `operands`
+    is a fresh list the op may keep; no body."""
+    self = _new_object(cls)
+    self.operands = operands
+    self.results = [Value(result_types[0], self, 0)] if len(result_types) == 1 else [Value(t, self, i) for i, t in enumerate(result_types)]
+    self.attrs, self.loc, self.body = attrs, loc, None
+    return self
 
   @property
   def result(self) -> Value:

@@ -38,6 +38,8 @@ class Format:
     self.types_out = [t for t in re.findall(r'type\(\$(\w+)\)', after)] if arrow else None
     self.has_types = bool(types.strip())
     self.covered = {d for d in self._names(self.body)}
+    self.parse = _compile_parse(self)   # the same as parse_slow, generated for this format
+    self.print = _compile_print(self)   # the same as print_slow when the operands fit; print_slow otherwise
 
   def _names(self, ds):
     for d in ds:
@@ -69,7 +71,7 @@ class Format:
     return stack[0]
 
   # ---- parsing: items (from the grammar) -> operands, attrs ----
-  def parse(self, items: list, types_in: list, types_out: list | None, resolve):
+  def parse_slow(self, items: list, types_in: list, types_out: list | None, resolve):
     operands: dict[str, list] = {}
     attrs: dict = {}
     rest = self._match(self.body, list(items), operands, attrs, resolve)
@@ -143,7 +145,7 @@ class Format:
     return items
 
   # ---- printing ----
-  def print(self, op, name) -> str:
+  def print_slow(self, op, name) -> str:
     groups = op.operand_groups()
     out: list[str] = []
     self._print(self.body, op, groups, name, out)
@@ -189,8 +191,174 @@ def describe(it) -> str:
   return repr(it)
 
 def compiled(cls) -> Format:
+  try: return _by_class[cls]
+  except KeyError: pass
   f = cls.__dict__.get('_fmt')
   if f is None:
     f = Format(cls, cls.FORMAT)
     cls._fmt = f
+  _by_class[cls] = f
   return f
+
+_by_class: dict = {}  # class -> its Format (classes are few and live as long as the process)
+
+
+# ---- code generation: each format's parse and print as one straight Python function ----
+# The generated functions do exactly what Format.parse_slow / print_slow do, step for step (the same
+# checks in the same order, the same messages), without interpreting the directive list for each op.
+
+class _Src:
+  def __init__(self): self.lines, self.n = [], 0
+  def emit(self, depth, text): self.lines.append('  ' * depth + text)
+  def var(self, base):
+    self.n += 1
+    return f"{base}{self.n}"
+
+
+def _compile_parse(f: Format):
+  cls = f.cls
+  kinds = f.operand_kinds
+  src, env = _Src(), {'Ref': Ref, 'Ident': Ident, 'LList': LList, 'Tup': Tup, 'FormatError': FormatError, 'AttrError': AttrError,
+                      'normalize': normalize, 'describe': describe, 'NAME': cls.name, 'TYPES_TEXT': f._types_text()}
+  opvar = {}   # operand name -> local holding its list of values (assigned where the format reads it)
+  seen = []
+  def operand_var(n):
+    if n not in opvar: opvar[n] = f"o_{n}"; seen.append(n)
+    return opvar[n]
+  def match(ds, items, idx, depth):
+    for d in ds:
+      if d.kind == 'comma': continue
+      if d.kind == 'operand':
+        v = operand_var(d.name)
+        if kinds[d.name] == '*':
+          src.emit(depth, f"{v} = []")
+          src.emit(depth, f"while {idx} < len({items}) and isinstance({items}[{idx}], Ref):")
+          src.emit(depth + 1, f"{v}.append(resolve({items}[{idx}], True)); {idx} += 1")
+        else:
+          src.emit(depth, f"if {idx} >= len({items}) or not isinstance({items}[{idx}], Ref): raise FormatError(f\"'{{NAME}}' expects an SSA value for ${d.name}, got {{describe({items}[{idx}]) if {idx} < len({items}) else 'nothing'}}\")")
+          src.emit(depth, f"{v} = [resolve({items}[{idx}], False)]; {idx} += 1")
+      elif d.kind == 'attr':
+        kind = cls.ATTRS[d.name].rstrip('?')
+        env[f"K_{d.name}"] = kind
+        src.emit(depth, f"if {idx} >= len({items}): raise FormatError(\"'\" + NAME + \"' expects ${d.name}, got nothing\")")
+        src.emit(depth, f"it = {items}[{idx}]; {idx} += 1")
+        src.emit(depth, f"if isinstance(it, Ref): raise FormatError(\"'\" + NAME + \"' expects ${d.name} ({kind}), got an SSA value\")")
+        if kind == 'ident':
+          src.emit(depth, f"if not isinstance(it, Ident): raise FormatError(f\"'{{NAME}}' expects a name for ${d.name}, got {{describe(it)}}\")")
+        src.emit(depth, f"try: attrs[{d.name!r}] = normalize(K_{d.name}, it)")
+        src.emit(depth, f"except AttrError as e: raise FormatError(f\"'{{NAME}}' ${d.name}: {{e}}\") from None")
+      elif d.kind == 'group':
+        want = 'LList' if d.name == '[' else 'Tup'
+        src.emit(depth, f"if {idx} >= len({items}) or not isinstance({items}[{idx}], {want}): raise FormatError(f\"'{{NAME}}' expects '{d.name}' here, got {{describe({items}[{idx}]) if {idx} < len({items}) else 'nothing'}}\")")
+        g, gi = src.var('g'), src.var('j')
+        src.emit(depth, f"{g} = {items}[{idx}]; {idx} += 1; {gi} = 0")
+        match(d.children, g, gi, depth)
+        src.emit(depth, f"if {gi} < len({g}): raise FormatError(f\"unexpected {{describe({g}[{gi}])}} in custom form of '{{NAME}}'\")")
+      elif d.kind == 'optional':
+        src.emit(depth, f"if {idx} < len({items}):")
+        src.emit(depth + 1, "pass")  # an empty group is allowed
+        match(d.children, items, idx, depth + 1)
+  src.emit(1, "i = 0")
+  src.emit(1, "attrs = {}")
+  mark = len(src.lines)
+  match(f.body, 'items', 'i', 1)
+  src.emit(1, "if i < len(items): raise FormatError(f\"unexpected {describe(items[i])} in custom form of '{NAME}'\")")
+  # operands the format may not read are empty (Format.parse_slow: operands.get(name, []))
+  inits = [f"  {opvar[n]} = ()" for n in seen]
+  src.lines[mark:mark] = inits
+  ordered = [opvar[n.rstrip('*?')] for n in cls.OPERANDS if n.rstrip('*?') in opvar]
+  src.emit(1, f"ordered = [{', '.join('*' + v for v in ordered)}]")
+  if not f.has_types:
+    src.emit(1, "if types_in or types_out is not None: raise FormatError(\"'\" + NAME + \"' takes no type list\")")
+    src.emit(1, "return ordered, [], attrs")
+  else:
+    if f.types_out is not None: src.emit(1, "if types_out is None: raise FormatError(\"'\" + NAME + \"' expects types as ': \" + TYPES_TEXT + \"'\")")
+    else: src.emit(1, "if types_out is not None: raise FormatError(\"'\" + NAME + \"' expects types as ': \" + TYPES_TEXT + \"'\")")
+    src.emit(1, "rtypes = []")
+    for spec, got in ((f.types_in, 'types_in'), (f.types_out or [], 'types_out')):
+      variadic = [n for n in spec if kinds.get(n) in ('*', '?')]
+      fixed = len(spec) - len(variadic)
+      msg = f"\"'\" + NAME + \"' expects {fixed} type{'s' if fixed != 1 else ''} in ': \" + TYPES_TEXT + \"', got \" + str(len({got}))"
+      if got == 'types_out' and f.types_out is None:
+        continue  # Format.parse_slow binds an empty spec against [] here: nothing to do
+      if not variadic: src.emit(1, f"if len({got}) != {fixed}: raise FormatError({msg})")
+      else: src.emit(1, f"if len({got}) < {fixed}: raise FormatError({msg})")
+      src.emit(1, "k = 0")
+      for n in spec:
+        if n == 'result':
+          src.emit(1, f"rtypes.append({got}[k]); k += 1")
+        elif kinds.get(n) in ('*', '?'):
+          vv = opvar.get(n, '()')
+          src.emit(1, f"for v, t in zip({vv}, {got}[k:k + len({vv})]):")
+          src.emit(2, "if v.type is None: v.type = t")
+          src.emit(2, f"elif v.type is not t and v.type != t: raise FormatError(f\"type of ${n} is {{v.type}}, but the type list says {{t}}\")")
+          src.emit(1, f"k += len({vv})")
+        else:
+          if n in opvar:
+            src.emit(1, f"if {opvar[n]}:")
+            src.emit(2, f"v, t = {opvar[n]}[0], {got}[k]")
+            src.emit(2, "if v.type is None: v.type = t")
+            src.emit(2, f"elif v.type is not t and v.type != t: raise FormatError(f\"type of ${n} is {{v.type}}, but the type list says {{t}}\")")
+          src.emit(1, "k += 1")
+    src.emit(1, "return ordered, rtypes, attrs")
+  code = "def parse(items, types_in, types_out, resolve):\n" + '\n'.join(src.lines)
+  exec(compile(code, f"<format {cls.name}>", 'exec'), env)
+  fn = env['parse']
+  fn.source = code
+  return fn
+
+
+def _compile_print(f: Format):
+  """Custom form text after the op's name. The fast path needs every operand group to hold one value
+  (no variadic or optional operand, the declared count); otherwise print_slow does it."""
+  cls = f.cls
+  if any(k for k in f.operand_kinds.values()): return f.print_slow
+  names = [n.rstrip('*?') for n in cls.OPERANDS]
+  index = {n: i for i, n in enumerate(names)}
+  for n in list(f.types_in) + list(f.types_out or []):
+    if n != 'result' and n not in index: return f.print_slow  # type($attr): print_slow's KeyError, as before
+  env = {'fmt_attr': fmt_attr, 'slow': f.print_slow, 'COVERED': frozenset(f.covered), 'NOPS': len(names), 'NONAMES': {}}
+  parts = []   # python expressions whose concatenation is the text (constant strings folded)
+  def lit(s):
+    if parts and parts[-1][0] == 'lit': parts[-1] = ('lit', parts[-1][1] + s)
+    else: parts.append(('lit', s))
+  def emit_ds(ds):
+    for d in ds:
+      sp = ' ' if d.space else ''
+      if d.kind == 'comma': lit(sp + ',')
+      elif d.kind == 'operand':
+        v = f"ops[{index[d.name]}]"
+        lit(sp); parts.append(('expr', f"(names.get({v}) or name({v}))"))
+      elif d.kind == 'attr':
+        env[f"K_{d.name}"] = cls.ATTRS[d.name]
+        lit(sp); parts.append(('expr', f"fmt_attr(K_{d.name}, a[{d.name!r}], True)"))
+      elif d.kind == 'group':
+        lit(sp + d.name)
+        if not emit_ds(d.children): return False
+        lit(']' if d.name == '[' else ')')
+      elif d.kind == 'optional':
+        return False
+    return True
+  if not emit_ds(f.body): return f.print_slow  # optional groups: only with optional operands or attributes
+  lines = ["def print_(op, name, tstr=str, names=NONAMES):", "  ops = op.operands", "  if len(ops) != NOPS: return slow(op, name)", "  a = op.attrs"]
+  def joined(ps):
+    return ' + '.join(repr(v) if k == 'lit' else v for k, v in ps) if ps else "''"
+  lines.append(f"  s = {joined(parts)}")
+  lines.append("  if a:")
+  lines.append("    extra = {k: v for k, v in a.items() if k not in COVERED}")
+  lines.append("    if extra: s += ' {' + ', '.join(f\"{k} = {fmt_attr(op.ATTRS.get(k, 'any'), v)}\" for k, v in sorted(extra.items())) + '}'")
+  if f.has_types:
+    def ty(n): return "tstr(op.results[0].type)" if n == 'result' else f"tstr(ops[{index[n]}].type)"
+    # (tstr is the printer's cached str of a type; plain str when called as print_(op, name))
+    ins = [ty(n) for n in f.types_in]
+    if not ins and f.types_out is None: lines.append("  return s")
+    else:
+      expr = "s + ' : ' + " + (" + ', ' + ".join(ins) if ins else "''")
+      if f.types_out is not None: expr += " + ' -> ' + " + (" + ', ' + ".join(ty(n) for n in f.types_out) if f.types_out else "''")
+      lines.append(f"  return {expr}")
+  else: lines.append("  return s")
+  code = '\n'.join(lines)
+  exec(compile(code, f"<format print {cls.name}>", 'exec'), env)
+  fn = env['print_']
+  fn.source, fn.fast = code, True
+  return fn

@@ -11,6 +11,14 @@ class Printer:
     self.names: dict[Value, str] = {}
     self.used: set[str] = set()
     self.counter = 0
+    self._tstr: dict[int, tuple] = {}  # id(type) -> (type, its text): types print often and are few
+
+  def tstr(self, t) -> str:
+    e = self._tstr.get(id(t))
+    if e is not None and e[0] is t: return e[1]
+    s = str(t)
+    self._tstr[id(t)] = (t, s)
+    return s
 
   # SSA names: a value keeps the name it was parsed with unless that name is a number or taken;
   # others are numbered in order of definition, per function (functions are isolated from above).
@@ -44,20 +52,29 @@ class Printer:
     return '\n'.join(out)
 
   def print_op(self, op: Operation, out: list[str], indent: int):
-    pad = '  ' * indent
     if op.has(FUNCTION): return self.print_function(op, out, indent)
-    res = ', '.join(self.names.get(r) or self.define(r) for r in op.results)
-    head = f"{pad}{res} = " if res else pad
+    out.append(self._op_line(op, '  ' * indent))
+
+  def _op_line(self, op: Operation, pad: str) -> str:
+    names = self.names
+    results = op.results
+    if len(results) == 1:
+      r = results[0]
+      head = pad + (names.get(r) or self.define(r)) + ' = '
+    elif results: head = pad + ', '.join(names.get(r) or self.define(r) for r in results) + ' = '
+    else: head = pad
     if self.generic: body = self.generic_body(op)
-    else: body = op.name + compiled(type(op)).print(op, self.name)
+    else: body = op.name + _print_fn(type(op))(op, self.name, self.tstr, names)
     if self.locs and op.loc is not None and op.loc.line > 0: body += ' ' + op.loc.text()
-    out.append(head + body)
+    return head + body
 
   def generic_body(self, op: Operation) -> str:
-    s = f'"{op.name}"(' + ', '.join(self.name(v) for v in op.operands) + ')'
+    names, name, tstr = self.names, self.name, self.tstr
+    ops = op.operands
+    s = f'"{op.name}"(' + ', '.join([names.get(v) or name(v) for v in ops]) + ')'
     if op.attrs: s += ' {' + ', '.join(f"{k} = {fmt_attr(op.ATTRS.get(k, 'any'), v)}" for k, v in sorted(op.attrs.items())) + '}'
-    ins = ', '.join(str(v.type) for v in op.operands)
-    outs = [str(r.type) for r in op.results]
+    ins = ', '.join([tstr(v.type) for v in ops])
+    outs = [tstr(r.type) for r in op.results]
     return s + f" : ({ins}) -> " + (outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')')
 
   def print_function(self, op: Operation, out: list[str], indent: int):
@@ -65,6 +82,7 @@ class Printer:
     self.names, self.used, self.counter = {}, set(), 0
     pad = '  ' * indent
     args = ', '.join(f"{self.define(a)}: {a.type}" for a in op.body.args)
+    define = self.define
     s = f"{pad}{op.name} @{op.attrs['sym_name']}({args})"
     rt = op.attrs.get('result_types')
     if rt is not None and len(rt) > 0:
@@ -74,7 +92,24 @@ class Printer:
     if self.locs and op.loc is not None and op.loc.line > 0: s += ' ' + op.loc.text()
     out.append(s + ' {')
     for o in op.body.ops:  # name every value first: uses may precede definitions (uop.define_acc)
-      for r in o.results: self.define(r)
-    for o in op.body.ops: self.print_op(o, out, indent + 1)
+      for r in o.results: define(r)
+    inner = pad + '  '
+    line = self._op_line
+    for o in op.body.ops:
+      if o.has(FUNCTION): self.print_function(o, out, indent + 1)
+      else: out.append(line(o, inner))
     out.append(pad + '}')
     self.names, self.used, self.counter = saved
+
+
+_print_fns: dict = {}
+
+def _print_fn(cls):
+  """The custom form printer of an op class: (op, name, tstr, names) -> text after the op name."""
+  f = _print_fns.get(cls)
+  if f is None:
+    p = compiled(cls).print
+    if getattr(p, 'fast', False): f = p
+    else: f = lambda op, name, tstr, names, p=p: p(op, name)
+    _print_fns[cls] = f
+  return f
