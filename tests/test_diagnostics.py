@@ -195,8 +195,6 @@ def test_only_comments_and_blank_lines_is_an_empty_module(tmp_path):
   assert (rc, out, err) == (0, '', '')
 
 
-@pytest.mark.xfail(strict=True, reason="parser bug (tgc/parser, not editable here): a duplicate attribute in an attr dict is "
-                                       "reported at line 1 of the input, not at the op or the attribute")
 def test_duplicate_attribute_is_located_at_its_op(tmp_path):
   path = write(tmp_path, 'func.func @f(%a: tensor<4xf32>) {\n  %0 = tensor.neg %a {k = 1, k = 2} : tensor<4xf32>\n  func.return\n}\n')
   rc, out, err, dt = tgc_opt(path)

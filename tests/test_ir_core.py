@@ -259,8 +259,6 @@ def test_clone_module_is_deep_and_prints_the_same():
   assert m.print() == text  # the original is untouched
 
 
-@pytest.mark.xfail(strict=True, reason="printer/format bug (tgc/ir/format.py, not editable here): an op with an empty custom "
-                                       "body and no types, e.g. a bare `func.return`, prints a trailing space")
 def test_printed_lines_have_no_trailing_whitespace():
   m = ir.parse('func.func @f() {\n  func.return\n}\n')
   assert all(line == line.rstrip() for line in m.print().split('\n'))

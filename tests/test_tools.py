@@ -102,9 +102,6 @@ def test_verify_diagnostics_fails_on_an_unexpected_error(files):
   assert rc == 1 and 'unexpected error' in err
 
 
-@pytest.mark.xfail(strict=True, reason="bug in tgc/parser/parser.py `_unregistered` (+ tgc/ir/core.py __init_subclass__), not editable "
-                                       "here: the operand group named 'operands' becomes a read-only property that shadows "
-                                       "Operation.operands, so --allow-unregistered-dialect crashes with an internal error (exit 3)")
 def test_allow_unregistered_dialect_round_trips(tmp_path):
   text = 'func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = "foo.bar"(%x) {k = 1} : (tensor<4xf32>) -> tensor<4xf32>\n  func.return %0 : tensor<4xf32>\n}\n'
   p = tmp_path / 'u.tgc'

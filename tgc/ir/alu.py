@@ -6,7 +6,6 @@ Integer semantics are C's with the holes closed: division by zero gives 0, a shi
 more gives 0, signed overflow wraps.
 """
 from __future__ import annotations
-import numpy as np
 from tgc.ir import dtypes as D
 from tgc.ir.dtypes import DType
 
@@ -19,6 +18,7 @@ REDUCE_KINDS = ('add', 'max', 'mul')
 
 
 def _int_div(a, b, dt: DType):
+  import numpy as np  # on first use: parsing IR must not import numpy
   a64, b64 = a.astype(np.int64) if dt.is_signed else a.astype(np.uint64), b.astype(np.int64) if dt.is_signed else b.astype(np.uint64)
   safe = np.where(b64 == 0, 1, b64)
   if dt.is_signed and dt.itemsize == 8:  # |INT64_MIN| does not fit int64: exact Python ints
@@ -32,6 +32,7 @@ def _int_div(a, b, dt: DType):
   return q, safe, a64
 
 def _wrap(x, dt: DType):
+  import numpy as np  # on first use: parsing IR must not import numpy
   x = np.asarray(x)
   if x.dtype == object and dt.is_int:  # exact Python ints (int64 division): wrap to the dtype's width
     m = 1 << dt.bits
@@ -42,6 +43,7 @@ def _wrap(x, dt: DType):
 
 def exec_alu(op: str, dt: DType, *src):
   """Evaluate `op` producing dtype `dt` (for compares `dt` is the operands' dtype; the result is bool)."""
+  import numpy as np  # on first use: parsing IR must not import numpy
   src = [np.asarray(s) for s in src]
   with np.errstate(all='ignore'):
     if op in COMPARE:
@@ -111,6 +113,7 @@ def exec_alu(op: str, dt: DType, *src):
 
 def exec_cast(x, src: DType, dst: DType):
   """numpy's astype, float to int truncating; NaN/inf/out of range to int is 0-defined as numpy leaves it."""
+  import numpy as np  # on first use: parsing IR must not import numpy
   x = np.asarray(x)
   with np.errstate(all='ignore'):
     if dst.is_bool: return x != 0
@@ -126,6 +129,7 @@ def exec_cast(x, src: DType, dst: DType):
     return x.astype(dst.np)
 
 def exec_bitcast(x, src: DType, dst: DType):
+  import numpy as np  # on first use: parsing IR must not import numpy
   x = np.asarray(x)
   stored = D.f32_to_bf16_bits(x) if src is D.bf16 else x.astype(src.np)
   out = np.ascontiguousarray(stored).view(np.uint16 if dst is D.bf16 else dst.np).reshape(x.shape)  # ascontiguousarray makes 0-d 1-d

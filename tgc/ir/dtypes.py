@@ -63,9 +63,11 @@ def compute_np(dt: DType):
   return np.dtype(np.float32) if dt is bf16 else dt.np
 
 def min_max(dt: DType):
-  import numpy as np
+  """The smallest and largest values of a dtype (without numpy: the verifier calls it while parsing)."""
   if dt.is_bool: return 0, 1
-  if dt.is_int: info = np.iinfo(dt.np); return int(info.min), int(info.max)
+  if dt.is_int:
+    b = dt.bits
+    return (-(1 << (b - 1)), (1 << (b - 1)) - 1) if dt.is_signed else (0, (1 << b) - 1)
   return -float('inf'), float('inf')
 
 # ---- bfloat16 storage: the top 16 bits of a float32, rounded to nearest even ----

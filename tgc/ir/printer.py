@@ -1,6 +1,6 @@
 """One printer for every dialect: custom form through each op's format, or the generic form."""
 from __future__ import annotations
-from tgc.ir.core import Operation, Module, Value, FUNCTION
+from tgc.ir.core import REGISTRY, Operation, Module, Value, FUNCTION
 from tgc.ir.attrs import fmt_attr
 from tgc.ir.format import compiled
 
@@ -63,8 +63,10 @@ class Printer:
       head = pad + (names.get(r) or self.define(r)) + ' = '
     elif results: head = pad + ', '.join(names.get(r) or self.define(r) for r in results) + ' = '
     else: head = pad
-    if self.generic: body = self.generic_body(op)
-    else: body = op.name + _print_fn(type(op))(op, self.name, self.tstr, names)
+    if self.generic or REGISTRY.get(op.name) is not type(op): body = self.generic_body(op)  # unregistered: generic only
+    else:
+      body = op.name + _print_fn(type(op))(op, self.name, self.tstr, names)
+      if body[-1] == ' ': body = body.rstrip()  # an empty custom form (a bare func.return) leaves a space
     if self.locs and op.loc is not None and op.loc.line > 0: body += ' ' + op.loc.text()
     return head + body
 

@@ -131,16 +131,16 @@ class _Build:
   def tuple(self, items=None): return _nest(Tup(items or []), items)
   def record(self, start, *kwargs):
     fields = {}
-    for k, v in (kw for kw in kwargs if kw is not None):
-      if k in fields: raise Diagnostic(f"duplicate field '{k}' in '{start[0][:-1]}(...)'", self.st.loc(start))
+    for k, v, tok in (kw for kw in kwargs if kw is not None):
+      if k in fields: raise Diagnostic(f"duplicate field '{k}' in '{start[0][:-1]}(...)'", self.st.loc(tok))
       fields[k] = v
     return Record(start[0][:-1], fields)
-  def kwarg(self, k, v): return (k[0], _generic_value(v))
+  def kwarg(self, k, v): return (k[0], _generic_value(v), k)  # the key's token: where a duplicate is reported
   def attr_dict(self, *kwargs):
     d = {}
     for kw in kwargs:
       if kw is None: continue
-      if kw[0] in d: raise Diagnostic(f"duplicate attribute '{kw[0]}'", None)
+      if kw[0] in d: raise Diagnostic(f"duplicate attribute '{kw[0]}'", self.st.loc(kw[2]))
       d[kw[0]] = kw[1]
     return d
 
@@ -306,7 +306,7 @@ def _unescape(s: str) -> str:
 _unreg: dict[str, type] = {}
 def _unregistered(name: str):
   if name not in _unreg:
-    cls = type('Unregistered', (Operation,), {'OPERANDS': ('operands*',), 'RESULTS': -1, 'FORMAT': '$operands'})
+    cls = type('Unregistered', (Operation,), {'OPERANDS': ('values*',), 'RESULTS': -1, 'FORMAT': '$values'})  # not 'operands': that is Operation's own
     cls.name = name  # set after class creation: not entered in the registry
     _unreg[name] = cls
   return _unreg[name]
