@@ -114,15 +114,18 @@ def host_const(op):
 
 
 def count_flops(fn: Operation) -> int:
-  """ALU ops per launch point (loops counted by their trip counts): the DEBUG=2 GFLOPS estimate."""
+  """Float ALU operations per launch point (loops by their trip counts, vectors by their lanes): the DEBUG=2
+  GFLOPS figure. Integer ops are index arithmetic, not counted."""
+  from tgc.ir.types import VecType, elem
   total, mult, stack = 0, 1, []
   for op in fn.body.ops:
     if op.name == 'uop.range':
       lo, hi = (o.op.attrs.get('value', 0) if o.op is not None and o.op.name == 'uop.const' else 0 for o in op.operands)
       stack.append(mult); mult *= max(hi - lo, 1)
     elif op.name == 'uop.endrange': mult = stack.pop() if stack else 1
-    elif hasattr(op, 'opname') and op.opname not in ('cast', 'bitcast') and isinstance(op.results[0].type, object):
-      if not (op.results[0].type.__class__.__name__ == 'DType' and op.results[0].type.is_int): total += mult
+    elif getattr(op, 'opname', None) not in (None, 'cast', 'bitcast') and op.results and elem(op.results[0].type).is_float:
+      t = op.results[0].type
+      total += mult * (t.count if isinstance(t, VecType) else 1) * (2 if op.opname == 'mulacc' else 1)
   return total
 
 
