@@ -48,6 +48,13 @@ class Kernel:
     self.flops_per_point = flops_per_point
 
 
+ALLOC, CONST, RESHAPE, LAUNCH, RETURN = 'alloc', 'const', 'reshape', 'launch', 'return'
+
+def _from_const(v) -> bool:
+  while v.op is not None and v.op.name == 'tensor.reshape': v = v.op.operands[0]
+  return v.op is not None and v.op.name == 'tensor.const'
+
+
 class CompiledFunction:
   """A compiled func.func: call it with numpy arrays (one per argument), get a tuple of arrays."""
   def __init__(self, host: Operation, kernels: dict[str, Kernel], device: str, out=None):
@@ -56,40 +63,63 @@ class CompiledFunction:
     self.result_types = host.result_types
     self.name = host.attrs['sym_name']
 
+  def _plan(self):
+    """The host schedule as a list of steps over numbered slots, made once: a call only walks it."""
+    slot = {a: i for i, a in enumerate(self.host.body.args)}
+    steps = []
+    for op in self.host.body.ops:
+      n = op.name
+      if n == 'func.return':  # a host constant (or a view of one) is made once: results get a copy of it
+        steps.append((RETURN, [(slot[v], _from_const(v)) for v in op.operands])); continue
+      if n == 'kernel.launch':
+        k = self.kernels[op.attrs['callee']]
+        steps.append((LAUNCH, k, [slot[v] for v in op.operands], getattr(k.program, 'fast_launch', None)))
+        continue
+      r = op.results[0]
+      slot[r] = len(slot)
+      t = r.type
+      if n == 'kernel.alloc': steps.append((ALLOC, slot[r], t.shape, t.dtype.np))
+      elif n == 'tensor.const': steps.append((CONST, slot[r], host_const(op)))
+      elif n == 'tensor.reshape': steps.append((RESHAPE, slot[r], slot[op.operands[0]], t.shape))
+      else: raise TgcError(f"host op '{n}' cannot run")
+    return steps, len(slot)
+
   def __call__(self, *args):
     import numpy as np
     from tgc.ir import dtypes as D
     if len(args) != len(self.arg_types):
       raise TgcError(f"@{self.name} takes {len(self.arg_types)} arguments, got {len(args)}")
-    env = {}
-    for i, (a, t, v) in enumerate(zip(self.host.body.args, self.arg_types, args)):
+    plan = self.__dict__.get('plan')
+    if plan is None: plan = self.plan = self._plan()
+    steps, nslots = plan
+    env = [None] * nslots
+    ptrs = [None] * nslots  # buffer addresses, taken once per buffer and call (CPU fast launches)
+    for i, (t, v) in enumerate(zip(self.arg_types, args)):
       arr = np.asarray(v)
       want = t.dtype.np
       if arr.shape != t.shape: raise TgcError(f"argument #{i} of @{self.name} has shape {arr.shape}, expected {t}")
       if arr.dtype != want:
         if t.dtype is D.bf16 and arr.dtype == np.float32: arr = D.f32_to_bf16_bits(arr)
         else: raise TgcError(f"argument #{i} of @{self.name} has dtype {arr.dtype}, expected {t}")
-      env[a] = np.require(arr, requirements='C')  # (ascontiguousarray would make a 0-d array 1-d)
+      env[i] = np.require(arr, requirements='C')  # (ascontiguousarray would make a 0-d array 1-d)
     dbg = debug_level()
-    for op in self.host.body.ops:
-      n = op.name
-      if n == 'kernel.alloc':
-        t = op.results[0].type
-        env[op.results[0]] = np.empty(t.shape, dtype=t.dtype.np)  # every kernel writes all of its output
-      elif n == 'tensor.const':
-        env[op.results[0]] = host_const(op)
-      elif n == 'tensor.reshape':
-        env[op.results[0]] = env[op.operands[0]].reshape(op.results[0].type.shape)
-      elif n == 'kernel.launch':
-        k = self.kernels[op.attrs['callee']]
-        bufs = [env[v] for v in op.operands]
-        t0 = time.perf_counter()
-        k.program(*bufs)
-        dt = time.perf_counter() - t0
-        if dbg >= 2: self._log_launch(k, bufs, dt)
-      elif n == 'func.return':
-        return tuple(env[v] for v in op.operands)
-      else: raise TgcError(f"host op '{n}' cannot run")
+    for st in steps:
+      kind = st[0]
+      if kind is LAUNCH:
+        _, k, idx, fast = st
+        bufs = [env[i] for i in idx]
+        if dbg >= 2: t0 = time.perf_counter()
+        if fast is not None and dbg < 2:
+          for i in idx:
+            if ptrs[i] is None: ptrs[i] = env[i].ctypes.data
+          fast(bufs, [ptrs[i] for i in idx])
+        else: k.program(*bufs)
+        if dbg >= 2: self._log_launch(k, bufs, time.perf_counter() - t0)
+      elif kind is ALLOC: env[st[1]] = np.empty(st[2], dtype=st[3])  # every kernel writes all of its output
+      elif kind is RESHAPE: env[st[1]] = env[st[2]].reshape(st[3])
+      elif kind is CONST: env[st[1]] = st[2]  # made once; kernels never write their inputs
+      else:
+        return tuple(env[i].copy() if shared else env[i] for i, shared in st[1])
     raise TgcError("host schedule without func.return")
 
   def _log_launch(self, k: Kernel, bufs, dt):
