@@ -1050,7 +1050,13 @@ class Tensor:
     nd = len(oyx)
     x = x.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
     x = x.permute(0, 1, 3, *[4 + i for i in range(nd)], 2, *[4 + nd + i for i in range(len(HW))])
-    ret = (x * weight.reshape(1, groups, rcout, *[1] * nd, cin, *HW)).sum([-1 - i for i in range(1 + len(HW))], keepdim=True)
+    w = weight
+    if rcout >= 16 and rcout % 16 == 0:
+      # the weight copied with cout innermost: the kernel then reads 16 output channels as one vector (as the
+      # column panels of a matmul); the permutes back are views, the values are the same
+      n = weight.ndim
+      w = weight.permute(*range(1, n), 0).contiguous().permute(n - 1, *range(0, n - 1))
+    ret = (x * w.reshape(1, groups, rcout, *[1] * nd, cin, *HW)).sum([-1 - i for i in range(1 + len(HW))], keepdim=True)
     ret = ret.reshape(bs, cout, *oyx)
     return ret if bias is None else ret + bias.reshape(1, -1, *[1] * len(HW))
 
