@@ -8,9 +8,15 @@ import os, re, subprocess, sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(cmd: list[str]) -> tuple[int, str]:
-  print('$', ' '.join(cmd), flush=True)
-  p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+# The Tensor matrix runs again on each other device CI has (the first run uses the reference interpreter and
+# the CPU): C on all of it, OpenCL (PoCL compiles slowly) on the movement and reduction files.
+DEVICE_RUNS = [('C', ['tests/test_tensor_core.py', 'tests/test_tensor_movement.py', 'tests/test_tensor_reduce.py']),
+               ('OPENCL', ['tests/test_tensor_movement.py', 'tests/test_tensor_reduce.py'])]
+
+
+def run(cmd: list[str], env: dict | None = None) -> tuple[int, str]:
+  print('$', ' '.join(f"{k}={v}" for k, v in (env or {}).items()), ' '.join(cmd), flush=True)
+  p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, **(env or {})))
   out = []
   for line in p.stdout:
     sys.stdout.write(line); out.append(line)
@@ -24,10 +30,15 @@ def count(pattern: str, text: str) -> int:
 def main() -> int:
   args = sys.argv[1:]
   workers = os.environ.get('TGC_TEST_WORKERS', str(os.cpu_count() or 1))
-  rc1, out1 = run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests', *args])
-  tail = out1.strip().splitlines()[-1] if out1.strip() else ''
-  py_pass, py_fail = count(r'(\d+) passed', tail), count(r'(\d+) failed', tail) + count(r'(\d+) errors?', tail)
-  py_skip = count(r'(\d+) skipped', tail)
+  py_pass = py_fail = py_skip = 0
+  rc1 = 0
+  for env, files in [(None, ['tests'])] + [({'TGC_TEST_DEVICE': d}, f) for d, f in DEVICE_RUNS]:
+    rc, out = run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', *files, *args], env)
+    tail = out.strip().splitlines()[-1] if out.strip() else ''
+    py_pass += count(r'(\d+) passed', tail)
+    py_fail += count(r'(\d+) failed', tail) + count(r'(\d+) errors?', tail)
+    py_skip += count(r'(\d+) skipped', tail)
+    rc1 |= rc
   rc2, out2 = run([sys.executable, '-c', 'import lit.main; lit.main.main()', '-sv', '-j', workers, 'lit_tests'])
   lit_pass = count(r'^\s*Passed\s*:\s*(\d+)', out2)
   lit_fail = count(r'^\s*(?:Failed|Unresolved|Timed Out|Unexpectedly Passed)\s*:\s*(\d+)', out2)
