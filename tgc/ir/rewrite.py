@@ -63,6 +63,7 @@ def rewrite_block(block: Block, pm: PatternMatcher, max_sweeps: int = 16, stats=
         if rep is not None:
           out += rw.new_ops
           if stats is not None:
+            stats['rewrites'] += 1  # every applied rule; rules may count finer things in rw.stats
             for k, v in rw.stats.items(): stats[k] += v
           break
       if rep is None:
