@@ -1048,6 +1048,14 @@ class Tensor:
     x = self._pad2d(Tensor._pads2d(padding, len(HW)))._pool(HW, stride, dilation)  # (bs, groups*cin, *oyx, *HW)
     rcout, oyx = cout // groups, x.shape[2:-len(HW)]
     nd = len(oyx)
+    if self.device == 'CPU' and groups == 1 and cin * math.prod(HW) >= 16:
+      # on the CPU, numpy's way: the patches as one matrix (im2col, materialised), then the matmul kernel with its
+      # register tiles; the direct kernel would gather every input element once per output channel tile
+      npix = bs * math.prod(oyx)
+      # materialised in its 2+nd+len(HW)-d shape, so that the copy indexes its source directly; the reshape after it is free
+      cols = x.permute(0, *range(2, 2 + nd), 1, *range(2 + nd, 2 + nd + len(HW))).contiguous().reshape(npix, cin * math.prod(HW))
+      ret = (cols @ weight.reshape(cout, cin * math.prod(HW)).transpose()).reshape(bs, *oyx, cout).permute(0, nd + 1, *range(1, nd + 1))
+      return ret if bias is None else ret + bias.reshape(1, -1, *[1] * len(HW))
     x = x.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
     x = x.permute(0, 1, 3, *[4 + i for i in range(nd)], 2, *[4 + nd + i for i in range(len(HW))])
     w = weight
