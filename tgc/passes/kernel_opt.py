@@ -102,7 +102,8 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
       s = ks.full[r]
       cur = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('upcast', 'unroll'))
       plain = not any(kd == 'upcast' for kd in ks.kinds)
-      if plain and not gpu and all(ks.strides(op)[r] == 1 for op in loads) and s % vec == 0 and s > vec:
+      contig = [ks.strides(op)[r] for op in loads]
+      if plain and not gpu and all(c in (0, 1) for c in contig) and 1 in contig and s % vec == 0 and s > vec:
         apply(Opt('unroll', r, vec))  # a plain reduction over contiguous memory: vector lanes along it
       elif s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: apply(Opt('unroll', r, 0))
       elif s % unroll == 0 and cur * unroll <= MAX_LANES: apply(Opt('unroll', r, unroll))
