@@ -187,6 +187,26 @@ def test_conv2d(kw):
   b = RNG.standard_normal(2).astype(np.float32) if kw.pop('bias', False) else None
   check(Tensor(x).conv2d(Tensor(w), Tensor(b) if b is not None else None, **kw), _conv2d(x, w, b, **kw), rtol=1e-4, atol=1e-4)
 
+# on the CPU conv2d is a direct register-tiled kernel (a padded copy, output channels as the vector, an NHWC result
+# copied back to NCHW): shapes where those tiles apply (32 output channels, widths a multiple of 8), and ones where
+# they only partly do
+@pytest.mark.parametrize("dev", ["CPU"])
+@pytest.mark.parametrize("shape,kw", [((2, 8, 10, 16, 32, 3), dict(padding=1)), ((1, 4, 9, 17, 32, 3), dict(stride=2, padding=(1, 2))),
+                                      ((1, 6, 12, 20, 32, 3), dict(dilation=2, bias=True)), ((1, 8, 8, 8, 32, 3), dict(groups=2, padding=1)),
+                                      ((2, 3, 7, 9, 5, 2), dict(padding=1, bias=True)), ((1, 1, 6, 6, 1, 1), dict())],
+                         ids=lambda v: 'x'.join(map(str, v)) if isinstance(v, tuple) else ','.join(f"{k}={a}" for k, a in v.items()) or 'plain')
+def test_conv2d_cpu_tiles(shape, kw, dev):
+  kw = dict(kw)
+  bs, cin, h, wd, cout, k = shape
+  groups = kw.get('groups', 1)
+  x = RNG.standard_normal((bs, cin, h, wd)).astype(np.float32)
+  w = RNG.standard_normal((cout, cin // groups, k, k)).astype(np.float32)
+  b = RNG.standard_normal(cout).astype(np.float32) if kw.pop('bias', False) else None
+  pad = kw.pop('padding', 0)
+  ref_x = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1]))) if isinstance(pad, tuple) else x
+  ref = _conv2d(ref_x, w, b, padding=0 if isinstance(pad, tuple) else pad, **kw)
+  check(Tensor(x).conv2d(Tensor(w), Tensor(b) if b is not None else None, padding=pad, **kw), ref, rtol=1e-4, atol=1e-4)
+
 def _pool(x, k, s, fn):
   n, c, h, w = x.shape
   oh, ow = (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1

@@ -1045,26 +1045,30 @@ class Tensor:
     (bs, cin_), (cout, cin), HW = self.shape[:2], weight.shape[:2], weight.shape[2:]
     if groups * cin != cin_ or cout % groups:
       raise ShapeError(f"conv2d: input {self.shape} does not fit weight {weight.shape} with groups={groups} ({groups * cin} vs {cin_} channels)")
-    x = self._pad2d(Tensor._pads2d(padding, len(HW)))._pool(HW, stride, dilation)  # (bs, groups*cin, *oyx, *HW)
+    cpu = self.device == 'CPU'
+    pads = Tensor._pads2d(padding, len(HW))
+    x = self._pad2d(pads)
+    # on the CPU the padded input is copied once (a small kernel) so that the conv kernel reads it with no masks:
+    # its loads are then plain broadcasts into the register tile, as a matmul's are
+    if cpu and any(pads): x = x.contiguous()
+    x = x._pool(HW, stride, dilation)  # (bs, groups*cin, *oyx, *HW)
     rcout, oyx = cout // groups, x.shape[2:-len(HW)]
-    nd = len(oyx)
-    if self.device == 'CPU' and groups == 1 and cin * math.prod(HW) >= 16:
-      # on the CPU, numpy's way: the patches as one matrix (im2col, materialised), then the matmul kernel with its
-      # register tiles; the direct kernel would gather every input element once per output channel tile
-      npix = bs * math.prod(oyx)
-      # materialised in its 2+nd+len(HW)-d shape, so that the copy indexes its source directly; the reshape after it is free
-      cols = x.permute(0, *range(2, 2 + nd), 1, *range(2 + nd, 2 + nd + len(HW))).contiguous().reshape(npix, cin * math.prod(HW))
-      ret = (cols @ weight.reshape(cout, cin * math.prod(HW)).transpose()).reshape(bs, *oyx, cout).permute(0, nd + 1, *range(1, nd + 1))
-      return ret if bias is None else ret + bias.reshape(1, -1, *[1] * len(HW))
-    x = x.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
-    x = x.permute(0, 1, 3, *[4 + i for i in range(nd)], 2, *[4 + nd + i for i in range(len(HW))])
+    nd, nk = len(oyx), len(HW)
+    sp = [3 + i for i in range(nd)]  # the spatial axes of x below
+    x = x.reshape(bs, groups, cin, *oyx, 1, *HW).expand(bs, groups, cin, *oyx, rcout, *HW)
+    # the output channels innermost on the CPU: the register tile's vector runs along them (the weight is
+    # read contiguously) and its stores are contiguous; a copy kernel puts the result back in NCHW order
+    out_axes = [0, 1, *sp, 3 + nd] if cpu else [0, 1, 3 + nd, *sp]
+    x = x.permute(*out_axes, 2, *[4 + nd + i for i in range(nk)])
     w = weight
     if rcout >= 16 and rcout % 16 == 0:
       # the weight copied with cout innermost: the kernel then reads 16 output channels as one vector (as the
       # column panels of a matmul); the permutes back are views, the values are the same
       n = weight.ndim
       w = weight.permute(*range(1, n), 0).contiguous().permute(n - 1, *range(0, n - 1))
-    ret = (x * w.reshape(1, groups, rcout, *[1] * nd, cin, *HW)).sum([-1 - i for i in range(1 + len(HW))], keepdim=True)
+    wshape = (1, groups, *[1] * nd, rcout, cin, *HW) if cpu else (1, groups, rcout, *[1] * nd, cin, *HW)
+    ret = (x * w.reshape(wshape)).sum([-1 - i for i in range(1 + nk)])
+    if cpu: ret = ret.contiguous().permute(0, 1, 2 + nd, *[2 + i for i in range(nd)])  # (bs, groups, rcout, *oyx)
     ret = ret.reshape(bs, cout, *oyx)
     return ret if bias is None else ret + bias.reshape(1, -1, *[1] * len(HW))
 

@@ -56,6 +56,20 @@ def _bounds(v, memo, narrow):
   return r
 
 
+def no_signed_wrap(op, memo: dict) -> bool:
+  """Whether a signed integer add, sub or mul provably stays inside its type (LLVM's `nsw`: index algebra that
+  LLVM may then widen to 64 bits, folding the sign extension of every address into the addressing)."""
+  t = op.results[0].type
+  if not isinstance(t, D.DType) or not t.is_int or not t.is_signed or len(op.operands) != 2: return False
+  lo_t, hi_t = D.min_max(t)
+  (a0, a1), (b0, b1) = bounds(op.operands[0], memo), bounds(op.operands[1], memo)
+  if op.opname == 'add': c = (a0 + b0, a1 + b1)
+  elif op.opname == 'sub': c = (a0 - b1, a1 - b0)
+  elif op.opname == 'mul': c = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+  else: return False
+  return lo_t <= min(c) and max(c) <= hi_t
+
+
 def _conditions(g: Value, out: list):
   """The comparisons a gate is the conjunction of."""
   op = g.op
@@ -95,9 +109,9 @@ def _index_bounds(idx, memo, nar):
   return bounds(idx, {}, nar)
 
 
-def unproven_accesses(fn) -> set:
+def unproven_accesses(fn, memo: dict | None = None) -> set:
   """Loads and stores of a uop.func not provably inside their define_global's size (a missing size: all)."""
-  memo: dict = {}
+  memo = {} if memo is None else memo
   out = set()
   for op in fn.body.ops:
     if op.name not in ('uop.load', 'uop.store'): continue

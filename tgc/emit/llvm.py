@@ -12,6 +12,7 @@ import re
 import numpy as np
 from llvmlite import ir
 from tgc.errors import TgcError
+from tgc.dialects.uop_bounds import unproven_accesses, no_signed_wrap
 from tgc.ir import alu, dtypes as D
 from tgc.ir.types import VecType, elem
 from tgc.runtime.interp import const_value, launch_dims, buffer_signature, acc_init_points
@@ -45,8 +46,8 @@ class _Emitter:
     self.cell: dict = {}      # define_acc / phi result Value -> alloca of the accumulator
     self.loops: dict = {}     # range Value -> (phi, header block, exit block)
     self.ifs: list = []       # merge blocks of open uop.if
-    from tgc.dialects.uop_bounds import unproven_accesses
-    self.unproven = unproven_accesses(fn)  # loads/stores guarded at run time: no access leaves its buffer
+    self.bounds_memo: dict = {}
+    self.unproven = unproven_accesses(fn, self.bounds_memo)  # loads/stores guarded at run time: no access leaves its buffer
     self.fp_flags = ('contract',) if fn.attrs.get('contract') else ()  # the uop.func allows mul+add -> fma
 
   def err(self, op, msg): return TgcError(f"llvm: @{self.name}: '{op.name}' {msg}")
@@ -200,8 +201,14 @@ class _Emitter:
     elif nm == 'load': out = self.load(op, res)
     elif nm == 'store': self.store(op)
     elif nm == 'vectorize':
-      out = ir.Constant(ir.VectorType(reg_type(res.type.dtype), res.type.count), ir.Undefined)
-      for k, s in enumerate(op.srcs): out = b.insert_element(out, self.get(s), ir.Constant(I32, k))
+      vt = ir.VectorType(reg_type(res.type.dtype), res.type.count)
+      srcs = [self.get(s) for s in op.srcs]
+      if all(s is srcs[0] for s in srcs):  # a splat in LLVM's canonical form: two instructions, not one per lane
+        one = b.insert_element(ir.Constant(vt, ir.Undefined), srcs[0], ir.Constant(I32, 0))
+        out = b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(I32, len(srcs)), None))
+      else:
+        out = ir.Constant(vt, ir.Undefined)
+        for k, v in enumerate(srcs): out = b.insert_element(out, v, ir.Constant(I32, k))
     elif nm == 'gep': out = b.extract_element(self.get(op.vec), ir.Constant(I32, op.attrs['index']))
     elif nm == 'cast': out = self.cast(self.get(op.src), elem(op.src.type), elem(res.type), _lanes(res.type))
     elif nm == 'bitcast': out = self.bitcast(self.get(op.src), elem(op.src.type), elem(res.type), _lanes(res.type))
@@ -303,9 +310,9 @@ class _Emitter:
     if nm == 'not': return b.xor(a[0], self.splat(ty, -1))
     if nm == 'trunc': return a[0]
     if nm == 'mulacc': return b.add(b.mul(a[0], a[1]), a[2])
-    if nm == 'add': return b.add(*a)
-    if nm == 'sub': return b.sub(*a)
-    if nm == 'mul': return b.mul(*a)
+    if nm in ('add', 'sub', 'mul'):
+      flags = ('nsw',) if s and no_signed_wrap(op, self.bounds_memo) else ()
+      return (b.add if nm == 'add' else b.sub if nm == 'sub' else b.mul)(*a, flags=flags)
     if nm == 'and': return b.and_(*a)
     if nm == 'or': return b.or_(*a)
     if nm == 'xor': return b.xor(*a)

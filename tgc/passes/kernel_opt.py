@@ -84,14 +84,19 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
     wants = [vec, 2, 8] if not gpu else [4, 4]
     for want in wants:
       glob = ks.axes('global')
-      best = None
-      for ax in reversed(glob):
-        if ax in done and not (want == 2 and ax == min(done)): continue
+      # candidates, innermost first; an axis every load reads contiguously (or broadcasts) first, then the widest
+      # split (a 64-long axis gets all 16 lanes where a 56-long one would get 8: conv's output channels beat its
+      # width); the doubling step goes to the vector axis's outer part
+      cands = [done and min(done)] if want == 2 and done else []
+      cands += [ax for ax in reversed(glob) if ax not in done]
+      best, best_key = None, None
+      for ax in cands:
         st = [ks.strides(op)[ax] for op in loads]
         if any(s == 0 for s in st) and any(s not in (0, None) for s in st):
-          for amt in (want, 4, 2):
-            if amt <= want and ks.full[ax] % amt == 0 and ks.full[ax] >= amt and lanes * amt <= MAX_LANES: best = (ax, amt); break
-          if best: break
+          amt = next((a for a in (want, 8, 4, 2) if a <= want and ks.full[ax] % a == 0 and lanes * a <= MAX_LANES), None)
+          key = (all(s in (0, 1) for s in st), amt)
+          if amt and (best is None or key > best_key): best, best_key = (ax, amt), key
+          if want == 2 and best: break
       if best is None: continue
       if apply(Opt('upcast', *best)):
         lanes *= best[1]

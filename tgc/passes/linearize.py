@@ -175,7 +175,12 @@ class Lowerer:
     up = [i for i in range(n) if kinds[i] == 'upcast' and full[i] > 1]
     un = [i for i in range(n) if kinds[i] == 'unroll' and full[i] > 1]
     cand = [i for i in reversed(up) if full[i] in VEC_WIDTHS] or ([] if up else [i for i in reversed(un) if full[i] in VEC_WIDTHS])
-    self.vec = cand[0] if cand else None
+    # the widest axis carries the vector: in a register tile the other upcast axes become separate
+    # accumulators and broadcast loads, so 16 lanes x 8 accumulators beat 8 lanes x 32 (conv's cout vs ox);
+    # among equals, the one more loads read contiguously, then the innermost
+    loads = [v for op, v in views.items() if op.name == 'kernel.load']
+    contiguous = lambda i: sum(1 for v in loads if v.real_strides()[i] == 1)
+    self.vec = max(cand, key=lambda i: (full[i], contiguous(i), i)) if cand else None
     self.W = full[self.vec] if self.vec is not None else 1
     self.lanes_below = [i for i in up + un if i != self.vec]
     self.lanes_above = [i for i in up if i != self.vec]
