@@ -2,7 +2,7 @@
 
 The actions (each splits an iteration axis r -> r_outer * amt + r_inner; see linearize.py for what the
 kinds mean): UPCAST and LOCAL on global axes, UNROLL, GROUP and GROUPTOP on reduce axes, PADTO to round
-a global axis up. `axis` counts axes of the shape as it is after the earlier actions. linearize applies
+a global axis up, and SWAP, which exchanges two global axes (the loop order). `axis` counts axes of the shape as it is after the earlier actions. linearize applies
 them, so an `opts` attribute written by hand replays exactly.
 
 mode=heuristic mirrors tinygrad's hand-coded optimisations: upcast axes that some buffer broadcasts
@@ -20,6 +20,7 @@ from tgc.passes.linearize import apply_opts, OptError, CPU_TARGETS, MAX_LANES
 GPU_TARGETS = ('cuda', 'metal', 'opencl')
 MAX_THREADS = 256  # work-group size kernel-opt stays within (CUDA, Metal and PoCL all allow it)
 VEC = {'llvm': 16, 'c': 8, 'cuda': 4, 'metal': 4, 'opencl': 4}
+CACHE_BYTES = 1 << 20  # a core's L2: buffers at least this large come from L3 or memory when re-read
 
 
 def Opt(name, axis, amt) -> Record: return Record(name, {'axis': axis, 'amt': amt})
@@ -112,6 +113,15 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
         apply(Opt('unroll', r, vec))  # a plain reduction over contiguous memory: vector lanes along it
       elif s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: apply(Opt('unroll', r, 0))
       elif s % unroll == 0 and cur * unroll <= MAX_LANES: apply(Opt('unroll', r, unroll))
+    # CPU loop order: each iteration of the outermost global loop re-reads every buffer that does not vary
+    # along it; where such a buffer outgrows a core's cache, make outermost the axis for which that costs least
+    # (a matmul's column panels outside its row blocks: A re-read once per panel, not B once per row block)
+    glob = ks.axes('global')
+    if not gpu and len(glob) > 1 and any(kd == 'upcast' for kd in ks.kinds):
+      big = lambda op: op.buf.type.numel * op.buf.type.dtype.itemsize
+      cost = lambda ax: ks.full[ax] * sum(big(op) for op in loads if ks.strides(op)[ax] == 0 and big(op) >= CACHE_BYTES)
+      best = min(glob, key=lambda ax: (cost(ax), ax != glob[0]))
+      if best != glob[0] and ks.full[best] >= 8: apply(Opt('swap', glob[0], best))
   else:
     # elementwise: vectorise the contiguous innermost axis
     glob = ks.axes('global')

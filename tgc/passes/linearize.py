@@ -8,8 +8,10 @@ or written by hand: it replays) splits axes and gives each part a kind:
   local    work-group dims: `uop.special lidxN`
   reduce   `uop.range` loops (ridxN) inside which the reduce's input is computed
   group    a reduce axis spread over the work-group: partial sums meet in shared memory after a barrier
-  upcast   a non-reduce axis computed in registers: unrolled, and the last upcast axis is a vector lane
+  upcast   a non-reduce axis computed in registers: unrolled, and the widest upcast axis is a vector lane
   unroll   a reduce axis unrolled inside the loop (a vector lane when no upcast axis is)
+
+SWAP(axis, amt) is not a split: it exchanges the global axes `axis` and `amt`, which reorders the loops.
 
 Values are generated once per combination of the unrolled lanes; along the vector axis a value is either
 uniform (a scalar) or a `vec<W>`: loads whose index has stride 1 along it become vector loads, stride 0
@@ -32,7 +34,7 @@ ALIGNED_TARGETS = ('cuda', 'metal')  # vector loads and stores need addresses al
 VEC_WIDTHS = (2, 4, 8, 16)
 MAX_LANES = 256
 MAX_ACCS = 24     # accumulators kept apart per unrolled lane at most (registers: 32 vector registers on AVX-512)
-OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce'}
+OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'swap': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce'}
 
 
 class OptError(TgcError):
@@ -116,6 +118,14 @@ def apply_opts(full, out, kinds, views, opts):
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
     if kinds[ax] != OPT_KINDS[name]:
       raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes")
+    if name == 'swap':  # exchange two global axes (`amt` names the other): the loop order, outermost first
+      if not isinstance(amt, int) or not 0 <= amt < len(full) or amt == ax or kinds[amt] != 'global':
+        raise OptError(f"swap: axis {amt} must be another global axis of the {len(full)} (axis {ax} is the first)")
+      perm = list(range(len(full))); perm[ax], perm[amt] = amt, ax
+      full, out, kinds = [full[i] for i in perm], [out[i] for i in perm], [kinds[i] for i in perm]
+      for k, vs in views.items(): views[k] = vs.permute(tuple(perm))
+      padded = {k: ([(perm[a], m) for a, m in terms], size) for k, (terms, size) in padded.items()}
+      continue
     s = full[ax]
     amt = s if amt == 0 else amt
     if not isinstance(amt, int) or amt < 1: raise OptError(f"{name}: amount {amt} must be a positive integer")

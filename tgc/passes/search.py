@@ -1,6 +1,6 @@
 """kernel-opt{mode=search}: beam search over optimisation actions, timed on the target's device.
 
-Candidates extend each kept opts list by one action (upcast/unroll/local/group of a few amounts on every
+Candidates extend each kept opts list by one action (upcast/unroll/local/group of a few amounts, swap of two global axes, on every
 axis it applies to); each is linearized, compiled and timed on random buffers (warm-up, then the best of a
 few runs) and the `beam` fastest are kept; the search stops when a round finds nothing faster or the time
 budget is spent. Results are cached on disk ($TGC_CACHE or ~/.cache/tgc/search.json) by the kernel's text,
@@ -43,7 +43,7 @@ def candidates(k, opts, gpu: bool):
     if name == 'padto' or (name in ('local', 'group', 'grouptop') and not gpu): continue
     for ax, kd in enumerate(ks.kinds):
       if kd != kind or ks.full[ax] <= 1: continue
-      for amt in AMOUNTS[name]:
+      for amt in (AMOUNTS[name] if name != 'swap' else [b for b in range(ax + 1, len(ks.kinds)) if ks.kinds[b] == 'global' and ks.full[b] > 1]):
         o = Record(name, {'axis': ax, 'amt': amt})
         nk = try_opts(k, list(opts) + [o])
         if nk is None: continue
