@@ -9,6 +9,10 @@ builder) and compiled once per device; then the compiled function is called on t
 that call (allocation of outputs and every kernel launch) is what is timed, as numpy's call is. Medians of
 --runs runs after a warm-up; `cmp(s)` is the compile time: the first call (lowering, code generation, JIT) less one run. Every result is
 checked against numpy (float32 tolerance) as the benchmark runs.
+
+If tinygrad imports and its default device starts, a tinygrad column is added: the same Tensor-API graph under
+TinyJit (kernel replay), on tinygrad's default device (choose it with tinygrad's own DEV=..., e.g. DEV=CPU:LLVM
+with LLVM_PATH naming a libLLVM; its CPU device builds helper programs with clang, or $CC).
 """
 from __future__ import annotations
 import argparse, os, statistics, sys, time
@@ -85,13 +89,24 @@ def tgc_function(w: Workload, device: str):
 
 
 def tinygrad_function(w: Workload):
+  """tinygrad's replay of the same graph (TinyJit: captured on the second call, replayed after), and its result;
+  None when tinygrad is not installed or its default device does not start."""
   try:
-    from tinygrad import Tensor as TT
+    from tinygrad import Tensor as TT, TinyJit
+    ts = [TT(x).realize() for x in w.inputs]
+    jf = TinyJit(lambda *xs: w.build(*xs).realize())
+    for _ in range(3): res = jf(*ts)
+    return (lambda: jf(*ts)), res.numpy()
+  except Exception as e:
+    print(f"# tinygrad unavailable for {w.name}: {type(e).__name__}: {str(e)[:160]}", file=sys.stderr)
+    return None
+
+
+def tinygrad_device() -> str | None:
+  try:
+    from tinygrad import Device
+    return f"{Device.DEFAULT}:{type(Device[Device.DEFAULT].renderer).__name__}"
   except Exception: return None
-  ts = [TT(x).realize() for x in w.inputs]
-  def run():
-    return w.build(*ts).realize()
-  return run
 
 
 def main():
@@ -108,11 +123,12 @@ def main():
     except Exception as e: print(f"# device {d} unavailable: {e}")
   for d in usable:  # start each device's compiler once, so the first row's compile time is its kernel's own
     (Tensor(np.ones(4, np.float32), device=d) + 1).numpy()
-  print(f"# tgc bench: numpy {np.__version__}, {os.cpu_count()} cores, runs={args.runs}, devices={','.join(usable)}")
+  tiny_dev = tinygrad_device()
+  print(f"# tgc bench: numpy {np.__version__}, {os.cpu_count()} cores, runs={args.runs}, devices={','.join(usable)}"
+        + (f", tinygrad on {tiny_dev} (TinyJit replay)" if tiny_dev else ''))
   head = f"{'workload':<30} {'unit':<8} {'numpy':>8}"
   for d in usable: head += f" {('tgc ' + d):>11} {'x np':>6} {'kern':>4} {'cmp(s)':>7}"
-  has_tiny = tinygrad_function(workloads(True)[0]) is not None
-  if has_tiny: head += f" {'tinygrad':>9}"
+  if tiny_dev: head += f" {'tinygrad':>9} {'x np':>6}"
   print(head); print('-' * len(head))
   for w in workloads(args.quick):
     if args.only and args.only not in w.name: continue
@@ -131,9 +147,14 @@ def main():
       except Exception as e:
         line += f" {'error':>11} {'':>6} {'':>4} {'':>7}"
         print(f"# {w.name} on {d}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
-    if has_tiny:
+    if tiny_dev:
       g = tinygrad_function(w)
-      line += f" {rate(median_time(g, args.runs)):9.1f}"
+      if g is None: line += f" {'error':>9} {'':>6}"
+      else:
+        err = np.abs(np.asarray(g[1], np.float64) - want).max() / max(1.0, np.abs(want).max())
+        if not err <= w.tol: raise AssertionError(f"{w.name} on tinygrad: relative error {err:.2e} > {w.tol}")
+        t = median_time(g[0], args.runs)
+        line += f" {rate(t):9.1f} {t_np / t:6.2f}"
     print(line, flush=True)
 
 
