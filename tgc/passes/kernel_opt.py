@@ -81,9 +81,9 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
   if red:
     # register tiles: upcast the axes some buffer broadcasts (each loaded value is reused across the lanes);
     # on CPUs 8 rows x 32 columns (two vectors) make loads fewer than fmas, which a 4x16 tile does not
-    lanes, done = 1, set()
+    lanes, done, vec_bcast = 1, set(), None
     wants = [vec, 2, 8] if not gpu else [4, 4]
-    for want in wants:
+    for step, want in enumerate(wants):
       glob = ks.axes('global')
       # candidates, innermost first; an axis every load reads contiguously (or broadcasts) first, then the widest
       # split (a 64-long axis gets all 16 lanes where a 56-long one would get 8: conv's output channels beat its
@@ -93,6 +93,9 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
       best, best_key = None, None
       for ax in cands:
         st = [ks.strides(op)[ax] for op in loads]
+        # the rows of the tile: an axis along which other loads broadcast than along the vector (reuse of the
+        # vector loads), not one more split of the same kind (that only adds vector loads)
+        if step == len(wants) - 1 and vec_bcast is not None and tuple(s == 0 for s in st) == vec_bcast: continue
         if any(s == 0 for s in st) and any(s not in (0, None) for s in st):
           amt = next((a for a in (want, 8, 4, 2) if a <= want and ks.full[ax] % a == 0 and lanes * a <= MAX_LANES), None)
           key = (all(s in (0, 1) for s in st), amt)
@@ -100,6 +103,7 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
           if want == 2 and best: break
       if best is None: continue
       if apply(Opt('upcast', *best)):
+        if vec_bcast is None: vec_bcast = tuple(ks.strides(op)[best[0] + 1] == 0 for op in loads)
         lanes *= best[1]
         done = {a + (a > best[0]) for a in done} | {best[0], best[0] + 1}  # the split's two parts are used
     red = ks.axes('reduce')
