@@ -1045,7 +1045,8 @@ class Tensor:
     (bs, cin_), (cout, cin), HW = self.shape[:2], weight.shape[:2], weight.shape[2:]
     if groups * cin != cin_ or cout % groups:
       raise ShapeError(f"conv2d: input {self.shape} does not fit weight {weight.shape} with groups={groups} ({groups * cin} vs {cin_} channels)")
-    cpu = self.device == 'CPU'
+    from tgc.compiler import DEVICE_TARGET
+    cpu = DEVICE_TARGET.get(self.device) in ('llvm', 'c')  # the CPU targets: register tiles, not work-groups
     pads = Tensor._pads2d(padding, len(HW))
     x = self._pad2d(pads)
     # on the CPU the padded input is copied once (a small kernel) so that the conv kernel reads it with no masks:

@@ -83,7 +83,11 @@ class Lang:
     self.needs.add(('vec', base, self.reg(t.dtype), t.count))
     return f"{base}{t.count}"
   def vec_name(self, dt) -> str: return self.vec_base[dt.name]
-  def lane(self, name: str, i: int, n: int) -> str: return f"{name}.{XYZW[i]}" if n in self.native_vecs else f"{name}.v[{i}]"
+  def lane(self, name: str, i: int, t: VecType) -> str: return f"{name}.{XYZW[i]}" if t.count in self.native_vecs else f"{name}.v[{i}]"
+  vector_ops: tuple = ()  # ALU ops written on whole vectors (`(a+b)`) where vector_operators(t); the rest lane by lane
+  def vector_operators(self, t: VecType) -> bool: return False
+  def vector_alu(self, nm: str, t: VecType, a: list[str]) -> str | None:
+    return f"({a[0]}{BINOP[nm]}{a[1]})" if nm in self.vector_ops and self.vector_operators(t) else None
   def ctor(self, t: VecType, lanes: list[str]) -> str:
     vt = self.vtype(t)
     return f"make_{vt}({','.join(lanes)})" if t.count in self.native_vecs else f"({vt}){{{{{','.join(lanes)}}}}}"
@@ -278,7 +282,7 @@ class KernelRenderer:
 
   def set_name(self, r, name: str):
     self.expr[r] = name
-    if isinstance(r.type, VecType): self.lanes[r] = [self.lang.lane(name, i, r.type.count) for i in range(r.type.count)]
+    if isinstance(r.type, VecType): self.lanes[r] = [self.lang.lane(name, i, r.type) for i in range(r.type.count)]
 
   # ---- ALU ----
   def alu(self, nm: str, dt: D.DType, a: list[str], op) -> str:
@@ -417,6 +421,9 @@ class KernelRenderer:
       src, dst = elem(op.src.type), elem(t)
       f = (lambda x: L.cast(x, src, dst)) if nm == 'cast' else (lambda x: L.bitcast(x, src, dst))
       self.vec_or_scalar(op, lambda i: f(self.lane(op.src, i)), 'cast')
+    elif nm in INLINE and isinstance(t, VecType) and all(v.type == t for v in op.operands) and \
+        (e := L.vector_alu(nm, t, [self.get(v) for v in op.operands])) is not None:
+      self.bind(op, e, 'alu', [L.lane(e, i, t) for i in range(t.count)])
     elif nm in INLINE:
       dt = elem(op.operands[0].type) if nm in alu.COMPARE else elem(t)
       if nm == 'where': dt = elem(t)

@@ -28,7 +28,7 @@ class CUDALang(Lang):
   def grid_close(self, k): return 0
   def define_local(self, k, op): return f"__shared__ {self.reg(op.results[0].type.dtype)} {op.attrs['sym']}[{op.attrs['size']}];"
   def render_barrier(self, k): return '__syncthreads();'
-  def lane(self, name, i, n): return f"{name}.{'xyzw'[i]}" if n <= 4 else f"{name}.v[{i}]"
+  def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.v[{i}]"
   def ctor(self, t, lanes): return f"make_{self.vtype(t)}({','.join(lanes)})"
   def math_fn(self, op, dt, args):
     if dt.bits == 16:  # cuda_fp16.h / cuda_bf16.h: hexp2, hlog2, hsin, hsqrt, htrunc; fmod through float

@@ -27,7 +27,7 @@ class MetalLang(Lang):
   def grid_close(self, k): return 0
   def define_local(self, k, op): return f"threadgroup {self.reg(op.results[0].type.dtype)} {op.attrs['sym']}[{op.attrs['size']}];"
   def render_barrier(self, k): return 'threadgroup_barrier(mem_flags::mem_threadgroup);'
-  def lane(self, name, i, n): return f"{name}.{'xyzw'[i]}" if n <= 4 else f"{name}.v[{i}]"
+  def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.v[{i}]"
   def ctor(self, t, lanes): return f"{self.vtype(t)}({','.join(lanes)})" if t.count <= 4 else f"{self.vtype(t)}{{{','.join(lanes)}}}"
   def space(self, buf_op, written): return 'threadgroup ' if buf_op.name == 'uop.define_local' else 'device ' if written else 'const device '
   def vec_load(self, buf, idx, t, space):
@@ -35,8 +35,8 @@ class MetalLang(Lang):
     return super().vec_load(buf, idx, t, space)
   def vec_store(self, buf, idx, v, t, space):
     if space == 'threadgroup ':
-      return ' '.join(f"{buf}[{idx}+{i}] = {self.lane(v, i, t.count)};" for i in range(t.count)) if v.isidentifier() else \
-        f"{{ {self.vtype(t)} tg_v = {v}; " + ' '.join(f"{buf}[{idx}+{i}] = {self.lane('tg_v', i, t.count)};" for i in range(t.count)) + ' }'
+      return ' '.join(f"{buf}[{idx}+{i}] = {self.lane(v, i, t)};" for i in range(t.count)) if v.isidentifier() else \
+        f"{{ {self.vtype(t)} tg_v = {v}; " + ' '.join(f"{buf}[{idx}+{i}] = {self.lane('tg_v', i, t)};" for i in range(t.count)) + ' }'
     return super().vec_store(buf, idx, v, t, space)
   def math_fn(self, op, dt, args):
     if dt.name == 'bf16': return f"{self.math[op]}({', '.join(f'(float)({a})' for a in args)})"

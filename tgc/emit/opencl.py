@@ -32,7 +32,7 @@ class OpenCLLang(Lang):
     dt = op.results[0].type.dtype
     return f"__local {self.mem(dt)} {op.attrs['sym']}[{op.attrs['size']}];"
   def render_barrier(self, k): return 'barrier(CLK_LOCAL_MEM_FENCE);'
-  def lane(self, name, i, n): return f"{name}.{'xyzw'[i]}" if n <= 4 else f"{name}.s{i:x}"
+  def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.s{i:x}"
   def ctor(self, t, lanes): return f"({self.vtype(t)})({','.join(lanes)})"
   def math_fn(self, op, dt, args): return f"{self.math[op]}({', '.join(args)})"
   def vec_load(self, buf, idx, t, space): return f"vload{t.count}(0, {buf}+{idx})"

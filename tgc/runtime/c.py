@@ -9,6 +9,7 @@ import ctypes, hashlib, os, subprocess, tempfile, threading
 import numpy as np
 from tgc.errors import TgcError
 from tgc.runtime.interp import buffer_signature, check_buffers, launch_dims
+from tgc.runtime.cpu import run_split
 
 CC = os.environ.get('CC', 'cc')
 # C99; -fwrapv: signed overflow wraps (tgc's semantics); -ffp-contract=off: a*b+c is never fused into an fma
@@ -60,7 +61,7 @@ class CProgram:
     g0 = self.global_size[0]
     end = g0 if end is None else end
     if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
-    self._f(*[b.ctypes.data for b in bufs], start, end)
+    run_split(self._f, [b.ctypes.data for b in bufs], start, end, sum(b.nbytes for b in bufs))  # threads, as the CPU device
 
 
 class CDevice:

@@ -38,6 +38,17 @@ def _get_pool(n: int) -> ThreadPoolExecutor:
   if _pool is None or _pool._max_workers < n: _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix='tgc-cpu')
   return _pool
 
+def run_split(cfn, ptrs: list[int], start: int, end: int, nbytes: int) -> None:
+  """Call a kernel `cfn(*ptrs, start, end)` over gidx0 in [start, end): split across the cores when the launch
+  touches enough memory to be worth a thread hand-off (ctypes releases the GIL during each call)."""
+  n = min(threads(), end - start)
+  if n > 1 and nbytes >= PARALLEL_MIN_BYTES:
+    cuts = [start + (end - start) * i // n for i in range(n + 1)]
+    futs = [_get_pool(n).submit(cfn, *ptrs, cuts[i], cuts[i + 1]) for i in range(1, n)]
+    cfn(*ptrs, cuts[0], cuts[1])
+    for f in futs: f.result()
+  else: cfn(*ptrs, start, end)
+
 
 def _target_machine():
   """Initialise llvmlite once; a target machine for this host's CPU and its features, opt level 2."""
@@ -99,29 +110,14 @@ class CPUProgram:
     g0 = self.global_size[0]
     end = g0 if end is None else end
     if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
-    ptrs = [b.ctypes.data for b in bufs]
-    n = min(threads(), end - start)
-    if n > 1 and sum(b.nbytes for b in bufs) >= PARALLEL_MIN_BYTES:
-      # the outermost global axis split across the cores; ctypes releases the GIL during each call
-      cuts = [start + (end - start) * i // n for i in range(n + 1)]
-      futs = [_get_pool(n).submit(self._cfn, *ptrs, cuts[i], cuts[i + 1]) for i in range(1, n)]
-      self._cfn(*ptrs, cuts[0], cuts[1])
-      for f in futs: f.result()
-    else: self._cfn(*ptrs, start, end)
+    run_split(self._cfn, [b.ctypes.data for b in bufs], start, end, sum(b.nbytes for b in bufs))
     stats['launches'] += 1
 
 
   def fast_launch(self, bufs, ptrs) -> None:
     """A launch from a compiled function's host schedule: the buffers are ones it allocated or checked
     itself, at the sizes the kernels were built for, and their addresses are already taken."""
-    g0 = self.global_size[0]
-    n = min(threads(), g0)
-    if n > 1 and sum(b.nbytes for b in bufs) >= PARALLEL_MIN_BYTES:
-      cuts = [g0 * i // n for i in range(n + 1)]
-      futs = [_get_pool(n).submit(self._cfn, *ptrs, cuts[i], cuts[i + 1]) for i in range(1, n)]
-      self._cfn(*ptrs, cuts[0], cuts[1])
-      for f in futs: f.result()
-    else: self._cfn(*ptrs, 0, g0)
+    run_split(self._cfn, ptrs, 0, self.global_size[0], sum(b.nbytes for b in bufs))
     stats['launches'] += 1
 
 
