@@ -104,7 +104,8 @@ def tinygrad_function(w: Workload):
 
 def tinygrad_device() -> str | None:
   try:
-    from tinygrad import Device
+    from tinygrad import Device, Tensor as TT
+    (TT([1.0]) + 1).numpy()  # the device starts and compiles a kernel
     return f"{Device.DEFAULT}:{type(Device[Device.DEFAULT].renderer).__name__}"
   except Exception: return None
 
