@@ -297,7 +297,8 @@ class KernelRenderer:
       raise self.err(op, f"is not defined on {dt}")
     if nm in ('max', 'min'):
       c = '>=' if nm == 'max' else '<='
-      if dt.is_float: return f"((({a[0]}{c}{a[1]})||({a[0]}!={a[0]}))?{a[0]}:{a[1]})"
+      # `|`, not `||`: both tests are cheap, and without a short circuit the compiler makes a select, not a branch
+      if dt.is_float: return f"((({a[0]}{c}{a[1]})|({a[0]}!={a[0]}))?{a[0]}:{a[1]})"
       return f"(({a[0]}{c[0]}{a[1]})?{a[0]}:{a[1]})"
     if dt.is_float:
       if nm == 'neg': r = f"(-{a[0]})"

@@ -2,8 +2,10 @@
 
 Which values become buffers (tinygrad's rules, ir.md):
   - function results (a reshape of a buffer stays a host-side reshape), `tensor.contiguous`;
-  - a reduce whose result reaches a movement op or another reduce through elementwise ops (its consumers
-    would need it at another shape); elementwise ops after a reduce otherwise fuse into its kernel;
+  - where a reduce's result reaches a movement op or another reduce through elementwise ops (its consumers
+    would need it at another shape): the value at that point when there is one such point (the elementwise
+    ops up to it are the reduce kernel's epilogue: a matmul's bias and relu), else the reduce's result;
+    elementwise ops after a reduce otherwise fuse into its kernel;
   - a value with several consumers when its fused graph contains a reduce (recomputing would repeat the
     reduction); elementwise values are recomputed in each consumer instead, as tinygrad does, which is
     what keeps softmax at three kernels;
@@ -66,7 +68,11 @@ class Scheduler:
       self.R.add(b)
     for op in self.fn.body.ops:
       if op.name == 'tensor.contiguous': self.R.add(op.results[0])
-      if op.name == 'tensor.reduce' and self._reduce_escapes(op.results[0]): self.R.add(op.results[0])
+      if op.name == 'tensor.reduce':
+        pts = self._reduce_escapes(op.results[0])
+        # one way out: the elementwise ops up to it are the reduce kernel's epilogue (a matmul's bias and relu),
+        # as in tinygrad; several: the reduce itself is the buffer
+        if pts: self.R.add(next(iter(pts)) if len(pts) == 1 else op.results[0])
       if op.name == 'tensor.pad':
         u = _movement_base(op.operands[0])
         if u.op is not None and not _is_leaf(u): self.R.add(u)
@@ -79,19 +85,20 @@ class Scheduler:
       has_reduce[v] = hr
       if hr and MOVEMENT not in op.TRAITS and v not in self.R and self.eff_uses(v) >= 2: self.R.add(v)
 
-  def _reduce_escapes(self, r: Value) -> bool:
-    """Does the reduce's result reach a movement op or a reduce through elementwise ops only?"""
-    seen, stack = set(), [r]
+  def _reduce_escapes(self, r: Value) -> set[Value]:
+    """Where the reduce's result, through elementwise ops (and reshapes: store views), reaches a movement op or
+    a reduce: the values (not movement results) that would have to be buffers there."""
+    seen, stack, out = set(), [(r, r)], set()
     while stack:
-      v = stack.pop()
+      v, base = stack.pop()
       for u in self.users.get(v, []):
         if u.name == 'func.return': continue
         if u.name == 'tensor.reshape' and u.results[0] not in self.R:  # a reshape of the output is only a store view
-          stack.append(u.results[0]); continue
-        if MOVEMENT in u.TRAITS or u.name in ('tensor.reduce', 'tensor.matmul'): return True
+          stack.append((u.results[0], base)); continue
+        if MOVEMENT in u.TRAITS or u.name in ('tensor.reduce', 'tensor.matmul'): out.add(base); continue
         if ELEMENTWISE in u.TRAITS and u.results[0] not in seen and u.results[0] not in self.R:
-          seen.add(u.results[0]); stack.append(u.results[0])
-    return False
+          seen.add(u.results[0]); stack.append((u.results[0], u.results[0]))
+    return out
 
   # ---- phase 2: build the kernels ----
   def build(self):
