@@ -77,7 +77,6 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
   if gpu and red and out_points <= 2048:
     for amt in (256, 64, 16):
       if ks.full[red[-1]] % amt == 0 and apply(Opt('grouptop', red[-1], amt)): break
-  # upcast global axes that some buffer broadcasts (stride 0): each loaded value is reused across the lanes
   if red:
     # register tiles: upcast the axes some buffer broadcasts (each loaded value is reused across the lanes);
     # on CPUs 8 rows x 32 columns (two vectors) make loads fewer than fmas, which a 4x16 tile does not

@@ -38,14 +38,24 @@ class OpenCLProgram:
   def __call__(self, *bufs: np.ndarray) -> None:
     cl = self.dev.cl
     check_buffers(self.fn, bufs, self.signature)
-    mf = cl.mem_flags
-    # a zero-size numpy buffer still needs a device buffer: OpenCL refuses size 0
-    dbufs = [cl.Buffer(self.dev.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=b) if b.nbytes else cl.Buffer(self.dev.ctx, mf.READ_WRITE, 4) for b in bufs]
+    mf, q = cl.mem_flags, self.dev.queue
+    # a CPU device (PoCL) works in the numpy arrays' own memory (USE_HOST_PTR: no copy in, a map to read the
+    # results back); another device gets copies. A zero-size buffer still needs a device buffer (OpenCL refuses 0).
+    host = mf.USE_HOST_PTR if self.dev.is_cpu else mf.COPY_HOST_PTR
+    def dbuf(i, b):
+      if not b.nbytes: return cl.Buffer(self.dev.ctx, mf.READ_WRITE, 4)
+      if host == mf.USE_HOST_PTR and not b.flags.writeable: return cl.Buffer(self.dev.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+      return cl.Buffer(self.dev.ctx, (mf.READ_WRITE if i in self.written else mf.READ_ONLY) | host, hostbuf=b)
+    dbufs = [dbuf(i, b) for i, b in enumerate(bufs)]
     gs = [g * l for g, l in zip(self.global_size, self.local_size)]
-    self.kernel(self.dev.queue, gs, list(self.local_size), *dbufs)
+    self.kernel(q, gs, list(self.local_size), *dbufs)
     for i in self.written:
-      if bufs[i].nbytes: cl.enqueue_copy(self.dev.queue, bufs[i], dbufs[i])
-    self.dev.queue.finish()
+      if not bufs[i].nbytes: continue
+      if host == mf.USE_HOST_PTR:  # mapping makes the device's writes visible in the host memory; unmap at once
+        m, _ = cl.enqueue_map_buffer(q, dbufs[i], cl.map_flags.READ, 0, bufs[i].shape, bufs[i].dtype)
+        m.base.release(q)
+      else: cl.enqueue_copy(q, bufs[i], dbufs[i])
+    q.finish()
 
 
 class OpenCLDevice:
@@ -57,6 +67,7 @@ class OpenCLDevice:
     self.cl = cl
     self.platform = pick_platform(cl)
     self.device = self.platform.get_devices()[0]
+    self.is_cpu = bool(self.device.type & cl.device_type.CPU)
     self.ctx = cl.Context([self.device])
     self.queue = cl.CommandQueue(self.ctx)
     self._programs: dict[str, object] = {}
