@@ -70,3 +70,70 @@ def test_uop_programs_on_gpu(name):
 def test_unavailable_is_a_clear_error():
   try: tgc.runtime.get_device('CUDA')
   except tgc.TgcError as e: assert 'CUDA device unavailable' in str(e)
+
+
+# ---- tensor cores: kernel-opt's TC on matmuls of f16/bf16 (mma.sync m16n8k16, one warp per 16x8 tile) ----
+
+def _tc_cases():
+  """(name, build(Tensor inputs) -> Tensor, numpy inputs, reference in float64, relative tolerance)."""
+  rng = np.random.default_rng(7)
+  a, b = rng.standard_normal((48, 64)).astype(np.float16), rng.standard_normal((64, 24)).astype(np.float16)
+  bias = rng.standard_normal(24).astype(np.float32)
+  xa, xb = a.astype(np.float64), b.astype(np.float64)
+  batched_a, batched_b = rng.standard_normal((3, 32, 16)).astype(np.float16), rng.standard_normal((3, 16, 16)).astype(np.float16)
+  bf_a, bf_b = rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((32, 8)).astype(np.float32)
+  to_bf16 = lambda x: (x.view(np.uint32) & 0xFFFF0000).view(np.float32)  # exactly representable in bf16
+  bf_a, bf_b = to_bf16(bf_a), to_bf16(bf_b)
+  return [
+    ("f16", lambda x, y: x @ y, (a, b), xa @ xb, 2e-2),
+    ("f16->f32 +bias relu", lambda x, y, z: (x.cast('float32') @ y.cast('float32') + z).relu(), (a, b, bias), np.maximum(xa @ xb + bias, 0), 1e-4),
+    ("batched f16->f32", lambda x, y: x.cast('float32') @ y.cast('float32'), (batched_a, batched_b), batched_a.astype(np.float64) @ batched_b, 1e-4),
+    ("bf16->f32", lambda x, y: x.cast('bfloat16').cast('float32') @ y.cast('bfloat16').cast('float32'), (bf_a, bf_b), bf_a.astype(np.float64) @ bf_b, 1e-4),
+  ]
+
+TC_CASES = _tc_cases()
+
+
+def _tc_module(build, arrays, device):
+  from tgc.tensor import _build_module
+  ts = [tgc.Tensor(x, device=device) for x in arrays]
+  m, leaves = _build_module([build(*ts).node], 'tc')
+  return m, [arrays[next(i for i, t in enumerate(ts) if t.node is l)] for l in leaves]
+
+
+@pytest.mark.parametrize('case', TC_CASES, ids=[c[0] for c in TC_CASES])
+def test_tensor_cores_chosen_and_compiled(case):
+  """kernel-opt gives these matmuls `tc` on cuda: their kernels hold uop.wmma, rendered as mma.sync, and nvcc builds them."""
+  name, build, arrays, ref, tol = case
+  m, _ = _tc_module(build, arrays, 'INTERP')
+  lower(m, 'cuda')
+  wmma = [op for f in m.functions('uop.func') for op in f.body.ops if op.name == 'uop.wmma']
+  assert len(wmma) == 1 and tuple(wmma[0].attrs['dims']) == (16, 8, 16)
+  src = render_cuda(m)
+  assert 'mma.sync.aligned.m16n8k16.row.col' in src
+  if NVCC is None: pytest.skip("nvcc is not installed")
+  with tempfile.TemporaryDirectory() as td:
+    cu = os.path.join(td, 'k.cu')
+    open(cu, 'w').write(src)
+    p = subprocess.run([NVCC, '--cubin', '-arch=sm_90', '-o', os.path.join(td, 'k.cubin'), cu], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr + '\n' + src
+
+
+def test_tensor_cores_not_for_other_shapes_and_dtypes():
+  """A matmul whose m is no multiple of 16, or of float32 inputs, keeps the ordinary kernel."""
+  for x, y in [(np.ones((20, 32), np.float16), np.ones((32, 8), np.float16)), (np.ones((16, 32), np.float32), np.ones((32, 8), np.float32))]:
+    m, _ = _tc_module(lambda a, b: a @ b, (x, y), 'INTERP')
+    lower(m, 'cuda')
+    assert not any(op.name == 'uop.wmma' for f in m.functions('uop.func') for op in f.body.ops)
+
+
+@pytest.mark.parametrize('case', TC_CASES, ids=[c[0] for c in TC_CASES])
+def test_tensor_cores_on_gpu(case):
+  _gpu()
+  from tgc.compiler import compile_module
+  name, build, arrays, ref, tol = case
+  m, args = _tc_module(build, arrays, 'CUDA')
+  fn = compile_module(m, 'CUDA')
+  assert any(op.name == 'uop.wmma' for k in fn.kernels.values() for op in k.fn.body.ops)
+  (out,) = fn(*args)
+  np.testing.assert_allclose(out.astype(np.float64), ref, rtol=tol, atol=tol * np.abs(ref).max())

@@ -86,6 +86,9 @@ class Lang:
   def lane(self, name: str, i: int, t: VecType) -> str: return f"{name}.{XYZW[i]}" if t.count in self.native_vecs else f"{name}.v[{i}]"
   vector_ops: tuple = ()  # ALU ops written on whole vectors (`(a+b)`) where vector_operators(t); the rest lane by lane
   def vector_operators(self, t: VecType) -> bool: return False
+  def wmma_helper(self, dims, a: VecType, b: VecType, c: VecType) -> str | None:
+    """The name of a function (defined in the prelude) for a uop.wmma of these dims and fragment types; None: none."""
+    return None
   def vector_alu(self, nm: str, t: VecType, a: list[str]) -> str | None:
     return f"({a[0]}{BINOP[nm]}{a[1]})" if nm in self.vector_ops and self.vector_operators(t) else None
   def ctor(self, t: VecType, lanes: list[str]) -> str:
@@ -429,7 +432,11 @@ class KernelRenderer:
       dt = elem(op.operands[0].type) if nm in alu.COMPARE else elem(t)
       if nm == 'where': dt = elem(t)
       self.vec_or_scalar(op, lambda i: self.alu(nm, dt, [self.lane(v, i) for v in op.operands], op), 'alu')
-    elif nm == 'wmma': raise self.err(op, f"(tensor cores) is not supported by the {L.name} emitter yet")
+    elif nm == 'wmma':
+      a, b, c = (v.type for v in op.operands)
+      fn = L.wmma_helper(tuple(op.attrs['dims']), a, b, c)
+      if fn is None: raise self.err(op, f"{list(op.attrs['dims'])} on {a}, {b} -> {c}: no such tensor-core instruction on the {L.name} target")
+      self.bind(op, f"{fn}({', '.join(self.get(v) for v in op.operands)})", 'wmma')
     else: raise self.err(op, f"is not supported by the {L.name} target")
 
   def vec_or_scalar(self, op, lane_fn, prefix):

@@ -42,11 +42,31 @@ class CUDALang(Lang):
     if dst.is_float and dst.bits == 16 and src is not D.f32 and not (src.is_float and src.bits == 16 and src is dst):
       x, src = super().cast(x, src, D.f32), D.f32  # half/bf16 constructors from float: the one sure conversion
     return super().cast(x, src, dst)
+  # tensor cores: mma.sync m16n8k16 (sm_80 and later), one warp per 16x8 tile; per thread (lane = 4*group + t)
+  # a: 8 elements at (group + 8*(i>>1 & 1), 2t + (i&1) + 8*(i>>2)), b: 4 at (k = 2t + (i&1) + 8*(i>>1), n = group),
+  # c: 4 at (group + 8*(i>>1), 2t + (i&1)), as the PTX ISA lays the fragments out
+  MMA = {(D.f16, D.f32): 'f32.f16.f16.f32', (D.f16, D.f16): 'f16.f16.f16.f16', (D.bf16, D.f32): 'f32.bf16.bf16.f32'}
+  def wmma_helper(self, dims, a, b, c):
+    ptx = self.MMA.get((a.dtype, c.dtype))
+    if tuple(dims) != (16, 8, 16) or ptx is None or b.dtype is not a.dtype or (a.count, b.count, c.count) != (8, 4, 4): return None
+    name = f"tg_mma_m16n8k16_{a.dtype.name}_{c.dtype.name}"
+    self.needs.add(('mma', name, ptx, self.vtype(a), self.vtype(b), self.vtype(c)))
+    return name
+  def mma_function(self, name, ptx, ta, tb, tc) -> list[str]:
+    f32 = ptx.startswith('f32')
+    outs = ', '.join(f'"+f"(c.{x})' for x in 'xyzw') if f32 else '"+r"(C[0]), "+r"(C[1])'
+    cregs = '{%0, %1, %2, %3}' if f32 else '{%0, %1}'
+    n = 4 if f32 else 2
+    return [f"__device__ inline {tc} {name}({ta} a, {tb} b, {tc} c) {{",
+            f"  const unsigned *A = (const unsigned *)&a, *B = (const unsigned *)&b;" + ('' if f32 else ' unsigned *C = (unsigned *)&c;'),
+            f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.{ptx} {cregs}, {{%{n}, %{n+1}, %{n+2}, %{n+3}}}, {{%{n+4}, %{n+5}}}, {cregs};"',
+            f'    : {outs} : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));',
+            "  return c;", "}"]
   def prelude(self):
     out = ['#define INFINITY (__int_as_float(0x7f800000))', '#define NAN (__int_as_float(0x7fffffff))']
     if 'half' in self.needs: out.append('#include <cuda_fp16.h>')
     if 'bf16' in self.needs: out.append('#include <cuda_bf16.h>')
-    for _, base, reg, n in sorted(x for x in self.needs if isinstance(x, tuple)):
+    for _, base, reg, n in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'vec'):
       if base in _BUILTIN_VEC and n <= 4: continue
       names = list('xyzw'[:n]) if n <= 4 else None
       fields = ', '.join(names) if names else f"v[{n}]"
@@ -55,6 +75,7 @@ class CUDALang(Lang):
       body = '; '.join(f"r.{names[i] if names else f'v[{i}]'} = a{i}" for i in range(n))
       out.append(f"struct {al}{base}{n} {{ {reg} {fields}; }};")
       out.append(f"__device__ inline {base}{n} make_{base}{n}({params}) {{ {base}{n} r; {body}; return r; }}")
+    for _, *mma in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'mma'): out += self.mma_function(*mma)
     return out
 
 

@@ -2,7 +2,8 @@
 
 Every op on a wide value becomes one op per chunk; loads and stores become loads and stores at
 idx + k*width; accumulators and their phis split alike; `uop.vectorize` regroups its sources and
-`uop.gep` picks the lane from its chunk. Nothing of the wide type is left.
+`uop.gep` picks the lane from its chunk. Nothing of the wide type is left but the operands of `uop.wmma`
+(a tensor-core fragment has the instruction's shape: built by one `uop.vectorize` or load, passed whole).
 """
 from __future__ import annotations
 from tgc.ir.core import REGISTRY, Value
@@ -23,10 +24,14 @@ def devectorize_function(fn, width: int, stats) -> None:
     op = U(name)(operands, [t] if t is not None else [], attrs, loc)
     out.append(op)
     return op.results[0] if op.results else None
+  # a tensor-core fragment is one value of the instruction's shape (8 halfs for mma m16n8k16): never split
+  fragments = {v for op in fn.body.ops if op.name == 'uop.wmma' for v in op.operands}
   for op in fn.body.ops:
     op.operands = [subst.get(v, v) for v in op.operands]
     res = op.results[0] if op.results else None
     n = op.name
+    if res in fragments and n in ('uop.vectorize', 'uop.load'):
+      out.append(op); continue
     if n == 'uop.gep' and op.vec in chunks:
       i = op.attrs['index']
       src = chunks[op.vec][i // width]

@@ -2,7 +2,8 @@
 
 The actions (each splits an iteration axis r -> r_outer * amt + r_inner; see linearize.py for what the
 kinds mean): UPCAST and LOCAL on global axes, UNROLL, GROUP and GROUPTOP on reduce axes, PADTO to round
-a global axis up, and SWAP, which exchanges two global axes (the loop order). `axis` counts axes of the shape as it is after the earlier actions. linearize applies
+a global axis up, SWAP, which exchanges two global axes (the loop order), and TC: tensor cores on a matmul's
+(m, n, k) tile (CUDA's mma.sync m16n8k16, f16/bf16 inputs: one warp per 16x8 output tile). `axis` counts axes of the shape as it is after the earlier actions. linearize applies
 them, so an `opts` attribute written by hand replays exactly.
 
 mode=heuristic mirrors tinygrad's hand-coded optimisations: upcast axes that some buffer broadcasts
@@ -15,7 +16,7 @@ import math, os
 from tgc.ir.core import Module, Operation
 from tgc.ir.attrs import Record
 from tgc.passes.manager import Pass, PipelineError
-from tgc.passes.linearize import apply_opts, OptError, CPU_TARGETS, MAX_LANES
+from tgc.passes.linearize import apply_opts, OptError, CPU_TARGETS, MAX_LANES, TC_TARGET, tc_applies
 
 GPU_TARGETS = ('cuda', 'metal', 'opencl')
 MAX_THREADS = 256  # work-group size kernel-opt stays within (CUDA, Metal and PoCL all allow it)
@@ -72,6 +73,8 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
 
   red = ks.axes('reduce')
   glob = ks.axes('global')
+  # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples
+  if target == TC_TARGET and len(red) == 1 and tc_applies(k, Opt('tc', red[0], 0)): return [Opt('tc', red[0], 0)]
   out_points = math.prod(ks.full[i] for i in glob) if glob else 1
   # GPU: a reduce whose output cannot fill the device gets the work-group to share it (GROUPTOP)
   if gpu and red and out_points <= 2048:

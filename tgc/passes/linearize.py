@@ -26,6 +26,7 @@ from tgc.ir import dtypes as D, alu
 from tgc.ir.attrs import Symbol, Record
 from tgc.errors import TgcError
 from tgc.passes.manager import Pass
+from tgc.dialects.uop import TENSOR_CORES
 
 U = lambda n: REGISTRY[f'uop.{n}']
 MAX_GLOBAL_DIMS = 3
@@ -34,7 +35,10 @@ ALIGNED_TARGETS = ('cuda', 'metal')  # vector loads and stores need addresses al
 VEC_WIDTHS = (2, 4, 8, 16)
 MAX_LANES = 256
 MAX_ACCS = 24     # accumulators kept apart per unrolled lane at most (registers: 32 vector registers on AVX-512)
-OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'swap': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce'}
+OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'swap': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce',
+             'tc': 'reduce'}
+TC_TARGET = 'cuda'  # the target whose tensor cores (TENSOR_CORES) the TC action uses: mma.sync m16n8k16
+TC_TILE = TENSOR_CORES[TC_TARGET]['dims']
 
 
 class OptError(TgcError):
@@ -126,6 +130,14 @@ def apply_opts(full, out, kinds, views, opts):
       for k, vs in views.items(): views[k] = vs.permute(tuple(perm))
       padded = {k: ([(perm[a], m) for a, m in terms], size) for k, (terms, size) in padded.items()}
       continue
+    if name == 'tc':
+      if amt != 0: raise OptError(f"tc: amount {amt}: 0 (the target's tensor-core tile) is the only one")
+      if opts[0] is not o or len(opts) > 1: raise OptError("tc: tensor cores take the kernel alone (no other action with them)")
+      m_ax, n_ax = tc_axes(full, kinds, views)
+      for a, size, kind in sorted([(ax, TC_TILE[2], 'tck'), (n_ax, TC_TILE[1], 'tcn'), (m_ax, TC_TILE[0], 'tcm')], reverse=True):
+        if full[a] % size: raise OptError(f"tc: axis {a} of size {full[a]} is not a multiple of the tile's {size}")
+        full, out, kinds = _split(full, out, kinds, views, a, full[a] // size, size, kind)
+      continue
     s = full[ax]
     amt = s if amt == 0 else amt
     if not isinstance(amt, int) or amt < 1: raise OptError(f"{name}: amount {amt} must be a positive integer")
@@ -139,23 +151,41 @@ def apply_opts(full, out, kinds, views, opts):
       continue
     if s % amt: raise OptError(f"{name}: amount {amt} does not divide axis {ax} of size {s}")
     outer, inner = (amt, s // amt) if name == 'grouptop' else (s // amt, amt)
-    nf = full[:ax] + [outer, inner] + full[ax + 1:]
-    no = out[:ax] + ([outer, inner] if out[ax] == s else [1, 1]) + out[ax + 1:]
-    for k, vs in views.items():
-      views[k] = vs.reshape(tuple(nf) if tuple(vs.shape) == tuple(full) else tuple(no))
-    new_kind = {'upcast': 'upcast', 'local': 'local', 'unroll': 'unroll', 'group': 'group', 'grouptop': 'reduce'}[name]
-    kinds = kinds[:ax] + ([kinds[ax], new_kind] if name != 'grouptop' else ['group', 'reduce']) + kinds[ax + 1:]
+    full, out, kinds = _split(full, out, kinds, views, ax, outer, inner, {'upcast': 'upcast', 'local': 'local', 'unroll': 'unroll', 'group': 'group'}.get(name))
+    if name == 'grouptop': kinds[ax:ax + 2] = ['group', 'reduce']
     # a padded axis that is split: its index is now outer * inner_size + inner
-    isz = inner
-    padded = {k: ([t for a, m in terms for t in ((((a, m * isz)), (a + 1, m)) if a == ax else ((a if a < ax else a + 1, m),))], size)
+    padded = {k: ([t for a, m in terms for t in ((((a, m * inner)), (a + 1, m)) if a == ax else ((a if a < ax else a + 1, m),))], size)
               for k, (terms, size) in padded.items()}
-    full, out = nf, no
   return tuple(full), tuple(out), kinds, views, padded
 
 
+def _split(full, out, kinds, views, ax, outer, inner, inner_kind):
+  """Axis ax -> (outer, inner): the outer part keeps the axis's kind, the inner one gets inner_kind; views
+  at the full shape and at the output shape (1 along reduce axes) reshape along."""
+  s = full[ax]
+  nf = full[:ax] + [outer, inner] + full[ax + 1:]
+  no = out[:ax] + ([outer, inner] if out[ax] == s else [1, 1]) + out[ax + 1:]
+  for k, vs in views.items():
+    views[k] = vs.reshape(tuple(nf) if tuple(vs.shape) == tuple(full) else tuple(no))
+  return nf, no, kinds[:ax] + [kinds[ax], inner_kind] + kinds[ax + 1:]
+
+
+def tc_axes(full, kinds, views) -> tuple[int, int]:
+  """The (m, n) axes of a matmul-like kernel for tensor cores: its two loads below the reduce, A broadcast
+  along n and B along m."""
+  loads = [vs for op, vs in views.items() if op.name == 'kernel.load' and tuple(vs.shape) == tuple(full)]
+  if len(loads) != 2: raise OptError(f"tc: tensor cores need a reduce over the product of two loads, not {len(loads)}")
+  zero = lambda a: tuple(vs.real_strides()[a] == 0 for vs in loads)
+  glob = [a for a in range(len(full)) if kinds[a] == 'global' and full[a] > 1]
+  n_ax = next((a for a in reversed(glob) if zero(a) in ((True, False), (False, True))), None)
+  m_ax = next((a for a in reversed(glob) if n_ax is not None and a != n_ax and zero(a) == tuple(not z for z in zero(n_ax))), None)
+  if m_ax is None: raise OptError("tc: no pair of axes along which one load broadcasts and the other not (a matmul's m and n)")
+  return m_ax, n_ax
+
+
 class Lowerer:
-  def __init__(self, k: Operation, target: str):
-    self.k, self.target = k, target
+  def __init__(self, k: Operation, target: str, opts=None):
+    self.k, self.target, self.opts = k, target, opts
     self.cpu = target in CPU_TARGETS
 
   def run(self) -> Operation:
@@ -172,7 +202,7 @@ class Lowerer:
     if full0 is None: raise TgcError(f"@{k.sym_name}: a reduce with nothing below it to give its size (run canonicalize first)")
     kinds0 = ['reduce' if i in axes else 'global' for i in range(len(full0))]
     views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
-    opts = tuple(k.attrs.get('opts', ()))
+    opts = tuple(k.attrs.get('opts', ()) if self.opts is None else self.opts)
     try: full, out, kinds, views, padded = apply_opts(full0, out0, kinds0, views, opts)
     except ValueError as e: raise OptError(f"@{k.sym_name}: {e}") from None
     except OptError as e: raise OptError(f"@{k.sym_name}: {e}") from None
@@ -202,13 +232,18 @@ class Lowerer:
     self.idx: dict[int, Value] = {}
     gl = [i for i in range(n) if kinds[i] == 'global' and full[i] > 1]
     lo = [i for i in range(n) if kinds[i] in ('local', 'group') and full[i] > 1]
+    tc = any(kd in ('tcm', 'tcn', 'tck') for kd in kinds)
+    if tc and self.target != TC_TARGET: raise OptError(f"@{k.sym_name}: tensor cores (tc) need the {TC_TARGET} target, not {self.target}")
     self.loops: list[Value] = []
     global_size, local_size = self.grid(gl, 'gidx'), self.grid(lo, 'lidx')
+    if tc:  # one warp per tile
+      self.lane, local_size = b.emit('special', [], b.idx_dt, {'axis': 'lidx0', 'size': 32}), [32]
     for i in range(n):
       if kinds[i] in ('global', 'local', 'group') and i not in self.idx: self.idx[i] = zero
     self.global_size, self.local_size = global_size, local_size
     self.ops_list = ops
-    self.lower_body(reduces)
+    if tc: self.lower_tc(reduces, k.sym_name)
+    else: self.lower_body(reduces)
     for _ in range(getattr(self, 'open_ifs', 0)): b.emit('endif', [], None, pure=False)
     for r in reversed(self.loops): b.close_range(r)
     attrs = {'sym_name': Symbol(k.sym_name), 'global_size': tuple(global_size) or (1,), 'local_size': tuple(local_size) or (1,)}
@@ -327,6 +362,64 @@ class Lowerer:
             parts = [b.emit(r.kind, [parts[i], parts[i + 1]], dt) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
           res[c] = parts[0]
         self.vals[r.results[0]] = res
+
+  def lower_tc(self, reduces, name):
+    """TC: a warp per (16 x 8) output tile. Per step of 16 along k, lane 4g + t loads its fragment of A (8 values
+    at m = g + 8*(i>>1 & 1), k = 2t + (i&1) + 8*(i>>2)) and of B (4 at k = 2t + (i&1) + 8*(i>>1), n = g), as the
+    PTX ISA lays out mma.m16n8k16's operands; uop.wmma accumulates the tile, and each lane's 4 results (at
+    m = g + 8*(i>>1), n = 2t + (i&1)) go through the rest of the kernel (a bias, a cast) to the store."""
+    b, full, kinds, ops = self.b, self.full, self.kinds, self.ops_list
+    self.vals = {}
+    bad = lambda why: OptError(f"@{name}: tc: {why}")
+    if len(reduces) != 1 or reduces[0].kind != 'add': raise bad("tensor cores compute one sum of products")
+    r = reduces[0]
+    mul = r.src.op
+    if mul is None or mul.name != 'kernel.mul': raise bad("the reduce must sum a product")
+    tc_in = {D.BY_NAME[i] for i, _ in TENSOR_CORES[TC_TARGET]['dtypes']}
+    def operand(v):  # a factor without the casts that widen it to the sum's dtype, and the ops computing that
+      while v.op is not None and v.op.name == 'kernel.cast' and v.op.operands[0].type in tc_in: v = v.op.operands[0]
+      seen, order = set(), []
+      def visit(u):
+        if u in seen or u.op is None: return
+        seen.add(u)
+        for w in u.op.operands: visit(w)
+        order.append(u.op)
+      visit(v)
+      return v, order
+    m_in, n_in, k_in = (kinds.index(x) for x in ('tcm', 'tcn', 'tck'))
+    (xa, ca), (xb, cb) = (operand(v) for v in mul.operands)
+    zero_along = lambda chain, ax: all(self.views[op].real_strides()[ax] == 0 for op in chain if op.name == 'kernel.load')
+    if not zero_along(ca, n_in): (xa, ca), (xb, cb) = (xb, cb), (xa, ca)  # A is the factor broadcast along n
+    if not (zero_along(ca, n_in) and zero_along(cb, m_in)): raise bad("one factor must vary along m only and the other along n only")
+    acc_dt = r.results[0].type
+    if xb.type is not xa.type or (xa.type.name, acc_dt.name) not in TENSOR_CORES[TC_TARGET]['dtypes']:
+      raise bad(f"no tensor core multiplies {xa.type} by {xb.type} into {acc_dt} (they take {', '.join(f'{i} -> {o}' for i, o in TENSOR_CORES[TC_TARGET]['dtypes'])})")
+    zero, lane = b.const(0), self.lane
+    g, t2 = b.idiv(lane, b.const(4)), b.mul(b.mod(lane, b.const(4)), b.const(2))
+    plus = lambda e, c: b.add(e, b.const(c))
+    acc_t = VecType(4, acc_dt)
+    init = b.emit('vectorize', [b.const(0, acc_dt)] * 4, acc_t)
+    acc = b.emit('define_acc', [init], acc_t, pure=False)
+    loop_idx, ranges = dict(self.idx), []
+    for a in range(len(full)):
+      if kinds[a] == 'reduce' and full[a] > 1:
+        rr = b.open_range(zero, b.const(full[a])); ranges.append(rr); loop_idx[a] = rr
+    acc.op.operands = [init] + ranges
+    def fragment(v, chain, at):  # the factor at each (m, n, k) position of this lane, as one vector
+      vals = []
+      for mi, ni, ki in at:
+        for op in chain: self.lower_op(op, {**loop_idx, m_in: mi, n_in: ni, k_in: ki}, [], above=False)
+        vals.append(self.vals[v][()])
+      return b.emit('vectorize', vals, VecType(len(vals), v.type))
+    fa = fragment(xa, ca, [(plus(g, 8 * ((i >> 1) & 1)), zero, plus(t2, (i & 1) + 8 * (i >> 2))) for i in range(8)])
+    fb = fragment(xb, cb, [(zero, g, plus(t2, (i & 1) + 8 * (i >> 1))) for i in range(4)])
+    d = b.emit('wmma', [fa, fb, acc], acc_t, {'dims': TC_TILE, 'target': TC_TARGET})
+    tile = b.emit('phi', [acc, d], acc_t, pure=False)
+    for rr in reversed(ranges): b.close_range(rr)
+    for i in range(4):
+      self.vals[r.results[0]] = {(): b.emit('gep', [tile], acc_dt, {'index': i})}
+      at = {**self.idx, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
+      for op in ops[ops.index(r) + 1:]: self.lower_op(op, at, [], above=True)
 
   def group_reduce(self, reduces, cu):
     """GROUP: each thread holds a partial result; they meet in shared memory, and after a barrier the
@@ -493,6 +586,12 @@ class Lowerer:
 
 def linearize_kernel(k: Operation, target: str = 'llvm') -> Operation:
   return Lowerer(k, target).run()
+
+
+def tc_applies(k: Operation, opt) -> bool:
+  """Whether the TC action `opt` lowers for this kernel (shape, dtypes, a sum of a product of two loads)."""
+  try: Lowerer(k, TC_TARGET, (opt,)).run(); return True
+  except OptError: return False
 
 
 class Linearize(Pass):

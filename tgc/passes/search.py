@@ -40,7 +40,7 @@ def candidates(k, opts, gpu: bool):
   if ks is None: return []
   out = []
   for name, kind in OPT_KINDS.items():
-    if name == 'padto' or (name in ('local', 'group', 'grouptop') and not gpu): continue
+    if name in ('padto', 'tc') or (name in ('local', 'group', 'grouptop') and not gpu): continue  # tc: the heuristic's, alone
     for ax, kd in enumerate(ks.kinds):
       if kd != kind or ks.full[ax] <= 1: continue
       for amt in (AMOUNTS[name] if name != 'swap' else [b for b in range(ax + 1, len(ks.kinds)) if ks.kinds[b] == 'global' and ks.full[b] > 1]):
