@@ -84,8 +84,10 @@ def _tc_cases():
   bf_a, bf_b = rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((32, 8)).astype(np.float32)
   to_bf16 = lambda x: (x.view(np.uint32) & 0xFFFF0000).view(np.float32)  # exactly representable in bf16
   bf_a, bf_b = to_bf16(bf_a), to_bf16(bf_b)
+  ta, tb, tbias = rng.standard_normal((128, 96)).astype(np.float16), rng.standard_normal((96, 256)).astype(np.float16), rng.standard_normal(256).astype(np.float32)
   return [
     ("f16", lambda x, y: x @ y, (a, b), xa @ xb, 2e-2),
+    ("tiles f16->f32 +bias", lambda x, y, z: x.cast('float32') @ y.cast('float32') + z, (ta, tb, tbias), ta.astype(np.float64) @ tb + tbias, 1e-4),
     ("f16->f32 +bias relu", lambda x, y, z: (x.cast('float32') @ y.cast('float32') + z).relu(), (a, b, bias), np.maximum(xa @ xb + bias, 0), 1e-4),
     ("batched f16->f32", lambda x, y: x.cast('float32') @ y.cast('float32'), (batched_a, batched_b), batched_a.astype(np.float64) @ batched_b, 1e-4),
     ("bf16->f32", lambda x, y: x.cast('bfloat16').cast('float32') @ y.cast('bfloat16').cast('float32'), (bf_a, bf_b), bf_a.astype(np.float64) @ bf_b, 1e-4),
@@ -108,7 +110,7 @@ def test_tensor_cores_chosen_and_compiled(case):
   m, _ = _tc_module(build, arrays, 'INTERP')
   lower(m, 'cuda')
   wmma = [op for f in m.functions('uop.func') for op in f.body.ops if op.name == 'uop.wmma']
-  assert len(wmma) == 1 and tuple(wmma[0].attrs['dims']) == (16, 8, 16)
+  assert wmma and all(tuple(w.attrs['dims']) == (16, 8, 16) for w in wmma)
   src = render_cuda(m)
   assert 'mma.sync.aligned.m16n8k16.row.col' in src
   if NVCC is None: pytest.skip("nvcc is not installed")
@@ -137,3 +139,16 @@ def test_tensor_cores_on_gpu(case):
   assert any(op.name == 'uop.wmma' for k in fn.kernels.values() for op in k.fn.body.ops)
   (out,) = fn(*args)
   np.testing.assert_allclose(out.astype(np.float64), ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_tensor_core_flops_are_counted():
+  """DEBUG=2's GFLOPS counts a uop.wmma as its warp's share of 2*m*n*k: the kernel's total is the matmul's."""
+  import math
+  from tgc.compiler import count_flops
+  name, build, arrays, ref, tol = TC_CASES[0]
+  m, _ = _tc_module(build, arrays, 'INTERP')
+  lower(m, 'cuda')
+  (f,) = m.functions('uop.func')
+  points = math.prod(f.attrs['global_size']) * math.prod(f.attrs['local_size'])
+  (M, K), (_, N) = arrays[0].shape, arrays[1].shape
+  assert count_flops(f) * points == 2 * M * N * K

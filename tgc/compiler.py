@@ -159,6 +159,8 @@ def count_flops(fn: Operation) -> int:
       lo, hi = (o.op.attrs.get('value', 0) if o.op is not None and o.op.name == 'uop.const' else 0 for o in op.operands)
       stack.append(mult); mult *= max(hi - lo, 1)
     elif op.name == 'uop.endrange': mult = stack.pop() if stack else 1
+    elif op.name == 'uop.wmma':  # a warp's m*n*k multiply-adds, shared by its 32 threads
+      m_, n_, k_ = op.attrs['dims']; total += mult * 2 * m_ * n_ * k_ // 32
     elif getattr(op, 'opname', None) not in (None, 'cast', 'bitcast') and op.results and elem(op.results[0].type).is_float:
       t = op.results[0].type
       total += mult * (t.count if isinstance(t, VecType) else 1) * (2 if op.opname == 'mulacc' else 1)

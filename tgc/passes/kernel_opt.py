@@ -74,7 +74,14 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
   red = ks.axes('reduce')
   glob = ks.axes('global')
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples
-  if target == TC_TARGET and len(red) == 1 and tc_applies(k, Opt('tc', red[0], 0)): return [Opt('tc', red[0], 0)]
+  if target == TC_TARGET and len(red) == 1 and tc_applies(k, Opt('tc', red[0], 0)):
+    # a warp computes 2x4 tiles (32x32: A's fragments serve 4 tiles, B's 2) and a block holds 2x2 warps
+    apply(Opt('tc', red[0], 0))
+    for kind, amt, grid_axis in (('upcast', 2, 'tcm'), ('upcast', 4, 'tcn'), ('local', 2, 'tcm'), ('local', 2, 'tcn')):
+      ax = ks.kinds.index(grid_axis) - 1  # the tile grid's axis: the global one just outside the tile
+      while ax >= 0 and ks.kinds[ax] in ('upcast', 'local'): ax -= 1
+      if ax >= 0 and ks.kinds[ax] == 'global' and ks.full[ax] % amt == 0 and ks.full[ax] > amt: apply(Opt(kind, ax, amt))
+    return opts
   out_points = math.prod(ks.full[i] for i in glob) if glob else 1
   # GPU: a reduce whose output cannot fill the device gets the work-group to share it (GROUPTOP)
   if gpu and red and out_points <= 2048:

@@ -122,6 +122,8 @@ def apply_opts(full, out, kinds, views, opts):
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
     if kinds[ax] != OPT_KINDS[name]:
       raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes")
+    if 'tck' in kinds and name not in ('upcast', 'local', 'swap'):
+      raise OptError(f"{name}: after tc only upcast, local and swap apply (to the grid of tiles)")
     if name == 'swap':  # exchange two global axes (`amt` names the other): the loop order, outermost first
       if not isinstance(amt, int) or not 0 <= amt < len(full) or amt == ax or kinds[amt] != 'global':
         raise OptError(f"swap: axis {amt} must be another global axis of the {len(full)} (axis {ax} is the first)")
@@ -132,7 +134,7 @@ def apply_opts(full, out, kinds, views, opts):
       continue
     if name == 'tc':
       if amt != 0: raise OptError(f"tc: amount {amt}: 0 (the target's tensor-core tile) is the only one")
-      if opts[0] is not o or len(opts) > 1: raise OptError("tc: tensor cores take the kernel alone (no other action with them)")
+      if opts[0] is not o: raise OptError("tc: tensor cores come first (then upcast, local or swap of the tile grid)")
       m_ax, n_ax = tc_axes(full, kinds, views)
       for a, size, kind in sorted([(ax, TC_TILE[2], 'tck'), (n_ax, TC_TILE[1], 'tcn'), (m_ax, TC_TILE[0], 'tcm')], reverse=True):
         if full[a] % size: raise OptError(f"tc: axis {a} of size {full[a]} is not a multiple of the tile's {size}")
@@ -235,9 +237,14 @@ class Lowerer:
     tc = any(kd in ('tcm', 'tcn', 'tck') for kd in kinds)
     if tc and self.target != TC_TARGET: raise OptError(f"@{k.sym_name}: tensor cores (tc) need the {TC_TARGET} target, not {self.target}")
     self.loops: list[Value] = []
-    global_size, local_size = self.grid(gl, 'gidx'), self.grid(lo, 'lidx')
-    if tc:  # one warp per tile
+    global_size = self.grid(gl, 'gidx')
+    if tc:  # a warp per tile: lidx0 is the lane; local dims (warps of a block) are lidx1 and lidx2
+      if len(lo) > 2: raise OptError(f"@{k.sym_name}: tc: at most two local dims besides the warp's lanes")
       self.lane, local_size = b.emit('special', [], b.idx_dt, {'axis': 'lidx0', 'size': 32}), [32]
+      for j, a in enumerate(reversed(lo)):
+        self.idx[a] = b.emit('special', [], b.idx_dt, {'axis': f'lidx{j + 1}', 'size': full[a]}); local_size.append(full[a])
+      self.vec, self.W = None, 1  # upcast axes are tiles of their own here, not vector lanes
+    else: local_size = self.grid(lo, 'lidx')
     for i in range(n):
       if kinds[i] in ('global', 'local', 'group') and i not in self.idx: self.idx[i] = zero
     self.global_size, self.local_size = global_size, local_size
@@ -397,29 +404,36 @@ class Lowerer:
     zero, lane = b.const(0), self.lane
     g, t2 = b.idiv(lane, b.const(4)), b.mul(b.mod(lane, b.const(4)), b.const(2))
     plus = lambda e, c: b.add(e, b.const(c))
+    # upcast axes of the grid of tiles: a warp computes several tiles, each with its accumulator (fragments that
+    # repeat, A's along n and B's along m, are the same loads: the builder merges them)
+    up = [i for i in range(len(full)) if kinds[i] == 'upcast' and full[i] > 1]
+    tiles = [{a: b.const(c) for a, c in zip(up, combo)} for combo in self.combos(up)]
     acc_t = VecType(4, acc_dt)
     init = b.emit('vectorize', [b.const(0, acc_dt)] * 4, acc_t)
-    acc = b.emit('define_acc', [init], acc_t, pure=False)
+    accs = [b.emit('define_acc', [init], acc_t, pure=False) for _ in tiles]
     loop_idx, ranges = dict(self.idx), []
     for a in range(len(full)):
       if kinds[a] == 'reduce' and full[a] > 1:
         rr = b.open_range(zero, b.const(full[a])); ranges.append(rr); loop_idx[a] = rr
-    acc.op.operands = [init] + ranges
-    def fragment(v, chain, at):  # the factor at each (m, n, k) position of this lane, as one vector
+    for acc in accs: acc.op.operands = [init] + ranges
+    def fragment(v, chain, tile, at):  # the factor at each (m, n, k) position of this lane, as one vector
       vals = []
       for mi, ni, ki in at:
-        for op in chain: self.lower_op(op, {**loop_idx, m_in: mi, n_in: ni, k_in: ki}, [], above=False)
+        for op in chain: self.lower_op(op, {**loop_idx, **tile, m_in: mi, n_in: ni, k_in: ki}, [], above=False)
         vals.append(self.vals[v][()])
       return b.emit('vectorize', vals, VecType(len(vals), v.type))
-    fa = fragment(xa, ca, [(plus(g, 8 * ((i >> 1) & 1)), zero, plus(t2, (i & 1) + 8 * (i >> 2))) for i in range(8)])
-    fb = fragment(xb, cb, [(zero, g, plus(t2, (i & 1) + 8 * (i >> 1))) for i in range(4)])
-    d = b.emit('wmma', [fa, fb, acc], acc_t, {'dims': TC_TILE, 'target': TC_TARGET})
-    tile = b.emit('phi', [acc, d], acc_t, pure=False)
+    results = []
+    for tile, acc in zip(tiles, accs):
+      fa = fragment(xa, ca, tile, [(plus(g, 8 * ((i >> 1) & 1)), zero, plus(t2, (i & 1) + 8 * (i >> 2))) for i in range(8)])
+      fb = fragment(xb, cb, tile, [(zero, g, plus(t2, (i & 1) + 8 * (i >> 1))) for i in range(4)])
+      d = b.emit('wmma', [fa, fb, acc], acc_t, {'dims': TC_TILE, 'target': TC_TARGET})
+      results.append(b.emit('phi', [acc, d], acc_t, pure=False))
     for rr in reversed(ranges): b.close_range(rr)
-    for i in range(4):
-      self.vals[r.results[0]] = {(): b.emit('gep', [tile], acc_dt, {'index': i})}
-      at = {**self.idx, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
-      for op in ops[ops.index(r) + 1:]: self.lower_op(op, at, [], above=True)
+    for tile, res in zip(tiles, results):
+      for i in range(4):
+        self.vals[r.results[0]] = {(): b.emit('gep', [res], acc_dt, {'index': i})}
+        at = {**self.idx, **tile, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
+        for op in ops[ops.index(r) + 1:]: self.lower_op(op, at, [], above=True)
 
   def group_reduce(self, reduces, cu):
     """GROUP: each thread holds a partial result; they meet in shared memory, and after a barrier the
