@@ -7,7 +7,8 @@
 Each workload is built with the Tensor API, turned into one tensor-level function (tgc.tensor's module
 builder) and compiled once per device; then the compiled function is called on the same numpy arrays:
 that call (allocation of outputs and every kernel launch) is what is timed, as numpy's call is. Medians of
---runs runs after a warm-up; `cmp(s)` is the compile time: the first call (lowering, code generation, JIT) less one run. Every result is
+--runs runs after a warm-up; `cmp(s)` is the compile time: the first call (lowering, code generation, JIT) less one run,
+with an empty $TGC_CACHE unless --warm-cache. Every result is
 checked against numpy (float32 tolerance) as the benchmark runs.
 
 If tinygrad imports and its default device starts, a tinygrad column is added: the same Tensor-API graph under
@@ -15,7 +16,7 @@ TinyJit (kernel replay), on tinygrad's default device (choose it with tinygrad's
 with LLVM_PATH naming a libLLVM; its CPU device builds helper programs with clang, or $CC).
 """
 from __future__ import annotations
-import argparse, os, statistics, sys, time
+import argparse, atexit, os, shutil, statistics, sys, tempfile, time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -116,7 +117,11 @@ def main():
   ap.add_argument('--runs', type=int, default=10)
   ap.add_argument('--devices', default='CPU,C,OPENCL')
   ap.add_argument('--only', default=None, help='run workloads whose name contains this')
+  ap.add_argument('--warm-cache', action='store_true', help="keep $TGC_CACHE (the C device's libraries on disk): cmp(s) then shows cache hits")
   args = ap.parse_args()
+  if not args.warm_cache:  # compile times are cold compiles: a fresh cache for this run
+    os.environ['TGC_CACHE'] = tempfile.mkdtemp(prefix='tgc-bench-')
+    atexit.register(shutil.rmtree, os.environ['TGC_CACHE'], True)
   devices = [d.strip().upper() for d in args.devices.split(',') if d.strip()]
   usable = []
   for d in devices:
