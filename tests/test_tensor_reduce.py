@@ -233,3 +233,50 @@ def test_zero_size():
   assert z.shape == (0, 3) and z.numpy().shape == (0, 3)
   check(z.sum(0), np.zeros(3, np.float32)); check(z.prod(0), np.ones(3, np.float32))
   check(Tensor.ones(3, 0).sum(1) + 1, np.ones(3, np.float32))
+
+
+# conv2d's CPU-target path (padded copy, channels-innermost direct kernel, NCHW copy back) against the direct
+# numpy reference on random shapes: strides, dilations, groups, asymmetric padding, odd sizes
+from hypothesis import given, settings, strategies as st, HealthCheck
+
+@st.composite
+def _conv_case(draw):
+  groups = draw(st.sampled_from([1, 1, 2, 3]))
+  cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.sampled_from([1, 2, 5, 16]))
+  kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+  stride, dilation = draw(st.sampled_from([1, 1, 2, (1, 2)])), draw(st.sampled_from([1, 1, 2]))
+  pad = draw(st.sampled_from([0, 1, (1, 2), (0, 1, 2, 0)]))
+  d = dilation
+  h, w = draw(st.integers(d * (kh - 1) + 1, 9)), draw(st.integers(d * (kw - 1) + 1, 11))
+  return dict(bs=draw(st.integers(1, 2)), cin=cin, cout=cout, kh=kh, kw=kw, stride=stride, dilation=dilation, padding=pad, groups=groups, h=h, w=w,
+              bias=draw(st.booleans()))
+
+def _conv_reference(x, w, b, stride, padding, dilation, groups):
+  ph = (padding, padding, padding, padding) if isinstance(padding, int) else \
+       (padding[1], padding[1], padding[0], padding[0]) if len(padding) == 2 else tuple(padding)  # (left, right, top, bottom)
+  x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph[2], ph[3]), (ph[0], ph[1])))
+  sh, sw = (stride, stride) if isinstance(stride, int) else stride
+  n, cin, H, W = x.shape
+  cout, cpg, kh, kw = w.shape
+  oh, ow = (H - dilation * (kh - 1) - 1) // sh + 1, (W - dilation * (kw - 1) - 1) // sw + 1
+  out = np.zeros((n, cout, oh, ow))
+  opg = cout // groups
+  for o in range(cout):
+    g = o // opg
+    for i in range(oh):
+      for j in range(ow):
+        patch = x[:, g * cpg:(g + 1) * cpg, i * sh:i * sh + dilation * (kh - 1) + 1:dilation, j * sw:j * sw + dilation * (kw - 1) + 1:dilation]
+        out[:, o, i, j] = (patch * w[o]).sum((1, 2, 3))
+  return out if b is None else out + b.reshape(1, -1, 1, 1)
+
+@pytest.mark.parametrize("dev", ["CPU"])
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=_conv_case())
+def test_conv2d_cpu_random(case, dev):
+  c = case
+  x = RNG.standard_normal((c['bs'], c['cin'], c['h'], c['w'])).astype(np.float32)
+  w = RNG.standard_normal((c['cout'], c['cin'] // c['groups'], c['kh'], c['kw'])).astype(np.float32)
+  b = RNG.standard_normal(c['cout']).astype(np.float32) if c['bias'] else None
+  ref = _conv_reference(x, w, b, c['stride'], c['padding'], c['dilation'], c['groups'])
+  got = Tensor(x).conv2d(Tensor(w), Tensor(b) if b is not None else None, stride=c['stride'], padding=c['padding'], dilation=c['dilation'], groups=c['groups'])
+  check(got, ref, rtol=1e-4, atol=1e-4)
