@@ -163,17 +163,20 @@ def test_linear_layernorm():
   check(Tensor(x).layernorm(axis=0, eps=1e-3), ln0, rtol=1e-4, atol=1e-4)
 
 def _conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
-  x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+  """The direct definition, in float64. padding: an int, (ph, pw) or torch's flat (left, right, top, bottom)."""
+  p = (padding,) * 4 if isinstance(padding, int) else (padding[1], padding[1], padding[0], padding[0]) if len(padding) == 2 else tuple(padding)
+  x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p[2], p[3]), (p[0], p[1])))
+  sh, sw = (stride, stride) if isinstance(stride, int) else stride
   n, cin, h, wd = x.shape
   cout, cpg, kh, kw = w.shape
-  oh, ow = (h - dilation * (kh - 1) - 1) // stride + 1, (wd - dilation * (kw - 1) - 1) // stride + 1
+  oh, ow = (h - dilation * (kh - 1) - 1) // sh + 1, (wd - dilation * (kw - 1) - 1) // sw + 1
   out = np.zeros((n, cout, oh, ow))
   opg = cout // groups
   for o in range(cout):
     g = o // opg
     for i in range(oh):
       for j in range(ow):
-        patch = x[:, g * cpg:(g + 1) * cpg, i * stride:i * stride + dilation * (kh - 1) + 1:dilation, j * stride:j * stride + dilation * (kw - 1) + 1:dilation]
+        patch = x[:, g * cpg:(g + 1) * cpg, i * sh:i * sh + dilation * (kh - 1) + 1:dilation, j * sw:j * sw + dilation * (kw - 1) + 1:dilation]
         out[:, o, i, j] = (patch * w[o]).sum((1, 2, 3))
   return out if b is None else out + b.reshape(1, -1, 1, 1)
 
@@ -202,10 +205,7 @@ def test_conv2d_cpu_tiles(shape, kw, dev):
   x = RNG.standard_normal((bs, cin, h, wd)).astype(np.float32)
   w = RNG.standard_normal((cout, cin // groups, k, k)).astype(np.float32)
   b = RNG.standard_normal(cout).astype(np.float32) if kw.pop('bias', False) else None
-  pad = kw.pop('padding', 0)
-  ref_x = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1]))) if isinstance(pad, tuple) else x
-  ref = _conv2d(ref_x, w, b, padding=0 if isinstance(pad, tuple) else pad, **kw)
-  check(Tensor(x).conv2d(Tensor(w), Tensor(b) if b is not None else None, padding=pad, **kw), ref, rtol=1e-4, atol=1e-4)
+  check(Tensor(x).conv2d(Tensor(w), Tensor(b) if b is not None else None, **kw), _conv2d(x, w, b, **kw), rtol=1e-4, atol=1e-4)
 
 def _pool(x, k, s, fn):
   n, c, h, w = x.shape
@@ -251,24 +251,6 @@ def _conv_case(draw):
   return dict(bs=draw(st.integers(1, 2)), cin=cin, cout=cout, kh=kh, kw=kw, stride=stride, dilation=dilation, padding=pad, groups=groups, h=h, w=w,
               bias=draw(st.booleans()))
 
-def _conv_reference(x, w, b, stride, padding, dilation, groups):
-  ph = (padding, padding, padding, padding) if isinstance(padding, int) else \
-       (padding[1], padding[1], padding[0], padding[0]) if len(padding) == 2 else tuple(padding)  # (left, right, top, bottom)
-  x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph[2], ph[3]), (ph[0], ph[1])))
-  sh, sw = (stride, stride) if isinstance(stride, int) else stride
-  n, cin, H, W = x.shape
-  cout, cpg, kh, kw = w.shape
-  oh, ow = (H - dilation * (kh - 1) - 1) // sh + 1, (W - dilation * (kw - 1) - 1) // sw + 1
-  out = np.zeros((n, cout, oh, ow))
-  opg = cout // groups
-  for o in range(cout):
-    g = o // opg
-    for i in range(oh):
-      for j in range(ow):
-        patch = x[:, g * cpg:(g + 1) * cpg, i * sh:i * sh + dilation * (kh - 1) + 1:dilation, j * sw:j * sw + dilation * (kw - 1) + 1:dilation]
-        out[:, o, i, j] = (patch * w[o]).sum((1, 2, 3))
-  return out if b is None else out + b.reshape(1, -1, 1, 1)
-
 @pytest.mark.parametrize("dev", ["CPU"])
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=_conv_case())
@@ -277,6 +259,6 @@ def test_conv2d_cpu_random(case, dev):
   x = RNG.standard_normal((c['bs'], c['cin'], c['h'], c['w'])).astype(np.float32)
   w = RNG.standard_normal((c['cout'], c['cin'] // c['groups'], c['kh'], c['kw'])).astype(np.float32)
   b = RNG.standard_normal(c['cout']).astype(np.float32) if c['bias'] else None
-  ref = _conv_reference(x, w, b, c['stride'], c['padding'], c['dilation'], c['groups'])
+  ref = _conv2d(x, w, b, c['stride'], c['padding'], c['dilation'], c['groups'])
   got = Tensor(x).conv2d(Tensor(w), Tensor(b) if b is not None else None, stride=c['stride'], padding=c['padding'], dilation=c['dilation'], groups=c['groups'])
   check(got, ref, rtol=1e-4, atol=1e-4)
