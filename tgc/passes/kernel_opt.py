@@ -3,12 +3,14 @@
 The actions (each splits an iteration axis r -> r_outer * amt + r_inner; see linearize.py for what the
 kinds mean): UPCAST and LOCAL on global axes, UNROLL, GROUP and GROUPTOP on reduce axes, PADTO to round
 a global axis up, SWAP, which exchanges two global axes (the loop order), and TC: tensor cores on a matmul's
-(m, n, k) tile (CUDA's mma.sync m16n8k16, f16/bf16 inputs: one warp per 16x8 output tile). `axis` counts axes of the shape as it is after the earlier actions. linearize applies
-them, so an `opts` attribute written by hand replays exactly.
+(m, n, k) tile (CUDA's mma.sync m16n8k16, f16/bf16 inputs: a warp per 16x8 output tile). `axis` counts axes
+of the shape as it is after the earlier actions. linearize applies them, so an `opts` attribute written by hand
+replays exactly.
 
 mode=heuristic mirrors tinygrad's hand-coded optimisations: upcast axes that some buffer broadcasts
 (register reuse, as in matmul), vectorise the contiguous axis, unroll short reduces, group reduces whose
-output is too small to fill a GPU, local dims on GPUs. mode=search times candidates on the device
+output is too small to fill a GPU, local dims on GPUs; on CPUs a loop order that re-reads the least, on cuda
+tensor cores for f16/bf16 matmuls. mode=search times candidates on the device
 (beam search with a disk cache) and keeps the fastest. Kernels that already have opts are left alone.
 """
 from __future__ import annotations
