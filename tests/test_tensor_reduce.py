@@ -262,3 +262,14 @@ def test_conv2d_cpu_random(case, dev):
   ref = _conv2d(x, w, b, c['stride'], c['padding'], c['dilation'], c['groups'])
   got = Tensor(x).conv2d(Tensor(w), Tensor(b) if b is not None else None, stride=c['stride'], padding=c['padding'], dilation=c['dilation'], groups=c['groups'])
   check(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_matvec_shapes():
+  """Matrix-vector products (on GPU targets kernel-opt shares each row's sum between 8 threads: GROUP + LOCAL +
+  UPCAST), both orientations, with a bias; and one whose sizes do not divide the heuristic's blocks."""
+  randf = lambda shape: RNG.standard_normal(shape).astype(np.float32)
+  a, x, b = randf((64, 48)), randf((48,)), randf((64,))
+  check(Tensor(a) @ Tensor(x) + Tensor(b), a.astype(np.float64) @ x + b, rtol=1e-4, atol=1e-4)
+  check(Tensor(x) @ Tensor(a).transpose(), x.astype(np.float64) @ a.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+  c, y = randf((20, 12)), randf((12,))
+  check(Tensor(c) @ Tensor(y), c.astype(np.float64) @ y, rtol=1e-4, atol=1e-4)

@@ -57,6 +57,18 @@ def try_opts(k, opts) -> KernelShape | None:
   except (OptError, ValueError): return None
 
 
+def is_matvec(k: Operation, ks: KernelShape, r: int) -> bool:
+  """A sum over axis r of matrix * vector: two loads, the matrix contiguous along r and broadcast along no axis,
+  the vector broadcast along some (a matmul's two operands are both broadcast somewhere)."""
+  red = next(op for op in k.body.ops if op.name == 'kernel.reduce')
+  mul = red.src.op
+  if red.kind != 'add' or mul is None or mul.name != 'kernel.mul' or any(v.op is None or v.op.name != 'kernel.load' for v in mul.operands): return False
+  bcast = lambda op: any(st == 0 and n > 1 for st, n in zip(ks.strides(op), ks.full))
+  a, x = (v.op for v in mul.operands)
+  if bcast(a): a, x = x, a
+  return not bcast(a) and bcast(x) and ks.strides(a)[r] == 1
+
+
 def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4) -> list[Record]:
   gpu = target in GPU_TARGETS
   allow_local = gpu if allow_local is None else allow_local
@@ -84,6 +96,14 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
       while ax >= 0 and ks.kinds[ax] in ('upcast', 'local'): ax -= 1
       if ax >= 0 and ks.kinds[ax] == 'global' and ks.full[ax] % amt == 0 and ks.full[ax] > amt: apply(Opt(kind, ax, amt))
     return opts
+  # GPU matrix-vector product: 8 threads share each row's sum (GROUP), so that neighbouring threads read neighbouring
+  # elements of the matrix (coalesced) instead of rows a whole row apart; 4 rows per thread, 4 per work-group
+  if gpu and len(red) == 1 and is_matvec(k, ks, red[0]):
+    r = red[0]
+    ax = next((a for a in glob if ks.full[a] % 16 == 0), None)
+    if ax is not None and ks.full[r] % 8 == 0 and ks.full[r] > 8:
+      for o in (Opt('group', r, 8), Opt('local', ax, 4), Opt('upcast', ax, 4)): apply(o)
+      return opts
   out_points = math.prod(ks.full[i] for i in glob) if glob else 1
   # GPU: a reduce whose output cannot fill the device gets the work-group to share it (GROUPTOP)
   if gpu and red and out_points <= 2048:
