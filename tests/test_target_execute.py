@@ -336,3 +336,24 @@ def test_opencl_platform_choice(monkeypatch):
   assert 'portable' in pick_platform(cl).name.lower() or 'pocl' in pick_platform(cl).name.lower()
   monkeypatch.setenv('OPENCL_PLATFORM', 'no-such-platform')
   with pytest.raises(tgc.TgcError, match='OPENCL_PLATFORM'): pick_platform(cl)
+
+
+@pytest.mark.parametrize('processor', ['gpu', 'cpu'])
+def test_opencl_tiles_for_either_processor(processor):
+  """An OpenCL device on a CPU (PoCL) gets kernel-opt's CPU tiles; a GPU gets work-group sharing (a matvec's GROUP)
+  and 4x4 tiles. Both lowerings of the same programs run on this device and match numpy."""
+  from tgc.tensor import _build_module
+  from tgc.compiler import lower, compile_module
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  rng = np.random.default_rng(3)
+  a, x, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal(48).astype(np.float32), rng.standard_normal((48, 32)).astype(np.float32)
+  for build, ref, opt in [(lambda A, X, B: A @ X, a.astype(np.float64) @ x, 'group'), (lambda A, X, B: A @ B, a.astype(np.float64) @ b, 'upcast')]:
+    ts = [tgc.Tensor(v, device='OPENCL') for v in (a, x, b)]
+    m, leaves = _build_module([build(*ts).node], 'f')
+    lower(m, 'opencl', processor=processor)
+    opts = [o.name for f in m.functions('uop.func') for o in f.attrs.get('opts', ())]
+    assert opt in opts or processor == 'cpu', opts
+    args = [next(v for t, v in zip(ts, (a, x, b)) if t.node is l) for l in leaves]
+    (out,) = compile_module(m, 'OPENCL')(*args)
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=1e-4, atol=1e-4)

@@ -26,11 +26,11 @@ GLOBAL_STATS = Stats()
 _opened_logged: set[str] = set()
 
 
-def lower(m: Module, target: str, out=None, dbg: int = 0) -> Module:
+def lower(m: Module, target: str, out=None, dbg: int = 0, processor: str = 'auto') -> Module:
   """Run lower-to-uop on m in place, printing kernel ASTs at DEBUG>=3."""
   from tgc.passes.manager import PassManager, parse_pipeline
   from tgc.passes.pipelines import lower_to_uop_text
-  steps = lower_to_uop_text(target, noopt()).split(',')
+  steps = lower_to_uop_text(target, noopt(), processor).split(',')
   cut = next(i for i, s in enumerate(steps) if s.startswith('linearize'))
   # the API verifies its input and the lowered result; tgc-opt verifies after every pass (a debugging aid that
   # costs a third of the compile time here)
@@ -183,7 +183,7 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   host = funcs[0] if entry is None else m.lookup(entry.lstrip('@'))
   if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
   if not m.functions('uop.func') or any(op.name.startswith('tensor.') and op.name not in ('tensor.reshape', 'tensor.const') for op in host.body.ops):
-    lower(m, target, out, dbg)
+    lower(m, target, out, dbg, getattr(dev, 'processor', 'auto'))  # an OpenCL device on a CPU: CPU tiles
   _declare_sizes(m, host)
   kernels = {}
   for fn in m.functions('uop.func'):

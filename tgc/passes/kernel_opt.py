@@ -23,6 +23,7 @@ from tgc.passes.linearize import apply_opts, OptError, CPU_TARGETS, MAX_LANES, T
 GPU_TARGETS = ('cuda', 'metal', 'opencl')
 MAX_THREADS = 256  # work-group size kernel-opt stays within (CUDA, Metal and PoCL all allow it)
 VEC = {'llvm': 16, 'c': 8, 'cuda': 4, 'metal': 4, 'opencl': 4}
+CPU_VEC = 16  # the vector width of a GPU-language target (OpenCL) running on a CPU: AVX-512's 16 floats
 CACHE_BYTES = 1 << 20  # a core's L2: buffers at least this large come from L3 or memory when re-read
 
 
@@ -69,10 +70,13 @@ def is_matvec(k: Operation, ks: KernelShape, r: int) -> bool:
   return not bcast(a) and bcast(x) and ks.strides(a)[r] == 1
 
 
-def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4) -> list[Record]:
-  gpu = target in GPU_TARGETS
-  allow_local = gpu if allow_local is None else allow_local
-  vec = max_upcast or VEC.get(target, 4)
+def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
+              processor: str = 'auto') -> list[Record]:
+  # the register tiles, reductions and loop order follow the processor; work-groups follow the target (an OpenCL
+  # device on a CPU still runs work-items in work-groups, and a work-group of one costs a launch each)
+  gpu = target in GPU_TARGETS if processor == 'auto' else processor == 'gpu'
+  allow_local = (target in GPU_TARGETS) if allow_local is None else allow_local
+  vec = max_upcast or (VEC.get(target, 4) if gpu or target in CPU_TARGETS else CPU_VEC)
   opts: list[Record] = []
   ks = KernelShape(k)
   if not ks.full: return opts
@@ -184,19 +188,21 @@ class KernelOpt(Pass):
              'upcast': (int, 0, 'the largest upcast (vector width); 0: the target default'),
              'local': (str, 'auto', 'allow local (work-group) dims: true | false | auto (on GPU targets)'),
              'unroll': (int, 4, 'unroll factor of long reduces'),
+             'processor': (str, 'auto', 'the device kind the tiles are chosen for: cpu | gpu | auto (by target; OpenCL on a CPU: cpu)'),
              'beam': (int, 2, 'search: beam width'),
              'budget': (float, 10.0, 'search: seconds per kernel at most')}
   def run(self, m: Module):
     if self.mode not in ('heuristic', 'search', 'none'): raise PipelineError(f"kernel-opt: unknown mode '{self.mode}' (heuristic, search, none)")
     if self.local not in ('true', 'false', 'auto'): raise PipelineError(f"kernel-opt: option 'local' expects true, false or auto, got '{self.local}'")
     if self.mode == 'none' or os.environ.get('NOOPT', '0') not in ('', '0'): return
+    if self.processor not in ('cpu', 'gpu', 'auto'): raise PipelineError(f"kernel-opt: option 'processor' expects cpu, gpu or auto, got '{self.processor}'")
     allow = None if self.local == 'auto' else self.local == 'true'
     for k in m.functions('kernel.func'):
       if 'opts' in k.attrs: continue
       if self.mode == 'search':
         from tgc.passes.search import beam_search
-        opts = beam_search(k, self.target, self.beam, self.budget, heuristic(k, self.target, self.upcast, allow, self.unroll))
-      else: opts = heuristic(k, self.target, self.upcast, allow, self.unroll)
+        opts = beam_search(k, self.target, self.beam, self.budget, heuristic(k, self.target, self.upcast, allow, self.unroll, self.processor))
+      else: opts = heuristic(k, self.target, self.upcast, allow, self.unroll, self.processor)
       if opts:
         k.attrs['opts'] = tuple(opts)
         self.stats['kernels optimised'] += 1

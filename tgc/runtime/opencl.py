@@ -68,6 +68,7 @@ class OpenCLDevice:
     self.platform = pick_platform(cl)
     self.device = self.platform.get_devices()[0]
     self.is_cpu = bool(self.device.type & cl.device_type.CPU)
+    self.processor = 'cpu' if self.is_cpu else 'gpu'  # kernel-opt's tiles for this device (compiler.compile_module)
     self.ctx = cl.Context([self.device])
     self.queue = cl.CommandQueue(self.ctx)
     self._programs: dict[str, object] = {}
