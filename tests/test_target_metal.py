@@ -12,7 +12,9 @@ from tgc.ir.core import Module
 from tgc.ir import dtypes as D
 from tgc.emit.metal import MetalLang, render_metal, render_metal_kernel
 from tgc.runtime import register_device
-from tgc.runtime.interp import buffer_signature, launch_dims, check_buffers
+from tgc.runtime.interp import buffer_signature, launch_dims
+from tgc.runtime.device import BaseDevice, HostDevice, Program
+from tgc.runtime.cpu import HostPointerAllocator
 from test_target_execute import TENSOR, UOP, inputs_for, uop_fn, uop_inputs, uop_reference, compiled
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,15 +65,14 @@ def shim():
   assert p.returncode == 0, p.stderr[:6000]
   lib = ctypes.CDLL(so)
 
-  class Program:
-    def __init__(self, fn): self.fn, self.f = fn, getattr(lib, f"run_{fn.sym_name}")
-    def __call__(self, *bufs):
-      check_buffers(self.fn, bufs)
-      self.f((ctypes.c_void_p * max(len(bufs), 1))(*[b.ctypes.data for b in bufs]))
+  class ShimProgram(Program):
+    def __init__(self, dev, fn): super().__init__(dev, fn); self.f = getattr(lib, f"run_{fn.sym_name}")
+    def launch(self, args): self.f((ctypes.c_void_p * max(len(args), 1))(*args))
 
-  class ShimDevice:
-    name = 'METALSHIM'
-    def compile(self, fn): return Program(fn)
+  class ShimDevice(HostDevice):  # host memory; a launch takes the buffers' addresses
+    name, target = 'METALSHIM', 'metal'
+    def __init__(self): BaseDevice.__init__(self, HostPointerAllocator(self.name))
+    def compile(self, fn): return ShimProgram(self, fn)
   dev = ShimDevice()
   yield progs, dev, refused
   shutil.rmtree(td, ignore_errors=True)

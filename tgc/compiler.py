@@ -2,7 +2,8 @@
 
 compile(text, device) runs `lower-to-uop` with the device's target, compiles every uop.func on the
 device, and returns a CompiledFunction that runs the host schedule (alloc, launch, host reshapes and
-constants) on numpy arrays. DEBUG levels print each stage, as tinygrad's do.
+constants) on the device's Buffers. DEBUG levels print each stage, as tinygrad's do; DEBUG=2 prints each
+launch's device time (CUDA events on CUDA; elsewhere the host's clock around a launch and a synchronize).
 """
 from __future__ import annotations
 import math, os, sys, time
@@ -62,44 +63,83 @@ def _from_const(v) -> bool:
 
 
 class CompiledFunction:
-  """A compiled func.func: call it with numpy arrays (one per argument), get a tuple of arrays."""
+  """A compiled func.func on one device. `run(buffers)` runs its host schedule on Buffers of the device and
+  returns the result Buffers (launches queued, nothing copied); calling it with numpy arrays (one per argument)
+  copies them in and returns a tuple of numpy arrays."""
   def __init__(self, host: Operation, kernels: dict[str, Kernel], device: str, out=None):
+    from tgc.runtime import get_device
     self.host, self.kernels, self.device, self.out = host, kernels, device, out
+    self.dev = get_device(device)
     self.arg_types = [a.type for a in host.body.args]
     self.result_types = host.result_types
     self.name = host.attrs['sym_name']
+    self.plan = None
 
   def _plan(self):
-    """The host schedule as a list of steps over numbered slots, made once: a call only walks it."""
+    """The host schedule as a list of steps over numbered slots, made once: a call only walks it. Host constants
+    become device Buffers here, once. After each step, the slots it used for the last time are dropped: an
+    intermediate buffer goes back to the allocator as soon as its last launch is queued."""
+    from tgc.runtime import Buffer
     slot = {a: i for i, a in enumerate(self.host.body.args)}
-    steps = []
+    steps, uses = [], []
     for op in self.host.body.ops:
       n = op.name
       if n == 'func.return':  # a host constant (or a view of one) is made once: results get a copy of it
-        steps.append((RETURN, [(slot[v], _from_const(v)) for v in op.operands])); continue
+        steps.append((RETURN, [(slot[v], _from_const(v)) for v in op.operands])); uses.append([slot[v] for v in op.operands]); continue
       if n == 'kernel.launch':
-        k = self.kernels[op.attrs['callee']]
-        steps.append((LAUNCH, k, [slot[v] for v in op.operands], getattr(k.program, 'fast_launch', None)))
+        idx = [slot[v] for v in op.operands]
+        steps.append((LAUNCH, self.kernels[op.attrs['callee']], idx)); uses.append(idx)
         continue
       r = op.results[0]
       slot[r] = len(slot)
       t = r.type
-      if n == 'kernel.alloc': steps.append((ALLOC, slot[r], t.shape, t.dtype.np))
-      elif n == 'tensor.const': steps.append((CONST, slot[r], host_const(op)))
-      elif n == 'tensor.reshape': steps.append((RESHAPE, slot[r], slot[op.operands[0]], t.shape))
+      if n == 'kernel.alloc': steps.append((ALLOC, slot[r], t.numel, t.dtype)); uses.append([])
+      elif n == 'tensor.const':
+        arr = host_const(op)
+        steps.append((CONST, slot[r], Buffer.from_numpy(self.device, arr.reshape(-1), t.dtype))); uses.append([])
+      elif n == 'tensor.reshape': steps.append((RESHAPE, slot[r], slot[op.operands[0]])); uses.append([slot[op.operands[0]]])
       else: raise TgcError(f"host op '{n}' cannot run")
-    return steps, len(slot)
+    last = {}
+    for i, u in enumerate(uses):
+      for s_ in u: last[s_] = i
+    drops = [[] for _ in steps]
+    for s_, i in last.items():
+      if steps[i][0] is not RETURN: drops[i].append(s_)
+    return [st + (tuple(d),) for st, d in zip(steps, drops)], len(slot)
+
+  def run(self, bufs: list) -> list:
+    """Run the host schedule on Buffers of this function's device (one per argument); the result Buffers."""
+    from tgc.runtime import Buffer
+    if len(bufs) != len(self.arg_types): raise TgcError(f"@{self.name} takes {len(self.arg_types)} arguments, got {len(bufs)}")
+    for i, (t, b) in enumerate(zip(self.arg_types, bufs)):
+      if b.size != t.numel or b.dtype is not t.dtype or b.device != self.device:
+        raise TgcError(f"argument #{i} of @{self.name} is {b!r}, expected {t} on {self.device}")
+    if self.plan is None: self.plan = self._plan()
+    steps, nslots = self.plan
+    env = list(bufs) + [None] * (nslots - len(bufs))
+    dbg = debug_level()
+    for st in steps:
+      kind = st[0]
+      if kind is LAUNCH:
+        k, idx = st[1], st[2]
+        args = [env[i].arg for i in idx]
+        if dbg >= 2: self._log_launch(k, [env[i] for i in idx], k.program.timed_launch(args))
+        else: k.program.launch(args)
+      elif kind is ALLOC: env[st[1]] = Buffer(self.device, st[2], st[3])  # every kernel writes all of its output
+      elif kind is RESHAPE: env[st[1]] = env[st[2]]  # buffers are flat: a reshape is the same memory
+      elif kind is CONST: env[st[1]] = st[2]  # made once; kernels never write their inputs
+      else: return [env[i].copy_to(self.device) if shared else env[i] for i, shared in st[1]]
+      for i in st[-1]: env[i] = None
+    raise TgcError("host schedule without func.return")
 
   def __call__(self, *args):
+    """numpy arrays in (copied to the device; used in place on host devices), a tuple of numpy arrays out."""
     import numpy as np
     from tgc.ir import dtypes as D
+    from tgc.runtime import Buffer
     if len(args) != len(self.arg_types):
       raise TgcError(f"@{self.name} takes {len(self.arg_types)} arguments, got {len(args)}")
-    plan = self.__dict__.get('plan')
-    if plan is None: plan = self.plan = self._plan()
-    steps, nslots = plan
-    env = [None] * nslots
-    ptrs = [None] * nslots  # buffer addresses, taken once per buffer and call (CPU fast launches)
+    bufs = []
     for i, (t, v) in enumerate(zip(self.arg_types, args)):
       arr = np.asarray(v)
       want = t.dtype.np
@@ -107,26 +147,9 @@ class CompiledFunction:
       if arr.dtype != want:
         if t.dtype is D.bf16 and arr.dtype == np.float32: arr = D.f32_to_bf16_bits(arr)
         else: raise TgcError(f"argument #{i} of @{self.name} has dtype {arr.dtype}, expected {t}")
-      env[i] = np.require(arr, requirements='C')  # (ascontiguousarray would make a 0-d array 1-d)
-    dbg = debug_level()
-    for st in steps:
-      kind = st[0]
-      if kind is LAUNCH:
-        _, k, idx, fast = st
-        bufs = [env[i] for i in idx]
-        if dbg >= 2: t0 = time.perf_counter()
-        if fast is not None and dbg < 2:
-          for i in idx:
-            if ptrs[i] is None: ptrs[i] = env[i].ctypes.data
-          fast(bufs, [ptrs[i] for i in idx])
-        else: k.program(*bufs)
-        if dbg >= 2: self._log_launch(k, bufs, time.perf_counter() - t0)
-      elif kind is ALLOC: env[st[1]] = np.empty(st[2], dtype=st[3])  # every kernel writes all of its output
-      elif kind is RESHAPE: env[st[1]] = env[st[2]].reshape(st[3])
-      elif kind is CONST: env[st[1]] = st[2]  # made once; kernels never write their inputs
-      else:
-        return tuple(env[i].copy() if shared else env[i] for i, shared in st[1])
-    raise TgcError("host schedule without func.return")
+      bufs.append(Buffer.wrap(self.device, arr, t.dtype))
+    outs = self.run(bufs)
+    return tuple(b.as_numpy().reshape(t.shape) for b, t in zip(outs, self.result_types))
 
   def _log_launch(self, k: Kernel, bufs, dt):
     st = GLOBAL_STATS

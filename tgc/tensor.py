@@ -23,6 +23,7 @@ from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingErro
 from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
 from tgc.ir.types import TensorType
+from tgc.runtime import Buffer
 
 __all__ = ['Tensor', 'dtypes', 'DType', 'least_upper_dtype']
 
@@ -160,7 +161,7 @@ def _realize_nodes(nodes) -> None:
     # nothing to compute: an empty result (its contents are unspecified) or no elements at all.
     # (An `empty` root also makes kernelize loop forever: tests/repro/kernelize_empty_result_hangs.tgc.)
     if math.prod(n.shape) == 0 or n.op == 'empty':
-      n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, np.zeros(n.shape, dtype=n.dtype.np)
+      n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, Buffer.from_numpy(n.device, np.zeros(math.prod(n.shape), n.dtype.np), n.dtype)
   by_dev: dict[str, list[_Node]] = {}
   for n in todo:
     if not n.realized: by_dev.setdefault(n.device, []).append(n)
@@ -172,9 +173,8 @@ def _realize_nodes(nodes) -> None:
     if fn is None:
       m.verify()
       fn = _COMPILED[key] = compile_module(m, dev)
-    outs = fn(*[l.buf for l in leaves])
-    for n, o in zip(group, outs):  # (reshape: a rank-0 constant comes back as (1,), tests/repro/host_const_rank0_shape.tgc)
-      n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, np.asarray(o).reshape(n.shape)
+    outs = fn.run([l.buf for l in leaves])
+    for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, o
 
 
 # ---------------------------------------------------------------- helpers
@@ -212,7 +212,7 @@ def _dense_value(arr: np.ndarray, dt: DType):
 def _to_storage(arr: np.ndarray, dt: DType) -> np.ndarray:
   with np.errstate(all='ignore'):
     if dt is _D.bf16: return np.ascontiguousarray(_D.f32_to_bf16_bits(arr.astype(np.float32)))
-    return np.array(arr, dtype=dt.np, copy=True, order='C')
+    return np.asarray(arr, dtype=dt.np, order='C')  # (the device buffer made from it is the copy)
 
 def _shape_arg(shape) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
@@ -278,7 +278,7 @@ class Tensor:
         raise DTypeError(f"data of numpy dtype {arr.dtype} is not supported")
       if dt is None: dt = _D.bool_ if arr.dtype.kind == 'b' else _D.i32 if arr.dtype.kind in 'iu' else _D.f32
     else: raise DTypeError(f"cannot make a Tensor from {type(data).__name__}")
-    self.node = _Node('BUFFER', (), None, tuple(arr.shape), dt, dev, _to_storage(arr, dt))
+    self.node = _Node('BUFFER', (), None, tuple(arr.shape), dt, dev, Buffer.from_numpy(dev, _to_storage(arr, dt).reshape(-1), dt))
 
   # ---- properties
   @property
@@ -334,9 +334,10 @@ class Tensor:
     return self
 
   def numpy(self) -> np.ndarray:
+    """A copy of the values (from the device, after the launches that compute them)."""
     self.realize()
-    b = self.node.buf
-    return _D.bf16_bits_to_f32(b).reshape(self.shape) if self.dtype is _D.bf16 else np.array(b, copy=True)
+    b = self.node.buf.numpy().reshape(self.shape)
+    return _D.bf16_bits_to_f32(b).reshape(self.shape) if self.dtype is _D.bf16 else b
 
   def tolist(self): return self.numpy().tolist()
 
@@ -348,7 +349,7 @@ class Tensor:
     dev = _canon_device(device)
     if dev == self.device: return self
     self.realize()
-    return Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, dev, self.node.buf))
+    return Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, dev, self.node.buf.copy_to(dev)))
 
   def to_ir(self, level: str = 'tensor', name: str = 'main') -> str:
     """The text of this tensor's graph as a func.func: level 'tensor', 'kernel' (kernelized) or 'uop'."""
@@ -1102,11 +1103,11 @@ class _Jit:
       inputs = [t.node for t in tens]
       mapping = [('in', inputs.index(l)) if l in inputs else ('cap', l.buf) for l in leaves]
       self.cache[key] = (cf, mapping, [(r.shape, r.dtype, r.device) for r in roots], isinstance(out, (tuple, list)))
-      res = cf(*[tens[i].node.buf if k == 'in' else i for k, i in mapping])
+      res = cf.run([tens[i].node.buf if k == 'in' else i for k, i in mapping])
       for r, o in zip(roots, res):
-        if not r.realized: r.op, r.srcs, r.attrs, r.buf = 'BUFFER', (), None, np.asarray(o)
+        if not r.realized: r.op, r.srcs, r.attrs, r.buf = 'BUFFER', (), None, o
       return out
     cf, mapping, meta, multi = ent
-    res = cf(*[tens[i].node.buf if k == 'in' else i for k, i in mapping])
-    outs = [Tensor(_Node('BUFFER', (), None, s, d, dev, np.asarray(o))) for (s, d, dev), o in zip(meta, res)]
+    res = cf.run([tens[i].node.buf if k == 'in' else i for k, i in mapping])
+    outs = [Tensor(_Node('BUFFER', (), None, s, d, dev, o)) for (s, d, dev), o in zip(meta, res)]
     return tuple(outs) if multi else outs[0]

@@ -5,7 +5,7 @@ axis it applies to); each is linearized, compiled and timed on random buffers (w
 few runs) and the `beam` fastest are kept; the search stops when a round finds nothing faster or the time
 budget is spent. Results are cached on disk ($TGC_CACHE or ~/.cache/tgc/search.json) by the kernel's text,
 the target and the device, so a search repeats byte for byte. Measuring needs a device: this is the one
-pass that reaches the runtime (lazily, at run time), through tgc.runtime.time_kernel.
+pass that reaches the runtime (lazily, at run time), in time_kernel below.
 """
 from __future__ import annotations
 import hashlib, json, math, os, sys, time
@@ -34,6 +34,31 @@ def _store_cache(key: str, opts) -> None:
   os.replace(tmp, _cache_path())
 
 
+def time_kernel(kernel_func, opts, target: str, device: str, runs: int = 3) -> float:
+  """Seconds one launch of a kernel.func takes with these opts on `device` (best of `runs` after a warm-up, each
+  timed by the device: CUDA events on CUDA), on random device buffers of its argument shapes."""
+  import numpy as np
+  from tgc.ir.core import Module
+  from tgc.ir.rewrite import clone_op
+  from tgc.passes.linearize import linearize_kernel
+  from tgc.passes.manager import parse_pipeline, PassManager
+  from tgc.runtime import Buffer, get_device
+  k = clone_op(kernel_func, {})
+  k.attrs['opts'] = tuple(opts)
+  fn = linearize_kernel(k, target)
+  PassManager(parse_pipeline('uop-simplify,cse,dce')).run(Module([fn]))
+  prg = get_device(device).compile(fn)
+  rng = np.random.default_rng(0)
+  bufs = []
+  for a in kernel_func.body.args:
+    t = a.type
+    arr = rng.standard_normal(t.numel).astype(t.dtype.np) if t.dtype.is_float and t.dtype.name != 'bf16' else np.zeros(t.numel, t.dtype.np)
+    bufs.append(Buffer.from_numpy(device, arr, t.dtype))
+  args = [b.arg for b in bufs]
+  prg.timed_launch(args)
+  return min(prg.timed_launch(args) for _ in range(runs))
+
+
 def candidates(k, opts, gpu: bool):
   from tgc.passes.kernel_opt import try_opts
   ks = try_opts(k, opts)
@@ -54,7 +79,6 @@ def candidates(k, opts, gpu: bool):
 
 
 def beam_search(k, target: str, beam: int, budget: float, start=None):
-  from tgc.runtime import time_kernel
   device = TARGET_DEVICE.get(target)
   if device is None: return list(start or [])
   text = str(k)

@@ -1,7 +1,8 @@
 """Devices: a registry of name -> "module:Class", imported on first use, and Device.DEFAULT from $DEVICE.
 
-Registering a device is one line in DEVICES (or a call to register_device); each device has `name` and
-`compile(uop_func) -> program`, a program being callable with numpy arrays (outputs written in place).
+Registering a device is one line in DEVICES (or a call to register_device). A device (tgc.runtime.device)
+has a `name`, the `target` it compiles for, an `allocator` that owns its memory (tgc.runtime.buffer),
+`compile(uop_func) -> Program` and `synchronize()`.
 """
 from __future__ import annotations
 import importlib, os
@@ -47,31 +48,7 @@ class _DeviceRegistry:
 
 Device = _DeviceRegistry()
 
-__all__ = ['Device', 'DEVICES', 'get_device', 'register_device', 'time_kernel']
+from tgc.runtime.buffer import Allocator, Buffer, HostAllocator  # noqa: E402  (after Device: they look devices up)
+from tgc.runtime.device import BaseDevice, HostDevice, Program  # noqa: E402
 
-
-def time_kernel(kernel_func, opts, target: str, device: str, runs: int = 3) -> float:
-  """Seconds one launch of a kernel.func takes with these opts on `device` (best of `runs` after a warm-up),
-  on random buffers of its argument shapes. kernel-opt's search measures candidates with it."""
-  import time
-  import numpy as np
-  from tgc.ir.core import Module
-  from tgc.ir.rewrite import clone_op
-  from tgc.passes.linearize import linearize_kernel
-  from tgc.passes.manager import parse_pipeline, PassManager
-  k = clone_op(kernel_func, {})
-  k.attrs['opts'] = tuple(opts)
-  fn = linearize_kernel(k, target)
-  m = Module([fn])
-  PassManager(parse_pipeline('uop-simplify,cse,dce')).run(m)
-  prg = get_device(device).compile(fn)
-  rng = np.random.default_rng(0)
-  bufs = []
-  for a in kernel_func.body.args:
-    t = a.type
-    bufs.append(rng.standard_normal(t.shape).astype(t.dtype.np) if t.dtype.is_float and t.dtype.name != 'bf16' else np.zeros(t.shape, t.dtype.np))
-  prg(*bufs)
-  best = float('inf')
-  for _ in range(runs):
-    t0 = time.perf_counter(); prg(*bufs); best = min(best, time.perf_counter() - t0)
-  return best
+__all__ = ['Device', 'DEVICES', 'get_device', 'register_device', 'Buffer', 'Allocator', 'HostAllocator', 'BaseDevice', 'HostDevice', 'Program']

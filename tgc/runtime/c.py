@@ -6,10 +6,9 @@ gidx0 in [start, end) (all of it by default).
 """
 from __future__ import annotations
 import ctypes, hashlib, os, subprocess, tempfile, threading
-import numpy as np
 from tgc.errors import TgcError
-from tgc.runtime.interp import buffer_signature, check_buffers, launch_dims
-from tgc.runtime.cpu import run_split
+from tgc.runtime.device import BaseDevice, HostDevice, Program
+from tgc.runtime.cpu import HostPointerAllocator, run_split
 
 CC = os.environ.get('CC', 'cc')
 # C99; -fwrapv: signed overflow wraps (tgc's semantics); -ffp-contract=off: a*b+c is never fused into an fma
@@ -43,28 +42,27 @@ def compile_c(src: str) -> ctypes.CDLL:
     return lib
 
 
-class CProgram:
-  def __init__(self, fn):
+class CProgram(Program):
+  def __init__(self, device, fn):
     from tgc.emit.c import render_c_kernel
-    self.fn, self.name = fn, fn.sym_name
+    super().__init__(device, fn)
     if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"C: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
-    self.signature = buffer_signature(fn)
-    self.global_size, self.local_size = launch_dims(fn)
+    self.nbytes = sum(self.sizes.get(i, 0) * dt.itemsize for i, dt in enumerate(self.signature))
     self.src = render_c_kernel(fn)
     f = getattr(compile_c(self.src), self.name)
     f.argtypes = [ctypes.c_void_p] * len(self.signature) + [ctypes.c_int, ctypes.c_int]
     f.restype = None
     self._f = f
 
-  def __call__(self, *bufs: np.ndarray, start: int = 0, end: int | None = None) -> None:
-    check_buffers(self.fn, bufs, self.signature)
+  def launch(self, args, start: int = 0, end: int | None = None) -> None:
     g0 = self.global_size[0]
     end = g0 if end is None else end
     if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
-    run_split(self._f, [b.ctypes.data for b in bufs], start, end, sum(b.nbytes for b in bufs))  # threads, as the CPU device
+    run_split(self._f, args, start, end, self.nbytes)  # threads, as the CPU device
 
 
-class CDevice:
+class CDevice(HostDevice):
   """Device "C": the c target built by the system C compiler."""
-  name = 'C'
-  def compile(self, fn) -> CProgram: return CProgram(fn)
+  name, target = 'C', 'c'
+  def __init__(self): BaseDevice.__init__(self, HostPointerAllocator(self.name))
+  def compile(self, fn) -> CProgram: return CProgram(self, fn)

@@ -1,14 +1,17 @@
 """The CPU device: LLVM IR from tgc.emit.llvm, JIT-compiled with llvmlite MCJIT, called through ctypes.
 
-Programs are cached by their LLVM IR text, so an identical kernel is compiled once per process; the
-engines are kept alive for the process (a function pointer outlives nothing it came from).
+Machine code is cached by its LLVM IR text, so an identical kernel is compiled once per process; the
+engines are kept alive for the process (a function pointer outlives nothing it came from). Buffers are host
+memory: a launch passes their addresses and runs before it returns.
 """
 from __future__ import annotations
 import ctypes, os, threading
 from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from tgc.errors import TgcError
-from tgc.runtime.interp import buffer_signature, buffer_sizes, check_buffers, launch_dims
+from tgc.runtime.buffer import HostAllocator
+from tgc.runtime.device import BaseDevice, HostDevice, Program
+from tgc.runtime.interp import buffer_signature, buffer_sizes, launch_dims
 
 _lock = threading.Lock()
 _tm = None
@@ -90,52 +93,52 @@ def jit(ir_text: str, names: list[str]) -> dict[str, int]:
   return {n: ee.get_function_address(n) for n in names}
 
 
-class CPUProgram:
-  """One compiled kernel: call it with numpy arrays (data0 first); outputs are written in place."""
-  def __init__(self, fn, ir_text: str | None = None):
+class CPUProgram(Program):
+  """One compiled kernel: launch(addresses) runs it over the whole grid (split across the cores when large)."""
+  def __init__(self, device, fn, ir_text: str | None = None):
     from tgc.emit.llvm import render_llvm
-    self.fn, self.name = fn, fn.sym_name
-    self.signature, self.sizes = buffer_signature(fn), buffer_sizes(fn)
-    self.global_size, self.local_size = launch_dims(fn)
+    super().__init__(device, fn)
     self.src = ir_text if ir_text is not None else render_llvm(fn)
+    self.nbytes = sum(self.sizes.get(i, 0) * dt.itemsize for i, dt in enumerate(self.signature))
     addr = _jitted.get(self.src)
     if addr is None:
       addr = _jitted[self.src] = jit(self.src, [self.name])[self.name]
       stats['compiles'] += 1
     self._cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.signature)), ctypes.c_int32, ctypes.c_int32)(addr)
 
-  def __call__(self, *bufs: np.ndarray, start: int = 0, end: int | None = None) -> None:
+  def launch(self, args, start: int = 0, end: int | None = None) -> None:
     """Run every point of the grid (or gidx0 in [start, end) only: for splitting the launch across threads)."""
-    check_buffers(self.fn, bufs, self.signature, self.sizes)
     g0 = self.global_size[0]
-    end = g0 if end is None else end
-    if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
-    run_split(self._cfn, [b.ctypes.data for b in bufs], start, end, sum(b.nbytes for b in bufs))
+    if start or end is not None:
+      end = g0 if end is None else end
+      if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
+    run_split(self._cfn, args, start, g0 if end is None else end, self.nbytes)
     stats['launches'] += 1
 
 
-  def fast_launch(self, bufs, ptrs) -> None:
-    """A launch from a compiled function's host schedule: the buffers are ones it allocated or checked
-    itself, at the sizes the kernels were built for, and their addresses are already taken."""
-    run_split(self._cfn, ptrs, 0, self.global_size[0], sum(b.nbytes for b in bufs))
-    stats['launches'] += 1
-
-
-def compile_llvm(fn) -> CPUProgram:
-  """A uop.func -> its compiled program, from the cache when the same LLVM IR was compiled before."""
+def compile_llvm(device, fn) -> CPUProgram:
+  """A uop.func -> its compiled program, from the cache when the same kernel was compiled before. The key is
+  everything that changes what a launch does: the LLVM IR, the buffer dtypes (i8 and u8 kernels can share IR),
+  the sizes the buffers are checked against, and the grid (the IR takes the grid range as arguments)."""
   from tgc.emit.llvm import render_llvm
   src = render_llvm(fn)
-  key = (src, tuple(d.name for d in buffer_signature(fn)))
+  key = (src, tuple(d.name for d in buffer_signature(fn)), tuple(sorted(buffer_sizes(fn).items())), launch_dims(fn))
   with _lock:
     prg = _cache.get(key)
     if prg is not None: stats['cache_hits'] += 1; return prg
-    prg = _cache[key] = CPUProgram(fn, src)
+    prg = _cache[key] = CPUProgram(device, fn, src)
     return prg
 
 
-class CPUDevice:
+class HostPointerAllocator(HostAllocator):
+  """Host memory whose launch argument is its address (the kernels take raw pointers)."""
+  def _arg(self, handle): return handle.ctypes.data
+
+
+class CPUDevice(HostDevice):
   """The default device: LLVM through llvmlite's MCJIT on the host CPU. compile() returns the cached program."""
-  name = 'CPU'
-  def compile(self, fn) -> CPUProgram: return compile_llvm(fn)
+  name, target = 'CPU', 'llvm'
+  def __init__(self): BaseDevice.__init__(self, HostPointerAllocator(self.name))
+  def compile(self, fn) -> CPUProgram: return compile_llvm(self, fn)
   @property
   def launches(self) -> int: return stats['launches']

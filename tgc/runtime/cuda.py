@@ -1,22 +1,44 @@
 """The CUDA device: tgc.emit.cuda source compiled and launched through pycuda (the `cuda` extra).
 
-pycuda's SourceModule runs nvcc (its disk cache makes a second compile of the same source cheap); a launch
-is grid = global_size, block = local_size; buffers are copied to the device before it and the written ones
-back after it. Modules are cached by source in the process. On a machine without pycuda or a GPU,
-opening the device raises TgcError("CUDA device unavailable: ...").
+Memory is the device's: buffers are plain driver allocations (cuMemAlloc, never managed memory) from a caching
+allocator, copied in when a tensor is made and out when it is read. Launches are prepared calls queued on the
+device's one stream: the host returns at once and waits only in `synchronize()` or a copy out. pycuda's
+SourceModule runs nvcc (its disk cache makes a second compile of the same source cheap); modules are cached by
+source in the process. On a machine without pycuda or a GPU, opening the device raises
+TgcError("CUDA device unavailable: ...").
 """
 from __future__ import annotations
 import os, tempfile, threading
-import numpy as np
 from tgc.errors import TgcError
-from tgc.runtime.interp import buffer_signature, buffer_sizes, check_buffers, launch_dims
+from tgc.runtime.buffer import Allocator
+from tgc.runtime.device import BaseDevice, Program
 
 _lock = threading.Lock()
 
 
-class CUDADevice:
-  """Device "CUDA": pycuda on device 0, with its own context."""
-  name = 'CUDA'
+class CUDAAllocator(Allocator):
+  """cuMemAlloc'd blocks (pycuda DeviceAllocations); copies and launches in the order of the device's stream."""
+  def __init__(self, dev: 'CUDADevice'):
+    super().__init__(dev.name)
+    self.cuda, self.stream = dev.cuda, dev.stream
+  def _alloc(self, nbytes):
+    try: return self.cuda.mem_alloc(max(nbytes, 4))  # (the driver refuses 0 bytes)
+    except self.cuda.MemoryError as e: raise MemoryError(str(e)) from None
+  def _free(self, handle): handle.free()
+  def _copyin(self, handle, arr):
+    # from pageable host memory the driver stages the data before the call returns: arr may go away after it
+    self.cuda.memcpy_htod_async(handle, arr, self.stream)
+  def _copyout(self, arr, handle):
+    self.cuda.memcpy_dtoh_async(arr, handle, self.stream); self.stream.synchronize()
+  def _copy(self, dst, src, nbytes): self.cuda.memcpy_dtod_async(dst, src, nbytes, self.stream)
+  def _arg(self, handle): return int(handle)
+  def _mem_info(self): return self.cuda.mem_get_info()
+  def synchronize(self): self.stream.synchronize()
+
+
+class CUDADevice(BaseDevice):
+  """Device "CUDA": pycuda on device 0, in its primary context (the one torch and the runtime API use)."""
+  name, target = 'CUDA', 'cuda'
   def __init__(self):
     try:
       import pycuda.driver as cuda
@@ -26,14 +48,23 @@ class CUDADevice:
       self.ctx = self.dev.retain_primary_context()
       self.ctx.push()
       import atexit
-      atexit.register(self.ctx.pop)  # pycuda aborts at exit when a context is still on the stack
+      atexit.register(self._close)  # pycuda aborts at exit when a context is still on the stack
     except ImportError as e: raise TgcError(f"CUDA device unavailable: pycuda is not installed ({e}); pip install '.[cuda]' on a GPU machine") from None
     except TgcError: raise
     except Exception as e: raise TgcError(f"CUDA device unavailable: {e}") from None
     self.cuda = cuda
     major, minor = self.dev.compute_capability()
     self.arch = f"sm_{major}{minor}"
+    self.stream = cuda.Stream()
     self._modules: dict[str, object] = {}
+    super().__init__(CUDAAllocator(self))
+
+  def _close(self):
+    try:
+      self.stream.synchronize()
+      self.allocator.trim()
+    except Exception: pass  # the process is ending: the driver frees what is left
+    self.ctx.pop()
 
   def module(self, src: str):
     from pycuda.compiler import SourceModule
@@ -51,30 +82,27 @@ class CUDADevice:
   def compile(self, fn) -> 'CUDAProgram': return CUDAProgram(self, fn)
 
 
-class CUDAProgram:
+class CUDAProgram(Program):
+  """A kernel of a loaded module, prepared once (its argument format), launched asynchronously on the stream."""
   def __init__(self, dev: CUDADevice, fn):
     from tgc.emit.cuda import render_cuda_kernel
-    self.dev, self.fn, self.name = dev, fn, fn.sym_name
+    super().__init__(dev, fn)
     if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"CUDA: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
-    self.signature, self.sizes = buffer_signature(fn), buffer_sizes(fn)
-    self.global_size, self.local_size = launch_dims(fn)
     self.src = render_cuda_kernel(fn)
     self.func = dev.module(self.src).get_function(self.name)
-    self.written = sorted({op.buf.op.attrs['index'] for op in fn.body.ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'})
+    self.func.prepare('P' * len(self.signature))
+    self.grid = tuple(int(x) for x in self.global_size)
+    self.block = tuple(int(x) for x in self.local_size)
+    self._start = self._end = None
 
-  def __call__(self, *bufs: np.ndarray) -> None:
-    cuda = self.dev.cuda
-    check_buffers(self.fn, bufs, self.signature, self.sizes)
-    devbufs = []
-    try:
-      for b in bufs:
-        d = cuda.mem_alloc(max(b.nbytes, 4))
-        devbufs.append(d)
-        if b.nbytes: cuda.memcpy_htod(d, b)
-      self.func(*devbufs, grid=tuple(int(x) for x in self.global_size), block=tuple(int(x) for x in self.local_size))
-      cuda.Context.synchronize()
-      for i in self.written:
-        if bufs[i].nbytes: cuda.memcpy_dtoh(bufs[i], devbufs[i])
-    except cuda.Error as e: raise TgcError(f"cuda: @{self.name}: {e}") from None
-    finally:
-      for d in devbufs: d.free()
+  def launch(self, args) -> None:
+    try: self.func.prepared_async_call(self.grid, self.block, self.device.stream, *args)
+    except self.device.cuda.Error as e: raise TgcError(f"cuda: @{self.name}: {e}") from None
+
+  def timed_launch(self, args) -> float:
+    """The launch's device time from CUDA events recorded around it on the stream."""
+    cuda, stream = self.device.cuda, self.device.stream
+    if self._start is None: self._start, self._end = cuda.Event(), cuda.Event()
+    self._start.record(stream); self.launch(args); self._end.record(stream)
+    self._end.synchronize()
+    return self._start.time_till(self._end) * 1e-3

@@ -12,6 +12,7 @@ from tgc.errors import TgcError
 from tgc.ir import alu, dtypes as D
 from tgc.ir.attrs import HexInt
 from tgc.ir.types import PtrType, VecType, elem
+from tgc.runtime.device import HostDevice, Program, check_buffers
 
 
 def const_value(v, dt: D.DType):
@@ -57,21 +58,6 @@ def buffer_signature(fn) -> list[D.DType]:
 def buffer_sizes(fn) -> dict[int, int]:
   """define_global index -> the element count it declares (those that declare one)."""
   return {op.attrs['index']: op.attrs['size'] for op in fn.body.ops if op.name == 'uop.define_global' and 'size' in op.attrs}
-
-def check_buffers(fn, bufs, sig=None, sizes=None) -> list[np.ndarray]:
-  """Buffers must be C-contiguous numpy arrays of the kernel's dtypes (bf16: uint16 bits), at least as large as
-  the kernel declares (its accesses are proven or guarded against those sizes); else a TgcError."""
-  sig = buffer_signature(fn) if sig is None else sig
-  sizes = buffer_sizes(fn) if sizes is None else sizes
-  if len(bufs) != len(sig): raise TgcError(f"@{fn.sym_name} takes {len(sig)} buffers, got {len(bufs)}")
-  for i, (b, dt) in enumerate(zip(bufs, sig)):
-    if not isinstance(b, np.ndarray): raise TgcError(f"@{fn.sym_name}: buffer {i} must be a numpy array, got {type(b).__name__}")
-    if b.dtype != dt.np: raise TgcError(f"@{fn.sym_name}: buffer {i} must have numpy dtype {dt.np} for {dt}, got {b.dtype}")
-    if not b.flags['C_CONTIGUOUS']: raise TgcError(f"@{fn.sym_name}: buffer {i} must be C-contiguous")
-    if i == 0 and not b.flags['WRITEABLE']: raise TgcError(f"@{fn.sym_name}: output buffer 0 is read-only")
-    if b.size < sizes.get(i, 0): raise TgcError(f"@{fn.sym_name}: buffer {i} has {b.size} elements, the kernel declares {sizes[i]}")
-  return list(bufs)
-
 
 def acc_init_points(ops) -> dict[int, list]:
   """Op index -> the define_accs whose initial value is set just before that op: before the outermost of
@@ -185,18 +171,15 @@ def _run_point(fn, ops, pair, bufs, special, locals_, name):
     pc += 1
 
 
-class InterpProgram:
-  def __init__(self, fn, device=None):
-    self.fn, self.name, self.device = fn, fn.sym_name, device
-    self.signature = buffer_signature(fn)
-    self.global_size, self.local_size = launch_dims(fn)
-  def __call__(self, *bufs: np.ndarray) -> None:
-    run_uop_func(self.fn, list(bufs))
-    if self.device is not None: self.device.launches += 1
+class InterpProgram(Program):
+  """A uop.func run by the interpreter; launch(arrays) runs it over host buffers (viewed in its dtypes)."""
+  def launch(self, args) -> None:
+    run_uop_func(self.fn, [a.view(dt.np) for a, dt in zip(args, self.signature)])
+    self.device.launches += 1
 
 
-class InterpDevice:
-  """The interpreter as a device: `compile(fn)` gives a callable over numpy arrays (outputs written in place)."""
-  name = 'INTERP'
-  def __init__(self): self.launches = 0
-  def compile(self, fn) -> InterpProgram: return InterpProgram(fn, self)
+class InterpDevice(HostDevice):
+  """The interpreter as a device: host memory; `compile(fn)` gives a Program that the interpreter runs."""
+  name, target = 'INTERP', 'llvm'
+  def __init__(self): super().__init__(); self.launches = 0
+  def compile(self, fn) -> InterpProgram: return InterpProgram(self, fn)

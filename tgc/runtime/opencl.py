@@ -1,14 +1,16 @@
-"""The OPENCL device: tgc.emit.opencl source run through pyopencl.
+"""The OPENCL device: tgc.emit.opencl source run through pyopencl, on device buffers.
 
 The platform is the one whose name contains $OPENCL_PLATFORM, else the first whose name contains "Portable"
-or "pocl" (PoCL's CPU device), else the first. Programs are cached by source; numpy buffers are copied
-in before a launch and every buffer the kernel writes is copied back after it.
+or "pocl" (PoCL's CPU device), else the first. Programs are cached by source. Buffers are `cl.Buffer`s that
+the device owns, also on a CPU device (PoCL): data is copied in once when a tensor is made and out when it is
+read, never around a launch, so the path CI runs on PoCL is the one a GPU's OpenCL driver runs. Launches and
+device-to-device copies are queued on one in-order queue.
 """
 from __future__ import annotations
 import os, threading
-import numpy as np
 from tgc.errors import TgcError
-from tgc.runtime.interp import buffer_signature, check_buffers, launch_dims
+from tgc.runtime.buffer import Allocator
+from tgc.runtime.device import BaseDevice, Program
 
 _lock = threading.Lock()
 
@@ -24,43 +26,40 @@ def pick_platform(cl):
   return plats[0]
 
 
-class OpenCLProgram:
+class OpenCLAllocator(Allocator):
+  """cl.Buffers of the device's context; copies through its queue."""
+  def __init__(self, dev: 'OpenCLDevice'):
+    super().__init__(dev.name)
+    self.cl, self.ctx, self.queue, self.dev = dev.cl, dev.ctx, dev.queue, dev.device
+  def _alloc(self, nbytes):
+    if nbytes > self.dev.max_mem_alloc_size: raise MemoryError(f"larger than the device's largest allocation, {self.dev.max_mem_alloc_size} bytes")
+    try: return self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE, max(nbytes, 4))  # (OpenCL refuses 0 bytes)
+    except self.cl.MemoryError as e: raise MemoryError(str(e)) from None
+  def _free(self, handle): handle.release()
+  def _copyin(self, handle, arr): self.cl.enqueue_copy(self.queue, handle, arr, is_blocking=True)
+  def _copyout(self, arr, handle): self.cl.enqueue_copy(self.queue, arr, handle, is_blocking=True)
+  def _copy(self, dst, src, nbytes): self.cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
+  def _mem_info(self): return None  # OpenCL reports no free memory
+  def synchronize(self): self.queue.finish()
+
+
+class OpenCLProgram(Program):
   def __init__(self, dev: 'OpenCLDevice', fn):
     from tgc.emit.opencl import render_opencl_kernel
-    self.dev, self.fn, self.name = dev, fn, fn.sym_name
+    super().__init__(dev, fn)
     if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"OPENCL: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
-    self.signature = buffer_signature(fn)
-    self.global_size, self.local_size = launch_dims(fn)
     self.src = render_opencl_kernel(fn)
     self.kernel = getattr(dev.build(self.src), self.name)
-    self.written = sorted({op.buf.op.attrs['index'] for op in fn.body.ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'})
+    self.gs = [g * l for g, l in zip(self.global_size, self.local_size)]
+    self.ls = list(self.local_size)
 
-  def __call__(self, *bufs: np.ndarray) -> None:
-    cl = self.dev.cl
-    check_buffers(self.fn, bufs, self.signature)
-    mf, q = cl.mem_flags, self.dev.queue
-    # a CPU device (PoCL) works in the numpy arrays' own memory (USE_HOST_PTR: no copy in, a map to read the
-    # results back); another device gets copies. A zero-size buffer still needs a device buffer (OpenCL refuses 0).
-    host = mf.USE_HOST_PTR if self.dev.is_cpu else mf.COPY_HOST_PTR
-    def dbuf(i, b):
-      if not b.nbytes: return cl.Buffer(self.dev.ctx, mf.READ_WRITE, 4)
-      if host == mf.USE_HOST_PTR and not b.flags.writeable: return cl.Buffer(self.dev.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
-      return cl.Buffer(self.dev.ctx, (mf.READ_WRITE if i in self.written else mf.READ_ONLY) | host, hostbuf=b)
-    dbufs = [dbuf(i, b) for i, b in enumerate(bufs)]
-    gs = [g * l for g, l in zip(self.global_size, self.local_size)]
-    self.kernel(q, gs, list(self.local_size), *dbufs)
-    for i in self.written:
-      if not bufs[i].nbytes: continue
-      if host == mf.USE_HOST_PTR:  # mapping makes the device's writes visible in the host memory; unmap at once
-        m, _ = cl.enqueue_map_buffer(q, dbufs[i], cl.map_flags.READ, 0, bufs[i].shape, bufs[i].dtype)
-        m.base.release(q)
-      else: cl.enqueue_copy(q, bufs[i], dbufs[i])
-    q.finish()
+  def launch(self, args) -> None:
+    self.kernel(self.device.queue, self.gs, self.ls, *args)
 
 
-class OpenCLDevice:
+class OpenCLDevice(BaseDevice):
   """Device "OPENCL": pyopencl on the chosen platform's first device."""
-  name = 'OPENCL'
+  name, target = 'OPENCL', 'opencl'
   def __init__(self):
     try: import pyopencl as cl
     except ImportError as e: raise TgcError(f"OPENCL device unavailable: {e}") from None
@@ -72,6 +71,7 @@ class OpenCLDevice:
     self.ctx = cl.Context([self.device])
     self.queue = cl.CommandQueue(self.ctx)
     self._programs: dict[str, object] = {}
+    super().__init__(OpenCLAllocator(self))
 
   def build(self, src: str):
     with _lock:

@@ -1,0 +1,222 @@
+"""Device memory: Buffers and allocators, tensors that stay on their device, the host schedule's liveness.
+
+OPENCL (PoCL on this machine) allocates real cl.Buffers, the path a GPU's OpenCL driver takes, so the copy
+counts below are those a GPU would see; CUDA runs the same code on the GPU machine (tests/test_target_cuda.py).
+"""
+import gc
+import numpy as np
+import pytest
+import tgc
+from tgc import Tensor
+from tgc.runtime import Allocator, Buffer, HostAllocator, HostDevice, get_device, register_device
+from tgc.runtime import DEVICES, _opened
+from tgc.runtime.cpu import CPUDevice, HostPointerAllocator
+from tgc.ir import dtypes as D
+
+
+def opencl():
+  try: return get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+
+
+def counts(dev):
+  s = dev.allocator.stats()
+  return s['copies_in'], s['copies_out'], s['copies']
+
+
+def test_chain_of_20_ops_copies_each_input_in_once_and_each_result_out_once():
+  dev = opencl()
+  a_np, b_np = np.random.default_rng(0).standard_normal((2, 1000)).astype(np.float32)
+  def chain(a, b):  # 20 ops; every fifth result is a kernel boundary of its own (4 kernels)
+    x = a
+    for i in range(20):
+      x = x * b + (i % 3) if i % 5 == 4 else x * 0.5 + b
+      if i % 5 == 4 and isinstance(x, Tensor): x = x.contiguous()
+    return x
+  ref = chain(a_np.astype(np.float64), b_np.astype(np.float64))
+  before = counts(dev)
+  a, b = Tensor(a_np, device='OPENCL'), Tensor(b_np, device='OPENCL')
+  assert counts(dev) == (before[0] + 2, before[1], before[2])  # one copy in per input
+  out = chain(a, b).realize()
+  assert counts(dev) == (before[0] + 2, before[1], before[2])  # realize copies nothing: 4 kernels on device buffers
+  np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
+  assert counts(dev) == (before[0] + 2, before[1] + 1, before[2])  # one copy out per numpy()
+  out.numpy(); out.tolist()
+  assert counts(dev)[1] == before[1] + 3
+
+
+def test_1000_realizes_keep_bytes_in_use_flat():
+  dev = opencl()
+  x = Tensor(np.ones(1 << 20, np.float32), device='OPENCL')
+  y = (x + 1).realize()
+  base = dev.allocator.stats()
+  for _ in range(1000): y = (x + 1).realize()
+  s = dev.allocator.stats()
+  assert s['in_use'] == base['in_use'], (base, s)
+  assert s['allocs'] <= base['allocs'] + 1  # two results live at a time (y and the next); then cached blocks
+  assert float(y[7].item()) == 2.0
+
+
+def test_host_device_bytes_in_use_flat():
+  dev = get_device('CPU')
+  x = Tensor(np.ones(1 << 20, np.float32), device='CPU')
+  y = (x + 1).realize()
+  base = dev.allocator.in_use
+  for _ in range(200): y = (x * 2 + y).realize()
+  assert dev.allocator.in_use == base
+  assert float(y[0].item()) == 2 + 200 * 2  # y starts at 2; each step adds 2
+
+
+def test_intermediates_go_back_to_the_allocator_after_their_last_launch():
+  dev = opencl()
+  n = 1 << 18
+  x = Tensor(np.ones(n, np.float32), device='OPENCL')
+  y = x
+  for _ in range(12): y = (y + 1).contiguous()  # 12 kernels, 11 intermediates
+  base = dev.allocator.stats()
+  dev.allocator.peak = dev.allocator.in_use
+  y.realize()
+  s = dev.allocator.stats()
+  assert s['in_use'] == base['in_use'] + 4 * n  # the result alone stays
+  assert s['peak'] <= base['in_use'] + 2 * 4 * n  # two buffers at a time: an input and an output
+  np.testing.assert_array_equal(y.numpy(), np.full(n, 13, np.float32))
+
+
+def test_to_copies_between_devices():
+  opencl()
+  a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device='OPENCL')
+  b = (a * 2).to('CPU')
+  c = (b + 1).to('C').to('OPENCL') - a
+  assert c.device == 'OPENCL'
+  np.testing.assert_array_equal(c.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4) + 1)
+  with pytest.raises(tgc.TgcError, match='different devices'): (a + b).realize()
+
+
+def test_bf16_and_bool_round_trip_through_device_buffers():
+  opencl()
+  x = np.array([1.5, -2.25, 3.0], np.float32)
+  t = Tensor(x, dtype='bfloat16', device='OPENCL')
+  np.testing.assert_array_equal((t * 2).numpy(), x * 2)
+  m = Tensor([True, False, True], device='OPENCL')
+  assert (m.logical_not()).tolist() == [False, True, False]
+
+
+def test_compile_takes_and_gives_numpy_arrays_on_every_device():
+  text = """func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %c = tensor.mul %a, %b : tensor<4xf32>
+  %d = tensor.const 1.0 : tensor<4xf32>
+  %e = tensor.add %c, %d : tensor<4xf32>
+  func.return %e : tensor<4xf32>
+}"""
+  a, b = np.arange(4, dtype=np.float32), np.full(4, 3, np.float32)
+  for dev in ('CPU', 'INTERP', 'C', 'OPENCL'):
+    if dev == 'OPENCL': opencl()
+    (r,) = tgc.compile(text, device=dev)(a, b)
+    assert isinstance(r, np.ndarray)
+    np.testing.assert_array_equal(r, a * b + 1)
+
+
+def test_jit_replays_on_device_buffers():
+  dev = opencl()
+  @Tensor.jit
+  def f(x, y): return (x * y + 1).sum(axis=1)
+  rng = np.random.default_rng(1)
+  for i in range(4):
+    a, b = rng.standard_normal((2, 8, 16)).astype(np.float32)
+    x, y = Tensor(a, device='OPENCL'), Tensor(b, device='OPENCL')
+    before = counts(dev)
+    r = f(x, y)
+    assert counts(dev) == before  # replaying launches on the inputs' buffers copies nothing
+    np.testing.assert_allclose(r.numpy(), (a * b + 1).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+# ---- the allocator itself
+
+class CountingAllocator(Allocator):
+  """Device-like memory (blocks are cached) of a fixed capacity; `fail_at` makes the N-th _alloc fail."""
+  def __init__(self, capacity=1 << 20, fail_at=None):
+    super().__init__('TEST')
+    self.capacity, self.used, self.calls, self.fail_at, self.freed = capacity, 0, 0, fail_at, []
+  def _alloc(self, nbytes):
+    self.calls += 1
+    if self.calls == self.fail_at or self.used + nbytes > self.capacity: raise MemoryError('test device is full')
+    self.used += nbytes
+    return bytearray(nbytes)
+  def _free(self, h): self.used -= len(h); self.freed.append(h)
+  def _mem_info(self): return (self.capacity - self.used, self.capacity)
+
+
+def test_caching_allocator_reuses_blocks_by_size_and_trims_when_full():
+  a = CountingAllocator(capacity=1000)
+  h1 = a.alloc(400); a.free(h1, 400)
+  assert a.stats()['cached'] == 400 and a.stats()['in_use'] == 0
+  assert a.alloc(400) is h1 and a.calls == 1  # from the cache
+  a.free(h1, 400)
+  h2 = a.alloc(800)  # 400 cached + 800 > 1000: the cache is trimmed, then it fits
+  assert a.freed == [h1] and a.in_use == 800 and a.cached == 0
+  with pytest.raises(tgc.TgcError, match=r'TEST: out of device memory: asked for 600 bytes \(200 of 1000 bytes free\)'):
+    a.alloc(600)
+  assert a.in_use == 800 and a.peak == 800
+  a.free(h2, 800)
+  assert a.in_use == 0
+
+
+class FlakyDevice(HostDevice):
+  """The CPU's compiler over host memory whose allocator fails from a chosen call on (the device is full)."""
+  name, target = 'FLAKY', 'llvm'
+  def __init__(self):
+    class Flaky(HostPointerAllocator):
+      fail_at, calls = None, 0
+      def _alloc(self, nbytes):
+        self.calls += 1
+        if self.fail_at is not None and self.calls >= self.fail_at: raise MemoryError('injected failure')
+        return super()._alloc(nbytes)
+    HostDevice.__init__(self); self.allocator = Flaky(self.name)
+  def compile(self, fn): return get_device('CPU').compile(fn)
+
+
+@pytest.fixture
+def flaky():
+  register_device('FLAKY', 'test_memory:FlakyDevice')
+  yield get_device('FLAKY')
+  DEVICES.pop('FLAKY', None); _opened.pop('FLAKY', None)
+
+
+def test_out_of_memory_is_a_clear_error_and_the_allocator_stays_consistent(flaky):
+  al = flaky.allocator
+  x = Tensor(np.arange(64, dtype=np.float32), device='FLAKY')
+  base = al.in_use
+  for n in (1, 2, 3):
+    al.calls, al.fail_at = 0, n
+    y = x
+    for _ in range(4): y = (y + 1).contiguous()
+    with pytest.raises(tgc.TgcError, match=r'FLAKY: out of device memory: asked for 256 bytes'): y.realize()
+    del y; gc.collect()
+    assert al.in_use == base  # what the failed call had taken went back
+  al.fail_at = None
+  np.testing.assert_array_equal((x + 1).contiguous().add(1).numpy(), np.arange(64) + 2)
+
+
+def test_a_buffer_is_freed_once():
+  gc.collect()
+  b = Buffer('OPENCL' if 'OPENCL' in DEVICES else 'CPU', 100, D.f32)
+  al = b.allocator
+  used = al.in_use
+  b.free(); b.free(); del b; gc.collect()
+  assert al.in_use == used - 400
+
+
+def test_host_buffers_are_numpy_memory():
+  arr = np.arange(6, dtype=np.int32)
+  b = Buffer.wrap('CPU', arr)
+  assert isinstance(b.allocator, HostAllocator) and np.shares_memory(b.host_array, arr)
+  c = Buffer.from_numpy('CPU', arr)
+  assert not np.shares_memory(c.host_array, arr)
+  np.testing.assert_array_equal(c.numpy(), arr)
+
+
+def test_device_synchronize_and_stats_are_public():
+  d = tgc.Device['CPU']
+  d.synchronize()
+  assert set(d.allocator.stats()) >= {'in_use', 'cached', 'peak'}
+  assert isinstance(get_device('CPU'), CPUDevice) and d.target == 'llvm'

@@ -1,0 +1,76 @@
+"""What every device is: a name, the target it compiles for, an allocator that owns its memory, a queue.
+
+A device compiles uop.funcs into Programs. `Program.launch(args)` queues one launch over its buffers' launch
+arguments (`Buffer.arg`) and returns at once where the device has a queue; the host waits only in
+`synchronize()` or a copy out. Calling a Program with numpy arrays (tests, tools) copies them in, launches,
+and copies the written ones back.
+"""
+from __future__ import annotations
+import time
+import numpy as np
+from tgc.runtime.buffer import Allocator, Buffer, HostAllocator
+from tgc.errors import TgcError
+
+
+def check_buffers(fn, bufs, sig=None, sizes=None) -> list[np.ndarray]:
+  """Buffers must be C-contiguous numpy arrays of the kernel's dtypes (bf16: uint16 bits), at least as large as
+  the kernel declares (its accesses are proven or guarded against those sizes); else a TgcError."""
+  from tgc.runtime.interp import buffer_signature, buffer_sizes
+  sig = buffer_signature(fn) if sig is None else sig
+  sizes = buffer_sizes(fn) if sizes is None else sizes
+  if len(bufs) != len(sig): raise TgcError(f"@{fn.sym_name} takes {len(sig)} buffers, got {len(bufs)}")
+  for i, (b, dt) in enumerate(zip(bufs, sig)):
+    if not isinstance(b, np.ndarray): raise TgcError(f"@{fn.sym_name}: buffer {i} must be a numpy array, got {type(b).__name__}")
+    if b.dtype != dt.np: raise TgcError(f"@{fn.sym_name}: buffer {i} must have numpy dtype {dt.np} for {dt}, got {b.dtype}")
+    if not b.flags['C_CONTIGUOUS']: raise TgcError(f"@{fn.sym_name}: buffer {i} must be C-contiguous")
+    if i == 0 and not b.flags['WRITEABLE']: raise TgcError(f"@{fn.sym_name}: output buffer 0 is read-only")
+    if b.size < sizes.get(i, 0): raise TgcError(f"@{fn.sym_name}: buffer {i} has {b.size} elements, the kernel declares {sizes[i]}")
+  return list(bufs)
+
+
+class Program:
+  """One kernel compiled for a device: its buffer signature, declared sizes, launch grid, written buffers."""
+  def __init__(self, device: 'BaseDevice', fn):
+    from tgc.runtime.interp import buffer_signature, buffer_sizes, launch_dims  # (the uop dialect's facts)
+    self.device, self.fn, self.name = device, fn, fn.sym_name
+    self.signature, self.sizes = buffer_signature(fn), buffer_sizes(fn)
+    self.global_size, self.local_size = launch_dims(fn)
+    self.written = sorted({op.buf.op.attrs['index'] for op in fn.body.ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'})
+
+  def launch(self, args: list, **kw) -> None:
+    """Queue one launch over the buffers' launch arguments (in define_global order)."""
+    raise NotImplementedError
+
+  def timed_launch(self, args: list) -> float:
+    """Launch and wait; the seconds the launch took on the device (host time around it where the device has
+    no timer of its own)."""
+    self.device.synchronize()
+    t0 = time.perf_counter(); self.launch(args); self.device.synchronize()
+    return time.perf_counter() - t0
+
+  def __call__(self, *arrays: np.ndarray, **kw) -> None:
+    """Run on numpy arrays, outputs written in place: host devices use the arrays' memory, others copies."""
+    check_buffers(self.fn, arrays, self.signature, self.sizes)
+    alloc = self.device.allocator
+    if isinstance(alloc, HostAllocator): return self.launch([alloc._arg(a) for a in arrays], **kw)
+    bufs = [Buffer.from_numpy(self.device.name, a, dt) for a, dt in zip(arrays, self.signature)]
+    self.launch([b.arg for b in bufs], **kw)
+    for i in self.written:
+      if arrays[i].size: alloc.copyout(arrays[i], bufs[i].handle)
+
+
+class BaseDevice:
+  """A device: `name`, `target` (the name of the Target it compiles for), `allocator`, `compile(fn)`."""
+  name = ''
+  target = 'llvm'
+  def __init__(self, allocator: Allocator | None = None):
+    self.allocator = allocator or HostAllocator(self.name)
+  def compile(self, fn) -> Program: raise NotImplementedError
+  def synchronize(self) -> None:
+    """Wait until every queued launch and copy has finished."""
+    self.allocator.synchronize()
+
+
+class HostDevice(BaseDevice):
+  """A device whose memory is the host's (CPU, C, INTERP): buffers are numpy arrays, launches run at once."""
+  def __init__(self): super().__init__(HostAllocator(self.name))
