@@ -1,6 +1,7 @@
-"""The replay overhead of `Tensor.jit` per kernel launch on the CPU, beside the other ways to run a graph.
+"""The replay overhead of `Tensor.jit` per kernel launch, beside the other ways to run a graph.
 
-    python bench/jit.py                     # N = 1 and 16 kernels, 2000 calls each
+    python bench/jit.py                     # N = 1 and 16 kernels, 2000 calls each, on the CPU
+    python bench/jit.py --device CUDA       # on the GPU (launches are asynchronous: each batch ends synchronized)
     python bench/jit.py --kernels 32 --calls 5000
     python bench/jit.py --profile           # also cProfile the jitted replay (top lines by tottime)
 
@@ -11,9 +12,10 @@ batches), for 1 kernel and for N kernels:
 
   jit replay        @Tensor.jit f(x): the compiled function replayed on x's buffer
   no jit            f(x).realize(): graph building, the module built and printed (the cache key), cache lookup, run
-  tgc.compile       tgc.compile(text)(arr): the host schedule (alloc + launch per kernel) on a numpy array
-  kernel program    the compiled kernel's program called directly (buffer checks + ctypes), per kernel
-  ctypes            the bare ctypes function pointer of the kernel, per kernel
+  tgc.compile       tgc.compile(text)(arr): numpy in and out (copies on a GPU), the host schedule between
+  kernel launch     the compiled kernel's Program.launch on device buffers, per kernel
+  ctypes            the bare ctypes function pointer of the kernel, per kernel (CPU only)
+  torch eager       the same chain in torch on the same device (when torch is installed), for scale
 
 "us/kernel" is the time of a call divided by the N kernels it launches; "marginal" is the slope
 (t(N) - t(1)) / (N - 1): the cost each further kernel adds, the fixed cost per call taken out.
@@ -35,21 +37,36 @@ def chain(n: int):
   return f
 
 
-def per_call(fn, calls: int, repeats: int) -> float:
-  """Median over `repeats` batches of the seconds one call takes (a batch: `calls` calls)."""
+def per_call(fn, calls: int, repeats: int, sync=lambda: None) -> float:
+  """Median over `repeats` batches of the seconds one call takes (a batch: `calls` calls, then a synchronize)."""
   for _ in range(max(10, calls // 20)): fn()  # warm-up
   ts = []
   for _ in range(repeats):
-    t0 = time.perf_counter()
+    sync(); t0 = time.perf_counter()
     for _ in range(calls): fn()
-    ts.append((time.perf_counter() - t0) / calls)
+    sync(); ts.append((time.perf_counter() - t0) / calls)
   return statistics.median(ts)
 
 
-def measure(n: int, calls: int, repeats: int) -> dict[str, float]:
+def torch_chain(n: int, device: str):
+  try: import torch
+  except Exception: return None  # (not installed, or a broken install)
+  tdev = 'cuda' if device == 'CUDA' else 'cpu' if device in ('CPU', 'C') else None
+  if tdev is None or (tdev == 'cuda' and not torch.cuda.is_available()): return None
+  x = torch.arange(16, dtype=torch.float32, device=tdev) / 16
+  sync = torch.cuda.synchronize if tdev == 'cuda' else (lambda: None)
+  def f():
+    y = x
+    for _ in range(n): y = y * 1.5 + 1
+    return y
+  return f, sync
+
+
+def measure(n: int, calls: int, repeats: int, device: str = 'CPU') -> dict[str, float]:
   """Seconds per call of each way of running the n-kernel chain."""
   arr = np.arange(16, dtype=np.float32) / 16
-  x = Tensor(arr, device='CPU')
+  x = Tensor(arr, device=device)
+  sync = tgc.Device[device].synchronize
   f = chain(n)
   expect = arr.astype(np.float64)
   for _ in range(n): expect = expect * 1.5 + 1
@@ -60,24 +77,28 @@ def measure(n: int, calls: int, repeats: int) -> dict[str, float]:
   ir_text = f(x).to_ir()
   n_funcs = f(x).to_ir('kernel').count('\nkernel.func') + f(x).to_ir('kernel').startswith('kernel.func')
   assert n_funcs == n, f"the chain of {n} made {n_funcs} kernels"
-  cf = tgc.compile(ir_text, device='CPU')
+  cf = tgc.compile(ir_text, device=device)
   np.testing.assert_allclose(cf(arr)[0], expect, rtol=1e-5)
   out = {}
-  out['jit replay'] = per_call(lambda: jf(x), calls, repeats)
-  out['no jit'] = per_call(lambda: f(x).realize(), max(calls // 10, 50), repeats)
-  out['tgc.compile'] = per_call(lambda: cf(arr), calls, repeats)
-  # one kernel, called directly: n launches of it cost n times this
+  out['jit replay'] = per_call(lambda: jf(x), calls, repeats, sync)
+  out['no jit'] = per_call(lambda: f(x).realize(), max(calls // 10, 50), repeats, sync)
+  out['tgc.compile'] = per_call(lambda: cf(arr), calls, repeats, sync)
+  # one kernel, launched directly: n launches of it cost n times this
   k = next(iter(cf.kernels.values())).program
-  o = np.empty(16, np.float32)
-  out['kernel program'] = n * per_call(lambda: k(o, arr), calls, repeats)
-  ptrs = (o.ctypes.data, arr.ctypes.data, 0, k.global_size[0])
-  cfn = k._cfn
-  out['ctypes'] = n * per_call(lambda: cfn(*ptrs), calls, repeats)
+  o = tgc.runtime.Buffer(device, 16, x.dtype)
+  args = [o.arg, x.node.buf.arg]
+  out['kernel launch'] = n * per_call(lambda: k.launch(args), calls, repeats, sync)
+  if hasattr(k, '_cfn'):
+    ptrs = (*args, 0, k.global_size[0])
+    cfn = k._cfn
+    out['ctypes'] = n * per_call(lambda: cfn(*ptrs), calls, repeats)
+  tc = torch_chain(n, device)
+  if tc is not None: out['torch eager'] = per_call(tc[0], calls, repeats, tc[1])
   return out
 
 
-def profile_replay(n: int, calls: int, top: int = 18) -> str:
-  x = Tensor(np.arange(16, dtype=np.float32), device='CPU')
+def profile_replay(n: int, calls: int, device: str, top: int = 18) -> str:
+  x = Tensor(np.arange(16, dtype=np.float32), device=device)
   jf = Tensor.jit(chain(n))
   jf(x); jf(x)
   pr = cProfile.Profile()
@@ -95,13 +116,15 @@ def main(argv=None) -> int:
   ap.add_argument('--calls', type=int, default=2000, help='calls per timed batch')
   ap.add_argument('--repeats', type=int, default=5, help='batches; the median is reported')
   ap.add_argument('--profile', action='store_true', help='cProfile the jitted replay of the N-kernel chain')
+  ap.add_argument('--device', default='CPU', help='CPU (default), C, OPENCL, CUDA')
   args = ap.parse_args(argv)
   n = args.kernels
   if n < 2: ap.error('--kernels must be at least 2')
   os.environ.pop('DEBUG', None)
-  t1 = measure(1, args.calls, args.repeats)
-  tn = measure(n, args.calls, args.repeats)
-  print(f"tgc {tgc.__version__}, CPU (LLVM JIT), a chain of tiny kernels on 16 float32s, median of {args.repeats} x {args.calls} calls")
+  dev = args.device.upper()
+  t1 = measure(1, args.calls, args.repeats, dev)
+  tn = measure(n, args.calls, args.repeats, dev)
+  print(f"tgc {tgc.__version__}, device {dev}, a chain of tiny kernels on 16 float32s, median of {args.repeats} x {args.calls} calls")
   print()
   hdr = f"{'way of running':<16s} {'1 kernel':>12s} {f'{n} kernels':>12s} {'us/kernel':>10s} {'marginal':>10s}"
   print(hdr)
@@ -111,12 +134,12 @@ def main(argv=None) -> int:
     a, b = t1[name] * 1e6, tn[name] * 1e6
     print(f"{name:<16s} {a:12.2f} {b:12.2f} {b / n:10.2f} {(b - a) / (n - 1):10.2f}")
   print()
-  print("kernel program and ctypes rows: one kernel's direct call times N (no host schedule around it).")
+  print("kernel launch and ctypes rows: one kernel's direct launch times N (no host schedule around it).")
   print("For scale: pycuda launches cost ~13 us on an H100; tinygrad's JIT replay ~135 us per kernel.")
   if args.profile:
     print()
     print(f"cProfile of {args.calls} jitted replays of the {n}-kernel chain (by tottime):")
-    print(profile_replay(n, args.calls))
+    print(profile_replay(n, args.calls, dev))
   return 0
 
 

@@ -20,6 +20,17 @@ def debug_level() -> int:
 def noopt() -> bool: return os.environ.get('NOOPT', '0') not in ('', '0')
 
 
+class profile:
+  """`with tgc.compiler.profile() as launches:` times every kernel launch in the block on its device (CUDA events
+  on CUDA, the host clock around a launch and a synchronize elsewhere), as DEBUG=2 does, without printing:
+  `launches` collects (kernel name, seconds)."""
+  active: list | None = None
+  def __enter__(self):
+    self.prev, profile.active = profile.active, []
+    return profile.active
+  def __exit__(self, *exc): profile.active = self.prev
+
+
 class Stats:
   """Launch counters for the DEBUG=2 totals line."""
   def __init__(self): self.kernels, self.ops, self.bytes, self.time = 0, 0, 0, 0.0
@@ -123,7 +134,10 @@ class CompiledFunction:
       if kind is LAUNCH:
         k, idx = st[1], st[2]
         args = [env[i].arg for i in idx]
-        if dbg >= 2: self._log_launch(k, [env[i] for i in idx], k.program.timed_launch(args))
+        if dbg >= 2 or profile.active is not None:
+          dt = k.program.timed_launch(args)
+          if profile.active is not None: profile.active.append((k.name, dt))
+          if dbg >= 2: self._log_launch(k, [env[i] for i in idx], dt)
         else: k.program.launch(args)
       elif kind is ALLOC: env[st[1]] = Buffer(self.device, st[2], st[3])  # every kernel writes all of its output
       elif kind is RESHAPE: env[st[1]] = env[st[2]]  # buffers are flat: a reshape is the same memory

@@ -5,8 +5,8 @@ dtype of its DType; bfloat16 is stored as its uint16 bits) or an op of the tenso
 the `tensor.` prefix, sources, attributes, shape, dtype). The API does what numpy does implicitly, in the
 graph: broadcasting becomes `reshape` + `expand`, dtype promotion becomes `cast`, scalars become splat
 `const`s of the broadcast shape. `realize()` turns the graph reachable from a tensor into one
-`func.func` (its arguments are the realized leaves), compiles it once per (IR text, device) and runs it;
-the nodes computed become leaves.
+`func.func` (its arguments are the realized leaves), compiles it once per (graph structure, device) and runs
+it on the leaves' device Buffers; the nodes computed become leaves holding the result Buffers.
 
 Choices worth knowing:
 - `rand/randn/uniform/randint` draw from numpy's PCG64 Generator (seeded with `seed=`, else with the
@@ -16,7 +16,7 @@ Choices worth knowing:
   tensors the function captures (weights, random draws) are baked in as they were on the first call.
 """
 from __future__ import annotations
-import math, itertools
+import math, itertools, struct
 from typing import Any, Callable
 import numpy as np
 from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError
@@ -153,7 +153,26 @@ def _build_module(roots: list[_Node], name: str = 'main'):
   return Module([fn]), leaves
 
 
-_COMPILED: dict[tuple[str, str], Any] = {}
+def _freeze(x):
+  """An attribute value as a hashable key that tells apart what the IR tells apart (-0.0 from 0.0, NaN payloads)."""
+  if isinstance(x, float): return ('f', struct.pack('<d', x))
+  if isinstance(x, dict): return tuple((k, _freeze(v)) for k, v in x.items())
+  if isinstance(x, (list, tuple)): return tuple(_freeze(v) for v in x)
+  return x
+
+
+def _graph_key(roots: list[_Node]):
+  """The structure of the graph computing `roots` (everything its func.func's text holds, without printing it):
+  the compile cache's key; and the realized leaves in argument order, as _build_module numbers them."""
+  ids, entries, leaves = {}, [], []
+  for n in _toposort(roots):
+    ids[n] = len(ids)
+    if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name))
+    else: entries.append((n.op, _freeze(n.attrs), n.shape, n.dtype.name, tuple(ids[s] for s in n.srcs)))
+  return (tuple(entries), tuple(ids[r] for r in roots)), leaves
+
+
+_COMPILED: dict[tuple, Any] = {}  # (graph key, device) -> CompiledFunction
 
 def _realize_nodes(nodes) -> None:
   todo = list(dict.fromkeys(n for n in nodes if not n.realized))
@@ -167,12 +186,12 @@ def _realize_nodes(nodes) -> None:
     if not n.realized: by_dev.setdefault(n.device, []).append(n)
   from tgc.compiler import compile_module
   for dev, group in by_dev.items():
-    m, leaves = _build_module(group)
-    key = (m.print(), dev)
-    fn = _COMPILED.get(key)
+    key, leaves = _graph_key(group)
+    fn = _COMPILED.get((key, dev))
     if fn is None:
+      m, _ = _build_module(group)
       m.verify()
-      fn = _COMPILED[key] = compile_module(m, dev)
+      fn = _COMPILED[key, dev] = compile_module(m, dev)
     outs = fn.run([l.buf for l in leaves])
     for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, o
 
@@ -1085,10 +1104,13 @@ class _Jit:
     self.fn, self.cache = fn, {}
     self.__wrapped__ = fn
   def __call__(self, *args, **kwargs):
-    tens = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
-    key = (tuple((t.shape, t.dtype.name, t.device) for t in tens),
-           tuple(repr(a) for a in args if not isinstance(a, Tensor)), tuple(sorted((k, repr(v)) for k, v in kwargs.items() if not isinstance(v, Tensor))))
-    Tensor.realize(*tens) if tens else None
+    tens = [a for a in args if isinstance(a, Tensor)]
+    if kwargs: tens += [v for v in kwargs.values() if isinstance(v, Tensor)]
+    key = tuple((t.node.shape, t.node.dtype.name, t.node.device) for t in tens)
+    if kwargs or len(tens) != len(args):  # other arguments are part of the signature by value
+      key = (key, tuple(repr(a) for a in args if not isinstance(a, Tensor)), tuple(sorted((k, repr(v)) for k, v in kwargs.items() if not isinstance(v, Tensor))))
+    pending = [t for t in tens if not t.node.realized]
+    if pending: Tensor.realize(*pending)
     ent = self.cache.get(key)
     if ent is None:
       out = self.fn(*args, **kwargs)

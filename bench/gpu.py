@@ -1,0 +1,103 @@
+"""tgc beside torch on the GPU, as a user calls it: the Tensor API, inputs already on the device, each result left
+on the device and synchronized.
+
+    python bench/gpu.py                   # every row, on CUDA (the GPU machine: see docs/gpu.md)
+    python bench/gpu.py --rows add,sum --device CPU --scale 0.0625   # a smaller run anywhere (torch on the CPU)
+
+For each row, one process and the same data:
+  torch        torch's own call (cuBLAS, its reductions), synchronized; median of --iters calls
+  tgc e2e      `y = f(a, b).realize(); Device[D].synchronize()`: graph, cache lookup, allocation, launches
+  tgc kernels  the device time of the kernels one such call launched (CUDA events around each launch), summed;
+               median over calls
+Throughput counts the bytes a row must move (inputs read once, outputs written once) or its flops. The last
+columns say whether anything hides around the kernels: e2e / kernels, and e2e - kernels in microseconds, set
+against the launch overhead (the e2e time of a 16-element add, measured in the same run).
+"""
+from __future__ import annotations
+import argparse, os, statistics, sys, time
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tgc
+from tgc import Tensor
+from tgc.compiler import profile
+
+
+def rows(scale: float):
+  n = int((1 << 26) * scale)
+  m, k = max(int(8192 * scale ** 0.5), 1), 4096
+  mm = max(int(4096 * scale ** (1 / 3)) // 16 * 16, 16)
+  return {
+    # name: (shapes, dtype, tgc function, torch function, bytes or flops, unit)
+    'add': ([(n,), (n,)], 'float32', lambda a, b: a + b, lambda a, b: a + b, 12 * n, 'GB/s'),
+    'a*b+c': ([(n,), (n,), (n,)], 'float32', lambda a, b, c: a * b + c, lambda a, b, c: a * b + c, 16 * n, 'GB/s'),
+    'sum': ([(n,)], 'float32', lambda a: a.sum(), lambda a: a.sum(), 4 * n, 'GB/s'),
+    'rowsum': ([(m, k)], 'float32', lambda a: a.sum(axis=1), lambda a: a.sum(dim=1), 4 * m * k, 'GB/s'),
+    'softmax': ([(m, k)], 'float32', lambda a: a.softmax(axis=1), lambda a: a.softmax(dim=1), 8 * m * k, 'GB/s'),
+    'matmul f32': ([(mm, mm), (mm, mm)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
+    'matmul f16': ([(mm, mm), (mm, mm)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
+  }
+
+
+def median_time(fn, sync, iters: int) -> float:
+  fn(); sync()  # warm-up (compiles on the first call)
+  ts = []
+  for _ in range(iters):
+    sync(); t0 = time.perf_counter(); fn(); sync(); ts.append(time.perf_counter() - t0)
+  return statistics.median(ts)
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  ap.add_argument('--device', default='CUDA')
+  ap.add_argument('--rows', default='', help='comma-separated row names (default: all)')
+  ap.add_argument('--iters', type=int, default=20)
+  ap.add_argument('--scale', type=float, default=1.0, help='problem size relative to the full one (e.g. 0.0625)')
+  args = ap.parse_args(argv)
+  os.environ.pop('DEBUG', None)
+  import torch
+  tdev = 'cuda' if args.device == 'CUDA' else 'cpu'
+  tsync = torch.cuda.synchronize if tdev == 'cuda' else (lambda: None)
+  dev = tgc.Device[args.device]
+  sync = dev.synchronize
+  table = rows(args.scale)
+  names = [r for r in args.rows.split(',') if r] or list(table)
+  rng = np.random.default_rng(0)
+
+  tiny = Tensor(np.ones(16, np.float32), device=args.device)
+  overhead = median_time(lambda: (tiny + 1).realize(), sync, 200)
+  gpu = torch.cuda.get_device_name() if tdev == 'cuda' else 'CPU'
+  print(f"tgc {tgc.__version__} on {args.device} ({gpu}) beside torch {torch.__version__}; median of {args.iters} calls")
+  print(f"launch overhead (e2e of a 16-element add): {overhead * 1e6:.1f} us\n")
+  hdr = f"{'work':<11s} {'torch':>10s} {'tgc e2e':>10s} {'tgc kern':>10s} {'unit':>7s} {'e2e/torch':>9s} {'kern/torch':>10s} {'e2e/kern':>8s} {'e2e-kern':>10s} {'kernels':>7s}"
+  print(hdr); print('-' * len(hdr))
+  ok = True
+  for name in names:
+    shapes, dt, f, tf, work, unit = table[name]
+    arrs = [rng.standard_normal(s).astype(dt) for s in shapes]
+    ts = [torch.from_numpy(a).to(tdev) for a in arrs]
+    xs = [Tensor(a, device=args.device).realize() for a in arrs]
+    t_torch = median_time(lambda: tf(*ts), tsync, args.iters)
+    t_e2e = median_time(lambda: f(*xs).realize(), sync, args.iters)
+    kern = []
+    for _ in range(max(3, args.iters // 2)):
+      with profile() as launches: out = f(*xs).realize()
+      kern.append(sum(t for _, t in launches))
+    t_kern = statistics.median(kern)
+    ref = tf(*ts).float().cpu().numpy()
+    got = out.numpy().astype(np.float32)
+    tol = 2e-2 if dt == 'float16' else 1e-3
+    good = np.allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(ref).max())))
+    ok &= good
+    scale = 1e9 if unit == 'GB/s' else 1e12
+    rate = lambda t: work / t / scale
+    print(f"{name:<11s} {rate(t_torch):10.1f} {rate(t_e2e):10.1f} {rate(t_kern):10.1f} {unit:>7s} {t_torch / t_e2e:9.2f} {t_torch / t_kern:10.2f} "
+          f"{t_e2e / t_kern:8.2f} {(t_e2e - t_kern) * 1e6:8.1f}us {len(launches):7d}{'' if good else '  WRONG RESULT'}")
+    del xs, ts, out
+  s = dev.allocator.stats()
+  print(f"\nallocator: {s['in_use'] / 1e6:.1f} MB in use, {s['cached'] / 1e6:.1f} MB cached, peak {s['peak'] / 1e6:.1f} MB, {s['allocs']} device allocations")
+  return 0 if ok else 1
+
+
+if __name__ == '__main__':
+  sys.exit(main())
