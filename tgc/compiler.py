@@ -139,7 +139,7 @@ class CompiledFunction:
           if profile.active is not None: profile.active.append((k.name, dt))
           if dbg >= 2: self._log_launch(k, [env[i] for i in idx], dt)
         else: k.program.launch(args)
-      elif kind is ALLOC: env[st[1]] = Buffer(self.device, st[2], st[3])  # every kernel writes all of its output
+      elif kind is ALLOC: env[st[1]] = Buffer(self.dev, st[2], st[3])  # every kernel writes all of its output
       elif kind is RESHAPE: env[st[1]] = env[st[2]]  # buffers are flat: a reshape is the same memory
       elif kind is CONST: env[st[1]] = st[2]  # made once; kernels never write their inputs
       else: return [env[i].copy_to(self.device) if shared else env[i] for i, shared in st[1]]

@@ -73,6 +73,7 @@ def _parents(d: DType) -> frozenset:
 
 def least_upper_dtype(*ds: DType) -> DType:
   """tinygrad's (JAX's) promotion lattice: int with float takes the float; int8 + uint8 is int16."""
+  if len(ds) == 2 and ds[0] is ds[1]: return ds[0]  # the common case, on every binary op
   return min(frozenset.intersection(*[_parents(d) for d in ds]), key=_PRIORITY.__getitem__)
 
 def _upper_float(dt: DType) -> DType: return dt if dt.is_float else _D.f32
@@ -454,7 +455,7 @@ class Tensor:
 
   # ---- casts
   def cast(self, dtype) -> Tensor:
-    dt = to_dtype(dtype)
+    dt = dtype if isinstance(dtype, DType) else to_dtype(dtype)
     return self if dt is self.dtype else self._new('cast', (self,), self.shape, dt)
 
   def bitcast(self, dtype) -> Tensor:

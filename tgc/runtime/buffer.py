@@ -114,9 +114,9 @@ class Buffer:
   else through the host)."""
   __slots__ = ('device', 'size', 'dtype', 'nbytes', 'handle', 'arg', 'allocator', 'owned', '_view', '__weakref__')
 
-  def __init__(self, device: str, size: int, dtype: DType):
+  def __init__(self, device, size: int, dtype: DType):
     from tgc.runtime import get_device
-    dev = get_device(device)
+    dev = get_device(device) if isinstance(device, str) else device  # a name, or the device object itself
     self.device, self.size, self.dtype = dev.name, int(size), dtype
     self.nbytes = self.size * dtype.itemsize
     self.allocator: Allocator = dev.allocator
