@@ -246,7 +246,6 @@ def lower_for_target(m, target: str, noopt: bool) -> None:
 
 def _translate(args) -> int:
   from tgc.parser import parse, parse_chunks
-  from tgc.passes.pipelines import TARGETS
   if args.target not in TRANSLATE_TARGETS: raise ToolError(f"unknown target '{args.target}' (targets: {', '.join(TRANSLATE_TARGETS)})")
   from tgc import emit
   text, name = read_input(args.input, 'tgc-translate')

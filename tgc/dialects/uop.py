@@ -252,14 +252,10 @@ class GepOp(Operation):
     if self.results[0].type != t.dtype: raise self.error(f"result type must be {t.dtype}, got {self.results[0].type}")
 
 
-# The tensor-core instructions targets have, as kernel-opt's TC action and the emitters know them: per target the
-# (m, n, k) tile, the lanes of the a, b and c fragments each thread holds, and the (input, accumulator) dtypes.
-TENSOR_CORES = {'cuda': {'dims': (16, 8, 16), 'lanes': (8, 4, 4), 'dtypes': (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32'))}}
-
-
 class WmmaOp(Operation):
-  """A tensor-core fragment multiply-accumulate: c + a @ b over an (m, n, k) tile, per target (TENSOR_CORES).
-  It is collective: the threads of a warp hold the tile's fragments between them, each its lanes."""
+  """A tensor-core fragment multiply-accumulate: c + a @ b over an (m, n, k) tile, as the target's tensor cores
+  (Target.tensor_cores, tgc/target.py) do it. It is collective: the threads of a warp hold the tile's fragments
+  between them, each its lanes."""
   name = 'uop.wmma'
   OPERANDS = ('a', 'b', 'c')
   ATTRS = {'dims': 'ints', 'target': 'ident'}

@@ -3,25 +3,19 @@ with a target's choices; `lower-to-uop{noopt=true}` leaves kernel-opt out (NOOPT
 tgc-run run the same pipeline."""
 from __future__ import annotations
 import os
-from tgc.passes.manager import Pass, get_pass, parse_pipeline
-
-TARGETS = ('llvm', 'c', 'cuda', 'metal', 'opencl')
+from tgc.passes.manager import Pass, parse_pipeline
+from tgc.target import get_target
 
 
 def lower_to_uop_text(target: str = 'llvm', noopt: bool = False, processor: str = 'auto') -> str:
-  pack = '{pack=true}' if target in ('llvm', 'c') and not noopt else ''
-  steps = ['canonicalize', f'tensor-decompose{pack}', 'canonicalize', 'cse', 'kernelize']
-  if not noopt:
-    try:
-      get_pass('kernel-opt')
-      steps.append(f'kernel-opt{{target={target}}}' if processor == 'auto' else f'kernel-opt{{target={target} processor={processor}}}')
-    except Exception: pass  # kernel-opt not available yet: the unoptimised kernels
-  steps += [f'linearize{{target={target}}}', 'uop-simplify']
-  if target == 'llvm' and not noopt:  # polynomials vectorise where libm calls do not
-    steps.append('decompose-transcendentals{ops=exp2+log2}')
-  if target in ('cuda', 'metal'): steps.append('devectorize{width=4}')  # float4 is their widest vector
-  steps += ['cse', 'dce']
-  return ','.join(steps)
+  t = get_target(target)
+  opt = not noopt
+  steps = ['canonicalize', 'tensor-decompose{pack=true}' if t.pack_matmul and opt else 'tensor-decompose', 'canonicalize', 'cse', 'kernelize']
+  if opt: steps.append(f'kernel-opt{{target={t.name}}}' if processor == 'auto' else f'kernel-opt{{target={t.name} processor={processor}}}')
+  steps += [f'linearize{{target={t.name}}}', 'uop-simplify']
+  if opt and t.transcendentals: steps.append(f'decompose-transcendentals{{ops={t.transcendentals}}}')
+  if t.devectorize: steps.append(f'devectorize{{width={t.devectorize}}}')
+  return ','.join(steps + ['cse', 'dce'])
 
 
 class LowerToUop(Pass):
@@ -32,7 +26,5 @@ class LowerToUop(Pass):
              'noopt': (bool, False, 'skip kernel-opt (as NOOPT=1)'),
              'processor': (str, 'auto', "kernel-opt's device kind: cpu | gpu | auto (by target)")}
   def expand(self):
-    from tgc.passes.manager import PipelineError
-    if self.target not in TARGETS: raise PipelineError(f"unknown target '{self.target}' (targets: {', '.join(TARGETS)})")
     noopt = self.noopt or os.environ.get('NOOPT', '0') not in ('', '0')
     return parse_pipeline(lower_to_uop_text(self.target, noopt, self.processor))
