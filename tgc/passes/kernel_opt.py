@@ -14,12 +14,13 @@ tensor cores for f16/bf16 matmuls. mode=search times candidates on the device
 (beam search with a disk cache) and keeps the fastest. Kernels that already have opts are left alone.
 """
 from __future__ import annotations
-import math, os
+import math
 from tgc.ir.core import Module, Operation
 from tgc.ir.attrs import Record
 from tgc.target import Target, get_target
 from tgc.passes.manager import Pass, PipelineError
 from tgc.passes.linearize import apply_opts, OptError, MAX_LANES, tc_applies, tc_tile
+from tgc.passes.pipelines import noopt_from_env
 
 CACHE_BYTES = 1 << 20  # a core's L2: buffers at least this large come from L3 or memory when re-read
 
@@ -193,7 +194,7 @@ class KernelOpt(Pass):
     if self.mode not in ('heuristic', 'search', 'none'): raise PipelineError(f"kernel-opt: unknown mode '{self.mode}' (heuristic, search, none)")
     if self.local not in ('true', 'false', 'auto'): raise PipelineError(f"kernel-opt: option 'local' expects true, false or auto, got '{self.local}'")
     t = get_target(self.target)
-    if self.mode == 'none' or os.environ.get('NOOPT', '0') not in ('', '0'): return
+    if self.mode == 'none' or noopt_from_env(): return
     if self.processor not in ('cpu', 'gpu', 'auto'): raise PipelineError(f"kernel-opt: option 'processor' expects cpu, gpu or auto, got '{self.processor}'")
     allow = None if self.local == 'auto' else self.local == 'true'
     for k in m.functions('kernel.func'):

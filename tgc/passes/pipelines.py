@@ -1,21 +1,28 @@
 """Named pipelines: `lower-to-uop` is the whole way from the tensor level to an optimised uop level,
 with a target's choices; `lower-to-uop{noopt=true}` leaves kernel-opt out (NOOPT=1). The Python API and
-tgc-run run the same pipeline."""
+the tools all run the one pipeline lower_to_uop_steps builds."""
 from __future__ import annotations
 import os
 from tgc.passes.manager import Pass, parse_pipeline
 from tgc.target import get_target
 
 
-def lower_to_uop_text(target: str = 'llvm', noopt: bool = False, processor: str = 'auto') -> str:
+def noopt_from_env() -> bool:
+  """NOOPT=1 in the environment: the unoptimised pipeline (no kernel-opt). The one place that reads it."""
+  return os.environ.get('NOOPT', '0') not in ('', '0')
+
+
+def lower_to_uop_steps(target: str = 'llvm', noopt: bool | None = None, processor: str = 'auto') -> list[str]:
+  """lower-to-uop for a target: its passes as text, in order (kernelize and linearize{...} among them, where callers
+  cut it). noopt=None: as NOOPT says; processor: kernel-opt's (an OpenCL device on a CPU asks for cpu)."""
   t = get_target(target)
-  opt = not noopt
+  opt = not (noopt_from_env() if noopt is None else noopt)
   steps = ['canonicalize', 'tensor-decompose{pack=true}' if t.pack_matmul and opt else 'tensor-decompose', 'canonicalize', 'cse', 'kernelize']
   if opt: steps.append(f'kernel-opt{{target={t.name}}}' if processor == 'auto' else f'kernel-opt{{target={t.name} processor={processor}}}')
   steps += [f'linearize{{target={t.name}}}', 'uop-simplify']
   if opt and t.transcendentals: steps.append(f'decompose-transcendentals{{ops={t.transcendentals}}}')
   if t.devectorize: steps.append(f'devectorize{{width={t.devectorize}}}')
-  return ','.join(steps + ['cse', 'dce'])
+  return steps + ['cse', 'dce']
 
 
 class LowerToUop(Pass):
@@ -26,5 +33,4 @@ class LowerToUop(Pass):
              'noopt': (bool, False, 'skip kernel-opt (as NOOPT=1)'),
              'processor': (str, 'auto', "kernel-opt's device kind: cpu | gpu | auto (by target)")}
   def expand(self):
-    noopt = self.noopt or os.environ.get('NOOPT', '0') not in ('', '0')
-    return parse_pipeline(lower_to_uop_text(self.target, noopt, self.processor))
+    return parse_pipeline(','.join(lower_to_uop_steps(self.target, self.noopt or None, self.processor)))
