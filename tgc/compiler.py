@@ -6,18 +6,26 @@ constants) on the device's Buffers. DEBUG levels print each stage, as tinygrad's
 launch's device time (CUDA events on CUDA; elsewhere the host's clock around a launch and a synchronize).
 """
 from __future__ import annotations
-import math, os, sys, time
+import importlib, math, os, sys, time
 from tgc.errors import TgcError
 from tgc.ir.core import Module, Operation
 from tgc.ir.types import TensorType
+from tgc.target import Target, get_target
 
-DEVICE_TARGET = {'CPU': 'llvm', 'INTERP': 'llvm', 'C': 'c', 'OPENCL': 'opencl', 'CUDA': 'cuda', 'METAL': 'metal'}
+def device_target(device: str | None, dev=None) -> Target:
+  """The Target a device runs: the one it names (`dev.target`; without `dev`, its class's, so that asking does not
+  open the device). Every device names one (tgc.runtime.device.BaseDevice: llvm unless it says otherwise)."""
+  from tgc.runtime import Device, DEVICES
+  name = Device.canonicalize(device)
+  if dev is None and name in DEVICES:
+    mod, cls = DEVICES[name].split(':')
+    dev = getattr(importlib.import_module(mod), cls)
+  t = getattr(dev, 'target', None) or 'llvm'
+  return t if isinstance(t, Target) else get_target(t)
 
 def debug_level() -> int:
   try: return int(os.environ.get('DEBUG', '0') or 0)
   except ValueError: return 0
-
-def noopt() -> bool: return os.environ.get('NOOPT', '0') not in ('', '0')
 
 
 class profile:
@@ -41,8 +49,8 @@ _opened_logged: set[str] = set()
 def lower(m: Module, target: str, out=None, dbg: int = 0, processor: str = 'auto') -> Module:
   """Run lower-to-uop on m in place, printing kernel ASTs at DEBUG>=3."""
   from tgc.passes.manager import PassManager, parse_pipeline
-  from tgc.passes.pipelines import lower_to_uop_text
-  steps = lower_to_uop_text(target, noopt(), processor).split(',')
+  from tgc.passes.pipelines import lower_to_uop_steps
+  steps = lower_to_uop_steps(target, None, processor)
   cut = next(i for i, s in enumerate(steps) if s.startswith('linearize'))
   # the API verifies its input and the lowered result; tgc-opt verifies after every pass (a debugging aid that
   # costs a third of the compile time here)
@@ -210,7 +218,7 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   from tgc.ir.core import Module as _M
   dev_name = Device.canonicalize(device)
   dev = get_device(dev_name)
-  target = DEVICE_TARGET.get(dev_name, 'llvm')
+  target = device_target(dev_name, dev).name
   dbg = debug_level()
   out = out or sys.stdout
   if dbg >= 1 and dev_name not in _opened_logged:

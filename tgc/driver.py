@@ -218,24 +218,23 @@ def _verify_diagnostics(chunk, name, offset, pm, args) -> int:
 
 
 # ---------------------------------------------------------------- tgc-translate
-TRANSLATE_TARGETS = ('cuda', 'metal', 'opencl', 'llvm', 'c')
-
 def translate_main(argv: list[str] | None = None) -> int:
+  from tgc.target import TARGETS
   ap = _Parser(prog='tgc-translate', description='Lower IR (any level) and print device source for a target.')
   ap.add_argument('input', nargs='?', default='-')
   ap.add_argument('-o', dest='output', default=None)
-  ap.add_argument('--target', required=True, help='|'.join(TRANSLATE_TARGETS))
+  ap.add_argument('--target', required=True, help='|'.join(TARGETS))
   ap.add_argument('--noopt', action='store_true', help='the unoptimised pipeline (as NOOPT=1)')
   ap.add_argument('--split-input-file', action='store_true')
   args = ap.parse_args(sys.argv[1:] if argv is None else argv)
   return run_tool('tgc-translate', lambda: _translate(args))
 
 
-def lower_for_target(m, target: str, noopt: bool) -> None:
-  """Bring a module at any level down to the uop level with the target's default pipeline."""
+def lower_for_target(m, target: str, noopt: bool | None = None) -> None:
+  """Bring a module at any level down to the uop level with the target's lower-to-uop (noopt=None: as NOOPT says)."""
   from tgc.passes.manager import PassManager
-  from tgc.passes.pipelines import lower_to_uop_text
-  steps = lower_to_uop_text(target, noopt).split(',')
+  from tgc.passes.pipelines import lower_to_uop_steps
+  steps = lower_to_uop_steps(target, noopt)
   names = {op.name for fn in m.ops for op in ([fn] + (fn.body.ops if fn.body else []))}
   if any(n.startswith('tensor.') and n not in ('tensor.reshape', 'tensor.const') for n in names) or \
      ('func.func' in names and 'kernel.func' not in names and 'uop.func' not in names):
@@ -246,14 +245,14 @@ def lower_for_target(m, target: str, noopt: bool) -> None:
 
 def _translate(args) -> int:
   from tgc.parser import parse, parse_chunks
-  from tgc.passes.pipelines import TARGETS
-  if args.target not in TRANSLATE_TARGETS: raise ToolError(f"unknown target '{args.target}' (targets: {', '.join(TRANSLATE_TARGETS)})")
+  from tgc.target import get_target
+  get_target(args.target)  # an unknown target before reading the input
   from tgc import emit
   text, name = read_input(args.input, 'tgc-translate')
   outs = []
   for chunk, offset in parse_chunks(text, name, args.split_input_file):
     m = parse(chunk, name, line_offset=offset)
-    lower_for_target(m, args.target, args.noopt or os.environ.get('NOOPT', '0') not in ('', '0'))
+    lower_for_target(m, args.target, args.noopt or None)
     outs.append(emit.render(m, args.target))
   write_output('// -----\n'.join(outs), args.output)
   return 0

@@ -378,10 +378,10 @@ class Tensor:
     m.verify()
     if level != 'tensor':
       from tgc.passes import PassManager
-      if level == 'kernel': PassManager.parse('canonicalize,tensor-decompose,canonicalize,cse,kernelize').run(m)
-      else:
-        from tgc.compiler import DEVICE_TARGET
-        PassManager.parse(f"lower-to-uop{{target={DEVICE_TARGET.get(self.device, 'llvm')}}}").run(m)
+      from tgc.passes.pipelines import lower_to_uop_steps
+      from tgc.compiler import device_target
+      steps = lower_to_uop_steps(device_target(self.device).name)
+      PassManager.parse(','.join(steps[:steps.index('kernelize') + 1] if level == 'kernel' else steps)).run(m)
     return m.print()
 
   # ---- creation
@@ -1066,8 +1066,8 @@ class Tensor:
     (bs, cin_), (cout, cin), HW = self.shape[:2], weight.shape[:2], weight.shape[2:]
     if groups * cin != cin_ or cout % groups:
       raise ShapeError(f"conv2d: input {self.shape} does not fit weight {weight.shape} with groups={groups} ({groups * cin} vs {cin_} channels)")
-    from tgc.compiler import DEVICE_TARGET
-    cpu = DEVICE_TARGET.get(self.device) in ('llvm', 'c')  # the CPU targets: register tiles, not work-groups
+    from tgc.compiler import device_target
+    cpu = device_target(self.device).is_cpu  # the CPU targets: register tiles, not work-groups
     pads = Tensor._pads2d(padding, len(HW))
     x = self._pad2d(pads)
     # on the CPU the padded input is copied once (a small kernel) so that the conv kernel reads it with no masks:

@@ -3,8 +3,14 @@
 Loops are `uop.range` .. `uop.endrange` pairs in the flat list; an accumulator is `uop.define_acc`
 (initial value, and the ranges it accumulates over) updated with `uop.phi` inside the loop: the value of
 the phi is the accumulator's value from then on, so the store after `uop.endrange` uses the phi.
+
+Below the ops, the facts about a uop.func that emitters, runtimes and the reference interpreter all read (its
+launch grid, buffers, constants, where accumulators start), so that each means one thing everywhere.
 """
 from __future__ import annotations
+import numpy as np
+from tgc.errors import TgcError
+from tgc.ir.attrs import HexInt
 from tgc.ir.core import Operation, PURE, CONSTANT, FUNCTION, FORWARD_REFS, SCOPE_OPEN, SCOPE_CLOSE
 from tgc.ir.types import PtrType, VecType, elem
 from tgc.ir.dtypes import DType
@@ -246,14 +252,10 @@ class GepOp(Operation):
     if self.results[0].type != t.dtype: raise self.error(f"result type must be {t.dtype}, got {self.results[0].type}")
 
 
-# The tensor-core instructions targets have, as kernel-opt's TC action and the emitters know them: per target the
-# (m, n, k) tile, the lanes of the a, b and c fragments each thread holds, and the (input, accumulator) dtypes.
-TENSOR_CORES = {'cuda': {'dims': (16, 8, 16), 'lanes': (8, 4, 4), 'dtypes': (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32'))}}
-
-
 class WmmaOp(Operation):
-  """A tensor-core fragment multiply-accumulate: c + a @ b over an (m, n, k) tile, per target (TENSOR_CORES).
-  It is collective: the threads of a warp hold the tile's fragments between them, each its lanes."""
+  """A tensor-core fragment multiply-accumulate: c + a @ b over an (m, n, k) tile, as the target's tensor cores
+  (Target.tensor_cores, tgc/target.py) do it. It is collective: the threads of a warp hold the tile's fragments
+  between them, each its lanes."""
   name = 'uop.wmma'
   OPERANDS = ('a', 'b', 'c')
   ATTRS = {'dims': 'ints', 'target': 'ident'}
@@ -262,3 +264,60 @@ class WmmaOp(Operation):
   def verify(self):
     if len(self.dims) != 3 or min(self.dims) < 1: raise self.error(f"dims must be (m, n, k), got {list(self.dims)}")
     if self.c.type != self.results[0].type: raise self.error("accumulator and result types differ")
+
+
+# ---- facts about a uop.func: what emitters, runtimes and the interpreter read alike
+def const_value(v, dt: D.DType):
+  """A `uop.const` attribute -> a numpy scalar in dt's compute type (a hex literal is a float's bit pattern)."""
+  if dt.is_bool: return np.bool_(bool(v))
+  if dt.is_int:
+    x = int(v) & ((1 << dt.bits) - 1)  # hex literals and out-of-range ints wrap to the type's bits
+    if dt.is_signed and x >= 1 << (dt.bits - 1): x -= 1 << dt.bits
+    return dt.np.type(x)
+  if isinstance(v, HexInt):
+    if dt is D.bf16: return D.bf16_bits_to_f32(np.uint16(int(v)))[()]
+    return np.array(int(v), dtype=f'u{dt.itemsize}').view(dt.np)[()]
+  with np.errstate(all='ignore'):
+    return D.round_to(np.float64(v), dt).astype(D.compute_np(dt))[()]
+
+
+def launch_dims(fn) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+  """(global_size, local_size), padded to 3 axes with 1; a special beyond the attribute gives its own size."""
+  g = list(fn.attrs.get('global_size') or ()) + [1] * 3
+  l = list(fn.attrs.get('local_size') or ()) + [1] * 3
+  for op in fn.body.ops:
+    if op.name == 'uop.special':
+      k, n = int(op.attrs['axis'][4]), op.attrs['size']
+      sizes, given = (g, fn.attrs.get('global_size') or ()) if op.attrs['axis'].startswith('gidx') else (l, fn.attrs.get('local_size') or ())
+      if k >= len(given): sizes[k] = max(sizes[k], n)
+  return tuple(g[:3]), tuple(l[:3])
+
+
+def buffer_signature(fn) -> list[D.DType]:
+  """The element dtype of each buffer argument, by define_global index (0 = output)."""
+  sig: dict[int, D.DType] = {}
+  for op in fn.body.ops:
+    if op.name == 'uop.define_global':
+      i, dt = op.attrs['index'], op.results[0].type.dtype
+      if sig.get(i, dt) is not dt: raise TgcError(f"@{fn.sym_name}: buffer {i} is defined with two dtypes, {sig[i]} and {dt}")
+      sig[i] = dt
+  n = max(sig) + 1 if sig else 0
+  for i in range(n):
+    if i not in sig: raise TgcError(f"@{fn.sym_name}: buffer argument {i} has no uop.define_global")
+  return [sig[i] for i in range(n)]
+
+
+def buffer_sizes(fn) -> dict[int, int]:
+  """define_global index -> the element count it declares (those that declare one)."""
+  return {op.attrs['index']: op.attrs['size'] for op in fn.body.ops if op.name == 'uop.define_global' and 'size' in op.attrs}
+
+
+def acc_init_points(ops) -> dict[int, list]:
+  """Op index -> the define_accs whose initial value is set just before that op: before the outermost of
+  the loops it names when it comes first, else where it stands (emitters share this rule)."""
+  pos = {op.results[0]: i for i, op in enumerate(ops) if op.results}
+  out: dict[int, list] = {}
+  for i, op in enumerate(ops):
+    if op.name == 'uop.define_acc':
+      out.setdefault(min([pos[r] for r in op.ranges if r in pos] + [i]), []).append(op)
+  return out

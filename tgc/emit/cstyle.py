@@ -21,7 +21,7 @@ import numpy as np
 from tgc.errors import TgcError
 from tgc.ir import alu, dtypes as D
 from tgc.ir.types import PtrType, VecType, elem
-from tgc.runtime.interp import const_value, launch_dims, buffer_signature
+from tgc.dialects.uop import const_value, launch_dims, buffer_signature
 
 NARROW = ('i8', 'i16', 'u8', 'u16', 'f16', 'bf16')   # C promotes these in arithmetic: cast results back
 DUP = ('max', 'min', 'idiv', 'mod', 'shl', 'shr')   # templates that repeat operands: operands must be names

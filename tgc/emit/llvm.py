@@ -15,7 +15,7 @@ from tgc.errors import TgcError
 from tgc.dialects.uop_bounds import unproven_accesses, no_signed_wrap
 from tgc.ir import alu, dtypes as D
 from tgc.ir.types import VecType, elem
-from tgc.runtime.interp import const_value, launch_dims, buffer_signature, acc_init_points
+from tgc.dialects.uop import const_value, launch_dims, buffer_signature, acc_init_points
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()

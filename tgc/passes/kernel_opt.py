@@ -14,16 +14,14 @@ tensor cores for f16/bf16 matmuls. mode=search times candidates on the device
 (beam search with a disk cache) and keeps the fastest. Kernels that already have opts are left alone.
 """
 from __future__ import annotations
-import math, os
+import math
 from tgc.ir.core import Module, Operation
 from tgc.ir.attrs import Record
+from tgc.target import Target, get_target
 from tgc.passes.manager import Pass, PipelineError
-from tgc.passes.linearize import apply_opts, OptError, CPU_TARGETS, MAX_LANES, TC_TARGET, tc_applies
+from tgc.passes.linearize import apply_opts, OptError, MAX_LANES, tc_applies, tc_tile
+from tgc.passes.pipelines import noopt_from_env
 
-GPU_TARGETS = ('cuda', 'metal', 'opencl')
-MAX_THREADS = 256  # work-group size kernel-opt stays within (CUDA, Metal and PoCL all allow it)
-VEC = {'llvm': 16, 'c': 8, 'cuda': 4, 'metal': 4, 'opencl': 4}
-CPU_VEC = 16  # the vector width of a GPU-language target (OpenCL) running on a CPU: AVX-512's 16 floats
 CACHE_BYTES = 1 << 20  # a core's L2: buffers at least this large come from L3 or memory when re-read
 
 
@@ -31,8 +29,9 @@ def Opt(name, axis, amt) -> Record: return Record(name, {'axis': axis, 'amt': am
 
 
 class KernelShape:
-  """What the heuristics look at: shapes, axis kinds, and each buffer's strides per axis."""
-  def __init__(self, k: Operation, opts=()):
+  """What the heuristics look at: shapes, axis kinds, and each buffer's strides per axis (after `opts`, a TC
+  among them split by `target`'s tensor cores)."""
+  def __init__(self, k: Operation, opts=(), target: Target | None = None):
     ops = k.body.ops
     self.k = k
     store = next(op for op in ops if op.name == 'kernel.store')
@@ -42,7 +41,7 @@ class KernelShape:
     full = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out), out)
     views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
     kinds = ['reduce' if i in axes else 'global' for i in range(len(full))]
-    self.full, self.out, self.kinds, self.views, self.padded = apply_opts(full, out, kinds, views, list(opts))
+    self.full, self.out, self.kinds, self.views, self.padded = apply_opts(full, out, kinds, views, list(opts), tc_tile(target))
     self.store = store
     self.reduce_kind = reduces[0].kind if reduces else None
     self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
@@ -53,8 +52,8 @@ class KernelShape:
   def axes(self, kind): return [i for i, kd in enumerate(self.kinds) if kd == kind and self.full[i] > 1]
 
 
-def try_opts(k, opts) -> KernelShape | None:
-  try: return KernelShape(k, opts)
+def try_opts(k, opts, target: Target | None = None) -> KernelShape | None:
+  try: return KernelShape(k, opts, target)
   except (OptError, ValueError): return None
 
 
@@ -70,21 +69,21 @@ def is_matvec(k: Operation, ks: KernelShape, r: int) -> bool:
   return not bcast(a) and bcast(x) and ks.strides(a)[r] == 1
 
 
-def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
+def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
               processor: str = 'auto') -> list[Record]:
   # the register tiles, reductions and loop order follow the processor; work-groups follow the target (an OpenCL
   # device on a CPU still runs work-items in work-groups, and a work-group of one costs a launch each)
-  gpu = target in GPU_TARGETS if processor == 'auto' else processor == 'gpu'
-  allow_local = (target in GPU_TARGETS) if allow_local is None else allow_local
-  vec = max_upcast or (VEC.get(target, 4) if gpu or target in CPU_TARGETS else CPU_VEC)
+  gpu = not t.is_cpu if processor == 'auto' else processor == 'gpu'
+  allow_local = (not t.is_cpu) if allow_local is None else allow_local
+  vec = max_upcast or t.upcast(processor)
   opts: list[Record] = []
-  ks = KernelShape(k)
+  ks = KernelShape(k, (), t)
   if not ks.full: return opts
   loads = [op for op in k.body.ops if op.name == 'kernel.load']
 
   def apply(o):
     nonlocal ks
-    nk = try_opts(k, opts + [o])
+    nk = try_opts(k, opts + [o], t)
     if nk is None: return False
     opts.append(o); ks = nk
     return True
@@ -92,7 +91,7 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
   red = ks.axes('reduce')
   glob = ks.axes('global')
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples
-  if target == TC_TARGET and len(red) == 1 and tc_applies(k, Opt('tc', red[0], 0)):
+  if t.tensor_cores is not None and len(red) == 1 and tc_applies(k, Opt('tc', red[0], 0), t.name):
     # a warp computes 2x4 tiles (32x32: A's fragments serve 4 tiles, B's 2) and a block holds 2x2 warps
     apply(Opt('tc', red[0], 0))
     for kind, amt, grid_axis in (('upcast', 2, 'tcm'), ('upcast', 4, 'tcn'), ('local', 2, 'tcm'), ('local', 2, 'tcn')):
@@ -175,7 +174,7 @@ def heuristic(k: Operation, target: str, max_upcast: int = 0, allow_local: bool 
       local = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('local', 'group'))
       if local >= 128: break
       for amt in (16, 8, 4):
-        if local * amt <= MAX_THREADS and ks.full[ax] % amt == 0 and apply(Opt('local', ax, amt)): break
+        if local * amt <= t.max_threads and ks.full[ax] % amt == 0 and apply(Opt('local', ax, amt)): break
   return opts
 
 
@@ -184,7 +183,7 @@ class KernelOpt(Pass):
   summary = 'choose optimisation actions (upcast, unroll, local, group, padto) per kernel, as an opts attribute'
   reads = leaves = 'kernel'
   options = {'mode': (str, 'heuristic', 'heuristic | search | none'),
-             'target': (str, 'llvm', 'the target whose limits and vector width apply'),
+             'target': (str, 'llvm', 'the target (tgc/target.py) whose limits and vector width apply'),
              'upcast': (int, 0, 'the largest upcast (vector width); 0: the target default'),
              'local': (str, 'auto', 'allow local (work-group) dims: true | false | auto (on GPU targets)'),
              'unroll': (int, 4, 'unroll factor of long reduces'),
@@ -194,15 +193,16 @@ class KernelOpt(Pass):
   def run(self, m: Module):
     if self.mode not in ('heuristic', 'search', 'none'): raise PipelineError(f"kernel-opt: unknown mode '{self.mode}' (heuristic, search, none)")
     if self.local not in ('true', 'false', 'auto'): raise PipelineError(f"kernel-opt: option 'local' expects true, false or auto, got '{self.local}'")
-    if self.mode == 'none' or os.environ.get('NOOPT', '0') not in ('', '0'): return
+    t = get_target(self.target)
+    if self.mode == 'none' or noopt_from_env(): return
     if self.processor not in ('cpu', 'gpu', 'auto'): raise PipelineError(f"kernel-opt: option 'processor' expects cpu, gpu or auto, got '{self.processor}'")
     allow = None if self.local == 'auto' else self.local == 'true'
     for k in m.functions('kernel.func'):
       if 'opts' in k.attrs: continue
       if self.mode == 'search':
         from tgc.passes.search import beam_search
-        opts = beam_search(k, self.target, self.beam, self.budget, heuristic(k, self.target, self.upcast, allow, self.unroll, self.processor))
-      else: opts = heuristic(k, self.target, self.upcast, allow, self.unroll, self.processor)
+        opts = beam_search(k, t, self.beam, self.budget, heuristic(k, t, self.upcast, allow, self.unroll, self.processor))
+      else: opts = heuristic(k, t, self.upcast, allow, self.unroll, self.processor)
       if opts:
         k.attrs['opts'] = tuple(opts)
         self.stats['kernels optimised'] += 1

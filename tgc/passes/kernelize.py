@@ -20,7 +20,8 @@ from tgc.ir.types import TensorType, BufType
 from tgc.ir.attrs import Symbol
 from tgc.shape import ViewStack, View
 from tgc.passes.manager import Pass
-from tgc.passes.tensor_decompose import decompose_patterns
+from tgc.ir.diagnostics import Diagnostic
+from tgc.passes.tensor_decompose import decompose_patterns, declared_patterns
 from tgc.ir.rewrite import apply_patterns, PatternMatcher
 
 K = lambda n: REGISTRY[f'kernel.{n}']
@@ -105,7 +106,9 @@ class Scheduler:
     while True:
       try: return self._build_all()
       except _Realize as r:
-        if r.v in self.R: raise AssertionError(f"kernelize: no kernel can compute '{r.v.op.name}'") from None
+        if r.v in self.R:  # a composite left for tensor-decompose, or an op declared without a kernel form
+          raise Diagnostic(f"no kernel can compute '{r.v.op.name}': kernels compute ALU ops (tgc/ir/alu.py), reduces and movement; "
+                           f"another op needs a decompose method (docs/extending.md)", r.v.op.loc) from None
         self.R.add(r.v)  # each retry adds a value: this ends
 
   def _build_all(self):
@@ -229,7 +232,7 @@ class _KernelBuilder:
       self.full, self.axes, self.out_shape = full, axes, v.type.shape
       src = self.emit(op.src, (), True)
       return self.add(K('reduce')([src], [dt], {'kind': op.kind, 'axes': axes}, op.loc))
-    if ELEMENTWISE in op.TRAITS:
+    if ELEMENTWISE in op.TRAITS and hasattr(op, 'opname'):  # an ALU op: its kernel twin (kernel.<opname>)
       srcs = [self.emit(x, path, below) for x in op.operands]
       return self.add(K(op.opname)(srcs, [dt], None, op.loc))
     raise _Realize(v)  # anything else (a composite not decomposed) gets a kernel of its own
@@ -326,7 +329,7 @@ class Kernelize(Pass):
   reads, leaves = 'tensor', 'kernel'
   options = {'split': (bool, True, 'split a big reduce into few outputs into two kernels, so the first can use every core')}
   def run(self, m: Module):
-    apply_patterns(m, decompose_patterns)
+    apply_patterns(m, decompose_patterns + declared_patterns())
     if self.split: apply_patterns(m, split_patterns, max_sweeps=1)
     used = {op.attrs['sym_name'] for op in m.ops if 'sym_name' in op.attrs}
     kernels = []

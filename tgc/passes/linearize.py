@@ -26,19 +26,23 @@ from tgc.ir import dtypes as D, alu
 from tgc.ir.attrs import Symbol, Record
 from tgc.errors import TgcError
 from tgc.passes.manager import Pass
-from tgc.dialects.uop import TENSOR_CORES
+from tgc.target import Target, get_target, tensor_core_targets
 
 U = lambda n: REGISTRY[f'uop.{n}']
 MAX_GLOBAL_DIMS = 3
-CPU_TARGETS = ('llvm', 'c')
-ALIGNED_TARGETS = ('cuda', 'metal')  # vector loads and stores need addresses aligned to the vector
 VEC_WIDTHS = (2, 4, 8, 16)
 MAX_LANES = 256
 MAX_ACCS = 24     # accumulators kept apart per unrolled lane at most (registers: 32 vector registers on AVX-512)
 OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'swap': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce',
              'tc': 'reduce'}
-TC_TARGET = 'cuda'  # the target whose tensor cores (TENSOR_CORES) the TC action uses: mma.sync m16n8k16
-TC_TILE = TENSOR_CORES[TC_TARGET]['dims']
+
+
+def tc_tile(t: Target | None) -> tuple[int, int, int] | None:
+  """The (m, n, k) tile the TC action splits by: the target's tensor cores'. A target without any (or none given)
+  checks opts against the kernel with the first registered ones' tile, so that a shape error comes first, as for
+  every action; linearize then refuses tc on it."""
+  tc = t.tensor_cores if t is not None and t.tensor_cores is not None else next((x.tensor_cores for x in tensor_core_targets()), None)
+  return tc.dims if tc is not None else None
 
 
 class OptError(TgcError):
@@ -109,10 +113,11 @@ class UopBuilder:
   def and_(self, a, b): return self.alu('and', a, b)
 
 
-def apply_opts(full, out, kinds, views, opts):
-  """Split axes per the opts. `views`: {key: ViewStack at `full` (below the reduce) or `out`}. Returns the
-  new (full, out, kinds, views, padded) where padded holds, per PADTO, ([(axis, multiplier)], size): the
-  index along the padded axis (a sum once it is split) must stay below its size before padding."""
+def apply_opts(full, out, kinds, views, opts, tile=None):
+  """Split axes per the opts (`tile`: TC's (m, n, k), see tc_tile). `views`: {key: ViewStack at `full` (below the
+  reduce) or `out`}. Returns the new (full, out, kinds, views, padded) where padded holds, per PADTO,
+  ([(axis, multiplier)], size): the index along the padded axis (a sum once it is split) must stay below its size
+  before padding."""
   full, out, kinds = list(full), list(out), list(kinds)
   padded: dict[int, int] = {}
   for o in opts:
@@ -135,8 +140,9 @@ def apply_opts(full, out, kinds, views, opts):
     if name == 'tc':
       if amt != 0: raise OptError(f"tc: amount {amt}: 0 (the target's tensor-core tile) is the only one")
       if opts[0] is not o: raise OptError("tc: tensor cores come first (then upcast, local or swap of the tile grid)")
+      if tile is None: raise OptError("tc: no target has tensor cores")
       m_ax, n_ax = tc_axes(full, kinds, views)
-      for a, size, kind in sorted([(ax, TC_TILE[2], 'tck'), (n_ax, TC_TILE[1], 'tcn'), (m_ax, TC_TILE[0], 'tcm')], reverse=True):
+      for a, size, kind in sorted([(ax, tile[2], 'tck'), (n_ax, tile[1], 'tcn'), (m_ax, tile[0], 'tcm')], reverse=True):
         if full[a] % size: raise OptError(f"tc: axis {a} of size {full[a]} is not a multiple of the tile's {size}")
         full, out, kinds = _split(full, out, kinds, views, a, full[a] // size, size, kind)
       continue
@@ -188,7 +194,8 @@ def tc_axes(full, kinds, views) -> tuple[int, int]:
 class Lowerer:
   def __init__(self, k: Operation, target: str, opts=None):
     self.k, self.target, self.opts = k, target, opts
-    self.cpu = target in CPU_TARGETS
+    self.t = get_target(target)
+    self.cpu = self.t.is_cpu
 
   def run(self) -> Operation:
     k = self.k
@@ -205,7 +212,7 @@ class Lowerer:
     kinds0 = ['reduce' if i in axes else 'global' for i in range(len(full0))]
     views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
     opts = tuple(k.attrs.get('opts', ()) if self.opts is None else self.opts)
-    try: full, out, kinds, views, padded = apply_opts(full0, out0, kinds0, views, opts)
+    try: full, out, kinds, views, padded = apply_opts(full0, out0, kinds0, views, opts, tc_tile(self.t))
     except ValueError as e: raise OptError(f"@{k.sym_name}: {e}") from None
     except OptError as e: raise OptError(f"@{k.sym_name}: {e}") from None
     self.full, self.out, self.kinds, self.views, self.padded = full, out, kinds, views, padded
@@ -235,7 +242,8 @@ class Lowerer:
     gl = [i for i in range(n) if kinds[i] == 'global' and full[i] > 1]
     lo = [i for i in range(n) if kinds[i] in ('local', 'group') and full[i] > 1]
     tc = any(kd in ('tcm', 'tcn', 'tck') for kd in kinds)
-    if tc and self.target != TC_TARGET: raise OptError(f"@{k.sym_name}: tensor cores (tc) need the {TC_TARGET} target, not {self.target}")
+    if tc and self.t.tensor_cores is None:
+      raise OptError(f"@{k.sym_name}: tensor cores (tc) need the {' or '.join(t.name for t in tensor_core_targets())} target, not {self.target}")
     self.loops: list[Value] = []
     global_size = self.grid(gl, 'gidx')
     if tc:  # a warp per tile: lidx0 is the lane; local dims (warps of a block) are lidx1 and lidx2
@@ -255,7 +263,7 @@ class Lowerer:
     for r in reversed(self.loops): b.close_range(r)
     attrs = {'sym_name': Symbol(k.sym_name), 'global_size': tuple(global_size) or (1,), 'local_size': tuple(local_size) or (1,)}
     if opts: attrs['opts'] = opts
-    if opts and self.cpu: attrs['contract'] = True  # fma in the register tiles: half the instructions, one rounding
+    if opts and self.t.fp_contract: attrs['contract'] = True  # fma in the register tiles: half the instructions, one rounding
     return U('func')([], [], attrs, k.loc, Block([], b.ops))
 
   def grid(self, axes, prefix):
@@ -382,7 +390,8 @@ class Lowerer:
     r = reduces[0]
     mul = r.src.op
     if mul is None or mul.name != 'kernel.mul': raise bad("the reduce must sum a product")
-    tc_in = {D.BY_NAME[i] for i, _ in TENSOR_CORES[TC_TARGET]['dtypes']}
+    tcs = self.t.tensor_cores
+    tc_in = {D.BY_NAME[i] for i, _ in tcs.dtypes}
     def operand(v):  # a factor without the casts that widen it to the sum's dtype, and the ops computing that
       while v.op is not None and v.op.name == 'kernel.cast' and v.op.operands[0].type in tc_in: v = v.op.operands[0]
       seen, order = set(), []
@@ -399,8 +408,8 @@ class Lowerer:
     if not zero_along(ca, n_in): (xa, ca), (xb, cb) = (xb, cb), (xa, ca)  # A is the factor broadcast along n
     if not (zero_along(ca, n_in) and zero_along(cb, m_in)): raise bad("one factor must vary along m only and the other along n only")
     acc_dt = r.results[0].type
-    if xb.type is not xa.type or (xa.type.name, acc_dt.name) not in TENSOR_CORES[TC_TARGET]['dtypes']:
-      raise bad(f"no tensor core multiplies {xa.type} by {xb.type} into {acc_dt} (they take {', '.join(f'{i} -> {o}' for i, o in TENSOR_CORES[TC_TARGET]['dtypes'])})")
+    if xb.type is not xa.type or (xa.type.name, acc_dt.name) not in tcs.dtypes:
+      raise bad(f"no tensor core multiplies {xa.type} by {xb.type} into {acc_dt} (they take {', '.join(f'{i} -> {o}' for i, o in tcs.dtypes)})")
     zero, lane = b.const(0), self.lane
     g, t2 = b.idiv(lane, b.const(4)), b.mul(b.mod(lane, b.const(4)), b.const(2))
     plus = lambda e, c: b.add(e, b.const(c))
@@ -426,7 +435,7 @@ class Lowerer:
     for tile, acc in zip(tiles, accs):
       fa = fragment(xa, ca, tile, [(plus(g, 8 * ((i >> 1) & 1)), zero, plus(t2, (i & 1) + 8 * (i >> 2))) for i in range(8)])
       fb = fragment(xb, cb, tile, [(zero, g, plus(t2, (i & 1) + 8 * (i >> 1))) for i in range(4)])
-      d = b.emit('wmma', [fa, fb, acc], acc_t, {'dims': TC_TILE, 'target': TC_TARGET})
+      d = b.emit('wmma', [fa, fb, acc], acc_t, {'dims': tcs.dims, 'target': self.t.name})
       results.append(b.emit('phi', [acc, d], acc_t, pure=False))
     for rr in reversed(ranges): b.close_range(rr)
     for tile, res in zip(tiles, results):
@@ -539,7 +548,7 @@ class Lowerer:
   def aligned(self, i) -> bool:
     """CUDA and Metal load a float4 only from an address that is a multiple of its size: the index must be
     a multiple of the vector width for every value of the variables in it (CPUs and OpenCL's vloadN don't care)."""
-    if self.target not in ALIGNED_TARGETS: return True
+    if not self.t.aligned_vectors: return True
     from tgc.passes.uop_simplify import terms
     ts, k = terms(i, {})
     return k % self.W == 0 and all(coef % self.W == 0 for coef, _ in ts)
@@ -602,9 +611,9 @@ def linearize_kernel(k: Operation, target: str = 'llvm') -> Operation:
   return Lowerer(k, target).run()
 
 
-def tc_applies(k: Operation, opt) -> bool:
-  """Whether the TC action `opt` lowers for this kernel (shape, dtypes, a sum of a product of two loads)."""
-  try: Lowerer(k, TC_TARGET, (opt,)).run(); return True
+def tc_applies(k: Operation, opt, target: str) -> bool:
+  """Whether the TC action `opt` lowers for this kernel on `target` (shape, dtypes, a sum of a product of two loads)."""
+  try: Lowerer(k, target, (opt,)).run(); return True
   except OptError: return False
 
 
@@ -612,7 +621,7 @@ class Linearize(Pass):
   name = 'linearize'
   summary = 'lower kernel.funcs to flat uop.funcs: ranges, index expressions, accumulators, vector lanes'
   reads, leaves = 'kernel', 'uop'
-  options = {'target': (str, 'llvm', 'the target: on CPU targets (llvm, c) only the outermost global axis is a special')}
+  options = {'target': (str, 'llvm', 'the target (tgc/target.py): on CPU targets (llvm, c) only the outermost global axis is a special')}
   def run(self, m: Module):
     new = []
     for op in m.ops:

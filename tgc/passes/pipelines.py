@@ -1,27 +1,28 @@
 """Named pipelines: `lower-to-uop` is the whole way from the tensor level to an optimised uop level,
 with a target's choices; `lower-to-uop{noopt=true}` leaves kernel-opt out (NOOPT=1). The Python API and
-tgc-run run the same pipeline."""
+the tools all run the one pipeline lower_to_uop_steps builds."""
 from __future__ import annotations
 import os
-from tgc.passes.manager import Pass, get_pass, parse_pipeline
+from tgc.passes.manager import Pass, parse_pipeline
+from tgc.target import get_target
 
-TARGETS = ('llvm', 'c', 'cuda', 'metal', 'opencl')
+
+def noopt_from_env() -> bool:
+  """NOOPT=1 in the environment: the unoptimised pipeline (no kernel-opt). The one place that reads it."""
+  return os.environ.get('NOOPT', '0') not in ('', '0')
 
 
-def lower_to_uop_text(target: str = 'llvm', noopt: bool = False, processor: str = 'auto') -> str:
-  pack = '{pack=true}' if target in ('llvm', 'c') and not noopt else ''
-  steps = ['canonicalize', f'tensor-decompose{pack}', 'canonicalize', 'cse', 'kernelize']
-  if not noopt:
-    try:
-      get_pass('kernel-opt')
-      steps.append(f'kernel-opt{{target={target}}}' if processor == 'auto' else f'kernel-opt{{target={target} processor={processor}}}')
-    except Exception: pass  # kernel-opt not available yet: the unoptimised kernels
-  steps += [f'linearize{{target={target}}}', 'uop-simplify']
-  if target == 'llvm' and not noopt:  # polynomials vectorise where libm calls do not
-    steps.append('decompose-transcendentals{ops=exp2+log2}')
-  if target in ('cuda', 'metal'): steps.append('devectorize{width=4}')  # float4 is their widest vector
-  steps += ['cse', 'dce']
-  return ','.join(steps)
+def lower_to_uop_steps(target: str = 'llvm', noopt: bool | None = None, processor: str = 'auto') -> list[str]:
+  """lower-to-uop for a target: its passes as text, in order (kernelize and linearize{...} among them, where callers
+  cut it). noopt=None: as NOOPT says; processor: kernel-opt's (an OpenCL device on a CPU asks for cpu)."""
+  t = get_target(target)
+  opt = not (noopt_from_env() if noopt is None else noopt)
+  steps = ['canonicalize', 'tensor-decompose{pack=true}' if t.pack_matmul and opt else 'tensor-decompose', 'canonicalize', 'cse', 'kernelize']
+  if opt: steps.append(f'kernel-opt{{target={t.name}}}' if processor == 'auto' else f'kernel-opt{{target={t.name} processor={processor}}}')
+  steps += [f'linearize{{target={t.name}}}', 'uop-simplify']
+  if opt and t.transcendentals: steps.append(f'decompose-transcendentals{{ops={t.transcendentals}}}')
+  if t.devectorize: steps.append(f'devectorize{{width={t.devectorize}}}')
+  return steps + ['cse', 'dce']
 
 
 class LowerToUop(Pass):
@@ -32,7 +33,4 @@ class LowerToUop(Pass):
              'noopt': (bool, False, 'skip kernel-opt (as NOOPT=1)'),
              'processor': (str, 'auto', "kernel-opt's device kind: cpu | gpu | auto (by target)")}
   def expand(self):
-    from tgc.passes.manager import PipelineError
-    if self.target not in TARGETS: raise PipelineError(f"unknown target '{self.target}' (targets: {', '.join(TARGETS)})")
-    noopt = self.noopt or os.environ.get('NOOPT', '0') not in ('', '0')
-    return parse_pipeline(lower_to_uop_text(self.target, noopt, self.processor))
+    return parse_pipeline(','.join(lower_to_uop_steps(self.target, self.noopt or None, self.processor)))

@@ -10,9 +10,9 @@ pass that reaches the runtime (lazily, at run time), in time_kernel below.
 from __future__ import annotations
 import hashlib, json, math, os, sys, time
 from tgc.ir.attrs import Record
+from tgc.target import Target
 from tgc.passes.linearize import OPT_KINDS, MAX_LANES
 
-TARGET_DEVICE = {'llvm': 'CPU', 'c': 'C', 'opencl': 'OPENCL', 'cuda': 'CUDA'}
 AMOUNTS = {'upcast': (2, 4, 8, 16), 'unroll': (2, 4, 8, 16, 0), 'local': (2, 4, 8, 16, 32), 'group': (4, 16, 64), 'grouptop': (16, 64, 256)}
 
 
@@ -59,9 +59,10 @@ def time_kernel(kernel_func, opts, target: str, device: str, runs: int = 3) -> f
   return min(prg.timed_launch(args) for _ in range(runs))
 
 
-def candidates(k, opts, gpu: bool):
+def candidates(k, opts, t: Target):
   from tgc.passes.kernel_opt import try_opts
-  ks = try_opts(k, opts)
+  gpu = not t.is_cpu
+  ks = try_opts(k, opts, t)
   if ks is None: return []
   out = []
   for name, kind in OPT_KINDS.items():
@@ -70,7 +71,7 @@ def candidates(k, opts, gpu: bool):
       if kd != kind or ks.full[ax] <= 1: continue
       for amt in (AMOUNTS[name] if name != 'swap' else [b for b in range(ax + 1, len(ks.kinds)) if ks.kinds[b] == 'global' and ks.full[b] > 1]):
         o = Record(name, {'axis': ax, 'amt': amt})
-        nk = try_opts(k, list(opts) + [o])
+        nk = try_opts(k, list(opts) + [o], t)
         if nk is None: continue
         lanes = math.prod(nk.full[i] for i, kd2 in enumerate(nk.kinds) if kd2 in ('upcast', 'unroll'))
         threads = math.prod(nk.full[i] for i, kd2 in enumerate(nk.kinds) if kd2 in ('local', 'group'))
@@ -78,17 +79,16 @@ def candidates(k, opts, gpu: bool):
   return out
 
 
-def beam_search(k, target: str, beam: int, budget: float, start=None):
-  device = TARGET_DEVICE.get(target)
+def beam_search(k, t: Target, beam: int, budget: float, start=None):
+  device = t.device
   if device is None: return list(start or [])
   text = str(k)
-  key = hashlib.sha256(f"{text}|{target}|{device}".encode()).hexdigest()
+  key = hashlib.sha256(f"{text}|{t.name}|{device}".encode()).hexdigest()
   hit = _load_cache().get(key)
   if hit is not None: return [Record(n, {'axis': a, 'amt': m}) for n, a, m in hit]
-  gpu = target in ('cuda', 'metal', 'opencl')
   t_end = time.perf_counter() + budget
   def measure(opts):
-    try: return time_kernel(k, opts, target, device)
+    try: return time_kernel(k, opts, t.name, device)
     except Exception: return math.inf
   best = [(measure([]), [])]
   if start:
@@ -98,7 +98,7 @@ def beam_search(k, target: str, beam: int, budget: float, start=None):
   tried, rounds = 0, 0
   while time.perf_counter() < t_end:
     rounds += 1
-    cands = [c for _, o in best for c in candidates(k, o, gpu)]
+    cands = [c for _, o in best for c in candidates(k, o, t)]
     if not cands: break
     scored = []
     for i, c in enumerate(cands):

@@ -2,6 +2,9 @@
 
 matmul (..., n, k) @ (..., k, m): reshape/expand both to (..., n, m, k), multiply, reduce add over k,
 reshape away the kept axis. The multiply and the reduce fuse into one kernel.
+
+Any other op whose class has a `decompose(rw)` method (a composite an extension declares: docs/extending.md) is
+replaced by what it returns, the primitives it creates with `rw.create`.
 """
 from __future__ import annotations
 from tgc.ir.core import REGISTRY
@@ -46,11 +49,15 @@ def decompose_matmul(op, rw, pack=False):
 decompose_patterns = PatternMatcher([('tensor.matmul', decompose_matmul)])
 packing_patterns = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack=True))])
 
+def declared_patterns() -> PatternMatcher:
+  """A rule for every registered op that says how it decomposes (ops may be declared after this module loads)."""
+  return PatternMatcher([(name, lambda op, rw: op.decompose(rw)) for name, cls in REGISTRY.items() if callable(getattr(cls, 'decompose', None))])
+
 
 class TensorDecompose(Pass):
   name = 'tensor-decompose'
-  summary = 'rewrite composite tensor ops (matmul) into reshape/expand/mul/reduce'
+  summary = 'rewrite composite tensor ops (matmul, ops with a decompose method) into reshape/expand/mul/reduce'
   reads = leaves = 'tensor'
   options = {'pack': (bool, False, "copy a big matmul's right operand into column panels first (for CPUs: sequential reads)")}
   def run(self, m):
-    apply_patterns(m, packing_patterns if self.pack else decompose_patterns, stats=self.stats)
+    apply_patterns(m, (packing_patterns if self.pack else decompose_patterns) + declared_patterns(), stats=self.stats)

@@ -11,7 +11,7 @@ import numpy as np
 from tgc.errors import TgcError
 from tgc.runtime.buffer import HostAllocator
 from tgc.runtime.device import BaseDevice, HostDevice, Program
-from tgc.runtime.interp import buffer_signature, buffer_sizes, launch_dims
+from tgc.dialects.uop import buffer_signature, buffer_sizes, launch_dims
 
 _lock = threading.Lock()
 _tm = None

@@ -10,12 +10,12 @@ import time
 import numpy as np
 from tgc.runtime.buffer import Allocator, Buffer, HostAllocator
 from tgc.errors import TgcError
+from tgc.dialects.uop import buffer_signature, buffer_sizes, launch_dims
 
 
 def check_buffers(fn, bufs, sig=None, sizes=None) -> list[np.ndarray]:
   """Buffers must be C-contiguous numpy arrays of the kernel's dtypes (bf16: uint16 bits), at least as large as
   the kernel declares (its accesses are proven or guarded against those sizes); else a TgcError."""
-  from tgc.runtime.interp import buffer_signature, buffer_sizes
   sig = buffer_signature(fn) if sig is None else sig
   sizes = buffer_sizes(fn) if sizes is None else sizes
   if len(bufs) != len(sig): raise TgcError(f"@{fn.sym_name} takes {len(sig)} buffers, got {len(bufs)}")
@@ -31,7 +31,6 @@ def check_buffers(fn, bufs, sig=None, sizes=None) -> list[np.ndarray]:
 class Program:
   """One kernel compiled for a device: its buffer signature, declared sizes, launch grid, written buffers."""
   def __init__(self, device: 'BaseDevice', fn):
-    from tgc.runtime.interp import buffer_signature, buffer_sizes, launch_dims  # (the uop dialect's facts)
     self.device, self.fn, self.name = device, fn, fn.sym_name
     self.signature, self.sizes = buffer_signature(fn), buffer_sizes(fn)
     self.global_size, self.local_size = launch_dims(fn)

@@ -10,64 +10,9 @@ import itertools
 import numpy as np
 from tgc.errors import TgcError
 from tgc.ir import alu, dtypes as D
-from tgc.ir.attrs import HexInt
 from tgc.ir.types import PtrType, VecType, elem
+from tgc.dialects.uop import const_value, launch_dims, buffer_signature, buffer_sizes, acc_init_points  # (also re-exported)
 from tgc.runtime.device import HostDevice, Program, check_buffers
-
-
-def const_value(v, dt: D.DType):
-  """A `uop.const` attribute -> a numpy scalar in dt's compute type (a hex literal is a float's bit pattern)."""
-  if dt.is_bool: return np.bool_(bool(v))
-  if dt.is_int:
-    x = int(v) & ((1 << dt.bits) - 1)  # hex literals and out-of-range ints wrap to the type's bits
-    if dt.is_signed and x >= 1 << (dt.bits - 1): x -= 1 << dt.bits
-    return dt.np.type(x)
-  if isinstance(v, HexInt):
-    if dt is D.bf16: return D.bf16_bits_to_f32(np.uint16(int(v)))[()]
-    return np.array(int(v), dtype=f'u{dt.itemsize}').view(dt.np)[()]
-  with np.errstate(all='ignore'):
-    return D.round_to(np.float64(v), dt).astype(D.compute_np(dt))[()]
-
-
-def launch_dims(fn) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-  """(global_size, local_size), padded to 3 axes with 1; a special beyond the attribute gives its own size."""
-  g = list(fn.attrs.get('global_size') or ()) + [1] * 3
-  l = list(fn.attrs.get('local_size') or ()) + [1] * 3
-  for op in fn.body.ops:
-    if op.name == 'uop.special':
-      k, n = int(op.attrs['axis'][4]), op.attrs['size']
-      sizes, given = (g, fn.attrs.get('global_size') or ()) if op.attrs['axis'].startswith('gidx') else (l, fn.attrs.get('local_size') or ())
-      if k >= len(given): sizes[k] = max(sizes[k], n)
-  return tuple(g[:3]), tuple(l[:3])
-
-
-def buffer_signature(fn) -> list[D.DType]:
-  """The element dtype of each buffer argument, by define_global index (0 = output)."""
-  sig: dict[int, D.DType] = {}
-  for op in fn.body.ops:
-    if op.name == 'uop.define_global':
-      i, dt = op.attrs['index'], op.results[0].type.dtype
-      if sig.get(i, dt) is not dt: raise TgcError(f"@{fn.sym_name}: buffer {i} is defined with two dtypes, {sig[i]} and {dt}")
-      sig[i] = dt
-  n = max(sig) + 1 if sig else 0
-  for i in range(n):
-    if i not in sig: raise TgcError(f"@{fn.sym_name}: buffer argument {i} has no uop.define_global")
-  return [sig[i] for i in range(n)]
-
-
-def buffer_sizes(fn) -> dict[int, int]:
-  """define_global index -> the element count it declares (those that declare one)."""
-  return {op.attrs['index']: op.attrs['size'] for op in fn.body.ops if op.name == 'uop.define_global' and 'size' in op.attrs}
-
-def acc_init_points(ops) -> dict[int, list]:
-  """Op index -> the define_accs whose initial value is set just before that op: before the outermost of
-  the loops it names when it comes first, else where it stands (emitters share this rule)."""
-  pos = {op.results[0]: i for i, op in enumerate(ops) if op.results}
-  out: dict[int, list] = {}
-  for i, op in enumerate(ops):
-    if op.name == 'uop.define_acc':
-      out.setdefault(min([pos[r] for r in op.ranges if r in pos] + [i]), []).append(op)
-  return out
 
 
 def _scope_pairs(ops) -> dict[int, int]:

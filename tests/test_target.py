@@ -1,0 +1,66 @@
+"""Targets (tgc/target.py): one registry that the passes, the emitters, the tools and the compiler all ask; the
+lowering pipeline each target gets; the device -> target question."""
+import dataclasses
+import pytest
+import tgc
+from tgc.target import TARGETS, Target, get_target, register_target
+from tgc.passes.pipelines import lower_to_uop_steps
+
+
+def test_the_registered_targets():
+  assert sorted(TARGETS) == ['c', 'cuda', 'llvm', 'metal', 'opencl']
+  assert [t.name for t in TARGETS.values() if t.is_cpu] == ['llvm', 'c']
+  assert get_target('cuda').tensor_cores.dims == (16, 8, 16) and get_target('llvm').tensor_cores is None
+  assert (get_target('llvm').upcast(), get_target('c').upcast(), get_target('opencl').upcast(), get_target('opencl').upcast('cpu')) == (16, 8, 4, 16)
+  with pytest.raises(dataclasses.FrozenInstanceError): get_target('llvm').max_upcast = 8
+
+
+def test_an_unknown_target_names_the_known_ones(monkeypatch):
+  with pytest.raises(tgc.TgcError, match=r"unknown target 'vulkan' \(known: c, cuda, llvm, metal, opencl\)"): get_target('vulkan')
+  # the list is the registry's: a target registered later is known everywhere a target is named
+  monkeypatch.setitem(TARGETS, 'hip', dataclasses.replace(get_target('cuda'), name='hip', renderer='tgc.emit.cuda:render_cuda'))
+  with pytest.raises(tgc.TgcError, match=r"\(known: c, cuda, hip, llvm, metal, opencl\)"): get_target('rocm')
+  assert 'kernel-opt{target=hip}' in lower_to_uop_steps('hip', noopt=False)
+  with pytest.raises(tgc.TgcError, match="unknown target 'vulkan'"): tgc.passes.PassManager.parse('lower-to-uop{target=vulkan}')
+  with pytest.raises(tgc.TgcError, match="processor must be cpu or gpu"): register_target(Target('npu', 'npu', 'x:y', 4))
+
+
+# lower-to-uop as it was spelled before the targets were one registry: the pipeline must not drift
+PIPELINES = {
+  ('llvm', False): 'canonicalize,tensor-decompose{pack=true},canonicalize,cse,kernelize,kernel-opt{target=llvm},linearize{target=llvm},uop-simplify,decompose-transcendentals{ops=exp2+log2},cse,dce',
+  ('llvm', True): 'canonicalize,tensor-decompose,canonicalize,cse,kernelize,linearize{target=llvm},uop-simplify,cse,dce',
+  ('c', False): 'canonicalize,tensor-decompose{pack=true},canonicalize,cse,kernelize,kernel-opt{target=c},linearize{target=c},uop-simplify,cse,dce',
+  ('c', True): 'canonicalize,tensor-decompose,canonicalize,cse,kernelize,linearize{target=c},uop-simplify,cse,dce',
+  ('cuda', False): 'canonicalize,tensor-decompose,canonicalize,cse,kernelize,kernel-opt{target=cuda},linearize{target=cuda},uop-simplify,devectorize{width=4},cse,dce',
+  ('cuda', True): 'canonicalize,tensor-decompose,canonicalize,cse,kernelize,linearize{target=cuda},uop-simplify,devectorize{width=4},cse,dce',
+  ('opencl', False): 'canonicalize,tensor-decompose,canonicalize,cse,kernelize,kernel-opt{target=opencl},linearize{target=opencl},uop-simplify,cse,dce',
+  ('opencl', True): 'canonicalize,tensor-decompose,canonicalize,cse,kernelize,linearize{target=opencl},uop-simplify,cse,dce',
+  ('metal', False): 'canonicalize,tensor-decompose,canonicalize,cse,kernelize,kernel-opt{target=metal},linearize{target=metal},uop-simplify,devectorize{width=4},cse,dce',
+  ('metal', True): 'canonicalize,tensor-decompose,canonicalize,cse,kernelize,linearize{target=metal},uop-simplify,devectorize{width=4},cse,dce',
+}
+
+@pytest.mark.parametrize('target,noopt', list(PIPELINES))
+def test_lower_to_uop_steps(target, noopt):
+  assert ','.join(lower_to_uop_steps(target, noopt)) == PIPELINES[target, noopt]
+
+
+def test_noopt_and_processor(monkeypatch):
+  monkeypatch.setenv('NOOPT', '1')
+  assert ','.join(lower_to_uop_steps('llvm')) == PIPELINES['llvm', True]  # noopt=None: as NOOPT says
+  assert ','.join(lower_to_uop_steps('llvm', False)) == PIPELINES['llvm', False]
+  monkeypatch.setenv('NOOPT', '0')
+  assert 'kernel-opt{target=opencl processor=cpu}' in lower_to_uop_steps('opencl', processor='cpu')
+
+
+class NamedDevice:
+  """A device class that names its target, as the runtime's devices do."""
+  name, target = 'NAMED', 'c'
+
+
+def test_device_target(monkeypatch):
+  from tgc.compiler import device_target
+  from tgc.runtime import DEVICES
+  assert [device_target(d).name for d in ('CPU', 'INTERP', 'C', 'OPENCL', 'CUDA')] == ['llvm', 'llvm', 'c', 'opencl', 'cuda']
+  monkeypatch.setitem(DEVICES, 'NAMED', 'test_target:NamedDevice')  # asked of the class: the device is not opened
+  assert device_target('named').name == 'c'
+  assert device_target('CPU', NamedDevice()).name == 'c'

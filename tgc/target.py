@@ -1,0 +1,89 @@
+"""Targets: one frozen description per backend language, registered once by name.
+
+A Target is what passes, emitters and kernel-opt's search ask about a backend: whether it is a CPU or a GPU
+language, the widest vector kernel-opt makes, whether vector memory accesses need aligned addresses, its
+work-group limits, its tensor cores, the choices lower-to-uop makes for it, the emitter that renders it and the
+runtime device that measures it. Pass options name a target (`linearize{target=cuda}`); the names valid there
+are the registry's. A device (tgc/runtime) names the target it runs, and says itself when it is another kind of
+processor than the language's own (an OpenCL device on a CPU: kernel-opt{processor=cpu}).
+
+This module imports nothing of tgc but its errors: dialects, passes and emitters all read it.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from tgc.errors import TgcError
+
+
+@dataclass(frozen=True)
+class TensorCores:
+  """A tensor-core instruction, as kernel-opt's TC action and the emitters know it: the (m, n, k) tile, the lanes
+  of the a, b and c fragments each thread of a warp holds, and the (input, accumulator) dtype names it takes."""
+  dims: tuple[int, int, int]
+  lanes: tuple[int, int, int]
+  dtypes: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Target:
+  """A backend language: its facts, and the choices the lowering pipeline makes for it."""
+  name: str
+  processor: str                  # 'cpu' | 'gpu': the kind of processor the language is for
+  renderer: str                   # "module:function" taking a Module, returning source text; imported when used
+  max_upcast: int                 # the widest vector (lanes) kernel-opt makes
+  cpu_upcast: int = 16            # ... for a GPU language run on a CPU (OpenCL on PoCL): AVX-512's 16 floats
+  aligned_vectors: bool = False   # vector loads and stores need addresses aligned to the vector (float4 on CUDA, Metal)
+  max_threads: int = 1            # the work-group size kernel-opt stays within (1: no work-groups)
+  local_memory: int = 0           # bytes of shared memory a work-group may hold
+  tensor_cores: TensorCores | None = None
+  pack_matmul: bool = False       # tensor-decompose{pack=true}: big matmuls read their right operand in panels
+  transcendentals: str = ''       # decompose-transcendentals{ops=...} in the optimised pipeline ('': none)
+  devectorize: int = 0            # devectorize{width=N}: split vectors wider than N (0: none)
+  fp_contract: bool = False       # optimised kernels are marked `contract`: mul+add may fuse into fma
+  device: str | None = None       # the runtime device kernel-opt's search times candidates on (None: no search)
+
+  def __post_init__(self):
+    if self.processor not in ('cpu', 'gpu'): raise TgcError(f"target '{self.name}': processor must be cpu or gpu, got '{self.processor}'")
+
+  @property
+  def is_cpu(self) -> bool: return self.processor == 'cpu'
+
+  def upcast(self, processor: str = 'auto') -> int:
+    """The widest vector for a device of that kind (auto: the language's own): a GPU language on a CPU gets the
+    CPU's vectors; a CPU language keeps its own whatever it is asked."""
+    return self.cpu_upcast if processor == 'cpu' and not self.is_cpu else self.max_upcast
+
+
+TARGETS: dict[str, Target] = {}
+
+
+def register_target(t: Target) -> Target:
+  """Make `t` known by its name (a second registration of a name replaces the first)."""
+  TARGETS[t.name] = t
+  return t
+
+
+def get_target(name: str) -> Target:
+  """The registered target of that name; a TgcError naming the known ones otherwise."""
+  t = TARGETS.get(name)
+  if t is None: raise TgcError(f"unknown target '{name}' (known: {', '.join(sorted(TARGETS))})")
+  return t
+
+
+def tensor_core_targets() -> list[Target]:
+  """The registered targets that have tensor cores, in registration order."""
+  return [t for t in TARGETS.values() if t.tensor_cores is not None]
+
+
+register_target(Target('llvm', 'cpu', 'tgc.emit.llvm:render_llvm_module', max_upcast=16, pack_matmul=True,
+                       transcendentals='exp2+log2', fp_contract=True, device='CPU'))  # polynomials vectorise, libm calls do not
+register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_matmul=True, fp_contract=True, device='C'))
+register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=4, aligned_vectors=True, max_threads=256,
+                       local_memory=48 << 10, devectorize=4, device='CUDA',  # float4 is its widest vector
+                       tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')))))  # mma.sync m16n8k16
+register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,
+                       device='OPENCL'))
+register_target(Target('metal', 'gpu', 'tgc.emit.metal:render_metal', max_upcast=4, aligned_vectors=True, max_threads=256,
+                       local_memory=32 << 10, devectorize=4))  # no device here: emission only
+
+
+__all__ = ['Target', 'TensorCores', 'TARGETS', 'register_target', 'get_target', 'tensor_core_targets']
