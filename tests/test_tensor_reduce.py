@@ -93,6 +93,19 @@ def test_argmax(fn, axis, keepdim):
   check(getattr(Tensor(x), fn)(axis, keepdim), want, dtypes.int32)
   check(getattr(Tensor(x.astype(np.int32)), fn)(axis, keepdim), want, dtypes.int32)
 
+# after kernel-opt unrolls the reduce, a constant (argmax's length, sigmoid's 1.0) that comes before the
+# reduce in the kernel and is used after it was computed only inside the loop: invalid IR
+@pytest.mark.parametrize("dev", ["CPU", "INTERP"])
+@pytest.mark.parametrize("n", [8, 16, 17, 20, 24, 28, 32, 33, 64, 100, 128, 256])
+def test_argmax_arange(n, dev):
+  check(Tensor.arange(n, dtype='float32').argmax(), np.int32(n - 1), dtypes.int32)
+
+@pytest.mark.parametrize("dev", ["CPU", "INTERP"])
+def test_reduce_then_constant(dev):
+  x = RNG.standard_normal((8, 3)).astype(np.float32)
+  check(Tensor(x).max().sigmoid(), 1 / (1 + np.exp(-x.max())), rtol=1e-6)
+  check(Tensor(x).sum(axis=1) * 2 + 1.5, x.sum(axis=1) * 2 + 1.5)
+
 def _softmax(x, axis):
   e = np.exp(x - x.max(axis, keepdims=True))
   return e / e.sum(axis, keepdims=True)
