@@ -160,6 +160,15 @@ def test_matmul_dtypes(dev):
   check(Tensor([1, 2]).dot(Tensor([3, 4])), np.int32(11), dtypes.int32)
   check(Tensor(a) @ b, a @ b); check(a @ Tensor(b), a @ b)
 
+# the reduce unrolled into lanes; sigmoid's 1.0 came before it in the kernel and was looked up with the
+# lanes of the loop after it: "lane combination mismatch"
+@pytest.mark.parametrize("dev", ["INTERP", "CPU"])
+def test_matmul_arange_f16_sigmoid(dev):
+  a, b = np.arange(-1.62, 2.13, 0.5), RNG.random((1, 8, 2)).astype(np.float16)
+  want = 1 / (1 + np.exp(-(a @ b.astype(np.float64))))
+  check((Tensor.arange(-1.62, 2.13, 0.5) @ Tensor(b)).sigmoid(), want, dtypes.float32, rtol=1e-5)
+  check((Tensor(b).transpose(-1, -2) @ Tensor.arange(-1.62, 2.13, 0.5).reshape(8, 1)).sigmoid(), want.reshape(1, 2, 1), rtol=1e-5)
+
 def test_matmul_errors():
   with pytest.raises(ShapeError, match=r"\(3, 7\).*\(5, 2\)"): Tensor.ones(3, 7) @ Tensor.ones(5, 2)
   with pytest.raises(ShapeError): Tensor.ones(2, 3, 7) @ Tensor.ones(3, 7, 2)
