@@ -122,7 +122,10 @@ class _Build:
   def ref(self, t): return Ref(t[0][1:], t[1], t[2])
   def ident(self, t): return Ident(t[0])
   def symbol(self, t): return Symbol(t[0][1:])
-  def int(self, t): return int(t[0])
+  def int(self, t):
+    # Python refuses int() of more digits than sys.get_int_max_str_digits() (4300); no type needs 40
+    if len(t[0]) > 100: raise Diagnostic(f"integer literal of {len(t[0].lstrip('-'))} digits is too long", self.st.loc(t))
+    return int(t[0])
   def hex(self, t): return HexInt(int(t[0], 16))
   def float(self, t): return float(t[0])
   def string(self, t): return _unescape(t[0])
