@@ -214,7 +214,7 @@ class _Build:
       if nres != len(rtypes):
         raise Diagnostic(f"'{name}' produces {len(rtypes)} result{'s' if len(rtypes) != 1 else ''}, but {nres} name{'s are' if nres != 1 else ' is'} bound", loc)
       op = cls._new(operands, rtypes, fattrs, loc)
-    except FormatError as e: raise Diagnostic(str(e), loc) from None
+    except FormatError as e: raise Diagnostic(str(e), st.loc((None,) + e.pos) if e.pos else loc) from None
     except AttrError as e: raise Diagnostic(f"'{name}': {e}", loc) from None
     if results:
       define = st.define
