@@ -443,11 +443,14 @@ class Lowerer:
       d = b.emit('wmma', [fa, fb, acc], acc_t, {'dims': TC_TILE, 'target': TC_TARGET})
       results.append(b.emit('phi', [acc, d], acc_t, pure=False))
     for rr in reversed(ranges): b.close_range(rr)
+    # the rest of the kernel, and what it uses from before the reduce (a constant), per result of the tile
+    need = feeding([v for op in ops[ops.index(r) + 1:] for v in op.operands], stop={r})
+    after = [op for n, op in enumerate(ops) if n > ops.index(r) or op in need]
     for tile, res in zip(tiles, results):
       for i in range(4):
         self.vals[r.results[0]] = {(): b.emit('gep', [res], acc_dt, {'index': i})}
         at = {**self.idx, **tile, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
-        for op in ops[ops.index(r) + 1:]: self.lower_op(op, at, [], above=True)
+        for op in after: self.lower_op(op, at, [], above=True)
 
   def group_reduce(self, reduces, cu):
     """GROUP: each thread holds a partial result; they meet in shared memory, and after a barrier the
