@@ -234,6 +234,18 @@ def test_verifier_symbol_redefinition_has_note():
   d = e.value.diags[0]
   assert d.message == "redefinition of symbol '@f'" and [n.message for n in d.notes] == ['previous definition is here']
 
+def test_parse_errors_are_all_diagnostics():
+  # api.md: ir.parse raises tgc.Diagnostic; the verifier's several errors at once are one too
+  import tgc
+  text = 'func.func @f(%a: tensor<4xi32>) {\n  %0 = tensor.exp2 %a : tensor<4xi32>\n  %1 = tensor.neg %a : tensor<4xf32>\n  func.return\n}\n'
+  with pytest.raises(tgc.Diagnostic) as e: ir.parse(text, 'x.tgc')
+  err = e.value
+  assert isinstance(err, DiagnosticList) and len(err.diags) == 2
+  assert (err.loc.line, err.message) == (2, err.diags[0].message)  # the first error's place and message
+  assert [n.loc.line for n in err.all()] == [2, 3]
+  assert re.findall(r'^x\.tgc:(\d):3: error:', str(err), re.M) == ['2', '3']
+  with pytest.raises(tgc.Diagnostic): ir.parse('func.func @f() {\n  %0 = tensor.add %b, %b : tensor<4xf32>\n}\n')
+
 def test_diagnostic_without_location_names_the_tool():
   d = Diagnostic('something is wrong')
   assert d.format('tgc-opt') == 'tgc-opt: error: something is wrong'

@@ -91,6 +91,8 @@ def _tc_cases():
     ("f16->f32 +bias relu", lambda x, y, z: (x.cast('float32') @ y.cast('float32') + z).relu(), (a, b, bias), np.maximum(xa @ xb + bias, 0), 1e-4),
     ("batched f16->f32", lambda x, y: x.cast('float32') @ y.cast('float32'), (batched_a, batched_b), batched_a.astype(np.float64) @ batched_b, 1e-4),
     ("bf16->f32", lambda x, y: x.cast('bfloat16').cast('float32') @ y.cast('bfloat16').cast('float32'), (bf_a, bf_b), bf_a.astype(np.float64) @ bf_b, 1e-4),
+    # sigmoid's 1.0 comes before the reduce in the kernel and is used after it
+    ("f16->f32 sigmoid", lambda x, y: (x.cast('float32') @ y.cast('float32')).sigmoid(), (a, b), 1 / (1 + np.exp(-(xa @ xb))), 1e-4),
   ]
 
 TC_CASES = _tc_cases()

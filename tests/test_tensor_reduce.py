@@ -93,6 +93,19 @@ def test_argmax(fn, axis, keepdim):
   check(getattr(Tensor(x), fn)(axis, keepdim), want, dtypes.int32)
   check(getattr(Tensor(x.astype(np.int32)), fn)(axis, keepdim), want, dtypes.int32)
 
+# after kernel-opt unrolls the reduce, a constant (argmax's length, sigmoid's 1.0) that comes before the
+# reduce in the kernel and is used after it was computed only inside the loop: invalid IR
+@pytest.mark.parametrize("dev", ["CPU", "INTERP"])
+@pytest.mark.parametrize("n", [8, 16, 17, 20, 24, 28, 32, 33, 64, 100, 128, 256])
+def test_argmax_arange(n, dev):
+  check(Tensor.arange(n, dtype='float32').argmax(), np.int32(n - 1), dtypes.int32)
+
+@pytest.mark.parametrize("dev", ["CPU", "INTERP"])
+def test_reduce_then_constant(dev):
+  x = RNG.standard_normal((8, 3)).astype(np.float32)
+  check(Tensor(x).max().sigmoid(), 1 / (1 + np.exp(-x.max())), rtol=1e-6)
+  check(Tensor(x).sum(axis=1) * 2 + 1.5, x.sum(axis=1) * 2 + 1.5)
+
 def _softmax(x, axis):
   e = np.exp(x - x.max(axis, keepdims=True))
   return e / e.sum(axis, keepdims=True)
@@ -146,6 +159,15 @@ def test_matmul_dtypes(dev):
   check(Tensor(a.astype(np.int8)) @ Tensor(b.astype(np.uint8) % 3), a.astype(np.int16) @ (b.astype(np.uint8) % 3).astype(np.int16), dtypes.int16)
   check(Tensor([1, 2]).dot(Tensor([3, 4])), np.int32(11), dtypes.int32)
   check(Tensor(a) @ b, a @ b); check(a @ Tensor(b), a @ b)
+
+# the reduce unrolled into lanes; sigmoid's 1.0 came before it in the kernel and was looked up with the
+# lanes of the loop after it: "lane combination mismatch"
+@pytest.mark.parametrize("dev", ["INTERP", "CPU"])
+def test_matmul_arange_f16_sigmoid(dev):
+  a, b = np.arange(-1.62, 2.13, 0.5), RNG.random((1, 8, 2)).astype(np.float16)
+  want = 1 / (1 + np.exp(-(a @ b.astype(np.float64))))
+  check((Tensor.arange(-1.62, 2.13, 0.5) @ Tensor(b)).sigmoid(), want, dtypes.float32, rtol=1e-5)
+  check((Tensor(b).transpose(-1, -2) @ Tensor.arange(-1.62, 2.13, 0.5).reshape(8, 1)).sigmoid(), want.reshape(1, 2, 1), rtol=1e-5)
 
 def test_matmul_errors():
   with pytest.raises(ShapeError, match=r"\(3, 7\).*\(5, 2\)"): Tensor.ones(3, 7) @ Tensor.ones(5, 2)

@@ -1,6 +1,7 @@
 """Dialect `kernel`: one AST per fused kernel (loads and stores through view stacks, ALU, reduce),
 and the host side of the schedule (alloc, launch) that lives in the func.func after kernelize."""
 from __future__ import annotations
+import math
 from tgc.ir.core import Operation, PURE, CONSTANT, FUNCTION
 from tgc.ir.types import BufType, TensorType, VecType
 from tgc.ir.dtypes import DType
@@ -26,6 +27,9 @@ class KernelFuncOp(Operation):
 
   def verify_body(self):
     """Loads walk the full iteration shape (below a reduce) or the stored shape (after it)."""
+    for op in self.body.ops:  # linearize lowers the AST's ops; the host's alloc and launch live in a func.func
+      if not op.has(FUNCTION) and (op.dialect != 'kernel' or op.name in ('kernel.alloc', 'kernel.launch')):
+        raise op.error("is not allowed in a kernel.func: its body is the kernel's AST (kernel ops but alloc and launch)")
     stores = [op for op in self.body.ops if op.name == 'kernel.store']
     if not stores: raise self.error(f"@{self.sym_name} stores nothing")
     out = stores[0].view.shape
@@ -46,6 +50,13 @@ class KernelFuncOp(Operation):
         if full is None: full = sh
         elif sh != full: raise op.error(f"view shape {list(sh)} differs from the kernel's iteration shape {list(full)}")
         if any(o != f and o != 1 for o, f in zip(out, sh)): raise op.error(f"view shape {list(sh)} does not reduce to the stored shape {list(out)}")
+    if reduces:  # a value read at the iteration shape reaches the stored shape only through a reduce
+      below: set = set()
+      for op in self.body.ops:
+        if op.name == 'kernel.reduce': continue
+        if (op.name == 'kernel.load' and op.view.shape != out) or any(v in below for v in op.operands): below.update(op.results)
+      for st in stores:
+        if st.value in below: raise st.error(f"stores a value of the iteration shape {list(full or out)}: a reduce kernel stores what comes after its reduce")
 
 
 def _check_view(op, buf_t: BufType, vs):
@@ -85,6 +96,8 @@ class StoreOp(Operation):
     if len(self.view.views) != 1 or self.view.views[0].mask is not None:
       raise self.error("stores through a single unmasked view")
     _check_view(self, b, self.view)
+    n = math.prod(self.view.views[0].shape)  # a launch writes its whole output buffer: none of it is left unwritten
+    if n != b.numel: raise self.error(f"view writes {n} elements, {b} has {b.numel}: a store covers its buffer")
 
 
 class ConstOp(Operation):

@@ -34,6 +34,9 @@ class UopFuncOp(Operation):
   def sym_name(self) -> str: return self.attrs['sym_name']
   def verify(self):
     if self.body.args: raise self.error("takes no arguments: buffers are uop.define_global ops")
+    for k in ('global_size', 'local_size'):  # what every runtime's launch takes (the CPU's gidx0 bounds are i32)
+      s = self.attrs.get(k, ())
+      if len(s) > 3 or any(not 1 <= x < 2**31 for x in s): raise self.error(f"{k} must be at most 3 sizes from 1 to 2**31 - 1, got {list(s)}")
 
   def verify_body(self):
     """Ranges and ifs nest and close; each endrange closes the innermost open range. A value defined
@@ -42,6 +45,7 @@ class UopFuncOp(Operation):
     inner: list[set] = []   # values defined in each open scope
     hidden: dict = {}       # value -> the op that closed its scope
     for op in self.body.ops:
+      if op.dialect != 'uop' and not op.has(FUNCTION): raise op.error("is not allowed in a uop.func: its body is uop ops")
       for i, v in enumerate(op.operands):
         if v in hidden:
           closer = hidden[v]

@@ -55,11 +55,17 @@ class Diagnostic(TgcError):
   def __str__(self): return self.format()
 
 
-class DiagnosticList(TgcError):
-  """Several diagnostics reported at once (the verifier collects them all)."""
+class DiagnosticList(Diagnostic):
+  """Several diagnostics reported at once (the verifier collects them all). A Diagnostic itself (the first
+  one's message and place), so `except Diagnostic` catches every error in IR, as api.md says; format() and
+  all() give every one of them."""
   def __init__(self, diags: list[Diagnostic]):
-    super().__init__('\n'.join(d.format() for d in diags))
+    first = diags[0] if diags else Diagnostic('no diagnostics')
+    super().__init__(first.message, first.loc, first.severity, first.notes)
     self.diags = diags
+
+  def format(self, tool: str = 'tgc') -> str: return '\n'.join(d.format(tool) for d in self.diags)
+  def all(self) -> list[Note]: return [n for d in self.diags for n in d.all()]
 
 
 def _format_one(severity: str, message: str, loc: Location | None, tool: str) -> str:

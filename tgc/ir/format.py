@@ -2,7 +2,8 @@
 
   $name        an operand (variadic operands take every value left in their group) or an attribute
   [ ... ]      a bracketed group, ( ... ) a parenthesised one
-  ,            a separator (the parser drops commas; the printer writes them)
+  ,            a separator: the parser passes the custom form's commas as tokens, (text, line, col) tuples,
+               and each must be where the format has one (inside [ ] and ( ) the grammar requires them)
   ?{ ... }     an optional group, present when its first operand or attribute is
   : type($x), type($y) -> type($r)    the types: of operands (checked) and results (taken)
 
@@ -16,7 +17,9 @@ _TOK = re.compile(r'\s*(\$\w+|\?\{|\}|\[|\]|\(|\)|,|:|->|type\(\$\w+\))')
 
 
 class FormatError(Exception):
-  """A custom form that does not match the op's format; the parser turns it into a diagnostic."""
+  """A custom form that does not match the op's format; the parser turns it into a diagnostic, at `pos`
+  (line, column) when the error has a place of its own, else at the op."""
+  def __init__(self, msg, pos=None): super().__init__(msg); self.pos = pos
 
 
 class Directive:
@@ -74,7 +77,7 @@ class Format:
   def parse_slow(self, items: list, types_in: list, types_out: list | None, resolve):
     operands: dict[str, list] = {}
     attrs: dict = {}
-    rest = self._match(self.body, list(items), operands, attrs, resolve)
+    rest = self._match(self.body, list(items), operands, attrs, resolve, True)
     if rest: raise FormatError(f"unexpected {describe(rest[0])} in custom form of '{self.cls.name}'")
     ordered = []
     for n in self.cls.OPERANDS: ordered += operands.get(n.rstrip('*?'), [])
@@ -113,14 +116,25 @@ class Format:
         i += 1
     return out
 
-  def _match(self, ds, items, operands, attrs, resolve):
+  def _match(self, ds, items, operands, attrs, resolve, top=False):
+    """`top`: the op's own items, with their commas; a group's hold none (the grammar checked them)."""
     for d in ds:
-      if d.kind == 'comma': continue
+      if d.kind == 'comma':
+        if top and items:
+          if not _is_comma(items[0]): raise FormatError(f"'{self.cls.name}' expects ',' before {describe(items[0])}", _pos(items[0]))
+          items.pop(0)
+        continue
       if d.kind == 'operand':
         k = self.operand_kinds[d.name]
         if k == '*':
           vals = []
-          while items and isinstance(items[0], Ref): vals.append(resolve(items.pop(0), True))
+          if top:  # %a, %b, ...: a comma before each value after the first
+            if items and isinstance(items[0], Ref):
+              vals.append(resolve(items.pop(0), True))
+              while len(items) > 1 and _is_comma(items[0]) and isinstance(items[1], Ref): items.pop(0); vals.append(resolve(items.pop(0), True))
+              if items and isinstance(items[0], Ref): raise FormatError(f"'{self.cls.name}' expects ',' before {describe(items[0])}", _pos(items[0]))
+          else:
+            while items and isinstance(items[0], Ref): vals.append(resolve(items.pop(0), True))
           operands[d.name] = vals
         else:
           if not items or not isinstance(items[0], Ref): raise FormatError(f"'{self.cls.name}' expects an SSA value for ${d.name}, got {describe(items[0]) if items else 'nothing'}")
@@ -130,6 +144,7 @@ class Format:
         it = items.pop(0)
         kind = self.cls.ATTRS[d.name].rstrip('?')
         if isinstance(it, Ref): raise FormatError(f"'{self.cls.name}' expects ${d.name} ({kind}), got an SSA value")
+        if _is_comma(it): raise FormatError(f"'{self.cls.name}' expects ${d.name} ({kind}), got ','", _pos(it))
         if kind == 'ident' and not isinstance(it, Ident): raise FormatError(f"'{self.cls.name}' expects a name for ${d.name}, got {describe(it)}")
         try: attrs[d.name] = normalize(kind, it)
         except AttrError as e: raise FormatError(f"'{self.cls.name}' ${d.name}: {e}") from None
@@ -141,7 +156,7 @@ class Format:
         rest = self._match(d.children, inner, operands, attrs, resolve)
         if rest: raise FormatError(f"unexpected {describe(rest[0])} in custom form of '{self.cls.name}'")
       elif d.kind == 'optional':
-        if items: items = self._match(d.children, items, operands, attrs, resolve)
+        if items: items = self._match(d.children, items, operands, attrs, resolve, top)
     return items
 
   # ---- printing ----
@@ -182,7 +197,11 @@ def _check_type(v, t, n):
   if v.type is None: v.type = t  # a forward reference takes the type its use states
   elif v.type != t: raise FormatError(f"type of ${n} is {v.type}, but the type list says {t}")
 
+def _is_comma(it) -> bool: return it.__class__ is tuple  # the parser's token; a parsed ( ) is a Tup
+def _pos(it): return (it[1], it[2]) if _is_comma(it) else (it.line, it.col) if isinstance(it, Ref) else None
+
 def describe(it) -> str:
+  if _is_comma(it): return "','"
   if isinstance(it, Ref): return f"'%{it.name}'"
   if isinstance(it, Ident): return f"'{it}'"
   if isinstance(it, LList): return "'[...]'"
@@ -219,21 +238,31 @@ def _compile_parse(f: Format):
   cls = f.cls
   kinds = f.operand_kinds
   src, env = _Src(), {'Ref': Ref, 'Ident': Ident, 'LList': LList, 'Tup': Tup, 'FormatError': FormatError, 'AttrError': AttrError,
-                      'normalize': normalize, 'describe': describe, 'NAME': cls.name, 'TYPES_TEXT': f._types_text()}
+                      'normalize': normalize, 'describe': describe, '_pos': _pos, 'NAME': cls.name, 'TYPES_TEXT': f._types_text()}
   opvar = {}   # operand name -> local holding its list of values (assigned where the format reads it)
   seen = []
   def operand_var(n):
     if n not in opvar: opvar[n] = f"o_{n}"; seen.append(n)
     return opvar[n]
-  def match(ds, items, idx, depth):
+  def match(ds, items, idx, depth, top):
     for d in ds:
-      if d.kind == 'comma': continue
+      if d.kind == 'comma':
+        if top: src.emit(depth, f"if {idx} < len({items}):"); comma(items, idx, depth + 1); src.emit(depth + 1, f"{idx} += 1")
+        continue
       if d.kind == 'operand':
         v = operand_var(d.name)
         if kinds[d.name] == '*':
           src.emit(depth, f"{v} = []")
-          src.emit(depth, f"while {idx} < len({items}) and isinstance({items}[{idx}], Ref):")
-          src.emit(depth + 1, f"{v}.append(resolve({items}[{idx}], True)); {idx} += 1")
+          if top:  # %a, %b, ...: a comma before each value after the first
+            src.emit(depth, f"if {idx} < len({items}) and isinstance({items}[{idx}], Ref):")
+            src.emit(depth + 1, f"{v}.append(resolve({items}[{idx}], True)); {idx} += 1")
+            src.emit(depth + 1, f"while {idx} + 1 < len({items}) and {items}[{idx}].__class__ is tuple and isinstance({items}[{idx} + 1], Ref):")
+            src.emit(depth + 2, f"{v}.append(resolve({items}[{idx} + 1], True)); {idx} += 2")
+            src.emit(depth + 1, f"if {idx} < len({items}) and isinstance({items}[{idx}], Ref):")
+            comma(items, idx, depth + 2)
+          else:
+            src.emit(depth, f"while {idx} < len({items}) and isinstance({items}[{idx}], Ref):")
+            src.emit(depth + 1, f"{v}.append(resolve({items}[{idx}], True)); {idx} += 1")
         else:
           src.emit(depth, f"if {idx} >= len({items}) or not isinstance({items}[{idx}], Ref): raise FormatError(f\"'{{NAME}}' expects an SSA value for ${d.name}, got {{describe({items}[{idx}]) if {idx} < len({items}) else 'nothing'}}\")")
           src.emit(depth, f"{v} = [resolve({items}[{idx}], False)]; {idx} += 1")
@@ -243,6 +272,7 @@ def _compile_parse(f: Format):
         src.emit(depth, f"if {idx} >= len({items}): raise FormatError(\"'\" + NAME + \"' expects ${d.name}, got nothing\")")
         src.emit(depth, f"it = {items}[{idx}]; {idx} += 1")
         src.emit(depth, f"if isinstance(it, Ref): raise FormatError(\"'\" + NAME + \"' expects ${d.name} ({kind}), got an SSA value\")")
+        if top: src.emit(depth, f"if it.__class__ is tuple: raise FormatError(\"'\" + NAME + \"' expects ${d.name} ({kind}), got ','\", _pos(it))")
         if kind == 'ident':
           src.emit(depth, f"if not isinstance(it, Ident): raise FormatError(f\"'{{NAME}}' expects a name for ${d.name}, got {{describe(it)}}\")")
         src.emit(depth, f"try: attrs[{d.name!r}] = normalize(K_{d.name}, it)")
@@ -252,16 +282,18 @@ def _compile_parse(f: Format):
         src.emit(depth, f"if {idx} >= len({items}) or not isinstance({items}[{idx}], {want}): raise FormatError(f\"'{{NAME}}' expects '{d.name}' here, got {{describe({items}[{idx}]) if {idx} < len({items}) else 'nothing'}}\")")
         g, gi = src.var('g'), src.var('j')
         src.emit(depth, f"{g} = {items}[{idx}]; {idx} += 1; {gi} = 0")
-        match(d.children, g, gi, depth)
+        match(d.children, g, gi, depth, False)
         src.emit(depth, f"if {gi} < len({g}): raise FormatError(f\"unexpected {{describe({g}[{gi}])}} in custom form of '{{NAME}}'\")")
       elif d.kind == 'optional':
         src.emit(depth, f"if {idx} < len({items}):")
         src.emit(depth + 1, "pass")  # an empty group is allowed
-        match(d.children, items, idx, depth + 1)
+        match(d.children, items, idx, depth + 1, top)
+  def comma(items, idx, depth):  # raise unless items[idx] is a comma (Format._match's message)
+    src.emit(depth, f"if {items}[{idx}].__class__ is not tuple: raise FormatError(f\"'{{NAME}}' expects ',' before {{describe({items}[{idx}])}}\", _pos({items}[{idx}]))")
   src.emit(1, "i = 0")
   src.emit(1, "attrs = {}")
   mark = len(src.lines)
-  match(f.body, 'items', 'i', 1)
+  match(f.body, 'items', 'i', 1, True)
   src.emit(1, "if i < len(items): raise FormatError(f\"unexpected {describe(items[i])} in custom form of '{NAME}'\")")
   # operands the format may not read are empty (Format.parse_slow: operands.get(name, []))
   inits = [f"  {opvar[n]} = ()" for n in seen]

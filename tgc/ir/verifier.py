@@ -42,6 +42,7 @@ def verify_function(fn: Operation, m: Module | None, diags: list[Diagnostic]) ->
   defined = set(fn.body.args)
   ops = fn.body.ops
   later = {r for op in ops for r in op.results}  # for ops allowed to refer forward
+  ndiags = len(diags)
   for op in ops:
     if op.has(FUNCTION):
       diags.append(op.error("cannot be nested in another function")); continue
@@ -55,6 +56,7 @@ def verify_function(fn: Operation, m: Module | None, diags: list[Diagnostic]) ->
       try: verify_op(op, m)
       except Diagnostic as d: diags.append(d)
     defined.update(op.results)
-  if hasattr(fn, 'verify_body'):
+  # the body's rules read the ops' attributes and operands: only when every op has passed its own
+  if hasattr(fn, 'verify_body') and len(diags) == ndiags:
     try: fn.verify_body()
     except Diagnostic as d: diags.append(d)

@@ -122,7 +122,10 @@ class _Build:
   def ref(self, t): return Ref(t[0][1:], t[1], t[2])
   def ident(self, t): return Ident(t[0])
   def symbol(self, t): return Symbol(t[0][1:])
-  def int(self, t): return int(t[0])
+  def int(self, t):
+    # Python refuses int() of more digits than sys.get_int_max_str_digits() (4300); no type needs 40
+    if len(t[0]) > 100: raise Diagnostic(f"integer literal of {len(t[0].lstrip('-'))} digits is too long", self.st.loc(t))
+    return int(t[0])
   def hex(self, t): return HexInt(int(t[0], 16))
   def float(self, t): return float(t[0])
   def string(self, t): return _unescape(t[0])
@@ -211,7 +214,7 @@ class _Build:
       if nres != len(rtypes):
         raise Diagnostic(f"'{name}' produces {len(rtypes)} result{'s' if len(rtypes) != 1 else ''}, but {nres} name{'s are' if nres != 1 else ' is'} bound", loc)
       op = cls._new(operands, rtypes, fattrs, loc)
-    except FormatError as e: raise Diagnostic(str(e), loc) from None
+    except FormatError as e: raise Diagnostic(str(e), st.loc((None,) + e.pos) if e.pos else loc) from None
     except AttrError as e: raise Diagnostic(f"'{name}': {e}", loc) from None
     if results:
       define = st.define

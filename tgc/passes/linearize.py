@@ -191,6 +191,16 @@ def tc_axes(full, kinds, views) -> tuple[int, int]:
   return m_ax, n_ax
 
 
+def feeding(roots, stop=()) -> set:
+  """The ops that compute the values `roots`, through their operands (not through the ops in `stop`)."""
+  seen, todo = set(), list(roots)
+  while todo:
+    op = todo.pop().op
+    if op is None or op in seen or op in stop: continue
+    seen.add(op); todo.extend(op.operands)
+  return seen
+
+
 class Lowerer:
   def __init__(self, k: Operation, target: str, opts=None):
     self.k, self.target, self.opts = k, target, opts
@@ -313,8 +323,11 @@ class Lowerer:
     self.vals: dict = {}
     if reduces:
       self.lower_reduce_region(reduces, below, last_reduce)
+    # what the ops after the reduce use from before it (a constant, a load invariant along the reduce) is
+    # computed again after the loop: the values made inside the range are not visible past its end
+    need = feeding([v for op in ops[last_reduce + 1:] for v in op.operands], stop=set(reduces))
     for n, op in enumerate(ops):
-      if n <= last_reduce: continue
+      if n <= last_reduce and op not in need: continue
       self.lower_op(op, above, self.lanes_above, above=True)
 
   def lower_reduce_region(self, reduces, idx, last_reduce):
@@ -345,8 +358,9 @@ class Lowerer:
     for r in reduces:
       for acc in accs[r].values(): acc.op.operands = [acc.op.operands[0]] + ranges
     # the reduce's input, per lane combination of the region below
+    inside = feeding([r.src for r in reduces])
     for n, op in enumerate(ops[:last_reduce + 1]):
-      if op.name == 'kernel.reduce': continue
+      if op.name == 'kernel.reduce' or op not in inside: continue
       self.lower_op(op, loop_idx, self.lanes_below, above=False)
     for r in reduces:
       src = self.vals[r.src]
@@ -438,11 +452,14 @@ class Lowerer:
       d = b.emit('wmma', [fa, fb, acc], acc_t, {'dims': tcs.dims, 'target': self.t.name})
       results.append(b.emit('phi', [acc, d], acc_t, pure=False))
     for rr in reversed(ranges): b.close_range(rr)
+    # the rest of the kernel, and what it uses from before the reduce (a constant), per result of the tile
+    need = feeding([v for op in ops[ops.index(r) + 1:] for v in op.operands], stop={r})
+    after = [op for n, op in enumerate(ops) if n > ops.index(r) or op in need]
     for tile, res in zip(tiles, results):
       for i in range(4):
         self.vals[r.results[0]] = {(): b.emit('gep', [res], acc_dt, {'index': i})}
         at = {**self.idx, **tile, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
-        for op in ops[ops.index(r) + 1:]: self.lower_op(op, at, [], above=True)
+        for op in after: self.lower_op(op, at, [], above=True)
 
   def group_reduce(self, reduces, cu):
     """GROUP: each thread holds a partial result; they meet in shared memory, and after a barrier the
