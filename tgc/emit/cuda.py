@@ -63,7 +63,8 @@ class CUDALang(Lang):
             f'    : {outs} : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));',
             "  return c;", "}"]
   def prelude(self):
-    out = ['#define INFINITY (__int_as_float(0x7f800000))', '#define NAN (__int_as_float(0x7fffffff))']
+    # nvcc's implicit cuda_runtime.h brings math.h's INFINITY and NAN: ours replace them (without a redefinition warning)
+    out = ['#undef INFINITY', '#define INFINITY (__int_as_float(0x7f800000))', '#undef NAN', '#define NAN (__int_as_float(0x7fffffff))']
     if 'half' in self.needs: out.append('#include <cuda_fp16.h>')
     if 'bf16' in self.needs: out.append('#include <cuda_bf16.h>')
     for _, base, reg, n in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'vec'):
