@@ -7,8 +7,8 @@ gidx0 in [start, end) (all of it by default).
 from __future__ import annotations
 import ctypes, hashlib, os, subprocess, tempfile, threading
 from tgc.errors import TgcError
-from tgc.runtime.device import BaseDevice, HostDevice, Program
-from tgc.runtime.cpu import HostPointerAllocator, run_split
+from tgc.runtime.device import BaseDevice, HostDevice
+from tgc.runtime.cpu import HostKernelProgram, HostPointerAllocator
 
 CC = os.environ.get('CC', 'cc')
 # C99; -fwrapv: signed overflow wraps (tgc's semantics); -ffp-contract=off: a*b+c is never fused into an fma
@@ -42,23 +42,17 @@ def compile_c(src: str) -> ctypes.CDLL:
     return lib
 
 
-class CProgram(Program):
+class CProgram(HostKernelProgram):
+  """One kernel built by the system C compiler; launched as the CPU's are (threads over gidx0)."""
   def __init__(self, device, fn):
     from tgc.emit.c import render_c_kernel
     super().__init__(device, fn)
     if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"C: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
-    self.nbytes = sum(self.sizes.get(i, 0) * dt.itemsize for i, dt in enumerate(self.signature))
     self.src = render_c_kernel(fn)
     f = getattr(compile_c(self.src), self.name)
     f.argtypes = [ctypes.c_void_p] * len(self.signature) + [ctypes.c_int, ctypes.c_int]
     f.restype = None
-    self._f = f
-
-  def launch(self, args, start: int = 0, end: int | None = None) -> None:
-    g0 = self.global_size[0]
-    end = g0 if end is None else end
-    if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
-    run_split(self._f, args, start, end, self.nbytes)  # threads, as the CPU device
+    self._cfn = f
 
 
 class CDevice(HostDevice):

@@ -93,13 +93,28 @@ def jit(ir_text: str, names: list[str]) -> dict[str, int]:
   return {n: ee.get_function_address(n) for n in names}
 
 
-class CPUProgram(Program):
-  """One compiled kernel: launch(addresses) runs it over the whole grid (split across the cores when large)."""
+class HostKernelProgram(Program):
+  """A kernel compiled to host code `_cfn(*pointers, start, end)` that loops over gidx0 in [start, end) itself (the
+  CPU's LLVM and the C compiler's): launch runs the whole grid, split across the cores when it moves enough bytes."""
+  _cfn = None
+  def __init__(self, device, fn):
+    super().__init__(device, fn)
+    self.nbytes = sum(self.sizes.get(i, 0) * dt.itemsize for i, dt in enumerate(self.signature))
+
+  def launch(self, args, start: int = 0, end: int | None = None) -> None:
+    """Run every point of the grid (or gidx0 in [start, end) only)."""
+    g0 = self.global_size[0]
+    end = g0 if end is None else end
+    if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
+    run_split(self._cfn, args, start, end, self.nbytes)
+
+
+class CPUProgram(HostKernelProgram):
+  """One kernel JIT-compiled from LLVM IR."""
   def __init__(self, device, fn, ir_text: str | None = None):
     from tgc.emit.llvm import render_llvm
     super().__init__(device, fn)
     self.src = ir_text if ir_text is not None else render_llvm(fn)
-    self.nbytes = sum(self.sizes.get(i, 0) * dt.itemsize for i, dt in enumerate(self.signature))
     addr = _jitted.get(self.src)
     if addr is None:
       addr = _jitted[self.src] = jit(self.src, [self.name])[self.name]
@@ -107,13 +122,8 @@ class CPUProgram(Program):
     self._cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.signature)), ctypes.c_int32, ctypes.c_int32)(addr)
 
   def launch(self, args, start: int = 0, end: int | None = None) -> None:
-    """Run every point of the grid (or gidx0 in [start, end) only: for splitting the launch across threads)."""
-    g0 = self.global_size[0]
-    if start or end is not None:
-      end = g0 if end is None else end
-      if not 0 <= start <= end <= g0: raise TgcError(f"@{self.name}: gidx0 range [{start}, {end}) is outside [0, {g0})")
-    run_split(self._cfn, args, start, g0 if end is None else end, self.nbytes)
-    stats['launches'] += 1
+    super().launch(args, start, end)
+    stats['launches'] += 1  # (the CPU device's counter: C launches are not its)
 
 
 def compile_llvm(device, fn) -> CPUProgram:
