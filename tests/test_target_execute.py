@@ -357,3 +357,31 @@ def test_opencl_tiles_for_either_processor(processor):
     args = [next(v for t, v in zip(ts, (a, x, b)) if t.node is l) for l in leaves]
     (out,) = compile_module(m, 'OPENCL')(*args)
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('case', ['rowsum', 'rowmax', 'shortrows', 'softmax', 'bigsum', 'colsum', 'add2d'])
+def test_opencl_gpu_reductions(case):
+  """GPU lowerings of reductions (GROUP along contiguous rows, partials combined as a tree in shared memory, several
+  short rows per work-group, the split of a big sum) and of elementwise work-groups, run on this OpenCL device
+  against numpy."""
+  from tgc.tensor import _build_module
+  from tgc.compiler import lower, compile_module
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  rng = np.random.default_rng(4)
+  shape, f, ref, opt = {
+    'rowsum': ((6, 1024), lambda t: t.sum(axis=1), lambda a: a.sum(axis=1), 'group'),
+    'rowmax': ((3, 4096), lambda t: t.max(axis=1), lambda a: a.max(axis=1), 'group'),
+    'shortrows': ((24, 128), lambda t: t.sum(axis=1), lambda a: a.sum(axis=1), 'local'),
+    'softmax': ((5, 512), lambda t: t.softmax(axis=1), lambda a: np.exp(a - a.max(1, keepdims=True)) / np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True), 'group'),
+    'bigsum': ((1 << 16,), lambda t: t.sum(), lambda a: a.sum(), 'group'),
+    'colsum': ((256, 48), lambda t: t.sum(axis=0), lambda a: a.sum(axis=0), None),
+    'add2d': ((64, 96), lambda t: t + t * 2, lambda a: a + a * 2, 'local'),
+  }[case]
+  a = rng.standard_normal(shape).astype(np.float32)
+  m, leaves = _build_module([f(tgc.Tensor(a, device='OPENCL')).node], 'f')
+  lower(m, 'opencl', processor='gpu')
+  opts = [o.name for fn in m.functions('uop.func') for o in fn.attrs.get('opts', ())]
+  assert opt is None or opt in opts, opts
+  (out,) = compile_module(m, 'OPENCL')(a)
+  np.testing.assert_allclose(out.astype(np.float64), ref(a.astype(np.float64)), rtol=1e-4, atol=1e-4)

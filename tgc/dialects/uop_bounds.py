@@ -78,10 +78,10 @@ def _conditions(g: Value, out: list):
     for x in op.operands: _conditions(x, out)
   elif op.name == 'uop.cmplt': out.append(op)
 
-def narrowed(gate: Value, memo: dict) -> dict:
-  """Ranges implied by the gate being true: `x < c` caps x, `c < x` floors it (x any value)."""
+def narrowed(gates: list, memo: dict) -> dict:
+  """Ranges implied by the gates being true: `x < c` caps x, `c < x` floors it (x any value)."""
   conds: list = []
-  _conditions(gate, conds)
+  for g in gates: _conditions(g, conds)
   nar: dict = {}
   for _ in range(2):  # a value tested twice (lower and upper bound) takes both
     for c in conds:
@@ -92,12 +92,12 @@ def narrowed(gate: Value, memo: dict) -> dict:
   return nar
 
 
-def access_range(op, memo: dict) -> tuple:
-  """[lo, hi] of the elements a load or store touches (vector lanes included), under its gate."""
-  nar = None
-  gate = op.gate if op.name == 'uop.load' else op.attrs and None or (op.operands[3] if len(op.operands) == 4 else None)
-  if op.name == 'uop.load': gate = op.gate
-  if gate is not None: nar = narrowed(gate, memo)
+def access_range(op, memo: dict, enclosing: list = ()) -> tuple:
+  """[lo, hi] of the elements a load or store touches (vector lanes included), under its gate and the conditions
+  of the uop.ifs around it."""
+  gate = op.gate if op.name == 'uop.load' else (op.operands[3] if len(op.operands) == 4 else None)
+  gates = list(enclosing) + ([gate] if gate is not None else [])
+  nar = narrowed(gates, memo) if gates else None
   lo, hi = _index_bounds(op.idx, memo, nar)
   t = op.results[0].type if op.name == 'uop.load' else op.value.type
   n = t.count if isinstance(t, VecType) else 1
@@ -112,14 +112,16 @@ def _index_bounds(idx, memo, nar):
 def unproven_accesses(fn, memo: dict | None = None) -> set:
   """Loads and stores of a uop.func not provably inside their define_global's size (a missing size: all)."""
   memo = {} if memo is None else memo
-  out = set()
+  out, ifs = set(), []
   for op in fn.body.ops:
+    if op.name == 'uop.if': ifs.append(op.operands[0])
+    elif op.name == 'uop.endif' and ifs: ifs.pop()
     if op.name not in ('uop.load', 'uop.store'): continue
     d = op.buf.op
     size = d.attrs.get('size') if d is not None else None
     if d is None or d.name != 'uop.define_global':
       if d is not None and d.name == 'uop.define_local': size = d.attrs.get('size')
     if size is None: out.add(op); continue
-    lo, hi = access_range(op, memo)
+    lo, hi = access_range(op, memo, ifs)
     if not (lo >= 0 and hi < size): out.add(op)
   return out

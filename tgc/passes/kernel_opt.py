@@ -107,6 +107,22 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     if ax is not None and ks.full[r] % 8 == 0 and ks.full[r] > 8:
       for o in (Opt('group', r, 8), Opt('local', ax, 4), Opt('upcast', ax, 4)): apply(o)
       return opts
+  # GPU reduce along memory (rows of a sum, softmax's max and sum): a work-group per output, each thread takes
+  # float4s `group` apart (neighbouring threads read neighbouring addresses: coalesced), and the partials meet
+  # as a tree in shared memory; a thread per output reading its own row would read a row apart per thread
+  if gpu and allow_local and len(red) == 1:
+    r = red[0]
+    st = [ks.strides(op)[r] for op in loads]
+    if 1 in st and all(x in (0, 1) for x in st) and ks.full[r] >= 128:
+      if ks.full[r] % (vec * 32) == 0: apply(Opt('unroll', r, vec))
+      for amt in (t.max_threads, 128, 64, 32):
+        if amt <= t.max_threads and ks.full[r] % amt == 0 and apply(Opt('group', r, amt)):
+          # short rows: several outputs per work-group, so that a block still has 128 threads or more
+          for ax in reversed(ks.axes('global')):
+            for n in (8, 4, 2):
+              if amt * n <= t.max_threads and ks.full[ax] % n == 0 and apply(Opt('local', ax, n)): amt *= n; break
+            if amt >= 128: break
+          return opts
   out_points = math.prod(ks.full[i] for i in glob) if glob else 1
   # GPU: a reduce whose output cannot fill the device gets the work-group to share it (GROUPTOP)
   if gpu and red and out_points <= 2048:
@@ -168,12 +184,14 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
       if all(ks.strides(op)[ax] in (1, 0) for op in loads + [ks.store]) and ks.strides(ks.store)[ax] == 1:
         for amt in (vec, 8, 4, 2):
           if amt <= vec and ks.full[ax] % amt == 0 and apply(Opt('upcast', ax, amt)): break
-  # GPU: local dims on the global axes
+  # GPU: local dims on the global axes; an elementwise kernel takes the widest work-group along its innermost axis
+  # (whole 128-byte lines per warp, fewer blocks to schedule), a tiled one squarer groups (reuse in the caches)
   if allow_local:
+    amts = (16, 8, 4) if red else tuple(1 << i for i in range(t.max_threads.bit_length() - 1, 1, -1))
     for ax in reversed(ks.axes('global')):
       local = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('local', 'group'))
       if local >= 128: break
-      for amt in (16, 8, 4):
+      for amt in amts:
         if local * amt <= t.max_threads and ks.full[ax] % amt == 0 and apply(Opt('local', ax, amt)): break
   return opts
 

@@ -309,7 +309,10 @@ def split_reduce(op, rw):
   a = op.axes[0]
   n = src.type.shape[a]
   if n < SPLIT_MIN: return None
-  k = next((k for k in (256, 128, 64, 32, 16) if n % k == 0 and n // k >= 256), None)
+  # enough partial results to fill a GPU's work-group slots several times over (a CPU's threads too), each still
+  # long enough to stream
+  k = next((k for k in (4096, 2048, 1024, 512, 256, 128, 64, 32, 16) if n % k == 0 and n // k >= 8192), None) or \
+      next((k for k in (256, 128, 64, 32, 16) if n % k == 0 and n // k >= 256), None)
   if k is None: return None
   shape = src.type.shape
   split = shape[:a] + (k, n // k) + shape[a + 1:]

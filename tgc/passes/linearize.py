@@ -380,8 +380,7 @@ class Lowerer:
             parts = [b.emit(r.kind, [parts[i], parts[i + 1]], parts[i].type) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
           res[c] = parts[0]
         self.vals[r.results[0]] = res
-    if any(kd == 'group' for kd in self.kinds): self.group_reduce(reduces, cu)
-    if vec_is_unroll:  # horizontal reduce of the vector lanes
+    if vec_is_unroll:  # horizontal reduce of the vector lanes (before the group's: W times fewer partials to share)
       for r in reduces:
         dt = r.results[0].type
         res = {}
@@ -391,6 +390,7 @@ class Lowerer:
             parts = [b.emit(r.kind, [parts[i], parts[i + 1]], dt) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
           res[c] = parts[0]
         self.vals[r.results[0]] = res
+    if any(kd == 'group' for kd in self.kinds): self.group_reduce(reduces, cu, 1 if vec_is_unroll else self.W)
 
   def lower_tc(self, reduces, name):
     """TC: a warp per (16 x 8) output tile. Per step of 16 along k, lane 4g + t loads its fragment of A (8 values
@@ -461,58 +461,62 @@ class Lowerer:
         at = {**self.idx, **tile, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
         for op in after: self.lower_op(op, at, [], above=True)
 
-  def group_reduce(self, reduces, cu):
-    """GROUP: each thread holds a partial result; they meet in shared memory, and after a barrier the
-    threads whose group index is 0 combine them (the rest of the kernel runs under that uop.if)."""
+  def group_reduce(self, reduces, cu, W):
+    """GROUP: each thread holds a partial result (W lanes per upcast combination); they meet in shared memory
+    and combine as a tree (log2 steps, a barrier each) when the group's size is a power of two, else serially;
+    then the threads whose group index is 0 hold the result (the rest of the kernel runs under that uop.if)."""
     b, full = self.b, self.full
     loc = [i for i in range(len(full)) if self.kinds[i] in ('local', 'group') and full[i] > 1]
     grp = [i for i in loc if self.kinds[i] == 'group']
-    strides, acc_s = {}, 1
-    for i in reversed(loc): strides[i] = acc_s; acc_s *= full[i]
-    nthreads = acc_s
-    lanes = len(cu) * self.W
-    def lin(sub):
-      e = b.const(0)
-      for i in loc: e = b.add(e, b.mul(sub.get(i, self.idx[i]), b.const(strides[i])))
+    def lin(axes, sub):  # the linear index of these axes, the last fastest
+      e, st = b.const(0), 1
+      for i in reversed(axes): e = b.add(e, b.mul(sub.get(i, self.idx[i]), b.const(st))); st *= full[i]
       return e
-    me = lin({})
+    G = math.prod(full[i] for i in grp)
+    lanes = len(cu) * W
+    # shared-memory slots: a thread's lanes are adjacent, the threads of one group follow each other
+    gl, ll = lin(grp, {}), lin([i for i in loc if i not in grp], {})
+    base = lambda g: b.mul(b.add(b.mul(ll, b.const(G)), g), b.const(lanes))
+    lane_of = lambda v, l: b.emit('gep', [v], v.type.dtype, {'index': l}) if isinstance(v.type, VecType) else v
     for k, r in enumerate(reduces):
       dt = r.results[0].type
-      tmp = b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{k}', 'size': nthreads * lanes}, pure=False)
-      vals = self.vals[r.results[0]]
+      r._tmp = b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{k}', 'size': math.prod(full[i] for i in loc) * lanes}, pure=False)
       for ci, c in enumerate(cu):
-        v = vals[c]
-        for l in range(self.W):
-          x = b.emit('gep', [v], dt, {'index': l}) if isinstance(v.type, VecType) else v
-          b.emit('store', [tmp, b.add(b.mul(me, b.const(lanes)), b.const(ci * self.W + l)), x], None, pure=False)
-      r._tmp = tmp
+        for l in range(W): b.emit('store', [r._tmp, b.add(base(gl), b.const(ci * W + l)), lane_of(self.vals[r.results[0]][c], l)], None, pure=False)
     b.emit('barrier', [], None, pure=False)
-    cond = None
-    for i in grp:
-      c0 = b.alu('cmpeq', self.idx[i], b.const(0))
-      cond = c0 if cond is None else b.and_(cond, c0)
-    b.emit('if', [cond], None, pure=False)
+    tree = G & (G - 1) == 0
+    if tree:  # step s: group thread g < s folds in the partial of g + s
+      s = G // 2
+      while s >= 1:
+        b.emit('if', [b.lt(gl, b.const(s))], None, pure=False)
+        for r in reduces:
+          dt = r.results[0].type
+          for j in range(lanes):
+            mine, theirs = b.add(base(gl), b.const(j)), b.add(base(b.add(gl, b.const(s))), b.const(j))
+            x = b.emit('load', [r._tmp, mine], dt, pure=False)
+            y = b.emit('load', [r._tmp, theirs], dt, pure=False)
+            b.emit('store', [r._tmp, mine, b.emit(r.kind, [x, y], dt, pure=False)], None, pure=False)
+        b.emit('endif', [], None, pure=False)
+        b.emit('barrier', [], None, pure=False)
+        s //= 2
+    b.emit('if', [b.alu('cmpeq', gl, b.const(0))], None, pure=False)
     self.open_ifs = getattr(self, 'open_ifs', 0) + 1
     for r in reduces:
       dt = r.results[0].type
+      if tree: parts = {(ci, l): b.emit('load', [r._tmp, b.add(base(b.const(0)), b.const(ci * W + l))], dt, pure=False) for ci in range(len(cu)) for l in range(W)}
+      else:
+        accs = {(ci, l): b.emit('define_acc', [b.const(alu.reduce_identity(r.kind, dt), dt)], dt, pure=False) for ci in range(len(cu)) for l in range(W)}
+        rg = b.open_range(b.const(0), b.const(G))
+        for a in accs.values(): a.op.operands = [a.op.operands[0], rg]
+        parts = {}
+        for (ci, l), a in accs.items():
+          x = b.emit('load', [r._tmp, b.add(base(rg), b.const(ci * W + l))], dt, pure=False)
+          parts[(ci, l)] = b.emit('phi', [a, b.emit(r.kind, [a, x], dt, pure=False)], dt, pure=False)
+        b.close_range(rg)
       res = {}
-      accs = {}
       for ci, c in enumerate(cu):
-        for l in range(self.W):
-          accs[(ci, l)] = b.emit('define_acc', [b.const(alu.reduce_identity(r.kind, dt), dt)], dt, pure=False)
-      sub, rngs = {}, []
-      for i in grp:
-        rg = b.open_range(b.const(0), b.const(full[i])); rngs.append(rg); sub[i] = rg
-      for a in accs.values(): a.op.operands = [a.op.operands[0]] + rngs
-      src = lin(sub)
-      phis = {}
-      for (ci, l), a in accs.items():
-        x = b.emit('load', [r._tmp, b.add(b.mul(src, b.const(lanes)), b.const(ci * self.W + l))], dt, pure=False)
-        phis[(ci, l)] = b.emit('phi', [a, b.emit(r.kind, [a, x], dt, pure=False)], dt, pure=False)
-      for rg in reversed(rngs): b.close_range(rg)
-      for ci, c in enumerate(cu):
-        parts = [phis[(ci, l)] for l in range(self.W)]
-        res[c] = parts[0] if self.W == 1 or not isinstance(vals_type := self.vals[r.results[0]][c].type, VecType) else b.emit('vectorize', parts, vals_type)
+        vt = self.vals[r.results[0]][c].type
+        res[c] = parts[(ci, 0)] if not isinstance(vt, VecType) else b.emit('vectorize', [parts[(ci, l)] for l in range(W)], vt)
       self.vals[r.results[0]] = res
 
   def broadcast(self, v, t):
