@@ -154,3 +154,24 @@ def test_tensor_core_flops_are_counted():
   points = math.prod(f.attrs['global_size']) * math.prod(f.attrs['local_size'])
   (M, K), (_, N) = arrays[0].shape, arrays[1].shape
   assert count_flops(f) * points == 2 * M * N * K
+
+
+@pytest.mark.parametrize('case', ['matmul_odd', 'matmul_f16', 'matmul_4095', 'rowsum_odd', 'sum_odd', 'softmax', 'max_short_rows'])
+def test_gpu_heuristic_shapes(case):
+  """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
+  shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
+  _gpu()
+  rng = np.random.default_rng(5)
+  r = lambda *s, dt=np.float32: rng.standard_normal(s).astype(dt)
+  f, args, ref, tol = {
+    'matmul_odd': (lambda a, b: a @ b, (r(100, 300), r(300, 70)), lambda a, b: a @ b, 1e-4),
+    'matmul_f16': (lambda a, b: a @ b, (r(128, 256, dt=np.float16), r(256, 64, dt=np.float16)), lambda a, b: a @ b, 2e-2),
+    'matmul_4095': (lambda a, b: a @ b, (r(255, 4095), r(4095, 33)), lambda a, b: a @ b, 1e-3),
+    'rowsum_odd': (lambda a: a.sum(axis=1), (r(1000, 3000),), lambda a: a.sum(axis=1), 1e-4),
+    'sum_odd': (lambda a: a.sum(), (r((1 << 20) + 3),), lambda a: a.sum(), 1e-4),
+    'softmax': (lambda a: a.softmax(axis=1), (r(37, 4096),), lambda a: np.exp(a - a.max(1, keepdims=True)) / np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True), 1e-5),
+    'max_short_rows': (lambda a: a.max(axis=1), (r(4096, 128),), lambda a: a.max(axis=1), 0),
+  }[case]
+  out = f(*[tgc.Tensor(a, device='CUDA') for a in args]).numpy()
+  want = ref(*[a.astype(np.float64) for a in args])
+  np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
