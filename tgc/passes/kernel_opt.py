@@ -1,6 +1,6 @@
 """kernel-opt: choose optimisation actions for each kernel and record them as its `opts` attribute.
 
-The actions (each splits an iteration axis r -> r_outer * amt + r_inner; see linearize.py for what the
+The actions (each splits an iteration axis r -> r_outer * amt + r_inner; see schedule.py for what the
 kinds mean): UPCAST and LOCAL on global axes, UNROLL, GROUP and GROUPTOP on reduce axes, PADTO to round
 a global axis up, SWAP, which exchanges two global axes (the loop order), and TC: tensor cores on a matmul's
 (m, n, k) tile (CUDA's mma.sync m16n8k16, f16/bf16 inputs: a warp per 16x8 output tile). `axis` counts axes
@@ -19,45 +19,14 @@ from tgc.ir.core import Module, Operation
 from tgc.ir.attrs import Record
 from tgc.target import Target, get_target
 from tgc.passes.manager import Pass, PipelineError
-from tgc.passes.linearize import apply_opts, OptError, MAX_LANES, tc_applies, tc_tile
+from tgc.passes.schedule import Schedule, Opt, try_opts, MAX_LANES
+from tgc.passes.linearize import tc_applies
 from tgc.passes.pipelines import noopt_from_env
 
 CACHE_BYTES = 1 << 20  # a core's L2: buffers at least this large come from L3 or memory when re-read
 
 
-def Opt(name, axis, amt) -> Record: return Record(name, {'axis': axis, 'amt': amt})
-
-
-class KernelShape:
-  """What the heuristics look at: shapes, axis kinds, and each buffer's strides per axis (after `opts`, a TC
-  among them split by `target`'s tensor cores)."""
-  def __init__(self, k: Operation, opts=(), target: Target | None = None):
-    ops = k.body.ops
-    self.k = k
-    store = next(op for op in ops if op.name == 'kernel.store')
-    reduces = [op for op in ops if op.name == 'kernel.reduce']
-    out = store.view.shape
-    axes = tuple(reduces[0].axes) if reduces else ()
-    full = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out), out)
-    views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
-    kinds = ['reduce' if i in axes else 'global' for i in range(len(full))]
-    self.full, self.out, self.kinds, self.views, self.padded = apply_opts(full, out, kinds, views, list(opts), tc_tile(target))
-    self.store = store
-    self.reduce_kind = reduces[0].kind if reduces else None
-    self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
-
-  def strides(self, op):
-    return self.views[op].real_strides()
-
-  def axes(self, kind): return [i for i, kd in enumerate(self.kinds) if kd == kind and self.full[i] > 1]
-
-
-def try_opts(k, opts, target: Target | None = None) -> KernelShape | None:
-  try: return KernelShape(k, opts, target)
-  except (OptError, ValueError): return None
-
-
-def is_matvec(k: Operation, ks: KernelShape, r: int) -> bool:
+def is_matvec(k: Operation, ks: Schedule, r: int) -> bool:
   """A sum over axis r of matrix * vector: two loads, the matrix contiguous along r and broadcast along no axis,
   the vector broadcast along some (a matmul's two operands are both broadcast somewhere)."""
   red = next(op for op in k.body.ops if op.name == 'kernel.reduce')
@@ -77,7 +46,7 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   allow_local = (not t.is_cpu) if allow_local is None else allow_local
   vec = max_upcast or t.upcast(processor)
   opts: list[Record] = []
-  ks = KernelShape(k, (), t)
+  ks = Schedule(k, (), t)
   if not ks.full: return opts
   loads = [op for op in k.body.ops if op.name == 'kernel.load']
 

@@ -1,17 +1,15 @@
 """linearize: kernel.func ASTs -> uop.func flat lists (ranges, index arithmetic, accumulators).
 
-The iteration space of a kernel is its full shape. The kernel's `opts` attribute (chosen by kernel-opt,
-or written by hand: it replays) splits axes and gives each part a kind:
+The kernel's `opts` are applied first (tgc/passes/schedule.py: what each action does to the iteration space);
+this pass lowers the schedule that results:
 
   global   the launch grid: `uop.special gidxN` (the last global axis is gidx0, as in tinygrad); on CPU
            targets only the outermost is a special (the runtime splits it across threads), the rest loops
   local    work-group dims: `uop.special lidxN`
   reduce   `uop.range` loops (ridxN) inside which the reduce's input is computed
-  group    a reduce axis spread over the work-group: partial sums meet in shared memory after a barrier
+  group    a reduce axis spread over the work-group: partials meet in shared memory (a tree when a power of two)
   upcast   a non-reduce axis computed in registers: unrolled, and the widest upcast axis is a vector lane
   unroll   a reduce axis unrolled inside the loop (a vector lane when no upcast axis is)
-
-SWAP(axis, amt) is not a split: it exchanges the global axes `axis` and `amt`, which reorders the loops.
 
 Values are generated once per combination of the unrolled lanes; along the vector axis a value is either
 uniform (a scalar) or a `vec<W>`: loads whose index has stride 1 along it become vector loads, stride 0
@@ -23,30 +21,16 @@ import itertools, math
 from tgc.ir.core import Operation, Module, Value, Block, REGISTRY
 from tgc.ir.types import PtrType, VecType, elem
 from tgc.ir import dtypes as D, alu
-from tgc.ir.attrs import Symbol, Record
+from tgc.ir.attrs import Symbol
 from tgc.errors import TgcError
 from tgc.passes.manager import Pass
-from tgc.target import Target, get_target, tensor_core_targets
+from tgc.target import get_target, tensor_core_targets
+from tgc.passes.schedule import Schedule, OptError, MAX_LANES
 
 U = lambda n: REGISTRY[f'uop.{n}']
 MAX_GLOBAL_DIMS = 3
 VEC_WIDTHS = (2, 4, 8, 16)
-MAX_LANES = 256
 MAX_ACCS = 24     # accumulators kept apart per unrolled lane at most (registers: 32 vector registers on AVX-512)
-OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'swap': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce',
-             'tc': 'reduce'}
-
-
-def tc_tile(t: Target | None) -> tuple[int, int, int] | None:
-  """The (m, n, k) tile the TC action splits by: the target's tensor cores'. A target without any (or none given)
-  checks opts against the kernel with the first registered ones' tile, so that a shape error comes first, as for
-  every action; linearize then refuses tc on it."""
-  tc = t.tensor_cores if t is not None and t.tensor_cores is not None else next((x.tensor_cores for x in tensor_core_targets()), None)
-  return tc.dims if tc is not None else None
-
-
-class OptError(TgcError):
-  """An optimisation action that does not apply to the kernel."""
 
 
 class UopBuilder:
@@ -113,84 +97,6 @@ class UopBuilder:
   def and_(self, a, b): return self.alu('and', a, b)
 
 
-def apply_opts(full, out, kinds, views, opts, tile=None):
-  """Split axes per the opts (`tile`: TC's (m, n, k), see tc_tile). `views`: {key: ViewStack at `full` (below the
-  reduce) or `out`}. Returns the new (full, out, kinds, views, padded) where padded holds, per PADTO,
-  ([(axis, multiplier)], size): the index along the padded axis (a sum once it is split) must stay below its size
-  before padding."""
-  full, out, kinds = list(full), list(out), list(kinds)
-  padded: dict[int, int] = {}
-  for o in opts:
-    name = o.name
-    if name not in OPT_KINDS: raise OptError(f"unknown optimisation '{name}' (known: {', '.join(OPT_KINDS)})")
-    ax, amt = o.fields.get('axis'), o.fields.get('amt', 0)
-    if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
-    if kinds[ax] != OPT_KINDS[name]:
-      raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes")
-    if 'tck' in kinds and name not in ('upcast', 'local', 'swap'):
-      raise OptError(f"{name}: after tc only upcast, local and swap apply (to the grid of tiles)")
-    if name == 'swap':  # exchange two global axes (`amt` names the other): the loop order, outermost first
-      if not isinstance(amt, int) or not 0 <= amt < len(full) or amt == ax or kinds[amt] != 'global':
-        raise OptError(f"swap: axis {amt} must be another global axis of the {len(full)} (axis {ax} is the first)")
-      perm = list(range(len(full))); perm[ax], perm[amt] = amt, ax
-      full, out, kinds = [full[i] for i in perm], [out[i] for i in perm], [kinds[i] for i in perm]
-      for k, vs in views.items(): views[k] = vs.permute(tuple(perm))
-      padded = {k: ([(perm[a], m) for a, m in terms], size) for k, (terms, size) in padded.items()}
-      continue
-    if name == 'tc':
-      if amt != 0: raise OptError(f"tc: amount {amt}: 0 (the target's tensor-core tile) is the only one")
-      if opts[0] is not o: raise OptError("tc: tensor cores come first (then upcast, local or swap of the tile grid)")
-      if tile is None: raise OptError("tc: no target has tensor cores")
-      m_ax, n_ax = tc_axes(full, kinds, views)
-      for a, size, kind in sorted([(ax, tile[2], 'tck'), (n_ax, tile[1], 'tcn'), (m_ax, tile[0], 'tcm')], reverse=True):
-        if full[a] % size: raise OptError(f"tc: axis {a} of size {full[a]} is not a multiple of the tile's {size}")
-        full, out, kinds = _split(full, out, kinds, views, a, full[a] // size, size, kind)
-      continue
-    s = full[ax]
-    amt = s if amt == 0 else amt
-    if not isinstance(amt, int) or amt < 1: raise OptError(f"{name}: amount {amt} must be a positive integer")
-    if name == 'padto':
-      ns = -(-s // amt) * amt
-      if ns == s: continue
-      for k, vs in views.items(): views[k] = vs.pad(tuple((0, ns - s) if i == ax else (0, 0) for i in range(len(vs.shape))))
-      padded[len(padded)] = ([(ax, 1)], s)
-      full[ax] = ns
-      if kinds[ax] != 'reduce': out[ax] = ns
-      continue
-    if s % amt: raise OptError(f"{name}: amount {amt} does not divide axis {ax} of size {s}")
-    outer, inner = (amt, s // amt) if name == 'grouptop' else (s // amt, amt)
-    full, out, kinds = _split(full, out, kinds, views, ax, outer, inner, {'upcast': 'upcast', 'local': 'local', 'unroll': 'unroll', 'group': 'group'}.get(name))
-    if name == 'grouptop': kinds[ax:ax + 2] = ['group', 'reduce']
-    # a padded axis that is split: its index is now outer * inner_size + inner
-    padded = {k: ([t for a, m in terms for t in ((((a, m * inner)), (a + 1, m)) if a == ax else ((a if a < ax else a + 1, m),))], size)
-              for k, (terms, size) in padded.items()}
-  return tuple(full), tuple(out), kinds, views, padded
-
-
-def _split(full, out, kinds, views, ax, outer, inner, inner_kind):
-  """Axis ax -> (outer, inner): the outer part keeps the axis's kind, the inner one gets inner_kind; views
-  at the full shape and at the output shape (1 along reduce axes) reshape along."""
-  s = full[ax]
-  nf = full[:ax] + [outer, inner] + full[ax + 1:]
-  no = out[:ax] + ([outer, inner] if out[ax] == s else [1, 1]) + out[ax + 1:]
-  for k, vs in views.items():
-    views[k] = vs.reshape(tuple(nf) if tuple(vs.shape) == tuple(full) else tuple(no))
-  return nf, no, kinds[:ax] + [kinds[ax], inner_kind] + kinds[ax + 1:]
-
-
-def tc_axes(full, kinds, views) -> tuple[int, int]:
-  """The (m, n) axes of a matmul-like kernel for tensor cores: its two loads below the reduce, A broadcast
-  along n and B along m."""
-  loads = [vs for op, vs in views.items() if op.name == 'kernel.load' and tuple(vs.shape) == tuple(full)]
-  if len(loads) != 2: raise OptError(f"tc: tensor cores need a reduce over the product of two loads, not {len(loads)}")
-  zero = lambda a: tuple(vs.real_strides()[a] == 0 for vs in loads)
-  glob = [a for a in range(len(full)) if kinds[a] == 'global' and full[a] > 1]
-  n_ax = next((a for a in reversed(glob) if zero(a) in ((True, False), (False, True))), None)
-  m_ax = next((a for a in reversed(glob) if n_ax is not None and a != n_ax and zero(a) == tuple(not z for z in zero(n_ax))), None)
-  if m_ax is None: raise OptError("tc: no pair of axes along which one load broadcasts and the other not (a matmul's m and n)")
-  return m_ax, n_ax
-
-
 def feeding(roots, stop=()) -> set:
   """The ops that compute the values `roots`, through their operands (not through the ops in `stop`)."""
   seen, todo = set(), list(roots)
@@ -210,21 +116,9 @@ class Lowerer:
   def run(self) -> Operation:
     k = self.k
     ops = k.body.ops
-    stores = [op for op in ops if op.name == 'kernel.store']
     reduces = [op for op in ops if op.name == 'kernel.reduce']
-    out0 = stores[0].view.shape
-    axes = tuple(reduces[0].axes) if reduces else ()
-    full0 = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out0), None)
-    if full0 is None:
-      if reduces and any(out0[a] != 1 for a in axes): raise TgcError(f"@{k.sym_name}: a reduce with no load to give its size")
-      full0 = out0 if not reduces else None
-    if full0 is None: raise TgcError(f"@{k.sym_name}: a reduce with nothing below it to give its size (run canonicalize first)")
-    kinds0 = ['reduce' if i in axes else 'global' for i in range(len(full0))]
-    views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
-    opts = tuple(k.attrs.get('opts', ()) if self.opts is None else self.opts)
-    try: full, out, kinds, views, padded = apply_opts(full0, out0, kinds0, views, opts, tc_tile(self.t))
-    except ValueError as e: raise OptError(f"@{k.sym_name}: {e}") from None
-    except OptError as e: raise OptError(f"@{k.sym_name}: {e}") from None
+    s = Schedule(k, self.opts, self.t)  # the opts applied (its errors name the kernel)
+    full, out, kinds, views, padded, opts = s.full, s.out, s.kinds, s.views, s.padded, s.opts
     self.full, self.out, self.kinds, self.views, self.padded = full, out, kinds, views, padded
     n = len(full)
     big = any(a.type.numel >= 2**31 for a in k.body.args)

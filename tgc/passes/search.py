@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib, json, math, os, sys, time
 from tgc.ir.attrs import Record
 from tgc.target import Target
-from tgc.passes.linearize import OPT_KINDS, MAX_LANES
+from tgc.passes.schedule import OPT_KINDS, MAX_LANES, try_opts
 
 AMOUNTS = {'upcast': (2, 4, 8, 16), 'unroll': (2, 4, 8, 16, 0), 'local': (2, 4, 8, 16, 32), 'group': (4, 16, 64), 'grouptop': (16, 64, 256)}
 
@@ -60,7 +60,6 @@ def time_kernel(kernel_func, opts, target: str, device: str, runs: int = 3) -> f
 
 
 def candidates(k, opts, t: Target):
-  from tgc.passes.kernel_opt import try_opts
   gpu = not t.is_cpu
   ks = try_opts(k, opts, t)
   if ks is None: return []

@@ -1,0 +1,156 @@
+"""The schedule of a kernel: its iteration space after the optimisation actions of its `opts` attribute.
+
+The iteration space of a kernel is its full shape (its loads' shape; its store's where nothing is reduced). Each
+action splits an axis r -> r_outer * amt + r_inner (`axis` counts axes of the shape as it is after the earlier
+actions) and gives the inner part a kind:
+
+  global   the launch grid (the outer parts keep this kind)
+  local    work-group dims (GPU targets)
+  reduce   the reduce's loops (the outer parts of reduce axes keep this kind)
+  group    a reduce axis spread over the work-group (GROUP: the inner part; GROUPTOP: the outer one)
+  upcast   a non-reduce axis computed in registers (the widest upcast axis is a vector lane)
+  unroll   a reduce axis unrolled inside the loop
+  padto    not a split: the axis is rounded up to a multiple of amt (the padding is computed, never stored)
+  swap     not a split: two global axes change places (the loop order)
+  tc       tensor cores: m, n, k split into the target's instruction tile (tcm, tcn, tck), first of all
+
+kernel-opt's heuristics and search look at a Schedule to choose actions; linearize lowers one. An `opts` attribute
+written by hand replays exactly, and an action that does not apply is an OptError naming the kernel.
+"""
+from __future__ import annotations
+from tgc.ir.core import Operation
+from tgc.ir.attrs import Record
+from tgc.errors import TgcError
+from tgc.target import Target, tensor_core_targets
+
+MAX_LANES = 256  # unrolled lanes (upcast x unroll) a kernel may have at most
+OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'swap': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce',
+             'tc': 'reduce'}
+
+
+def Opt(name: str, axis: int, amt: int) -> Record: return Record(name, {'axis': axis, 'amt': amt})
+
+
+def tc_tile(t: Target | None) -> tuple[int, int, int] | None:
+  """The (m, n, k) tile the TC action splits by: the target's tensor cores'. A target without any (or none given)
+  checks opts against the kernel with the first registered ones' tile, so that a shape error comes first, as for
+  every action; linearize then refuses tc on it."""
+  tc = t.tensor_cores if t is not None and t.tensor_cores is not None else next((x.tensor_cores for x in tensor_core_targets()), None)
+  return tc.dims if tc is not None else None
+
+
+class OptError(TgcError):
+  """An optimisation action that does not apply to the kernel."""
+
+
+def apply_opts(full, out, kinds, views, opts, tile=None):
+  """Split axes per the opts (`tile`: TC's (m, n, k), see tc_tile). `views`: {key: ViewStack at `full` (below the
+  reduce) or `out`}. Returns the new (full, out, kinds, views, padded) where padded holds, per PADTO,
+  ([(axis, multiplier)], size): the index along the padded axis (a sum once it is split) must stay below its size
+  before padding."""
+  full, out, kinds = list(full), list(out), list(kinds)
+  padded: dict[int, int] = {}
+  for o in opts:
+    name = o.name
+    if name not in OPT_KINDS: raise OptError(f"unknown optimisation '{name}' (known: {', '.join(OPT_KINDS)})")
+    ax, amt = o.fields.get('axis'), o.fields.get('amt', 0)
+    if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
+    if kinds[ax] != OPT_KINDS[name]:
+      raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes")
+    if 'tck' in kinds and name not in ('upcast', 'local', 'swap'):
+      raise OptError(f"{name}: after tc only upcast, local and swap apply (to the grid of tiles)")
+    if name == 'swap':  # exchange two global axes (`amt` names the other): the loop order, outermost first
+      if not isinstance(amt, int) or not 0 <= amt < len(full) or amt == ax or kinds[amt] != 'global':
+        raise OptError(f"swap: axis {amt} must be another global axis of the {len(full)} (axis {ax} is the first)")
+      perm = list(range(len(full))); perm[ax], perm[amt] = amt, ax
+      full, out, kinds = [full[i] for i in perm], [out[i] for i in perm], [kinds[i] for i in perm]
+      for k, vs in views.items(): views[k] = vs.permute(tuple(perm))
+      padded = {k: ([(perm[a], m) for a, m in terms], size) for k, (terms, size) in padded.items()}
+      continue
+    if name == 'tc':
+      if amt != 0: raise OptError(f"tc: amount {amt}: 0 (the target's tensor-core tile) is the only one")
+      if opts[0] is not o: raise OptError("tc: tensor cores come first (then upcast, local or swap of the tile grid)")
+      if tile is None: raise OptError("tc: no target has tensor cores")
+      m_ax, n_ax = tc_axes(full, kinds, views)
+      for a, size, kind in sorted([(ax, tile[2], 'tck'), (n_ax, tile[1], 'tcn'), (m_ax, tile[0], 'tcm')], reverse=True):
+        if full[a] % size: raise OptError(f"tc: axis {a} of size {full[a]} is not a multiple of the tile's {size}")
+        full, out, kinds = _split(full, out, kinds, views, a, full[a] // size, size, kind)
+      continue
+    s = full[ax]
+    amt = s if amt == 0 else amt
+    if not isinstance(amt, int) or amt < 1: raise OptError(f"{name}: amount {amt} must be a positive integer")
+    if name == 'padto':
+      ns = -(-s // amt) * amt
+      if ns == s: continue
+      for k, vs in views.items(): views[k] = vs.pad(tuple((0, ns - s) if i == ax else (0, 0) for i in range(len(vs.shape))))
+      padded[len(padded)] = ([(ax, 1)], s)
+      full[ax] = ns
+      if kinds[ax] != 'reduce': out[ax] = ns
+      continue
+    if s % amt: raise OptError(f"{name}: amount {amt} does not divide axis {ax} of size {s}")
+    outer, inner = (amt, s // amt) if name == 'grouptop' else (s // amt, amt)
+    full, out, kinds = _split(full, out, kinds, views, ax, outer, inner, {'upcast': 'upcast', 'local': 'local', 'unroll': 'unroll', 'group': 'group'}.get(name))
+    if name == 'grouptop': kinds[ax:ax + 2] = ['group', 'reduce']
+    # a padded axis that is split: its index is now outer * inner_size + inner
+    padded = {k: ([t for a, m in terms for t in ((((a, m * inner)), (a + 1, m)) if a == ax else ((a if a < ax else a + 1, m),))], size)
+              for k, (terms, size) in padded.items()}
+  return tuple(full), tuple(out), kinds, views, padded
+
+
+def _split(full, out, kinds, views, ax, outer, inner, inner_kind):
+  """Axis ax -> (outer, inner): the outer part keeps the axis's kind, the inner one gets inner_kind; views
+  at the full shape and at the output shape (1 along reduce axes) reshape along."""
+  s = full[ax]
+  nf = full[:ax] + [outer, inner] + full[ax + 1:]
+  no = out[:ax] + ([outer, inner] if out[ax] == s else [1, 1]) + out[ax + 1:]
+  for k, vs in views.items():
+    views[k] = vs.reshape(tuple(nf) if tuple(vs.shape) == tuple(full) else tuple(no))
+  return nf, no, kinds[:ax] + [kinds[ax], inner_kind] + kinds[ax + 1:]
+
+
+def tc_axes(full, kinds, views) -> tuple[int, int]:
+  """The (m, n) axes of a matmul-like kernel for tensor cores: its two loads below the reduce, A broadcast
+  along n and B along m."""
+  loads = [vs for op, vs in views.items() if op.name == 'kernel.load' and tuple(vs.shape) == tuple(full)]
+  if len(loads) != 2: raise OptError(f"tc: tensor cores need a reduce over the product of two loads, not {len(loads)}")
+  zero = lambda a: tuple(vs.real_strides()[a] == 0 for vs in loads)
+  glob = [a for a in range(len(full)) if kinds[a] == 'global' and full[a] > 1]
+  n_ax = next((a for a in reversed(glob) if zero(a) in ((True, False), (False, True))), None)
+  m_ax = next((a for a in reversed(glob) if n_ax is not None and a != n_ax and zero(a) == tuple(not z for z in zero(n_ax))), None)
+  if m_ax is None: raise OptError("tc: no pair of axes along which one load broadcasts and the other not (a matmul's m and n)")
+  return m_ax, n_ax
+
+
+class Schedule:
+  """A kernel.func with its opts applied: the full and output shapes, each axis's kind, the loads' and the store's
+  views at the split shape, and the PADTO bounds (see apply_opts). `opts` None: the kernel's own `opts` attribute;
+  tc splits by `target`'s tensor cores."""
+  def __init__(self, k: Operation, opts=None, target: Target | None = None):
+    ops = k.body.ops
+    self.k = k
+    self.store = next(op for op in ops if op.name == 'kernel.store')
+    reduces = [op for op in ops if op.name == 'kernel.reduce']
+    out = self.store.view.shape
+    axes = tuple(reduces[0].axes) if reduces else ()
+    full = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out), None)
+    if full is None:
+      if reduces and any(out[a] != 1 for a in axes): raise TgcError(f"@{k.sym_name}: a reduce with no load to give its size")
+      full = out  # nothing loaded at a larger shape: the reduce (if any) is over size-1 axes, one point
+    views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
+    kinds = ['reduce' if i in axes else 'global' for i in range(len(full))]
+    self.opts = opts = tuple(k.attrs.get('opts', ()) if opts is None else opts)
+    try: self.full, self.out, self.kinds, self.views, self.padded = apply_opts(full, out, kinds, views, opts, tc_tile(target))
+    except (OptError, ValueError) as e: raise OptError(f"@{k.sym_name}: {e}") from None
+    self.reduce_kind = reduces[0].kind if reduces else None
+    self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
+
+  def strides(self, op):
+    return self.views[op].real_strides()
+
+  def axes(self, kind): return [i for i, kd in enumerate(self.kinds) if kd == kind and self.full[i] > 1]
+
+
+def try_opts(k, opts, target: Target | None = None) -> Schedule | None:
+  """The schedule, or None where an action does not apply."""
+  try: return Schedule(k, opts, target)
+  except TgcError: return None
