@@ -58,6 +58,12 @@ class UopBuilder:
   def close_range(self, r):
     self.emit('endrange', [r], None, pure=False)
     for k in self.scopes.pop(): self.cache.pop(k, None)
+  def open_if(self, cond):  # a scope too: what is made under the condition is not computed for the threads outside it
+    self.emit('if', [cond], None, pure=False)
+    self.scopes.append([])
+  def close_if(self):
+    self.emit('endif', [], None, pure=False)
+    for k in self.scopes.pop(): self.cache.pop(k, None)
 
   def cval(self, v):
     op = v.op
@@ -163,7 +169,7 @@ class Lowerer:
     self.ops_list = ops
     if tc: self.lower_tc(reduces, k.sym_name)
     else: self.lower_body(reduces)
-    for _ in range(getattr(self, 'open_ifs', 0)): b.emit('endif', [], None, pure=False)
+    for _ in range(getattr(self, 'open_ifs', 0)): b.close_if()
     for r in reversed(self.loops): b.close_range(r)
     attrs = {'sym_name': Symbol(k.sym_name), 'global_size': tuple(global_size) or (1,), 'local_size': tuple(local_size) or (1,)}
     if opts: attrs['opts'] = opts
@@ -215,8 +221,14 @@ class Lowerer:
     below = {i: v for i, v in self.idx.items()}
     above = {i: v for i, v in self.idx.items()}
     self.vals: dict = {}
-    if reduces:
-      self.lower_reduce_region(reduces, below, last_reduce)
+    # reduces in stages: a reduce whose input uses another's result (softmax's sum of exp(x - max)) runs in a loop
+    # after that one's; each stage recomputes what its input needs from the loads
+    stage: dict = {}
+    for r in reduces:
+      stage[r] = 1 + max((stage[q] for q in feeding([r.src]) if q in stage), default=-1)
+    stages = [[r for r in reduces if stage[r] == i] for i in range(max(stage.values(), default=-1) + 1)]
+    for i, st in enumerate(stages):
+      self.lower_reduce_region(st, below, max(ops.index(r) for r in st), set(r for q in stages[:i] for r in q), i == len(stages) - 1)
     # what the ops after the reduce use from before it (a constant, a load invariant along the reduce) is
     # computed again after the loop: the values made inside the range are not visible past its end
     need = feeding([v for op in ops[last_reduce + 1:] for v in op.operands], stop=set(reduces))
@@ -224,7 +236,7 @@ class Lowerer:
       if n <= last_reduce and op not in need: continue
       self.lower_op(op, above, self.lanes_above, above=True)
 
-  def lower_reduce_region(self, reduces, idx, last_reduce):
+  def lower_reduce_region(self, reduces, idx, last_reduce, done=frozenset(), final=True):
     b, ops, full = self.b, self.ops_list, self.full
     cu = self.combos(self.lanes_above)
     cb_all = self.combos(self.lanes_below)
@@ -252,7 +264,7 @@ class Lowerer:
     for r in reduces:
       for acc in accs[r].values(): acc.op.operands = [acc.op.operands[0]] + ranges
     # the reduce's input, per lane combination of the region below
-    inside = feeding([r.src for r in reduces])
+    inside = feeding([r.src for r in reduces], stop=done)
     for n, op in enumerate(ops[:last_reduce + 1]):
       if op.name == 'kernel.reduce' or op not in inside: continue
       self.lower_op(op, loop_idx, self.lanes_below, above=False)
@@ -284,7 +296,7 @@ class Lowerer:
             parts = [b.emit(r.kind, [parts[i], parts[i + 1]], dt) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
           res[c] = parts[0]
         self.vals[r.results[0]] = res
-    if any(kd == 'group' for kd in self.kinds): self.group_reduce(reduces, cu, 1 if vec_is_unroll else self.W)
+    if any(kd == 'group' for kd in self.kinds): self.group_reduce(reduces, cu, 1 if vec_is_unroll else self.W, final)
 
   def lower_tc(self, reduces, name):
     """TC: a warp per (16 x 8) output tile. Per step of 16 along k, lane 4g + t loads its fragment of A (8 values
@@ -355,10 +367,12 @@ class Lowerer:
         at = {**self.idx, **tile, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
         for op in after: self.lower_op(op, at, [], above=True)
 
-  def group_reduce(self, reduces, cu, W):
+  def group_reduce(self, reduces, cu, W, final=True):
     """GROUP: each thread holds a partial result (W lanes per upcast combination); they meet in shared memory
-    and combine as a tree (log2 steps, a barrier each) when the group's size is a power of two, else serially;
-    then the threads whose group index is 0 hold the result (the rest of the kernel runs under that uop.if)."""
+    and combine as a tree (log2 steps, a barrier each) when the group's size is a power of two, else group thread 0
+    adds them in a loop; the result lands in group thread 0's slot. After the last reduce only the threads whose
+    group index is 0 go on (the rest of the kernel runs under that uop.if); after an earlier one every thread reads
+    the result (a later reduce's input needs it)."""
     b, full = self.b, self.full
     loc = [i for i in range(len(full)) if self.kinds[i] in ('local', 'group') and full[i] > 1]
     grp = [i for i in loc if self.kinds[i] == 'group']
@@ -372,41 +386,44 @@ class Lowerer:
     gl, ll = lin(grp, {}), lin([i for i in loc if i not in grp], {})
     base = lambda g: b.mul(b.add(b.mul(ll, b.const(G)), g), b.const(lanes))
     lane_of = lambda v, l: b.emit('gep', [v], v.type.dtype, {'index': l}) if isinstance(v.type, VecType) else v
-    for k, r in enumerate(reduces):
+    for r in reduces:
       dt = r.results[0].type
-      r._tmp = b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{k}', 'size': math.prod(full[i] for i in loc) * lanes}, pure=False)
+      self.n_locals = getattr(self, 'n_locals', 0) + 1
+      r._tmp = b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{self.n_locals - 1}', 'size': math.prod(full[i] for i in loc) * lanes}, pure=False)
       for ci, c in enumerate(cu):
         for l in range(W): b.emit('store', [r._tmp, b.add(base(gl), b.const(ci * W + l)), lane_of(self.vals[r.results[0]][c], l)], None, pure=False)
     b.emit('barrier', [], None, pure=False)
-    tree = G & (G - 1) == 0
-    if tree:  # step s: group thread g < s folds in the partial of g + s
+    def fold(other):  # my slot op= the slot of group thread `other`
+      for r in reduces:
+        dt = r.results[0].type
+        for j in range(lanes):
+          mine = b.add(base(gl), b.const(j))
+          x = b.emit('load', [r._tmp, mine], dt, pure=False)
+          y = b.emit('load', [r._tmp, b.add(base(other), b.const(j))], dt, pure=False)
+          b.emit('store', [r._tmp, mine, b.emit(r.kind, [x, y], dt, pure=False)], None, pure=False)
+    if G & (G - 1) == 0:  # step s: group thread g < s folds in the partial of g + s
       s = G // 2
       while s >= 1:
-        b.emit('if', [b.lt(gl, b.const(s))], None, pure=False)
-        for r in reduces:
-          dt = r.results[0].type
-          for j in range(lanes):
-            mine, theirs = b.add(base(gl), b.const(j)), b.add(base(b.add(gl, b.const(s))), b.const(j))
-            x = b.emit('load', [r._tmp, mine], dt, pure=False)
-            y = b.emit('load', [r._tmp, theirs], dt, pure=False)
-            b.emit('store', [r._tmp, mine, b.emit(r.kind, [x, y], dt, pure=False)], None, pure=False)
-        b.emit('endif', [], None, pure=False)
+        b.open_if(b.lt(gl, b.const(s)))
+        fold(b.add(gl, b.const(s)))
+        b.close_if()
         b.emit('barrier', [], None, pure=False)
         s //= 2
-    b.emit('if', [b.alu('cmpeq', gl, b.const(0))], None, pure=False)
-    self.open_ifs = getattr(self, 'open_ifs', 0) + 1
+    else:  # group thread 0 folds in the others one by one
+      b.open_if(b.alu('cmpeq', gl, b.const(0)))
+      rg = b.open_range(b.const(1), b.const(G))
+      fold(rg)
+      b.close_range(rg)
+      if not final:
+        b.close_if()
+        b.emit('barrier', [], None, pure=False)
+    if final and G & (G - 1) != 0: self.open_ifs = getattr(self, 'open_ifs', 0) + 1  # thread 0 holds it: go on under its if
+    elif final:
+      b.open_if(b.alu('cmpeq', gl, b.const(0)))
+      self.open_ifs = getattr(self, 'open_ifs', 0) + 1
     for r in reduces:
       dt = r.results[0].type
-      if tree: parts = {(ci, l): b.emit('load', [r._tmp, b.add(base(b.const(0)), b.const(ci * W + l))], dt, pure=False) for ci in range(len(cu)) for l in range(W)}
-      else:
-        accs = {(ci, l): b.emit('define_acc', [b.const(alu.reduce_identity(r.kind, dt), dt)], dt, pure=False) for ci in range(len(cu)) for l in range(W)}
-        rg = b.open_range(b.const(0), b.const(G))
-        for a in accs.values(): a.op.operands = [a.op.operands[0], rg]
-        parts = {}
-        for (ci, l), a in accs.items():
-          x = b.emit('load', [r._tmp, b.add(base(rg), b.const(ci * W + l))], dt, pure=False)
-          parts[(ci, l)] = b.emit('phi', [a, b.emit(r.kind, [a, x], dt, pure=False)], dt, pure=False)
-        b.close_range(rg)
+      parts = {(ci, l): b.emit('load', [r._tmp, b.add(base(b.const(0)), b.const(ci * W + l))], dt, pure=False) for ci in range(len(cu)) for l in range(W)}
       res = {}
       for ci, c in enumerate(cu):
         vt = self.vals[r.results[0]][c].type
@@ -450,6 +467,10 @@ class Lowerer:
     """Values of the region below reach the region above only through the reduce: same combos."""
     d = self.vals[v]
     if c in d: return c
+    # a reduce's result (made above, per upcast lane) used below a later reduce: the same along unrolled lanes
+    if lane_axes is self.lanes_below and all(a in lane_axes for a in self.lanes_above):
+      ca = tuple(c[lane_axes.index(a)] for a in self.lanes_above)
+      if ca in d: return ca
     raise AssertionError("lane combination mismatch")
 
   def index(self, op, idx, lane_axes, c, lane=0):
