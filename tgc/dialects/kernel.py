@@ -37,6 +37,7 @@ class KernelFuncOp(Operation):
       if st.view.shape != out: raise st.error(f"view shape {list(st.view.shape)} differs from the first store's {list(out)}")
     reduces = [op for op in self.body.ops if op.name == 'kernel.reduce']
     for op in reduces:
+      if tuple(op.axes) != tuple(reduces[0].axes): raise op.error(f"reduces axes {list(op.axes)}, another reduce of the kernel {list(reduces[0].axes)}: a kernel's reduces share their axes")
       for a in op.axes:
         if not 0 <= a < len(out): raise op.error(f"axis {a} is out of range for the iteration rank {len(out)}")
         if out[a] != 1: raise op.error(f"reduced axis {a} must have size 1 in the stored view, got {out[a]}")
