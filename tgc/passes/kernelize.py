@@ -7,9 +7,11 @@ Which values become buffers (tinygrad's rules, ir.md):
     ops up to it are the reduce kernel's epilogue: a matmul's bias and relu), else the reduce's result;
     elementwise ops after a reduce otherwise fuse into its kernel;
   - a value with several consumers when its fused graph contains a reduce (recomputing would repeat the
-    reduction); elementwise values are recomputed in each consumer instead, as tinygrad does, which is
-    what keeps softmax at three kernels;
+    reduction); elementwise values are recomputed in each consumer instead, as tinygrad does;
   - a computed value under a pad (padding must read 0, not f(0)).
+A buffer that is a reduce whose result a later reduce over the same rows reads back as a broadcast (softmax's
+max under its exp-sum) is computed and stored by that later reduce's kernel, in a stage before its own
+(choose_fusions): softmax is two kernels.
 Constants and movement ops never make a kernel: movement ops fold into the view stacks of the loads,
 splat constants become kernel.const, dense constants stay on the host as buffers.
 """
@@ -40,6 +42,33 @@ def _is_leaf(v: Value) -> bool:
   return v.op is None or v.op.name in ('tensor.const', 'tensor.empty')
 
 
+def _reduce_under(v: Value):
+  """The reduce op that v is computed from through elementwise ops and splat constants alone (a mean: a sum times
+  1/n), or None."""
+  found = []
+  def walk(u):
+    op = u.op
+    if op is None: return False
+    if op.name == 'tensor.reduce': found.append(op); return True
+    if op.name == 'tensor.const': return not isinstance(op.attrs['value'], tuple)
+    return ELEMENTWISE in op.TRAITS and hasattr(op, 'opname') and all(walk(x) for x in op.operands)
+  return found[0] if walk(v) and len(set(found)) == 1 else None
+
+
+def _path_views(leaf_shape, path) -> ViewStack:
+  """The view stack that reads a buffer of leaf_shape through the movement ops of `path` (the last is applied first)."""
+  st = ViewStack.from_shape(leaf_shape)
+  for op in reversed(path):
+    n = op.name
+    if n == 'tensor.reshape': st = st.reshape(op.results[0].type.shape)
+    elif n == 'tensor.expand': st = st.expand(op.results[0].type.shape)
+    elif n == 'tensor.permute': st = st.permute(op.order)
+    elif n == 'tensor.pad': st = st.pad(op.pads)
+    elif n == 'tensor.shrink': st = st.shrink(op.bounds)
+    elif n == 'tensor.flip': st = st.flip(op.axes)
+  return st.simplify()
+
+
 class Scheduler:
   def __init__(self, fn: Operation, used_names: set[str]):
     self.fn, self.used_names = fn, used_names
@@ -49,6 +78,8 @@ class Scheduler:
     self.order = {op: i for i, op in enumerate(fn.body.ops)}
     self.R: set[Value] = set()
     self.host_reshape: dict[Value, Value] = {}
+    self.fused: dict[Value, Value] = {}  # a reduce result -> the later reduce whose kernel computes and stores it too
+    self.unstored: set[Value] = set()     # ... and those of them no other kernel and no result reads: not stored at all
 
   # ---- phase 1: which values are buffers ----
   def compute_ops(self):
@@ -85,6 +116,54 @@ class Scheduler:
       hr = op.name == 'tensor.reduce' or any(has_reduce.get(s, False) and s not in self.R for s in op.operands)
       has_reduce[v] = hr
       if hr and MOVEMENT not in op.TRAITS and v not in self.R and self.eff_uses(v) >= 2: self.R.add(v)
+    self.choose_fusions()
+
+  def reads(self, start) -> dict[Value, list[tuple]]:
+    """The buffers (values of R, arguments) that computing the values `start` reads, each with the movement paths
+    it is read through (as a kernel computes them: up to the buffers)."""
+    out: dict[Value, list[tuple]] = {}
+    seen, stack = set(), [(u, ()) for u in start]
+    while stack:
+      u, path = stack.pop()
+      if (u, path) in seen: continue
+      seen.add((u, path))
+      if u in self.R or u.op is None: out.setdefault(u, []).append(path); continue
+      if MOVEMENT in u.op.TRAITS: stack.append((u.op.operands[0], path + (u.op,)))
+      else: stack += [(x, path) for x in u.op.operands]
+    return out
+
+  def kernel_reduce(self, root: Value):
+    """The reduce op of the kernel that computes root (root itself, or its epilogue of elementwise ops and reshapes)."""
+    found, seen, stack = set(), set(), [root]
+    while stack:
+      u = stack.pop()
+      if u in seen or u.op is None or (u in self.R and u is not root): continue
+      seen.add(u)
+      if u.op.name == 'tensor.reduce': found.add(u.op)
+      elif u.op.name == 'tensor.reshape' or (ELEMENTWISE in u.op.TRAITS and hasattr(u.op, 'opname')): stack += u.op.operands
+    return next(iter(found)) if len(found) == 1 else None
+
+  def choose_fusions(self):
+    """A reduce whose input uses an earlier reduce's result over the same rows (softmax's sum of exp(x - max), a
+    variance's sum of squares about the mean) computes that one too, in stages of one kernel that stores both
+    (multi-output, as tinygrad fuses them): the rows are read twice by one kernel (the second time from the cache)
+    instead of by two. Taken where the earlier one is a plain reduce buffer read only as a broadcast of itself along
+    the reduced axes, and no kernel between the two reads it."""
+    roots = sorted(self.R, key=lambda v: self.order[v.op])
+    for s in roots:
+      red = self.kernel_reduce(s)
+      if red is None or s in self.fused or s in self.fused.values(): continue
+      full, axes = red.src.type.shape, tuple(sorted(red.axes))
+      for m, paths in self.reads([red.src]).items():
+        base = _reduce_under(m)
+        if base is None or m in self.fused or m in self.fused.values(): continue
+        if base.src.type.shape != full or tuple(sorted(base.axes)) != axes: continue
+        want = ViewStack.from_shape(m.type.shape).expand(full).simplify()
+        if any(any(o.name not in ('tensor.reshape', 'tensor.expand') for o in p) or _path_views(m.type.shape, p) != want for p in paths): continue
+        if any(self.order[r.op] < self.order[s.op] and r is not m and m in self.reads(r.op.operands) for r in roots): continue
+        self.fused[m] = s
+        if not any(m in self.reads(r.op.operands) for r in roots if r is not s and r is not m) and m not in self.reads(self.fn.body.ops[-1].operands):
+          self.unstored.add(m)  # no one else reads it: the kernel computes it and stores nothing of it
 
   def _reduce_escapes(self, r: Value) -> set[Value]:
     """Where the reduce's result, through elementwise ops (and reshapes: store views), reaches a movement op or
@@ -119,7 +198,8 @@ class Scheduler:
     self.host_ops: list[Operation] = []
     names = set()
     for root in roots:
-      kb = _KernelBuilder(self, root)
+      if root in self.fused: continue  # computed and stored by the kernel of the reduce that uses it
+      kb = _KernelBuilder(self, root, [m for m, s_ in self.fused.items() if s_ is root])
       kfn, inputs = kb.build()
       name = kb.name()
       base, i = name, 1
@@ -127,11 +207,12 @@ class Scheduler:
       names.add(name)
       kfn.attrs['sym_name'] = Symbol(name)
       kernels.append(kfn)
-      alloc = K('alloc')([], [root.type], None, root.op.loc)
-      alloc.results[0].hint = None
-      launch = K('launch')([alloc.results[0]] + inputs, [], {'callee': Symbol(name)}, root.op.loc)
-      self.host_ops += [alloc, launch]
-      self.buffers[root] = alloc.results[0]
+      outs = [root] + [m for m in kb.also if m not in self.unstored]
+      allocs = [K('alloc')([], [v.type], None, v.op.loc) for v in outs]
+      for a in allocs: a.results[0].hint = None
+      launch = K('launch')([a.results[0] for a in allocs] + inputs, [], {'callee': Symbol(name)}, root.op.loc)
+      self.host_ops += allocs + [launch]
+      for v, a in zip(outs, allocs): self.buffers[v] = a.results[0]
     # results: buffers, host reshapes of them, or arguments
     ret = self.fn.body.ops[-1]
     outs = []
@@ -163,8 +244,10 @@ class Scheduler:
 
 
 class _KernelBuilder:
-  def __init__(self, sched: Scheduler, root: Value):
+  def __init__(self, sched: Scheduler, root: Value, also=()):
     self.s, self.root = sched, root
+    self.also = list(also)                  # earlier reduces this kernel computes in a stage before root's, and stores
+    self.inlined: dict[Value, Value] = {}
     self.ops: list[Operation] = []
     self.memo: dict = {}
     self.inputs: list[Value] = []           # host values, in the order the kernel's args take them
@@ -188,17 +271,7 @@ class _KernelBuilder:
       self.inputs.append(host)
     return a
 
-  def views(self, leaf_shape, path) -> ViewStack:
-    st = ViewStack.from_shape(leaf_shape)
-    for op in reversed(path):
-      n = op.name
-      if n == 'tensor.reshape': st = st.reshape(op.results[0].type.shape)
-      elif n == 'tensor.expand': st = st.expand(op.results[0].type.shape)
-      elif n == 'tensor.permute': st = st.permute(op.order)
-      elif n == 'tensor.pad': st = st.pad(op.pads)
-      elif n == 'tensor.shrink': st = st.shrink(op.bounds)
-      elif n == 'tensor.flip': st = st.flip(op.axes)
-    return st.simplify()
+  def views(self, leaf_shape, path) -> ViewStack: return _path_views(leaf_shape, path)
 
   def add(self, op):
     self.ops.append(op)
@@ -215,6 +288,7 @@ class _KernelBuilder:
     s = self.s
     op = v.op
     dt = v.type.dtype
+    if v in self.also: return self.inline(v)
     if v is not self.root and (v in s.R or op is None or op.name == 'tensor.empty'):
       if v in s.R and v not in s.buffers: raise AssertionError("buffer used before its kernel")
       return self.load(s.buffers[v] if v in s.buffers else s.host_buffer(v), path, below)
@@ -236,6 +310,18 @@ class _KernelBuilder:
       srcs = [self.emit(x, path, below) for x in op.operands]
       return self.add(K(op.opname)(srcs, [dt], None, op.loc))
     raise _Realize(v)  # anything else (a composite not decomposed) gets a kernel of its own
+
+  def inline(self, v: Value) -> Value:
+    """An earlier reduce (and the elementwise ops after it) computed in this kernel, in a stage before the root's
+    reduce (choose_fusions checked its shapes and that it is read as a broadcast along the reduced axes)."""
+    r = self.inlined.get(v)
+    if r is None:
+      op, dt = v.op, v.type.dtype
+      if op.name == 'tensor.reduce': r = self.add(K('reduce')([self.emit(op.src, (), True)], [dt], {'kind': op.kind, 'axes': self.axes}, op.loc))
+      elif op.name == 'tensor.const': r = self.add(K('const')([], [dt], {'value': op.attrs['value']}, op.loc))
+      else: r = self.add(K(op.opname)([self.inline(x) for x in op.operands], [dt], None, op.loc))
+      self.inlined[v] = r
+    return r
 
   def load(self, host: Value, path, below: bool) -> Value:
     st = self.views(host.type.shape, path)
@@ -259,14 +345,15 @@ class _KernelBuilder:
       for ld in self.loads: ld.attrs['view'] = ld.attrs['view'].reshape((1,))
     for ld in self.after:
       if ld.attrs['view'].shape != out: ld.attrs['view'] = ld.attrs['view'].reshape(out).simplify()
-    store_vs = ViewStack.from_shape(root.type.shape).reshape(out).simplify()
+    outs = [(root, val)] + [(m, self.inlined[m]) for m in self.also if m not in self.s.unstored]
+    store_vs = [ViewStack.from_shape(v.type.shape).reshape(out).simplify() for v, _ in outs]
     full, out, store_vs = self.merge_dims(full, out, store_vs)
     self.final_shape = full
-    out_arg = Value(BufType(root.type.shape, root.type.dtype))
-    store = K('store')([out_arg, val], [], {'view': store_vs}, root.op.loc if root.op else None)
-    kargs = [out_arg] + [self.args[h] for h in self.inputs]
+    out_args = [Value(BufType(v.type.shape, v.type.dtype)) for v, _ in outs]
+    stores = [K('store')([a, x], [], {'view': vs}, v.op.loc if v.op else None) for a, (v, x), vs in zip(out_args, outs, store_vs)]
+    kargs = out_args + [self.args[h] for h in self.inputs]
     for i, a in enumerate(kargs): a.hint = f"data{i}"
-    body = Block(kargs, self.ops + [store])
+    body = Block(kargs, self.ops + stores)
     kfn = K('func')([], [], {'sym_name': Symbol('k')}, root.op.loc if root.op else None, body)
     return kfn, self.inputs
 
@@ -286,8 +373,8 @@ class _KernelBuilder:
           m = vs.reshape(tgt)
           if len(m.views) != len(vs.views): ok = False; break
           new_views.append(m)
-        sm = store_vs.reshape(no)
-        if ok and len(sm.views) == len(store_vs.views):
+        sm = [vs.reshape(no) for vs in store_vs]
+        if ok and all(len(a.views) == len(b.views) for a, b in zip(sm, store_vs)):
           for ld, vs in zip(self.loads, new_views): ld.attrs['view'] = vs
           store_vs = sm
           full, out = nf, no
