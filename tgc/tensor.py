@@ -547,10 +547,9 @@ class Tensor:
     return (d > 0.5).where(away, ((d == 0.5) & odd).where(away, t))
   def abs(self) -> Tensor:
     if self.dtype.kind in 'ub': return self
-    if self.dtype.is_float:  # clear the sign bit: abs(-0.0) is 0.0 and NaN stays NaN
-      it = {2: _D.u16, 4: _D.u32, 8: _D.u64}[self.dtype.itemsize]
-      b = self.bitcast(it)
-      return b._binop('and', b._c((1 << (8 * it.itemsize - 1)) - 1)).bitcast(self.dtype)
+    if self.dtype.is_float:  # abs(-0.0) is 0.0 and NaN stays NaN; where, not the sign bit: the gradient is sign(x)
+      r = (self < 0).where(-self, self)
+      return (r == 0).where(r._c(0.0), r)
     return (self < 0).where(-self, self)
   def sign(self) -> Tensor:
     if self.dtype.is_bool: return self

@@ -119,7 +119,7 @@ def differentiate(fn, outs: list[Value], seeds: list[Value | None], targets: lis
   gradient through (detached)."""
   body = fn.body
   ops = body.ops[:-1]
-  live = {t for t in targets if _carries(t)}  # values that depend on a target through float values
+  live = {t for t in targets if t is not None and _carries(t)}  # values that depend on a target through float values
   for op in ops:
     if any(v in live for v in op.operands): live.update(r for r in op.results if _carries(r) and r not in stop)
   b, adj = Builder(), {}
