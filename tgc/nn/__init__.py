@@ -57,7 +57,7 @@ class BatchNorm:
     self.weight, self.bias = (Tensor.ones(sz), Tensor.zeros(sz)) if affine else (None, None)
     if track_running_stats:
       self.running_mean, self.running_var = Tensor.zeros(sz).requires_grad_(False), Tensor.ones(sz).requires_grad_(False)
-      self.num_batches_tracked = Tensor.zeros(1).requires_grad_(False)
+      self.num_batches_tracked = Tensor.zeros(dtype='int32').requires_grad_(False)  # 0-d, as torch's
   def __call__(self, x: Tensor) -> Tensor:
     axes = tuple(i for i in range(x.ndim) if i != 1)
     shape = [1, -1] + [1] * (x.ndim - 2)
