@@ -175,3 +175,12 @@ def test_safetensors_bad_files(tmp_path, data, msg):
   fn = str(tmp_path / 'bad.safetensors')
   open(fn, 'wb').write(data)
   with pytest.raises(TgcError, match=msg): safe_load(fn)
+
+
+from test_api_docs import doc_examples, run_example
+AUTOGRAD_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs', 'autograd.md')
+
+@pytest.mark.parametrize('line,src,want', doc_examples(AUTOGRAD_DOC), ids=lambda v: str(v) if isinstance(v, int) else '')
+def test_autograd_doc_examples(line, src, want):
+  """docs/autograd.md's python blocks print exactly their text blocks."""
+  assert want is not None and run_example(src, f"autograd.md:{line}") == want

@@ -12,8 +12,10 @@ Choices worth knowing:
 - `rand/randn/uniform/randint` draw from numpy's PCG64 Generator (seeded with `seed=`, else with the
   generator `Tensor.manual_seed` set) on the host and upload the values as a leaf.
 - `arange` is a dense `tensor.const` (its values depend only on its arguments); `eye` compares two aranges.
-- `Tensor.jit` replays the compiled graph of a function per input signature (shapes, dtypes, devices);
-  tensors the function captures (weights, random draws) are baked in as they were on the first call.
+- `Tensor.jit` replays what a function realized and assigned, per input signature (shapes, dtypes, devices);
+  tensors the function captures are baked in as they were on the first call, except those it `assign`s
+  (weights, optimizer state), which are read and updated (tgc/autograd.py's Capture).
+- Autograd (`backward`, `gradient`) is the autodiff pass on the graph's func.func (tgc/autograd.py).
 """
 from __future__ import annotations
 import math, itertools, struct
