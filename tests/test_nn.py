@@ -4,12 +4,22 @@ import json, os, struct
 import numpy as np
 import pytest
 import torch
+import tgc
 from tgc import Tensor, nn, dtypes
 from tgc.errors import TgcError
 from tgc.nn import optim
 from tgc.nn.state import get_state_dict, get_parameters, load_state_dict, safe_save, safe_load, safe_load_metadata
 
 DEV = os.environ.get('TGC_TEST_DEVICE', 'CPU')
+
+
+@pytest.fixture(autouse=True)
+def _on_dev():
+  """Layers and optimizer state are made on the default device: DEV here."""
+  old = tgc.Device._default
+  tgc.Device.DEFAULT = DEV
+  yield
+  tgc.Device._default = old
 RNG = np.random.default_rng(0)
 
 def tg(a): return Tensor(a, device=DEV)

@@ -7,11 +7,21 @@ import os
 import numpy as np
 import pytest
 import torch
+import tgc
 from tgc import Tensor, nn
 from tgc.nn import optim
 from tgc.nn.state import get_parameters, get_state_dict, load_state_dict
 
 DEV = os.environ.get('TGC_TEST_DEVICE', 'CPU')
+
+
+@pytest.fixture(autouse=True)
+def _on_dev():
+  """Layers and optimizer state are made on the default device: DEV here."""
+  old = tgc.Device._default
+  tgc.Device.DEFAULT = DEV
+  yield
+  tgc.Device._default = old
 STEPS = 100
 
 

@@ -1141,8 +1141,9 @@ class Tensor:
   def assign(self, x) -> Tensor:
     """This tensor takes the value of x (lazily; a jit replays it). Other tensors of the old value keep it."""
     x = x if isinstance(x, Tensor) else Tensor(x, dtype=self.dtype, device=self.device)
-    if x.shape != self.shape or x.dtype != self.dtype or x.device != self.device:
-      raise ShapeError(f"assign of {x.shape} {x.dtype!r} on {x.device} to a tensor of {self.shape} {self.dtype!r} on {self.device}")
+    if x.shape != self.shape: raise ShapeError(f"assign of shape {x.shape} to a tensor of shape {self.shape}")
+    if x.dtype != self.dtype: raise DTypeError(f"assign of {x.dtype!r} to a tensor of {self.dtype!r}")
+    if x.device != self.device: raise DeviceError(f"assign from {x.device} to a tensor on {self.device}")
     old, self.node = self.node, x.node
     _autograd.record(('assign', self, old, x.node))
     return self
