@@ -477,9 +477,7 @@ class Tensor:
   def long(self) -> Tensor: return self.cast(_D.i64)
   def bool(self) -> Tensor: return self.cast(_D.bool_)
   def contiguous(self) -> Tensor: return self._new('contiguous', (self,), self.shape, self.dtype)
-  def detach(self) -> Tensor:
-    from tgc.autograd import detach_node
-    return Tensor(detach_node(self.node))
+  def detach(self) -> Tensor: return Tensor(_autograd.detach_node(self.node))
 
   # ---- broadcasting and promotion
   def _broadcast_to(self, shape) -> Tensor:

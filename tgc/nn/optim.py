@@ -22,7 +22,8 @@ class Optimizer:
 
   def _grads(self) -> list[Tensor]:
     for p in self.params:
-      if p.grad is None: raise TgcError(f"a parameter of shape {p.shape} has no gradient: call backward() first")
+      if p.grad is None: raise TgcError(f"a parameter of shape {p.shape} has no gradient: call backward() first "
+                                     "(before the loss is realized: a realized tensor has no graph to differentiate)")
     return [p.grad for p in self.params]
 
   def _state(self) -> list[Tensor]:

@@ -177,13 +177,10 @@ class Autodiff(Pass):
         if not _carries(args[i]): raise fn.error(f"autodiff: argument {i} of @{fn.sym_name} is {args[i].type}; only float tensors have gradients")
       for i in of:
         if not _carries(ret.operands[i]): raise fn.error(f"autodiff: result {i} of @{fn.sym_name} is {ret.operands[i].type}; only float results are differentiated")
-      outs, seeds = [ret.operands[i] for i in of], []
-      for o in outs:
-        s = None
-        if self.seed:
-          s = Value(o.type, body := fn.body, len(body.args), hint=f"seed{len(seeds)}")
-          body.args.append(s)
-        seeds.append(s)
+      outs, seeds, body = [ret.operands[i] for i in of], [], fn.body
+      for k, o in enumerate(outs):
+        seeds.append(Value(o.type, body, len(body.args), hint=f"seed{k}") if self.seed else None)
+        if self.seed: body.args.append(seeds[-1])
       grads = differentiate(fn, outs, seeds, [args[i] for i in wrt])
       b = Builder()
       b.loc = fn.loc
