@@ -3,25 +3,14 @@
 relative; the step is a Tensor.jit that runs the Python function once and replays forward, backward and the
 optimizer's updates after. On $TGC_TEST_DEVICE (default CPU)."""
 from __future__ import annotations
-import os
 import numpy as np
 import pytest
 import torch
-import tgc
 from tgc import Tensor, nn
 from tgc.nn import optim
 from tgc.nn.state import get_parameters, get_state_dict, load_state_dict
 
-DEV = os.environ.get('TGC_TEST_DEVICE', 'CPU')
-
-
-@pytest.fixture(autouse=True)
-def _on_dev():
-  """Layers and optimizer state are made on the default device: DEV here."""
-  old = tgc.Device._default
-  tgc.Device.DEFAULT = DEV
-  yield
-  tgc.Device._default = old
+from test_nn import DEV, _on_dev  # noqa: F401  (the device, and the fixture that makes it the default)
 STEPS = 100
 
 
