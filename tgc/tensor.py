@@ -12,8 +12,10 @@ Choices worth knowing:
 - `rand/randn/uniform/randint` draw from numpy's PCG64 Generator (seeded with `seed=`, else with the
   generator `Tensor.manual_seed` set) on the host and upload the values as a leaf.
 - `arange` is a dense `tensor.const` (its values depend only on its arguments); `eye` compares two aranges.
-- `Tensor.jit` replays the compiled graph of a function per input signature (shapes, dtypes, devices);
-  tensors the function captures (weights, random draws) are baked in as they were on the first call.
+- `Tensor.jit` replays what a function realized and assigned, per input signature (shapes, dtypes, devices);
+  tensors the function captures are baked in as they were on the first call, except those it `assign`s
+  (weights, optimizer state), which are read and updated (tgc/autograd.py's Capture).
+- Autograd (`backward`, `gradient`) is the autodiff pass on the graph's func.func (tgc/autograd.py).
 """
 from __future__ import annotations
 import math, itertools, struct
@@ -24,6 +26,7 @@ from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
 from tgc.ir.types import TensorType
 from tgc.runtime import Buffer
+from tgc import autograd as _autograd
 
 __all__ = ['Tensor', 'dtypes', 'DType', 'least_upper_dtype']
 
@@ -195,6 +198,7 @@ def _realize_nodes(nodes) -> None:
       fn = _COMPILED[key, dev] = compile_module(m, dev)
     outs = fn.run([l.buf for l in leaves])
     for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, o
+    _autograd.record(('realize', fn, leaves, group))  # a jit's first call records what it computes
 
 
 # ---------------------------------------------------------------- helpers
@@ -273,11 +277,12 @@ _LN_2 = math.log(2)
 
 class Tensor:
   """A lazy tensor. `Tensor(data, dtype=None, device=None)` from a list, a scalar or a numpy array."""
-  __slots__ = ('node', '__weakref__')
+  __slots__ = ('node', '_requires_grad', '_grad', '__weakref__')
   __array_ufunc__ = None  # numpy defers to the reflected operators: np.float32(2) * t is a Tensor
   _rng = np.random.default_rng()
 
-  def __init__(self, data, dtype=None, device=None):
+  def __init__(self, data, dtype=None, device=None, requires_grad: bool | None = None):
+    if requires_grad is not None: self.requires_grad = requires_grad
     if isinstance(data, _Node): self.node = data; return
     dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, Tensor):
@@ -472,7 +477,7 @@ class Tensor:
   def long(self) -> Tensor: return self.cast(_D.i64)
   def bool(self) -> Tensor: return self.cast(_D.bool_)
   def contiguous(self) -> Tensor: return self._new('contiguous', (self,), self.shape, self.dtype)
-  def detach(self) -> Tensor: return self
+  def detach(self) -> Tensor: return Tensor(_autograd.detach_node(self.node))
 
   # ---- broadcasting and promotion
   def _broadcast_to(self, shape) -> Tensor:
@@ -542,10 +547,9 @@ class Tensor:
     return (d > 0.5).where(away, ((d == 0.5) & odd).where(away, t))
   def abs(self) -> Tensor:
     if self.dtype.kind in 'ub': return self
-    if self.dtype.is_float:  # clear the sign bit: abs(-0.0) is 0.0 and NaN stays NaN
-      it = {2: _D.u16, 4: _D.u32, 8: _D.u64}[self.dtype.itemsize]
-      b = self.bitcast(it)
-      return b._binop('and', b._c((1 << (8 * it.itemsize - 1)) - 1)).bitcast(self.dtype)
+    if self.dtype.is_float:  # abs(-0.0) is 0.0 and NaN stays NaN; where, not the sign bit: the gradient is sign(x)
+      r = (self < 0).where(-self, self)
+      return (r == 0).where(r._c(0.0), r)
     return (self < 0).where(-self, self)
   def sign(self) -> Tensor:
     if self.dtype.is_bool: return self
@@ -1098,9 +1102,72 @@ class Tensor:
   @staticmethod
   def jit(fn: Callable) -> Callable: return _Jit(fn)
 
+  # ---- autograd (tgc/autograd.py, on the autodiff pass), training mode, assign
+  training: bool = False
+
+  @property
+  def requires_grad(self) -> bool | None: return getattr(self, '_requires_grad', None)
+  @requires_grad.setter
+  def requires_grad(self, v: bool | None):
+    self._requires_grad = v
+    if v: _autograd.track(self)
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    self.requires_grad = requires_grad
+    return self
+  @property
+  def grad(self) -> Tensor | None: return getattr(self, '_grad', None)
+  @grad.setter
+  def grad(self, g: Tensor | None): self._grad = g
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
+    """The gradients of this tensor (a scalar, or weighted by `gradient`) with respect to each target, lazy."""
+    nodes = _autograd.gradients(self, targets, gradient)
+    out = []
+    for t, n in zip(targets, nodes):
+      if n is None and not materialize_grads: raise _autograd.GradientError(f"the tensor of shape {t.shape} is not in the graph of the loss")
+      out.append(Tensor(n) if n is not None else t.zeros_like(dtype=t.dtype))
+    return out
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Add the gradient of this tensor to `.grad` of every tensor with requires_grad=True in its graph."""
+    nodes = set(_toposort([self.node]))
+    targets = _autograd.tracked_in(nodes)
+    for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
+      t.grad = g if t.grad is None else t.grad + g
+    return self
+
+  def assign(self, x) -> Tensor:
+    """This tensor takes the value of x (lazily; a jit replays it). Other tensors of the old value keep it."""
+    x = x if isinstance(x, Tensor) else Tensor(x, dtype=self.dtype, device=self.device)
+    if x.shape != self.shape: raise ShapeError(f"assign of shape {x.shape} to a tensor of shape {self.shape}")
+    if x.dtype != self.dtype: raise DTypeError(f"assign of {x.dtype!r} to a tensor of {self.dtype!r}")
+    if x.device != self.device: raise DeviceError(f"assign from {x.device} to a tensor on {self.device}")
+    old, self.node = self.node, x.node
+    _autograd.record(('assign', self, old, x.node))
+    return self
+
+  class train:
+    """`with Tensor.train():` (or as a decorator): Tensor.training is True inside (dropout drops, BatchNorm
+    uses and updates batch statistics); `Tensor.train(False)` sets it False."""
+    def __init__(self, mode: bool = True): self.mode = mode
+    def __enter__(self): self.prev, Tensor.training = Tensor.training, self.mode
+    def __exit__(self, *exc): Tensor.training = self.prev
+    def __call__(self, fn):
+      def wrapped(*a, **k):
+        with Tensor.train(self.mode): return fn(*a, **k)
+      return wrapped
+
+  def dropout(self, p: float = 0.5) -> Tensor:
+    """In training: each element zeroed with probability p, the others scaled by 1/(1-p); else the identity."""
+    if not Tensor.training or p == 0: return self
+    if not 0 <= p <= 1: raise ArgumentError(f"dropout probability must be in [0, 1], got {p}")
+    keep = Tensor.rand(*self.shape, device=self.device) >= p
+    return keep.where(self, 0) * (1 / (1 - p)) if p < 1 else self.zeros_like()
+
 
 class _Jit:
-  """Compile fn once per input signature, then replay the compiled graph with new input buffers."""
+  """Run fn once per input signature while recording what it realizes and assigns (tgc.autograd.Capture), then
+  replay that on the new inputs' buffers: a training step's forward, backward and optimizer updates."""
   def __init__(self, fn):
     self.fn, self.cache = fn, {}
     self.__wrapped__ = fn
@@ -1113,24 +1180,7 @@ class _Jit:
     pending = [t for t in tens if not t.node.realized]
     if pending: Tensor.realize(*pending)
     ent = self.cache.get(key)
-    if ent is None:
-      out = self.fn(*args, **kwargs)
-      outs = out if isinstance(out, (tuple, list)) else (out,)
-      roots = [o.node for o in outs]
-      if not roots or any(not isinstance(o, Tensor) for o in outs) or len({r.device for r in roots}) != 1:
-        return out  # nothing to replay (not tensors, or several devices)
-      m, leaves = _build_module(roots, 'jit')
-      m.verify()
-      from tgc.compiler import compile_module
-      cf = compile_module(m, roots[0].device)
-      inputs = [t.node for t in tens]
-      mapping = [('in', inputs.index(l)) if l in inputs else ('cap', l.buf) for l in leaves]
-      self.cache[key] = (cf, mapping, [(r.shape, r.dtype, r.device) for r in roots], isinstance(out, (tuple, list)))
-      res = cf.run([tens[i].node.buf if k == 'in' else i for k, i in mapping])
-      for r, o in zip(roots, res):
-        if not r.realized: r.op, r.srcs, r.attrs, r.buf = 'BUFFER', (), None, o
-      return out
-    cf, mapping, meta, multi = ent
-    res = cf.run([tens[i].node.buf if k == 'in' else i for k, i in mapping])
-    outs = [Tensor(_Node('BUFFER', (), None, s, d, dev, o)) for (s, d, dev), o in zip(meta, res)]
-    return tuple(outs) if multi else outs[0]
+    if ent is not None: return ent.replay(tens)
+    cap = _autograd.Capture(self.fn, args, kwargs, [t.node for t in tens])
+    if cap.ok: self.cache[key] = cap  # else nothing to replay: the results are not tensors
+    return cap.out

@@ -1,0 +1,113 @@
+"""Autograd for the Tensor API, on the autodiff pass.
+
+`gradients(loss, targets)` turns the lazy graph up to `loss` into a tensor-dialect func.func (as realize
+does), lets `tgc.passes.autodiff.differentiate` append the backward ops to it, and turns those ops back into
+lazy graph nodes over the forward ones: a gradient is a lazy Tensor like any other, so it fuses with what
+uses it (an optimizer's update) when realized, and the forward values it needs are computed in the same
+function. Gradients flow through every op between the targets and the loss except `detach()`ed values.
+
+Tensors with `requires_grad=True` are remembered here (by id, weakly), so that `backward()` finds those in
+the loss's graph, as tinygrad's backward does.
+"""
+from __future__ import annotations
+import weakref
+from tgc.errors import ShapeError, DTypeError, TgcError
+
+_DETACHED: weakref.WeakSet = weakref.WeakSet()  # graph nodes that pass no gradient (detach())
+_TRACKED: dict[int, weakref.ref] = {}            # id -> Tensor with requires_grad set
+
+
+class GradientError(TgcError, RuntimeError):
+  """A gradient that cannot be taken: a target not in the loss's graph, a loss that is not a float scalar."""
+
+
+def track(t) -> None:
+  """Remember a tensor whose requires_grad was set (until it is collected)."""
+  i = id(t)
+  _TRACKED[i] = weakref.ref(t, lambda _, i=i: _TRACKED.pop(i, None))
+
+def detach_node(node):
+  """A node of the same value that gradients do not pass (an identity reshape: canonicalize removes it)."""
+  from tgc.tensor import _Node
+  n = _Node('reshape', (node,), None, node.shape, node.dtype, node.device)
+  _DETACHED.add(n)
+  return n
+
+def tracked_in(nodes: set) -> list:
+  """The tensors with requires_grad=True whose node is one of `nodes`."""
+  return [t for r in list(_TRACKED.values()) if (t := r()) is not None and t.requires_grad and t.node in nodes]
+
+
+def gradients(loss, targets, seed=None) -> list:
+  """The lazy gradient nodes of `loss` (weighted by the Tensor `seed`, else ones) with respect to each target
+  Tensor; None for a target the loss does not depend on."""
+  from tgc.tensor import _Node, _build_module, _toposort
+  from tgc.passes.autodiff import differentiate
+  if not loss.dtype.is_float: raise DTypeError(f"gradient of a {loss.dtype!r} tensor: only float tensors have gradients")
+  if seed is None and loss.numel() != 1: raise ShapeError(f"backward of a tensor of shape {loss.shape} needs a gradient= of that shape (only a scalar loss is seeded with 1)")
+  if seed is not None and seed.shape != loss.shape: raise ShapeError(f"gradient of shape {seed.shape} for a tensor of shape {loss.shape}")
+  roots = [loss.node] + ([seed.cast(loss.dtype).node] if seed is not None else [])
+  m, _ = _build_module(roots, 'grad')
+  fn = m.ops[0]
+  vals, args, ops = {}, iter(fn.body.args), iter(fn.body.ops)
+  for n in _toposort(roots): vals[n] = next(args) if n.op == 'BUFFER' else next(ops).results[0]  # _build_module's order
+  start = len(fn.body.ops) - 1
+  stop = {v for n, v in vals.items() if n in _DETACHED}
+  grads = differentiate(fn, [vals[roots[0]]], [vals[roots[1]] if seed is not None else None],
+                        [vals.get(t.node) for t in targets], stop)
+  nodes = {v: n for n, v in vals.items()}
+  for op in fn.body.ops[start:-1]:
+    r = op.results[0]
+    nodes[r] = _Node(op.name.split('.', 1)[1], tuple(nodes[s] for s in op.operands), dict(op.attrs) or None, r.type.shape, r.type.dtype, loss.device)
+  return [nodes[g] if g is not None else None for g in grads]
+
+
+# ---------------------------------------------------------------- assign and the jit's capture
+
+_capture: list | None = None  # while a jit records its first call: ('realize', fn, leaves, outs) and ('assign', tensor, old, new)
+
+def record(entry) -> None:
+  if _capture is not None: _capture.append(entry)
+
+
+class Capture:
+  """The realizations and assigns of one call of a function, replayed on new inputs: a realization's leaves
+  are taken from the new inputs, from what an earlier step of the replay computed, from the current value of
+  an assigned tensor, or else as they were (captured constants)."""
+  def __init__(self, fn, args, kwargs, inputs):
+    global _capture
+    from tgc.tensor import Tensor
+    prev, _capture = _capture, []
+    try:
+      self.out = fn(*args, **kwargs)
+      outs = self.out if isinstance(self.out, (tuple, list)) else (self.out,)
+      self.ok = bool(outs) and all(isinstance(o, Tensor) for o in outs)
+      assigned = [e[1] for e in _capture if e[0] == 'assign']
+      if self.ok: Tensor.realize(*outs, *assigned)
+      elif assigned: Tensor.realize(*assigned)
+      self.log = _capture
+    finally: _capture = prev
+    self.inputs = {n: i for i, n in enumerate(inputs)}
+    self.assigns = [(t, old, t.node) for kind, t, old, _ in (e for e in self.log if e[0] == 'assign')]
+    self.assigns = list({id(t): (t, old, new) for t, old, new in self.assigns}.values())  # per tensor: its first old value, its last node
+    self.olds = {old: t for t, old, _ in reversed(self.assigns)}
+    self.outs = [o.node for o in outs] if self.ok else []
+    self.multi = isinstance(self.out, (tuple, list))
+
+  def replay(self, tensors):
+    from tgc.tensor import Tensor, _Node
+    for t, _, _ in self.assigns:
+      if not t.node.realized: t.realize()
+    env = {}
+    def buf(n):
+      if n in env: return env[n]
+      if n in self.inputs: return tensors[self.inputs[n]].node.buf
+      if n in self.olds: return self.olds[n].node.buf
+      return n.buf
+    for e in self.log:
+      if e[0] != 'realize': continue
+      _, cf, leaves, group = e
+      for n, o in zip(group, cf.run([buf(l) for l in leaves])): env[n] = o
+    for t, _, new in self.assigns: t.node = _Node('BUFFER', (), None, new.shape, new.dtype, new.device, buf(new))
+    outs = [Tensor(_Node('BUFFER', (), None, n.shape, n.dtype, n.device, buf(n))) for n in self.outs]
+    return tuple(outs) if self.multi else outs[0]

@@ -1,0 +1,191 @@
+"""autodiff: reverse-mode differentiation of a tensor-dialect function, written into the function itself.
+
+`differentiate(fn, outs, seeds, targets)` appends to `fn`'s body (before its return) the ops that compute the
+gradient of the outputs (each weighted by its seed, ones when None) with respect to each target value: the
+forward values are reused as they are, each op's gradient rule makes the backward ops, and a value used
+several times gets the sum (tensor.add) of what flows back from each use. Only float values carry gradients;
+compares, integer ops, bitcasts and trunc pass none (their derivative is zero or undefined).
+
+Ties, as tinygrad and torch do them: `max`/`min` of two equal values give each half of the gradient; a `max`
+reduce divides it equally among the maxima. A `mul` reduce is exact with zeros (the product of the others).
+
+The pass `autodiff{wrt=0+1 of=0 seed=false func=f}` appends the gradients of the chosen results with respect
+to the chosen arguments to each function's results (after the original ones, in `wrt` order).
+"""
+from __future__ import annotations
+import math
+from tgc.ir.core import REGISTRY, Value
+from tgc.ir.types import TensorType
+from tgc.ir import dtypes as D
+from tgc.passes.manager import Pass
+
+
+class Builder:
+  """Makes tensor-dialect ops (kept in `ops`, in order), their result types from their operands."""
+  def __init__(self):
+    self.ops, self.loc = [], None
+  def op(self, name: str, srcs, t: TensorType, attrs=None) -> Value:
+    o = REGISTRY['tensor.' + name](list(srcs), [t], attrs, self.loc)
+    self.ops.append(o)
+    return o.results[0]
+  def c(self, v, like: Value) -> Value: return self.op('const', (), like.type, {'value': v})
+  def alu(self, name, *srcs) -> Value: return self.op(name, srcs, srcs[-1].type)
+  def cmp(self, name, a, b) -> Value: return self.op(name, (a, b), TensorType(a.type.shape, D.bool_))
+  def where(self, c, x, y) -> Value: return self.op('where', (c, x, y), x.type)
+  def cast(self, x, dt) -> Value: return x if x.type.dtype is dt else self.op('cast', (x,), TensorType(x.type.shape, dt))
+  def move(self, name, x, shape, attrs=None) -> Value: return self.op(name, (x,), TensorType(tuple(shape), x.type.dtype), attrs)
+  def reduce(self, kind, x, axes) -> Value:
+    shape = tuple(1 if i in axes else s for i, s in enumerate(x.type.shape))
+    return self.op('reduce', (x,), TensorType(shape, x.type.dtype), {'kind': kind, 'axes': tuple(axes)})
+  def expand(self, x, shape) -> Value: return x if x.type.shape == tuple(shape) else self.move('expand', x, shape)
+  def transpose(self, x) -> Value:
+    n, s = x.type.rank, x.type.shape
+    return self.move('permute', x, s[:-2] + (s[-1], s[-2]), {'order': tuple(range(n - 2)) + (n - 1, n - 2)})
+
+
+# ---------------------------------------------------------------- the rules: (builder, op, g) -> a gradient per operand
+
+def _tie_split(b, op, g, wins):
+  """max/min of two values: the gradient goes to the winner, half to each on a tie."""
+  x, y = op.operands
+  half, zero, eq = b.alu('mul', g, b.c(0.5, g)), b.c(0.0, g), b.cmp('cmpeq', x, y)
+  tie = b.where(eq, half, zero)
+  return [b.where(wins(x, y), g, tie), b.where(wins(y, x), g, tie)]
+
+def _reduce(b, op, g):
+  x, y = op.src, op.results[0]
+  shape, axes = x.type.shape, op.axes
+  if op.kind == 'add': return [b.expand(g, shape)]
+  if op.kind == 'max':
+    hit = b.cast(b.cmp('cmpeq', x, b.expand(y, shape)), x.type.dtype)
+    share = b.alu('fdiv', g, b.reduce('add', hit, axes))
+    return [b.alu('mul', hit, b.expand(share, shape))]
+  # mul: the product of the other elements, also where some are zero
+  zero = b.cmp('cmpeq', x, b.c(0.0, x))
+  nonzero = b.expand(b.reduce('mul', b.where(zero, b.c(1.0, x), x), axes), shape)
+  zeros = b.expand(b.reduce('add', b.cast(zero, x.type.dtype), axes), shape)
+  none_, one = b.cmp('cmpeq', zeros, b.c(0.0, zeros)), b.cmp('cmpeq', zeros, b.c(1.0, zeros))
+  others = b.where(zero, b.where(one, nonzero, b.c(0.0, x)), b.where(none_, b.alu('fdiv', nonzero, x), b.c(0.0, x)))
+  return [b.alu('mul', b.expand(g, shape), others)]
+
+def _expand(b, op, g):
+  src = op.src.type.shape
+  axes = tuple(i for i, (s, r) in enumerate(zip(src, op.results[0].type.shape)) if s != r)
+  return [b.reduce('add', g, axes) if axes else g]
+
+def _mod(b, op, g):  # fmod(x, y) = x - trunc(x / y) * y
+  x, y = op.operands
+  return [g, b.alu('neg', b.alu('mul', g, b.alu('trunc', b.alu('fdiv', x, y))))]
+
+def _cast(b, op, g):
+  return [b.cast(g, op.src.type.dtype) if op.src.type.dtype.is_float and op.results[0].type.dtype.is_float else None]
+
+RULES = {
+  'neg': lambda b, op, g: [b.alu('neg', g)],
+  'exp2': lambda b, op, g: [b.alu('mul', g, b.alu('mul', op.results[0], b.c(math.log(2), g)))],
+  'log2': lambda b, op, g: [b.alu('fdiv', g, b.alu('mul', op.src, b.c(math.log(2), g)))],
+  'sin': lambda b, op, g: [b.alu('mul', g, b.alu('sin', b.alu('sub', b.c(math.pi / 2, g), op.src)))],
+  'sqrt': lambda b, op, g: [b.alu('fdiv', g, b.alu('mul', op.results[0], b.c(2.0, g)))],
+  'recip': lambda b, op, g: [b.alu('neg', b.alu('mul', g, b.alu('mul', op.results[0], op.results[0])))],
+  'add': lambda b, op, g: [g, g],
+  'sub': lambda b, op, g: [g, b.alu('neg', g)],
+  'mul': lambda b, op, g: [b.alu('mul', g, op.rhs), b.alu('mul', g, op.lhs)],
+  'fdiv': lambda b, op, g: [b.alu('fdiv', g, op.rhs), b.alu('neg', b.alu('fdiv', b.alu('mul', g, op.results[0]), op.rhs))],
+  'mod': _mod,
+  'max': lambda b, op, g: _tie_split(b, op, g, lambda x, y: b.cmp('cmplt', y, x)),
+  'min': lambda b, op, g: _tie_split(b, op, g, lambda x, y: b.cmp('cmplt', x, y)),
+  'where': lambda b, op, g: [None, b.where(op.cond, g, b.c(0.0, g)), b.where(op.cond, b.c(0.0, g), g)],
+  'mulacc': lambda b, op, g: [b.alu('mul', g, op.b), b.alu('mul', g, op.a), g],
+  'cast': _cast,
+  'reduce': _reduce,
+  'reshape': lambda b, op, g: [b.move('reshape', g, op.src.type.shape)],
+  'expand': _expand,
+  'permute': lambda b, op, g: [b.move('permute', g, op.src.type.shape, {'order': tuple(sorted(range(len(op.order)), key=op.order.__getitem__))})],
+  'pad': lambda b, op, g: [b.move('shrink', g, op.src.type.shape, {'bounds': tuple((lo, lo + s) for (lo, _), s in zip(op.pads, op.src.type.shape))})],
+  'shrink': lambda b, op, g: [b.move('pad', g, op.src.type.shape, {'pads': tuple((lo, s - hi) for (lo, hi), s in zip(op.bounds, op.src.type.shape))})],
+  'flip': lambda b, op, g: [b.move('flip', g, g.type.shape, {'axes': op.axes})],
+  'contiguous': lambda b, op, g: [g],
+  'matmul': lambda b, op, g: [b.op('matmul', (g, b.transpose(op.rhs)), op.lhs.type), b.op('matmul', (b.transpose(op.lhs), g), op.rhs.type)],
+}
+# ops whose outputs carry no gradient to their operands (constant, integer or bool only, or piecewise constant)
+NO_GRADIENT = frozenset(('const', 'empty', 'trunc', 'not', 'cmplt', 'cmpne', 'cmpeq', 'and', 'or', 'xor', 'shl', 'shr', 'idiv', 'bitcast'))
+
+
+def _carries(v: Value) -> bool: return isinstance(v.type, TensorType) and v.type.dtype.is_float
+
+def differentiate(fn, outs: list[Value], seeds: list[Value | None], targets: list[Value], stop=frozenset()) -> list[Value | None]:
+  """Insert into `fn` (before its return) the gradient of sum(out * seed) with respect to each target value:
+  the gradient values (None where no path leads from the target to an output). Values in `stop` pass no
+  gradient through (detached)."""
+  body = fn.body
+  ops = body.ops[:-1]
+  live = {t for t in targets if t is not None and _carries(t)}  # values that depend on a target through float values
+  for op in ops:
+    if any(v in live for v in op.operands): live.update(r for r in op.results if _carries(r) and r not in stop)
+  b, adj = Builder(), {}
+  def acc(v, g): adj[v] = g if v not in adj else b.alu('add', adj[v], g)
+  for o, s in zip(outs, seeds):
+    if o in live: acc(o, s if s is not None else b.c(1.0, o))
+  for op in reversed(ops):
+    g = adj.get(op.results[0]) if len(op.results) == 1 else None
+    if g is None or op.results[0] in stop or not any(v in live for v in op.operands): continue
+    name = op.name.split('.', 1)[1]
+    rule = RULES.get(name) if op.name.startswith('tensor.') else None
+    if rule is None:
+      if name in NO_GRADIENT: continue
+      raise op.error("has no gradient rule (autodiff differentiates the primitive tensor ops; run tensor-decompose first for a composite)")
+    b.loc = op.loc
+    for v, gv in zip(op.operands, rule(b, op, g)):
+      if gv is not None and v in live: acc(v, gv)
+  grads = [adj.get(t) for t in targets]
+  used, keep = set(grads), []
+  for o in reversed(b.ops):  # only what the gradients use: a rule makes every operand's gradient
+    if o.results[0] in used: keep.append(o); used.update(o.operands)
+  body.ops[-1:-1] = keep[::-1]
+  return grads
+
+
+def _indices(text: str, n: int, what: str, fn) -> list[int] | None:
+  if not text: return None
+  try: idx = [int(s) for s in text.replace('+', ',').split(',') if s]
+  except ValueError: raise fn.error(f"autodiff: {what} must be positions like 0+2, got '{text}'") from None
+  for i in idx:
+    if not 0 <= i < n: raise fn.error(f"autodiff: {what} position {i} is out of range: @{fn.sym_name} has {n}")
+  return idx
+
+
+class Autodiff(Pass):
+  name = 'autodiff'
+  summary = "append the gradients of results with respect to arguments (reverse mode; seeds of ones, or arguments)"
+  reads = leaves = 'tensor'
+  options = {
+    'wrt': (str, '', "the arguments to differentiate with respect to, by position (0+2; default: every float argument)"),
+    'of': (str, '', "the results to differentiate, by position (default: every float result; their gradients add up)"),
+    'seed': (bool, False, "take each differentiated result's incoming gradient as a new last argument instead of ones"),
+    'func': (str, '', "only the function of this name (default: every func.func)"),
+  }
+
+  def run(self, m):
+    for fn in m.functions('func.func'):
+      if self.func and fn.sym_name != self.func: continue
+      args, ret = fn.body.args, fn.body.ops[-1]
+      wrt = _indices(self.wrt, len(args), 'wrt', fn)
+      of = _indices(self.of, len(ret.operands), 'of', fn)
+      wrt = wrt if wrt is not None else [i for i, a in enumerate(args) if _carries(a)]
+      of = of if of is not None else [i for i, v in enumerate(ret.operands) if _carries(v)]
+      for i in wrt:
+        if not _carries(args[i]): raise fn.error(f"autodiff: argument {i} of @{fn.sym_name} is {args[i].type}; only float tensors have gradients")
+      for i in of:
+        if not _carries(ret.operands[i]): raise fn.error(f"autodiff: result {i} of @{fn.sym_name} is {ret.operands[i].type}; only float results are differentiated")
+      outs, seeds, body = [ret.operands[i] for i in of], [], fn.body
+      for k, o in enumerate(outs):
+        seeds.append(Value(o.type, body, len(body.args), hint=f"seed{k}") if self.seed else None)
+        if self.seed: body.args.append(seeds[-1])
+      grads = differentiate(fn, outs, seeds, [args[i] for i in wrt])
+      b = Builder()
+      b.loc = fn.loc
+      grads = [g if g is not None else b.c(0.0, args[i]) for g, i in zip(grads, wrt)]
+      fn.body.ops[-1:-1] = b.ops
+      ret.operands = ret.operands + grads
+      fn.attrs['result_types'] = tuple(fn.result_types) + tuple(g.type for g in grads)
+      self.stats['gradients'] += len(grads)
