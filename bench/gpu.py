@@ -27,6 +27,8 @@ def rows(scale: float):
   n = int((1 << 26) * scale)
   m, k = max(int(8192 * scale ** 0.5), 1), 4096
   mm = max(int(4096 * scale ** (1 / 3)) // 16 * 16, 16)
+  nb = max(int(32 * scale), 1)
+  conv_flops = 2 * nb * 64 * 56 * 56 * 64 * 9
   return {
     # name: (shapes, dtype, tgc function, torch function, bytes or flops, unit)
     'add': ([(n,), (n,)], 'float32', lambda a, b: a + b, lambda a, b: a + b, 12 * n, 'GB/s'),
@@ -36,7 +38,15 @@ def rows(scale: float):
     'softmax': ([(m, k)], 'float32', lambda a: a.softmax(axis=1), lambda a: a.softmax(dim=1), 8 * m * k, 'GB/s'),
     'matmul f32': ([(mm, mm), (mm, mm)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     'matmul f16': ([(mm, mm), (mm, mm)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
+    # a ResNet stage: batch 32, 64 -> 64 channels, 56x56, 3x3, padding 1
+    'conv2d f32': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
+    'conv2d f16': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float16', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
   }
+
+
+def _torch_conv(x, w):
+  import torch.nn.functional as F
+  return F.conv2d(x, w, padding=1)
 
 
 def median_time(fn, sync, iters: int) -> float:
