@@ -119,6 +119,11 @@ class Scheduler:
     self.host_ops: list[Operation] = []
     names = set()
     for root in roots:
+      if root.type.numel == 0:  # nothing to compute: a launch over no elements would still run its one point
+        alloc = K('alloc')([], [root.type], None, root.op.loc)
+        alloc.results[0].hint = None
+        self.host_ops.append(alloc); self.buffers[root] = alloc.results[0]
+        continue
       kb = _KernelBuilder(self, root)
       kfn, inputs = kb.build()
       name = kb.name()

@@ -217,8 +217,7 @@ class Lowerer:
     full0 = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out0), None)
     if full0 is None:
       if reduces and any(out0[a] != 1 for a in axes): raise TgcError(f"@{k.sym_name}: a reduce with no load to give its size")
-      full0 = out0 if not reduces else None
-    if full0 is None: raise TgcError(f"@{k.sym_name}: a reduce with nothing below it to give its size (run canonicalize first)")
+      full0 = out0  # no load below a reduce: it reduces size-1 axes only (checked above), over one point
     kinds0 = ['reduce' if i in axes else 'global' for i in range(len(full0))]
     views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
     opts = tuple(k.attrs.get('opts', ()) if self.opts is None else self.opts)
