@@ -19,7 +19,11 @@ def devectorize_function(fn, width: int, stats) -> None:
   subst: dict[Value, Value] = {}          # a gep of a wide value -> the chunk lane it names
   wide = lambda t: isinstance(t, VecType) and t.count > width
   chunk_t = lambda t: t.dtype if width == 1 else VecType(width, t.dtype)
-  part = lambda v, k: chunks[v][k] if v in chunks else v
+  def part(v, k):
+    if v not in chunks and wide(v.type):  # a whole wide value (a uop.wmma's result): its chunks are geps of it
+      lanes = [add('gep', [v], v.type.dtype, {'index': i}, None) for i in range(v.type.count)]
+      chunks[v] = lanes if width == 1 else [add('vectorize', lanes[j:j + width], chunk_t(v.type), None, None) for j in range(0, len(lanes), width)]
+    return chunks[v][k] if v in chunks else v
   def add(name, operands, t, attrs=None, loc=None):
     op = U(name)(operands, [t] if t is not None else [], attrs, loc)
     out.append(op)
@@ -30,7 +34,7 @@ def devectorize_function(fn, width: int, stats) -> None:
     op.operands = [subst.get(v, v) for v in op.operands]
     res = op.results[0] if op.results else None
     n = op.name
-    if res in fragments and n in ('uop.vectorize', 'uop.load'):
+    if (res in fragments and n in ('uop.vectorize', 'uop.load')) or n == 'uop.wmma':  # the instruction's shape, whole
       out.append(op); continue
     if n == 'uop.gep' and op.vec in chunks:
       i = op.attrs['index']
