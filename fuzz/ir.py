@@ -115,7 +115,7 @@ def _const(r, dt):
 
 
 def _kernel(r, name, bufs, out_shape, out_dt, reduce_axes):
-  """A kernel.func `name` over host buffers bufs [(shape, dtype)] storing out_shape of out_dt."""
+  """A kernel.func `name` over host buffers bufs [(shape, dtype, exact)] storing out_shape of out_dt: (text, its output)."""
   full = list(out_shape)
   store = list(out_shape)
   if reduce_axes:
@@ -123,11 +123,11 @@ def _kernel(r, name, bufs, out_shape, out_dt, reduce_axes):
   k = _K()
   args = [f"%data0: !kernel.buf<{'x'.join(map(str, store))}x{out_dt}>" if store else f"%data0: !kernel.buf<{out_dt}>"]
   pool = []
-  for j, (shape, dt) in enumerate(bufs):
+  for j, (shape, dt, ex) in enumerate(bufs):
     args.append(f"%data{j + 1}: !kernel.buf<{'x'.join(map(str, shape)) + 'x' if shape else ''}{dt}>")
     n = math.prod(shape)
     for _ in range(r.randrange(1, 3)):
-      li = k.emit(f"kernel.load %data{j + 1} [{_views(r, full, n)}] : {dt}", dt, True)
+      li = k.emit(f"kernel.load %data{j + 1} [{_views(r, full, n)}] : {dt}", dt, ex)  # a float a kernel computed inexactly stays so
       pool.append(_convert(r, k, li, out_dt))
   pool.append(k.emit(f"kernel.const {_const(r, out_dt)} : {out_dt}", out_dt, True))
   for _ in range(r.randrange(1, 7)): pool.append(_alu(r, k, out_dt, pool))
@@ -140,7 +140,7 @@ def _kernel(r, name, bufs, out_shape, out_dt, reduce_axes):
     v = post[-1]
   strides = [math.prod(store[i + 1:]) for i in range(len(store))]
   k.lines.append(f"  kernel.store %data0 [view(shape = {store}, strides = {strides}, offset = 0)], {k.vals[v][0]} : {out_dt}")
-  return f"kernel.func @{name}({', '.join(args)}) {{\n" + '\n'.join(k.lines) + "\n}\n", (store, out_dt)
+  return f"kernel.func @{name}({', '.join(args)}) {{\n" + '\n'.join(k.lines) + "\n}\n", (store, out_dt, k.vals[v][2] or out_dt not in FLOATS)
 
 
 def _ttype(shape, dt): return f"tensor<{'x'.join(map(str, shape)) + 'x' if shape else ''}{dt}>"
@@ -148,7 +148,7 @@ def _ttype(shape, dt): return f"tensor<{'x'.join(map(str, shape)) + 'x' if shape
 
 def gen_kernel_module(r):
   dts = INTS + FLOATS + ('i1',)
-  host_args = [([r.choice((1, 2, 3, 4, 5, 7, 8)) for _ in range(r.randrange(0, 4))], r.choice(dts)) for _ in range(r.randrange(1, 4))]
+  host_args = [([r.choice((1, 2, 3, 4, 5, 7, 8)) for _ in range(r.randrange(0, 4))], r.choice(dts), True) for _ in range(r.randrange(1, 4))]
   values = list(host_args)  # host values: arguments, then kernel outputs
   kernels, host = [], []
   for kn in range(r.randrange(1, 4)):
@@ -158,12 +158,12 @@ def gen_kernel_module(r):
     srcs = sorted(set(r.randrange(len(values)) for _ in range(r.randrange(1, 3))))
     text, out = _kernel(r, f"k{kn}", [values[s] for s in srcs], shape, r.choice(dts), red)
     kernels.append(text)
-    host.append(f"  %r{kn} = kernel.alloc : {_ttype(*out)}")
+    host.append(f"  %r{kn} = kernel.alloc : {_ttype(*out[:2])}")
     host.append(f"  kernel.launch @k{kn}(%r{kn}, {', '.join(_hname(s, len(host_args)) for s in srcs)})")
     values.append(out)
   rets = sorted({len(values) - 1} | {r.randrange(len(host_args), len(values)) for _ in range(r.randrange(2))})
-  sig = ', '.join(f"%a{i}: {_ttype(*a)}" for i, a in enumerate(host_args))
-  res = ', '.join(_ttype(*values[i]) for i in rets)
+  sig = ', '.join(f"%a{i}: {_ttype(*a[:2])}" for i, a in enumerate(host_args))
+  res = ', '.join(_ttype(*values[i][:2]) for i in rets)
   host.append(f"  func.return {', '.join(_hname(i, len(host_args)) for i in rets)} : {res}")
   return ''.join(kernels) + f"func.func @main({sig}) -> ({res}) {{\n" + '\n'.join(host) + "\n}\n"
 
