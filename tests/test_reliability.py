@@ -235,3 +235,48 @@ def test_llvm_ir_is_verified_before_optimisation():
     jit("define void @bad(i32 %x) {\nentry:\n  ret i32 %x\n}\n", ['bad'])
   with pytest.raises(tgc.TgcError, match='does not verify'):
     jit("define i32 @bad2(i32 %x) {\nentry:\n  %y = add i32 %y, %x\n  ret i32 %y\n}\n", ['bad2'])
+
+
+def test_devectorize_regroups_a_computed_fragment():
+  """A wmma operand that an op on vectors computes is split like any wide op, then regrouped for the instruction
+  (was: the wmma's operand no longer defined)."""
+  from tgc.passes.manager import PassManager
+  m = parse("""uop.func @v() {
+  %0 = uop.define_global 0 : !uop.ptr<f32>
+  %z = uop.const 0 : i32
+  %a = uop.const 1.0 : f32
+  %v = uop.vectorize %a, %a, %a, %a : vec<4xf32>
+  %w = uop.const 2.0 : vec<4xf32>
+  %s = uop.add %v, %w : vec<4xf32>
+  %m = uop.wmma metal [8, 8, 8] %v, %w, %s : vec<4xf32>, vec<4xf32> -> vec<4xf32>
+  uop.store %0[%z], %m : vec<4xf32>
+}
+""")
+  PassManager.parse('devectorize').run(m)
+  m.verify()
+  ops = m.functions('uop.func')[0].body.ops
+  wmma = next(op for op in ops if op.name == 'uop.wmma')
+  assert all(v.op.name == 'uop.vectorize' for v in wmma.operands)
+  assert not any(str(r.type).startswith('vec') for op in ops if op.name not in ('uop.wmma', 'uop.vectorize') for r in op.results)
+
+
+BITCAST = """kernel.func @k(%data0: !kernel.buf<4xDST>, %data1: !kernel.buf<4xSRC>) {
+  %0 = kernel.load %data1 [view(shape = [4], strides = [1], offset = 0)] : SRC
+  %1 = kernel.bitcast %0 : SRC -> DST
+  kernel.store %data0 [view(shape = [4], strides = [1], offset = 0)], %1 : DST
+}
+func.func @main(%a: tensor<4xSRC>) -> tensor<4xDST> {
+  %r = kernel.alloc : tensor<4xDST>
+  kernel.launch @k(%r, %a)
+  func.return %r : tensor<4xDST>
+}
+"""
+
+@pytest.mark.parametrize('dev', ALL_DEVICES)
+@pytest.mark.parametrize('src,dst', [('bf16', 'f16'), ('f16', 'bf16'), ('bf16', 'i16'), ('u16', 'bf16')])
+def test_bitcast_through_bf16_keeps_the_bits(dev, src, dst):
+  """The C emitter converted the 16 bits' value to f16 instead of reinterpreting them (bf16 -> f16)."""
+  bits = np.array([0x3FC0, 0xBFC1, 0x4000, 0x0001], np.uint16)  # (compiled functions take and give bf16 as its bits)
+  arg = bits.view(np.int16) if src == 'i16' else bits.view(np.float16) if src == 'f16' else bits
+  out = tgc.compile(BITCAST.replace('SRC', src).replace('DST', dst), dev)(arg)[0]
+  np.testing.assert_array_equal(np.asarray(out).view(np.uint16), bits)

@@ -152,9 +152,10 @@ class Lang:
     f = self.math[op] + ('f' if dt is not D.f64 else '')
     return f"{f}({', '.join(args)})"
   def bitcast(self, x: str, src: D.DType, dst: D.DType) -> str:
-    if src.name in self.emulated or dst.name in self.emulated:  # through the 16 bits
-      bits = self.to_bits(x, src) if src.name in self.emulated else f"({self.bits_type(16)})({x})"
-      return self.from_bits(bits, dst) if dst.name in self.emulated else f"(({self.reg(dst)}){bits})"
+    if src.name in self.emulated or dst.name in self.emulated:  # through the 16 bits (a float's bits, not its value)
+      bits = self.to_bits(x, src) if src.name in self.emulated else self.bitcast_native(x, src, D.u16) if src.is_float else f"({self.bits_type(16)})({x})"
+      if dst.name in self.emulated: return self.from_bits(bits, dst)
+      return self.bitcast_native(bits, D.u16, dst) if dst.is_float else f"(({self.reg(dst)}){bits})"
     if not src.is_float and not dst.is_float: return f"(({self.reg(dst)})({x}))"
     return self.bitcast_native(x, src, dst)
   def bitcast_native(self, x, src, dst) -> str:
