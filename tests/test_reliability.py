@@ -280,3 +280,30 @@ def test_bitcast_through_bf16_keeps_the_bits(dev, src, dst):
   arg = bits.view(np.int16) if src == 'i16' else bits.view(np.float16) if src == 'f16' else bits
   out = tgc.compile(BITCAST.replace('SRC', src).replace('DST', dst), dev)(arg)[0]
   np.testing.assert_array_equal(np.asarray(out).view(np.uint16), bits)
+
+
+def test_group_of_one_is_no_group():
+  """group(amt = 1) leaves one thread per reduce: linearize makes no shared-memory meeting (its uop.if had no
+  condition: invalid IR), and the kernel still reduces."""
+  text = """kernel.func @r(%data0: !kernel.buf<i32>, %data1: !kernel.buf<20xi32>) attributes {opts = [group(axis = 0, amt = 1)]} {
+  %0 = kernel.const 20 : i32
+  %1 = kernel.load %data1 [view(shape = [20], strides = [1], offset = 0)] : i32
+  %2 = kernel.reduce max %1 [0] : i32
+  %3 = kernel.sub %0, %2 : i32
+  kernel.store %data0 [view(shape = [1], strides = [0], offset = 0)], %3 : i32
+}
+func.func @main(%a: tensor<20xi32>) -> tensor<i32> {
+  %r = kernel.alloc : tensor<i32>
+  kernel.launch @r(%r, %a)
+  func.return %r : tensor<i32>
+}
+"""
+  from tgc.passes.manager import PassManager
+  for t in ('metal', 'cuda', 'opencl'):
+    m = parse(text)
+    PassManager.parse(f'linearize{{target={t}}}').run(m)
+    m.verify()
+    assert not any(op.name in ('uop.if', 'uop.define_local') for op in m.functions('uop.func')[0].body.ops)
+  if 'OPENCL' in ALL_DEVICES:
+    a = np.arange(-7, 13, dtype=np.int32)[::-1].copy()
+    assert tgc.compile(text, 'OPENCL')(a)[0] == 20 - a.max()

@@ -379,7 +379,7 @@ class Lowerer:
             parts = [b.emit(r.kind, [parts[i], parts[i + 1]], parts[i].type) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
           res[c] = parts[0]
         self.vals[r.results[0]] = res
-    if any(kd == 'group' for kd in self.kinds): self.group_reduce(reduces, cu)
+    if any(kd == 'group' and n > 1 for kd, n in zip(self.kinds, self.full)): self.group_reduce(reduces, cu)  # (group 1: one thread, nothing to meet)
     if vec_is_unroll:  # horizontal reduce of the vector lanes
       for r in reduces:
         dt = r.results[0].type
