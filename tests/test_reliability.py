@@ -307,3 +307,35 @@ func.func @main(%a: tensor<20xi32>) -> tensor<i32> {
   if 'OPENCL' in ALL_DEVICES:
     a = np.arange(-7, 13, dtype=np.int32)[::-1].copy()
     assert tgc.compile(text, 'OPENCL')(a)[0] == 20 - a.max()
+
+
+@pytest.mark.parametrize('dev', ALL_DEVICES)
+@pytest.mark.parametrize('dt', ['i32', 'i64'])
+def test_signed_overflow_wraps_on_every_device(dev, dt):
+  """tgc's signed arithmetic wraps; OpenCL C leaves overflow undefined and PoCL folded -min(INT_MIN, x) to 0."""
+  npdt = np.dtype('int32' if dt == 'i32' else 'int64')
+  lo = np.iinfo(npdt).min
+  text = f"""kernel.func @k(%data0: !kernel.buf<4x{dt}>, %data1: !kernel.buf<4x{dt}>) {{
+  %0 = kernel.load %data1 [view(shape = [4], strides = [1], offset = 0)] : {dt}
+  %1 = kernel.const {lo} : {dt}
+  %2 = kernel.min %1, %0 : {dt}
+  %3 = kernel.neg %2 : {dt}
+  %4 = kernel.add %3, %1 : {dt}
+  %5 = kernel.mul %0, %1 : {dt}
+  %6 = kernel.sub %4, %5 : {dt}
+  %m = kernel.const -1 : {dt}
+  %7 = kernel.idiv %1, %m : {dt}
+  %8 = kernel.mulacc %6, %7, %1 : {dt}
+  kernel.store %data0 [view(shape = [4], strides = [1], offset = 0)], %8 : {dt}
+}}
+func.func @main(%a: tensor<4x{dt}>) -> tensor<4x{dt}> {{
+  %r = kernel.alloc : tensor<4x{dt}>
+  kernel.launch @k(%r, %a)
+  func.return %r : tensor<4x{dt}>
+}}
+"""
+  a = np.array([3, -1, np.iinfo(npdt).max, 0], npdt)
+  with np.errstate(over='ignore'):
+    c = npdt.type(lo)
+    want = (-np.minimum(c, a) + c - a * c) * c + c  # lo // -1 wraps to lo
+  np.testing.assert_array_equal(tgc.compile(text, dev)(a)[0], want.astype(npdt))
