@@ -339,3 +339,12 @@ func.func @main(%a: tensor<4x{dt}>) -> tensor<4x{dt}> {{
     c = npdt.type(lo)
     want = (-np.minimum(c, a) + c - a * c) * c + c  # lo // -1 wraps to lo
   np.testing.assert_array_equal(tgc.compile(text, dev)(a)[0], want.astype(npdt))
+
+
+@pytest.mark.parametrize('ty,msg', [('vec<18446744073709551616xf32>', 'needs one size from 1 to 1024'),
+                                    ('tensor<65536x65536xf32>', 'more than 2147483647 elements')])
+def test_type_sizes_are_bounded(ty, msg):
+  """A vector of 2**64 lanes made a pass loop for ever (fuzz/mutate.py); a tensor kernels cannot index is refused too."""
+  with pytest.raises(Diagnostic, match=msg) as e:
+    parse(f"func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {{\n  %0 = tensor.empty : {ty}\n  func.return %a : tensor<4xf32>\n}}\n", 't.tgc')
+  assert (e.value.loc.line, e.value.loc.col) == (2, 23)  # at the type
