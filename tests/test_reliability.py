@@ -24,6 +24,14 @@ def tool(main, *argv) -> tuple[int, str]:
   return rc, err.getvalue()
 
 
+def with_host(kernel: str, out: str, *args: str) -> str:
+  """A kernel.func's text and a host func.func @main that allocates its output, launches it once and returns it."""
+  name = re.search(r'kernel.func @(\w+)', kernel).group(1)
+  sig = ', '.join(f"%a{i}: {t}" for i, t in enumerate(args))
+  return (f"{kernel}func.func @main({sig}) -> {out} {{\n  %r = kernel.alloc : {out}\n"
+          f"  kernel.launch @{name}(%r{''.join(f', %a{i}' for i in range(len(args)))})\n  func.return %r : {out}\n}}\n")
+
+
 # ---------------------------------------------------------------- found by the fuzzers
 @pytest.mark.parametrize('dev', ALL_DEVICES)
 def test_empty_tensor_padded(dev):
@@ -50,18 +58,13 @@ REDUCE_SIZE1 = """kernel.func @k(%data0: !kernel.buf<1xi16>, %data1: !kernel.buf
   %4 = kernel.mul %3, %1 : i16
   kernel.store %data0 [view(shape = [1], strides = [1], offset = 0)], %4 : i16
 }
-func.func @main(%a: tensor<3xi16>) -> tensor<1xi16> {
-  %r = kernel.alloc : tensor<1xi16>
-  kernel.launch @k(%r, %a)
-  func.return %r : tensor<1xi16>
-}
 """
 
 @pytest.mark.parametrize('dev', ALL_DEVICES)
 def test_reduce_over_size1_axes_with_no_larger_load(dev):
   """linearize reduces one point (it raised 'a reduce with nothing below it to give its size')."""
   a = np.array([4, -9, 7], np.int16)
-  np.testing.assert_array_equal(tgc.compile(REDUCE_SIZE1, dev)(a)[0], (a[2:] + 5) * 5)
+  np.testing.assert_array_equal(tgc.compile(with_host(REDUCE_SIZE1, 'tensor<1xi16>', 'tensor<3xi16>'), dev)(a)[0], (a[2:] + 5) * 5)
 
 
 WMMA = """uop.func @w() attributes {global_size = [1, 1, 1], local_size = [32, 1, 1]} {
@@ -265,11 +268,6 @@ BITCAST = """kernel.func @k(%data0: !kernel.buf<4xDST>, %data1: !kernel.buf<4xSR
   %1 = kernel.bitcast %0 : SRC -> DST
   kernel.store %data0 [view(shape = [4], strides = [1], offset = 0)], %1 : DST
 }
-func.func @main(%a: tensor<4xSRC>) -> tensor<4xDST> {
-  %r = kernel.alloc : tensor<4xDST>
-  kernel.launch @k(%r, %a)
-  func.return %r : tensor<4xDST>
-}
 """
 
 @pytest.mark.parametrize('dev', ALL_DEVICES)
@@ -278,7 +276,7 @@ def test_bitcast_through_bf16_keeps_the_bits(dev, src, dst):
   """The C emitter converted the 16 bits' value to f16 instead of reinterpreting them (bf16 -> f16)."""
   bits = np.array([0x3FC0, 0xBFC1, 0x4000, 0x0001], np.uint16)  # (compiled functions take and give bf16 as its bits)
   arg = bits.view(np.int16) if src == 'i16' else bits.view(np.float16) if src == 'f16' else bits
-  out = tgc.compile(BITCAST.replace('SRC', src).replace('DST', dst), dev)(arg)[0]
+  out = tgc.compile(with_host(BITCAST.replace('SRC', src).replace('DST', dst), f'tensor<4x{dst}>', f'tensor<4x{src}>'), dev)(arg)[0]
   np.testing.assert_array_equal(np.asarray(out).view(np.uint16), bits)
 
 
@@ -292,12 +290,8 @@ def test_group_of_one_is_no_group():
   %3 = kernel.sub %0, %2 : i32
   kernel.store %data0 [view(shape = [1], strides = [0], offset = 0)], %3 : i32
 }
-func.func @main(%a: tensor<20xi32>) -> tensor<i32> {
-  %r = kernel.alloc : tensor<i32>
-  kernel.launch @r(%r, %a)
-  func.return %r : tensor<i32>
-}
 """
+  text = with_host(text, 'tensor<i32>', 'tensor<20xi32>')
   from tgc.passes.manager import PassManager
   for t in ('metal', 'cuda', 'opencl'):
     m = parse(text)
@@ -328,12 +322,8 @@ def test_signed_overflow_wraps_on_every_device(dev, dt):
   %8 = kernel.mulacc %6, %7, %1 : {dt}
   kernel.store %data0 [view(shape = [4], strides = [1], offset = 0)], %8 : {dt}
 }}
-func.func @main(%a: tensor<4x{dt}>) -> tensor<4x{dt}> {{
-  %r = kernel.alloc : tensor<4x{dt}>
-  kernel.launch @k(%r, %a)
-  func.return %r : tensor<4x{dt}>
-}}
 """
+  text = with_host(text, f'tensor<4x{dt}>', f'tensor<4x{dt}>')
   a = np.array([3, -1, np.iinfo(npdt).max, 0], npdt)
   with np.errstate(over='ignore'):
     c = npdt.type(lo)
