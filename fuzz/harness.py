@@ -21,8 +21,10 @@ BATCH = 200  # cases per child process: a fresh process now and then, caches sha
 def signature(outcome: str, msg: str) -> str:
   """What tells two failures apart: the outcome class and the message's shape (numbers, names, quoted text and
   file places wiped out), so that one bug found a thousand times is one finding."""
-  first = msg.strip().splitlines()[0] if msg.strip() else ''
-  shape = re.sub(r"'[^']*'|\"[^\"]*\"", "'_'", first)
+  lines = [l for l in msg.strip().splitlines() if l.strip()]
+  first = ' / '.join(lines[:2] if outcome == 'internal' else lines[:1])  # an internal error's second line is the error
+  keep = lambda m: m.group(0) if re.fullmatch(r"'[a-z][\w.-]*'", m.group(0)) else "'_'"  # quoted names (a pass, an op) stay
+  shape = re.sub(r"'[^']*'|\"[^\"]*\"", keep, first)
   shape = re.sub(r'%[\w.]+|@[\w.]+|0x[0-9a-f]+|\d+(\.\d+)?(e[+-]?\d+)?', 'N', shape)
   shape = re.sub(r'\S+\.tgc', 'F', shape)
   return f"{outcome}: {shape[:160]}"
