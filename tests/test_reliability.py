@@ -10,9 +10,10 @@ from tgc.parser import parse
 from tgc.runtime import get_device
 
 HOST_DEVICES = ['CPU', 'C', 'INTERP']
-try:
-  get_device('OPENCL'); ALL_DEVICES = HOST_DEVICES + ['OPENCL']
-except tgc.TgcError: ALL_DEVICES = HOST_DEVICES
+ALL_DEVICES = list(HOST_DEVICES)
+for _d in ('OPENCL', 'CUDA'):  # where this machine has them (CUDA: the GPU machine)
+  try: get_device(_d); ALL_DEVICES.append(_d)
+  except tgc.TgcError: pass
 
 
 def tool(main, *argv) -> tuple[int, str]:
