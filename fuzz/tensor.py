@@ -387,15 +387,15 @@ def _tgc_eval(steps, outs, device):
   return [(t.numpy(), t.dtype.api if hasattr(t.dtype, 'api') else str(t.dtype)) for t in res]
 
 
-def _compare(got, want, dt, bound):
+def _compare(got, want, dt, bound, rel):
+  """None, or how got differs from numpy's want: floats within rel (the coarsest precision on the way) of bound."""
   import numpy as np
   got = np.asarray(got)
   if got.shape != want.shape: return f"shape {got.shape}, numpy's {want.shape}"
   if dt in FLOATS:
     g = got.astype(np.float64)
-    tol = TOL[dt] * max(bound, 1.0)
     with np.errstate(invalid='ignore'):
-      bad = ~((g == want) | (np.abs(g - want) <= tol + TOL[dt] * np.abs(want)) | (np.isnan(g) & np.isnan(want)))
+      bad = ~((g == want) | (np.abs(g - want) <= rel * max(bound, 1.0) + rel * np.abs(want)) | (np.isnan(g) & np.isnan(want)))
   else: bad = got != want.astype(got.dtype) if got.dtype == want.dtype else np.ones(got.shape, bool)
   if not bad.any(): return None
   idx = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -417,7 +417,7 @@ def run(case):
   from tgc.errors import TgcError
   steps, outs = case['steps'], case['outs']
   ref, dts = _numpy_eval(steps)
-  bounds = _value_bounds(steps, ref, dts)
+  bounds, rels = _value_bounds(steps, ref, dts)
   for d in case.get('devices', DEVICES):
     try: got = _tgc_eval(steps, outs, d)
     except TgcError as e:  # the program is valid: tgc refusing it is a finding too
@@ -427,20 +427,23 @@ def run(case):
       return f"exception:{type(e).__name__}", f"{d}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
     for o, (g, gdt) in zip(outs, got):
       if gdt != dts[o]: return 'mismatch', f"{d}: value {o} has dtype {gdt}, numpy's rules give {dts[o]}"
-      err = _compare(g, ref[o], dts[o], bounds[o])
+      err = _compare(g, ref[o], dts[o], bounds[o], rels[o])
       if err: return 'mismatch', f"{d}: value {o} (step {steps[o]['op']} {steps[o].get('arg')}): {err}"
   return 'ok', None
 
 
 def _value_bounds(steps, ref, dts):
-  """A bound on |value| per value for the float tolerance: the largest magnitude among a value's inputs' chain,
-  taken from the reference (what the generator kept below its caps)."""
+  """Per value, for the float tolerance: a bound on |value| (the largest magnitude on its way, from the reference:
+  what the generator kept below its caps), and the coarsest relative precision on its way (an f32 result cast to
+  f64 is no more precise than f32)."""
   import numpy as np
-  out = []
+  bounds, rels = [], []
   for i, st in enumerate(steps):
     m = float(np.max(np.abs(ref[i]))) if ref[i].size and dts[i] in FLOATS else 0.0
-    out.append(max([m] + [out[s] for s in st.get('src', []) if dts[s] in FLOATS]))
-  return out
+    src = [s for s in st.get('src', []) if dts[s] in FLOATS]
+    bounds.append(max([m] + [bounds[s] for s in src]))
+    rels.append(max([TOL.get(dts[i], 0.0)] + [rels[s] for s in src]))
+  return bounds, rels
 
 
 def reproducer(case):
