@@ -243,6 +243,13 @@ def lower_for_target(m, target: str, noopt: bool | None = None) -> None:
     PassManager.parse(','.join(steps[steps.index('kernelize') + 1:])).run(m)
 
 
+def module_error(m, text: str, name: str, offset: int, msg: str):
+  """A Diagnostic about a whole module: at its first function, or at the start of the input when it has none."""
+  from tgc.ir.diagnostics import Diagnostic, Location, Source
+  if m.ops and m.ops[0].loc is not None: return Diagnostic(msg, m.ops[0].loc)
+  return Diagnostic(msg, Location(name, offset + 1, 1, Source(name, text, offset)))
+
+
 def _translate(args) -> int:
   from tgc.parser import parse, parse_chunks
   from tgc.target import get_target
@@ -253,6 +260,8 @@ def _translate(args) -> int:
   for chunk, offset in parse_chunks(text, name, args.split_input_file):
     m = parse(chunk, name, line_offset=offset)
     lower_for_target(m, args.target, args.noopt or None)
+    if not m.functions('uop.func'):
+      raise module_error(m, chunk, name, offset, "nothing to translate: no function here lowers to a kernel (a func.func that computes, a kernel.func or a uop.func)")
     outs.append(emit.render(m, args.target))
   write_output('// -----\n'.join(outs), args.output)
   return 0
@@ -290,7 +299,7 @@ def _run(args) -> int:
   text, name = read_input(args.input, 'tgc-run')
   m = parse(text, name)
   fns = m.functions('func.func')
-  if not fns: raise ToolError(f"'{name}' has no func.func to run")
+  if not fns: raise module_error(m, text, name, 0, "nothing to run: no func.func here")
   entry = fns[0]
   if args.entry:
     entry = m.lookup(args.entry.lstrip('@'))

@@ -1165,6 +1165,13 @@ class Tensor:
     return keep.where(self, 0) * (1 / (1 - p)) if p < 1 else self.zeros_like()
 
 
+def _jit_arg_key(v):
+  """A non-tensor argument by value (arrays by their bytes: a long array's repr elides them); a tensor by its place."""
+  if isinstance(v, Tensor): return 'T'
+  if isinstance(v, np.ndarray): return ('nd', v.dtype.str, v.shape, v.tobytes())
+  return (type(v).__name__, repr(v))
+
+
 class _Jit:
   """Run fn once per input signature while recording what it realizes and assigns (tgc.autograd.Capture), then
   replay that on the new inputs' buffers: a training step's forward, backward and optimizer updates."""
@@ -1173,10 +1180,10 @@ class _Jit:
     self.__wrapped__ = fn
   def __call__(self, *args, **kwargs):
     tens = [a for a in args if isinstance(a, Tensor)]
-    if kwargs: tens += [v for v in kwargs.values() if isinstance(v, Tensor)]
+    if kwargs: tens += [kwargs[k] for k in sorted(kwargs) if isinstance(kwargs[k], Tensor)]
     key = tuple((t.node.shape, t.node.dtype.name, t.node.device) for t in tens)
-    if kwargs or len(tens) != len(args):  # other arguments are part of the signature by value
-      key = (key, tuple(repr(a) for a in args if not isinstance(a, Tensor)), tuple(sorted((k, repr(v)) for k, v in kwargs.items() if not isinstance(v, Tensor))))
+    if kwargs or len(tens) != len(args):  # other arguments are part of the signature by value, and where each tensor goes
+      key = (key, tuple(_jit_arg_key(a) for a in args), tuple((k, _jit_arg_key(kwargs[k])) for k in sorted(kwargs)))
     pending = [t for t in tens if not t.node.realized]
     if pending: Tensor.realize(*pending)
     ent = self.cache.get(key)

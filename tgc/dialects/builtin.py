@@ -31,6 +31,30 @@ class FuncOp(Operation):
       raise ret.error(f"returns ({', '.join(map(str, got))}) but @{self.sym_name} is declared to return ({', '.join(map(str, self.result_types))})")
     for op in ops[:-1]:
       if op.has(TERMINATOR): raise op.error("must be the last op of its function")
+    self._verify_allocs_written()
+
+  def _verify_allocs_written(self):
+    """A host schedule reads a kernel.alloc (passes it to a launch as an input, returns it) only after a launch
+    has written it as its output (operand #0): memory no one wrote has no value on any device."""
+    from tgc.ir.diagnostics import Note
+    unwritten: dict = {}  # value (an alloc or a host reshape of one) -> its kernel.alloc
+    for op in self.body.ops:
+      if op.name == 'kernel.alloc':
+        t = op.results[0].type
+        if isinstance(t, TensorType) and t.numel: unwritten[op.results[0]] = op
+        continue
+      if op.name == 'tensor.reshape' and op.operands and op.operands[0] in unwritten:
+        unwritten[op.results[0]] = unwritten[op.operands[0]]; continue
+      reads = op.operands[1:] if op.name == 'kernel.launch' else op.operands
+      for i, v in enumerate(reads):
+        if v in unwritten:
+          what = 'returns' if op.name == 'func.return' else f"reads operand #{i + (op.name == 'kernel.launch')}:"
+          d = op.error(f"{what} a kernel.alloc that no kernel.launch has written: its contents are undefined")
+          d.notes.append(Note('note', 'allocated here', unwritten[v].loc))
+          raise d
+      if op.name == 'kernel.launch' and op.operands:
+        alloc = unwritten.get(op.operands[0])
+        for v in [v for v, a in unwritten.items() if a is alloc and alloc is not None]: del unwritten[v]
 
 
 class ReturnOp(Operation):

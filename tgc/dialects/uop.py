@@ -65,6 +65,13 @@ class UopFuncOp(Operation):
       elif inner and op.name != 'uop.phi':
         inner[-1].update(op.results)
     if stack: raise stack[-1].error("is never closed")
+    glob: dict = {}  # buffers are numbered 0..n-1 by their define_globals, one dtype each (every runtime's signature)
+    for op in self.body.ops:
+      if op.name == 'uop.define_global' and isinstance(op.results[0].type, PtrType):
+        i, dt = op.attrs['index'], op.results[0].type.dtype
+        if glob.setdefault(i, dt) is not dt: raise op.error(f"buffer {i} is defined with two dtypes, {glob[i]} and {dt}")
+    missing = next((i for i in range(len(glob)) if i not in glob), None)
+    if missing is not None: raise self.error(f"buffer argument {missing} has no uop.define_global (buffers are numbered from 0 without gaps)")
 
 
 def _ptr(op, v, what='buffer'):

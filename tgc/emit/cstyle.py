@@ -84,6 +84,10 @@ class Lang:
     return f"{base}{t.count}"
   def vec_name(self, dt) -> str: return self.vec_base[dt.name]
   def lane(self, name: str, i: int, t: VecType) -> str: return f"{name}.{XYZW[i]}" if t.count in self.native_vecs else f"{name}.v[{i}]"
+  # signed add, sub, mul and neg that may overflow are written in the unsigned type (tgc's signed arithmetic wraps):
+  # OpenCL does (PoCL's clang folded -min(INT_MIN, x) to 0). C builds with -fwrapv; CUDA and Metal keep the seeds'
+  # plain operators, their overflow undefined as in tinygrad (docs/design.md, known gaps)
+  signed_wraps = True
   vector_ops: tuple = ()  # ALU ops written on whole vectors (`(a+b)`) where vector_operators(t); the rest lane by lane
   def vector_operators(self, t: VecType) -> bool: return False
   def wmma_helper(self, dims, a: VecType, b: VecType, c: VecType) -> str | None:
@@ -152,9 +156,10 @@ class Lang:
     f = self.math[op] + ('f' if dt is not D.f64 else '')
     return f"{f}({', '.join(args)})"
   def bitcast(self, x: str, src: D.DType, dst: D.DType) -> str:
-    if src.name in self.emulated or dst.name in self.emulated:  # through the 16 bits
-      bits = self.to_bits(x, src) if src.name in self.emulated else f"({self.bits_type(16)})({x})"
-      return self.from_bits(bits, dst) if dst.name in self.emulated else f"(({self.reg(dst)}){bits})"
+    if src.name in self.emulated or dst.name in self.emulated:  # through the 16 bits (a float's bits, not its value)
+      bits = self.to_bits(x, src) if src.name in self.emulated else self.bitcast_native(x, src, D.u16) if src.is_float else f"({self.bits_type(16)})({x})"
+      if dst.name in self.emulated: return self.from_bits(bits, dst)
+      return self.bitcast_native(bits, D.u16, dst) if dst.is_float else f"(({self.reg(dst)}){bits})"
     if not src.is_float and not dst.is_float: return f"(({self.reg(dst)})({x}))"
     return self.bitcast_native(x, src, dst)
   def bitcast_native(self, x, src, dst) -> str:
@@ -208,7 +213,8 @@ class KernelRenderer:
     ops = self.ops = fn.body.ops
     self.written = {op.buf.op.attrs['index'] for op in ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'}
     from tgc.dialects.uop_bounds import unproven_accesses
-    self.unproven = unproven_accesses(fn)  # guarded at run time: no access leaves its buffer
+    self.bounds_memo: dict = {}
+    self.unproven = unproven_accesses(fn, self.bounds_memo)  # guarded at run time: no access leaves its buffer
     self.vars = [(op.attrs['sym'], op.results[0].type) for op in ops if op.name == 'uop.define_var']
     self.pos = {r: i for i, op in enumerate(ops) for r in op.results}
     self.users: dict = {}
@@ -312,6 +318,12 @@ class KernelRenderer:
       elif nm in BINOP: r = f"({a[0]}{BINOP[nm]}{a[1]})"
       else: raise self.err(op, f"is not defined on {dt}")
       return L.wrap(dt, r)
+    if dt.is_signed and dt.bits >= 32 and not L.signed_wraps and nm in ('neg', 'add', 'sub', 'mul', 'mulacc') and not self.nsw(op):
+      # tgc's signed arithmetic wraps; OpenCL C, CUDA and Metal leave overflow undefined (PoCL folded -INT_MIN to 0):
+      # compute in the unsigned type, whose conversion back is two's complement on every one of them
+      u = lambda x: f"(({L.bits_type(dt.bits)}){x})"
+      r = f"(0-{u(a[0])})" if nm == 'neg' else f"({u(a[0])}*{u(a[1])}+{u(a[2])})" if nm == 'mulacc' else f"({u(a[0])}{BINOP[nm]}{u(a[1])})"
+      return f"(({L.reg(dt)}){r})"
     if nm == 'neg': r = f"(-{a[0]})"
     elif nm == 'not': r = f"(~{a[0]})"
     elif nm == 'trunc': return a[0]
@@ -323,7 +335,8 @@ class KernelRenderer:
       if c is not None and c != 0 and not (dt.is_signed and c == -1): r = f"({a[0]}{o}{a[1]})"
       elif c == 0: r = '0'
       elif dt.is_signed:  # x/0 -> 0; INT_MIN/-1 overflows: the quotient wraps to -x, the remainder is 0
-        r = f"(({a[1]}==0)?0:({a[1]}==(-1))?{'(-' + a[0] + ')' if nm == 'idiv' else '0'}:({a[0]}{o}{a[1]}))"
+        neg = f"(-{a[0]})" if L.signed_wraps or dt.bits < 32 else f"(({L.reg(dt)})(0-(({L.bits_type(dt.bits)}){a[0]})))"
+        r = f"(({a[1]}==0)?0:({a[1]}==(-1))?{neg if nm == 'idiv' else '0'}:({a[0]}{o}{a[1]}))"
       else: r = f"(({a[1]}==0)?0:({a[0]}{o}{a[1]}))"
     elif nm in ('shl', 'shr'):
       c = self.const_of(op.operands[1])
@@ -335,6 +348,11 @@ class KernelRenderer:
     elif nm in BINOP: r = f"({a[0]}{BINOP[nm]}{a[1]})"
     else: raise self.err(op, f"is not defined on {dt}")
     return L.wrap(dt, r) if dt.name in NARROW or nm == 'shl' and dt.bits >= 32 and dt.is_signed else r
+
+  def nsw(self, op) -> bool:
+    """Whether op (an add, sub or mul) provably stays inside its signed type: index arithmetic, written plainly."""
+    from tgc.dialects.uop_bounds import no_signed_wrap
+    return op is not None and no_signed_wrap(op, self.bounds_memo)
 
   def const_of(self, v):
     if v.op is not None and v.op.name == 'uop.const' and isinstance(v.type, D.DType): return int(const_value(v.op.attrs['value'], v.type))

@@ -33,6 +33,7 @@ class OpenCLLang(Lang):
     return f"__local {self.mem(dt)} {op.attrs['sym']}[{op.attrs['size']}];"
   def render_barrier(self, k): return 'barrier(CLK_LOCAL_MEM_FENCE);'
   vector_ops = ('add', 'sub', 'mul', 'fdiv')
+  signed_wraps = False  # OpenCL C has no -fwrapv: see Lang.signed_wraps
   def vector_operators(self, t):  # OpenCL C's vector types take arithmetic operators; floats only (signed overflow is UB)
     return t.count in self.native_vecs and t.dtype.name in ('f32', 'f64')
   def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.s{i:x}"

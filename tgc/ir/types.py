@@ -53,6 +53,8 @@ _ELT = '|'.join(sorted(D.BY_NAME, key=len, reverse=True))
 _SHAPED = re.compile(rf'(tensor|vec|!kernel\.buf)<((?:\d+x)*)({_ELT})>$')
 _PTR = re.compile(rf'!uop\.ptr<({_ELT})(\s*,\s*local)?>$')
 _cache: dict[str, Type] = {}
+MAX_LANES = 1024             # a vector is registers: no target has wider ones (and a pass may loop over its lanes)
+MAX_ELEMENTS = 2 ** 31 - 1   # a tensor or buffer: kernels index elements with i32
 
 def parse_type(text: str) -> Type:
   """Text of a type -> the type; ValueError with a reason when it is not one."""
@@ -62,9 +64,11 @@ def parse_type(text: str) -> Type:
   elif m := _SHAPED.match(text):
     dims, dt = tuple(int(x) for x in m.group(2).split('x') if x), D.BY_NAME[m.group(3)]
     if m.group(1) == 'vec':
-      if len(dims) != 1 or dims[0] < 1: raise ValueError(f"vector type '{text}' needs one positive size")
+      if len(dims) != 1 or not 1 <= dims[0] <= MAX_LANES: raise ValueError(f"vector type '{text}' needs one size from 1 to {MAX_LANES}")
       t = VecType(dims[0], dt)
-    else: t = (TensorType if m.group(1) == 'tensor' else BufType)(dims, dt)
+    else:
+      if math.prod(dims) > MAX_ELEMENTS: raise ValueError(f"type '{text}' has more than {MAX_ELEMENTS} elements (kernels index them with i32)")
+      t = (TensorType if m.group(1) == 'tensor' else BufType)(dims, dt)
   elif m := _PTR.match(text): t = PtrType(D.BY_NAME[m.group(1)], bool(m.group(2)))
   else: raise ValueError(f"unknown type '{text}'")
   if len(_cache) < 100_000: _cache[text] = t

@@ -19,17 +19,31 @@ def devectorize_function(fn, width: int, stats) -> None:
   subst: dict[Value, Value] = {}          # a gep of a wide value -> the chunk lane it names
   wide = lambda t: isinstance(t, VecType) and t.count > width
   chunk_t = lambda t: t.dtype if width == 1 else VecType(width, t.dtype)
-  part = lambda v, k: chunks[v][k] if v in chunks else v
+  def part(v, k):
+    if v not in chunks and wide(v.type):  # a whole wide value (a uop.wmma's result): its chunks are geps of it
+      lanes = [add('gep', [v], v.type.dtype, {'index': i}, None) for i in range(v.type.count)]
+      chunks[v] = lanes if width == 1 else [add('vectorize', lanes[j:j + width], chunk_t(v.type), None, None) for j in range(0, len(lanes), width)]
+    return chunks[v][k] if v in chunks else v
   def add(name, operands, t, attrs=None, loc=None):
     op = U(name)(operands, [t] if t is not None else [], attrs, loc)
     out.append(op)
     return op.results[0] if op.results else None
+  wholes: dict[Value, Value] = {}
+  def whole(v):
+    if v not in chunks: return v
+    if v not in wholes:
+      lanes = chunks[v] if width == 1 else [add('gep', [c], v.type.dtype, {'index': i}, None) for c in chunks[v] for i in range(width)]
+      wholes[v] = add('vectorize', lanes, v.type, None, None)
+    return wholes[v]
   # a tensor-core fragment is one value of the instruction's shape (8 halfs for mma m16n8k16): never split
   fragments = {v for op in fn.body.ops if op.name == 'uop.wmma' for v in op.operands}
   for op in fn.body.ops:
     op.operands = [subst.get(v, v) for v in op.operands]
     res = op.results[0] if op.results else None
     n = op.name
+    if n == 'uop.wmma':  # the instruction's shape, whole: a fragment that was split (an op on fragments) is regrouped
+      op.operands = [whole(v) for v in op.operands]
+      out.append(op); continue
     if res in fragments and n in ('uop.vectorize', 'uop.load'):
       out.append(op); continue
     if n == 'uop.gep' and op.vec in chunks:

@@ -152,7 +152,7 @@ class Scheduler:
     roots = sorted(self.R, key=lambda v: self.order[v.op])
     for s in roots:
       red = self.kernel_reduce(s)
-      if red is None or s in self.fused or s in self.fused.values(): continue
+      if red is None or s.type.numel == 0 or s in self.fused or s in self.fused.values(): continue
       full, axes = red.src.type.shape, tuple(sorted(red.axes))
       for m, paths in self.reads([red.src]).items():
         base = _reduce_under(m)
@@ -198,6 +198,11 @@ class Scheduler:
     self.host_ops: list[Operation] = []
     names = set()
     for root in roots:
+      if root.type.numel == 0:  # nothing to compute: a launch over no elements would still run its one point
+        alloc = K('alloc')([], [root.type], None, root.op.loc)
+        alloc.results[0].hint = None
+        self.host_ops.append(alloc); self.buffers[root] = alloc.results[0]
+        continue
       if root in self.fused: continue  # computed and stored by the kernel of the reduce that uses it
       kb = _KernelBuilder(self, root, [m for m, s_ in self.fused.items() if s_ is root])
       kfn, inputs = kb.build()
@@ -235,8 +240,8 @@ class Scheduler:
     op = v.op
     if op.name == 'tensor.const':
       c = REGISTRY['tensor.const']([], [v.type], dict(op.attrs), op.loc)
-    elif op.name == 'tensor.empty':
-      c = K('alloc')([], [v.type], None, op.loc)
+    elif op.name == 'tensor.empty':  # any contents will do: zeros, so that nothing reads memory no one wrote
+      c = REGISTRY['tensor.const']([], [v.type], {'value': 0.0 if v.type.dtype.is_float else 0}, op.loc)
     else: raise AssertionError(f"not a host leaf: {op.name}")
     self.host_ops.append(c)
     self.buffers[v] = c.results[0]

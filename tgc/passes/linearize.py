@@ -296,7 +296,8 @@ class Lowerer:
             parts = [b.emit(r.kind, [parts[i], parts[i + 1]], dt) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
           res[c] = parts[0]
         self.vals[r.results[0]] = res
-    if any(kd == 'group' for kd in self.kinds): self.group_reduce(reduces, cu, 1 if vec_is_unroll else self.W, final)
+    if any(kd == 'group' and n > 1 for kd, n in zip(self.kinds, self.full)):  # (a group of 1: one thread, nothing to meet)
+      self.group_reduce(reduces, cu, 1 if vec_is_unroll else self.W, final)
 
   def lower_tc(self, reduces, name):
     """TC: a warp per (16 x 8) output tile. Per step of 16 along k, lane 4g + t loads its fragment of A (8 values

@@ -1,7 +1,7 @@
 """The C device: tgc.emit.c source, built by the system C compiler into a shared library, called through ctypes.
 
-Libraries are cached by source text, in process and on disk ($TGC_CACHE or ~/.cache/tgc/c, named by the
-source's hash), so an identical kernel is compiled once. The kernel loops over its own grid: one call runs
+Libraries are cached by source text, in process and on disk ($TGC_CACHE or ~/.cache/tgc/c, named by the hash of
+the source, the compiler and its flags, and the host CPU), so an identical kernel is compiled once. The kernel loops over its own grid: one call runs
 gidx0 in [start, end) (all of it by default).
 """
 from __future__ import annotations
@@ -23,12 +23,28 @@ def cache_dir() -> str:
   return d
 
 
+_host_id: str | None = None
+
+def host_id() -> str:
+  """What -march=native builds for: the machine and its CPU's model and flags. Part of the disk cache's key, so that
+  a cache directory shared between machines (a networked home) never loads a library built for another CPU."""
+  global _host_id
+  if _host_id is None:
+    import platform
+    cpu = ''
+    try:
+      with open('/proc/cpuinfo') as f: cpu = ''.join(l for l in f.read().split('\n\n')[0].split('\n') if l.startswith(('model name', 'flags', 'Features', 'CPU part')))
+    except OSError: pass
+    _host_id = f"{platform.machine()}|{platform.processor()}|{cpu}"
+  return _host_id
+
+
 def compile_c(src: str) -> ctypes.CDLL:
   """C source -> a loaded shared library (cached by source)."""
   with _lock:
     lib = _libs.get(src)
     if lib is not None: return lib
-    key = hashlib.sha256((src + ' '.join([CC] + CFLAGS)).encode()).hexdigest()[:24]
+    key = hashlib.sha256((src + ' '.join([CC] + CFLAGS) + host_id()).encode()).hexdigest()[:24]
     path = os.path.join(cache_dir(), f"{key}.so")
     if not os.path.exists(path):
       with tempfile.TemporaryDirectory() as td:

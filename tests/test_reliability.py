@@ -1,0 +1,357 @@
+"""Issue 14's regressions: what the fuzzers (fuzz/) found, the caches' keys, memory no one wrote, and the tools'
+diagnostics for a module with nothing to run or translate. Results are checked against numpy."""
+import io, os, re, sys
+import numpy as np
+import pytest
+import tgc
+from tgc import Tensor, driver
+from tgc.ir.diagnostics import Diagnostic
+from tgc.parser import parse
+from tgc.runtime import get_device
+
+HOST_DEVICES = ['CPU', 'C', 'INTERP']
+ALL_DEVICES = list(HOST_DEVICES)
+for _d in ('OPENCL', 'CUDA'):  # where this machine has them (CUDA: the GPU machine)
+  try: get_device(_d); ALL_DEVICES.append(_d)
+  except tgc.TgcError: pass
+
+
+def tool(main, *argv) -> tuple[int, str]:
+  """A tool in this process: (exit status, stderr)."""
+  err, se, so = io.StringIO(), sys.stderr, sys.stdout
+  sys.stderr, sys.stdout = err, io.StringIO()
+  try: rc = main(list(argv))
+  finally: sys.stderr, sys.stdout = se, so
+  return rc, err.getvalue()
+
+
+def with_host(kernel: str, out: str, *args: str) -> str:
+  """A kernel.func's text and a host func.func @main that allocates its output, launches it once and returns it."""
+  name = re.search(r'kernel.func @(\w+)', kernel).group(1)
+  sig = ', '.join(f"%a{i}: {t}" for i, t in enumerate(args))
+  return (f"{kernel}func.func @main({sig}) -> {out} {{\n  %r = kernel.alloc : {out}\n"
+          f"  kernel.launch @{name}(%r{''.join(f', %a{i}' for i in range(len(args)))})\n  func.return %r : {out}\n}}\n")
+
+
+# ---------------------------------------------------------------- found by the fuzzers
+@pytest.mark.parametrize('dev', ALL_DEVICES)
+def test_empty_tensor_padded(dev):
+  """A zero-element intermediate has no kernel: its one launch point read and wrote outside empty buffers."""
+  x = np.zeros(0, np.int16)
+  t = Tensor(x, device=dev)
+  np.testing.assert_array_equal((t == t).pad(((2, 2),)).numpy(), np.pad(x == x, (2, 2)))
+  np.testing.assert_array_equal((t + 1).sum().numpy(), (x + 1).sum())
+
+
+def test_kernelize_makes_no_kernel_for_zero_elements():
+  m = parse("func.func @f(%a: tensor<0x3xf32>) -> tensor<0x3xf32> {\n  %0 = tensor.exp2 %a : tensor<0x3xf32>\n"
+            "  func.return %0 : tensor<0x3xf32>\n}\n")
+  from tgc.passes.manager import PassManager
+  PassManager.parse('kernelize').run(m)
+  assert not m.functions('kernel.func')
+
+
+REDUCE_SIZE1 = """kernel.func @k(%data0: !kernel.buf<1xi16>, %data1: !kernel.buf<3xi16>) {
+  %0 = kernel.load %data1 [view(shape = [1], strides = [0], offset = 2)] : i16
+  %1 = kernel.const 5 : i16
+  %2 = kernel.add %1, %0 : i16
+  %3 = kernel.reduce add %2 [0] : i16
+  %4 = kernel.mul %3, %1 : i16
+  kernel.store %data0 [view(shape = [1], strides = [1], offset = 0)], %4 : i16
+}
+"""
+
+@pytest.mark.parametrize('dev', ALL_DEVICES)
+def test_reduce_over_size1_axes_with_no_larger_load(dev):
+  """linearize reduces one point (it raised 'a reduce with nothing below it to give its size')."""
+  a = np.array([4, -9, 7], np.int16)
+  np.testing.assert_array_equal(tgc.compile(with_host(REDUCE_SIZE1, 'tensor<1xi16>', 'tensor<3xi16>'), dev)(a)[0], (a[2:] + 5) * 5)
+
+
+WMMA = """uop.func @w() attributes {global_size = [1, 1, 1], local_size = [32, 1, 1]} {
+  %0 = uop.define_global 0 {size = 128} : !uop.ptr<f16>
+  %1 = uop.define_global 1 {size = 256} : !uop.ptr<f16>
+  %2 = uop.define_global 2 {size = 128} : !uop.ptr<f16>
+  %lane = uop.special lidx0 32 : i32
+  %c4 = uop.const 4 : i32
+  %c8 = uop.const 8 : i32
+  %i = uop.mul %lane, %c8 : i32
+  %j = uop.mul %lane, %c4 : i32
+  %a = uop.load %1[%i] : vec<8xf16>
+  %b = uop.load %2[%j] : vec<4xf16>
+  %acc = uop.load %0[%j] : vec<4xf16>
+  %d = uop.wmma cuda [16, 8, 16] %a, %b, %acc : vec<8xf16>, vec<4xf16> -> vec<4xf16>
+  uop.store %0[%j], %d : vec<4xf16>
+}
+"""
+
+@pytest.mark.parametrize('width', [1, 2])
+def test_devectorize_keeps_wmma_whole(width):
+  """The instruction keeps its shape; its wide result reaches the store through geps (was: invalid IR)."""
+  from tgc.passes.manager import PassManager
+  m = parse(WMMA)
+  PassManager.parse(f'devectorize{{width={width}}}').run(m)
+  m.verify()
+  ops = m.functions('uop.func')[0].body.ops
+  wmma = next(op for op in ops if op.name == 'uop.wmma')
+  assert str(wmma.results[0].type) == 'vec<4xf16>'
+  assert sum(op.name == 'uop.gep' and op.operands[0] is wmma.results[0] for op in ops) == 4
+  assert sum(op.name == 'uop.store' for op in ops) == 4 // width
+
+
+@pytest.mark.parametrize('body,msg', [
+  ("  %h = uop.define_global 1 : !uop.ptr<i32>", "buffer argument 0 has no uop.define_global"),
+  ("  %g = uop.define_global 0 : !uop.ptr<i32>\n  %h = uop.define_global 0 : !uop.ptr<f32>", "buffer 0 is defined with two dtypes"),
+])
+def test_define_global_numbering_is_verified_at_a_place(body, msg):
+  with pytest.raises(Diagnostic, match=msg) as e: parse(f"uop.func @k() {{\n{body}\n}}\n", 'k.tgc')
+  assert e.value.loc is not None and e.value.loc.line >= 1
+
+
+# ---------------------------------------------------------------- class 5: memory no one wrote
+UNWRITTEN = """kernel.func @k(%data0: !kernel.buf<2xf32>, %data1: !kernel.buf<2xf32>) {
+  %0 = kernel.load %data1 [view(shape = [2], strides = [1], offset = 0)] : f32
+  kernel.store %data0 [view(shape = [2], strides = [1], offset = 0)], %0 : f32
+}
+func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+  %b = kernel.alloc : tensor<2xf32>
+  %c = kernel.alloc : tensor<2xf32>
+  kernel.launch @k(%c, SRC)
+  func.return RET : tensor<2xf32>
+}
+"""
+
+@pytest.mark.parametrize('src,ret,err', [('%a', '%b', "returns a kernel.alloc that no kernel.launch has written"),
+                                         ('%b', '%c', "reads operand #1: a kernel.alloc that no kernel.launch has written"),
+                                         ('%a', '%c', None)])
+def test_unwritten_alloc_is_rejected(src, ret, err):
+  text = UNWRITTEN.replace('SRC', src).replace('RET', ret)
+  if err is None:
+    a = np.array([1.5, -2], np.float32)
+    np.testing.assert_array_equal(tgc.compile(text, 'CPU')(a)[0], a); return
+  with pytest.raises(Diagnostic, match=err) as e: parse(text, 'h.tgc')
+  assert e.value.loc.line == (9 if ret == '%b' else 8)
+  assert any('allocated here' in n.message for n in e.value.notes)
+
+
+@pytest.mark.parametrize('dev', HOST_DEVICES)
+def test_returned_empty_tensor_is_zeros(dev):
+  """tensor.empty may hold anything: kernelize makes it zeros, never memory no one wrote."""
+  text = "func.func @f() -> tensor<3x2xf32> {\n  %0 = tensor.empty : tensor<3x2xf32>\n  func.return %0 : tensor<3x2xf32>\n}\n"
+  np.testing.assert_array_equal(tgc.compile(text, dev)()[0], np.zeros((3, 2), np.float32))
+
+
+# ---------------------------------------------------------------- class 6: the tools
+@pytest.mark.parametrize('text', ['', '// only a comment\n\n// and another\n'])
+def test_run_and_translate_nothing_is_located(tmp_path, text):
+  p = tmp_path / 'n.tgc'; p.write_text(text)
+  for main, argv, what in [(driver.run_main, [], 'nothing to run'), (driver.translate_main, ['--target=c'], 'nothing to translate')]:
+    rc, err = tool(main, str(p), *argv)
+    assert rc == 1 and re.match(rf"{re.escape(str(p))}:1:1: error: {what}", err), err
+
+
+def test_translate_a_module_that_computes_nothing_is_located(tmp_path):
+  p = tmp_path / 'id.tgc'
+  p.write_text("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  func.return %a : tensor<4xf32>\n}\n")
+  rc, err = tool(driver.translate_main, str(p), '--target=cuda')
+  assert rc == 1 and err.startswith(f"{p}:1:1: error: nothing to translate"), err
+
+
+# ---------------------------------------------------------------- caches: what differs is never shared
+def _copy_kernel(n: int, dt: str = 'f32') -> str:
+  return (f"uop.func @copy() attributes {{global_size = [{n}], local_size = [1]}} {{\n"
+          f"  %0 = uop.define_global 0 {{size = {n}}} : !uop.ptr<{dt}>\n  %1 = uop.define_global 1 {{size = {n}}} : !uop.ptr<{dt}>\n"
+          f"  %g = uop.special gidx0 {n} : i32\n  %v = uop.load %1[%g] : {dt}\n  uop.store %0[%g], %v : {dt}\n}}\n")
+
+
+@pytest.mark.parametrize('dev', ALL_DEVICES)
+def test_program_cache_tells_grids_apart(dev):
+  """The same kernel for 3 and for 33 points: each runs its own grid (the CPU's cache once shared them)."""
+  d = get_device(dev)
+  for n in (3, 33, 3):
+    src = np.arange(n, dtype=np.float32) + 1
+    out = np.zeros(n, np.float32)
+    d.compile(parse(_copy_kernel(n)).functions('uop.func')[0])(out, src)
+    np.testing.assert_array_equal(out, src)
+
+
+@pytest.mark.parametrize('dev', ALL_DEVICES)
+def test_program_cache_tells_dtypes_apart(dev):
+  """i8 and u8 copies can share their code; each program still checks and reads its own dtype."""
+  d = get_device(dev)
+  for dt, npdt in (('i8', np.int8), ('u8', np.uint8)):
+    prg = d.compile(parse(_copy_kernel(4, dt)).functions('uop.func')[0])
+    src = np.array([-1, 2, 127, -128], np.int64).astype(npdt)
+    out = np.zeros(4, npdt)
+    prg(out, src)
+    np.testing.assert_array_equal(out, src)
+    with pytest.raises(tgc.TgcError, match='dtype'): prg(np.zeros(4, np.uint8 if dt == 'i8' else np.int8), src)
+
+
+def test_c_disk_cache_is_keyed_by_the_host_cpu(tmp_path, monkeypatch):
+  """-march=native code is the host's: a cache directory shared with another machine keeps libraries apart."""
+  from tgc.runtime import c
+  monkeypatch.setenv('TGC_CACHE', str(tmp_path))
+  src = "void tgc_cache_probe(void) {}\n"
+  monkeypatch.setattr(c, '_libs', {})
+  c.compile_c(src)
+  monkeypatch.setattr(c, '_libs', {})
+  monkeypatch.setattr(c, '_host_id', 'another machine')
+  c.compile_c(src)
+  assert len(list((tmp_path / 'c').glob('*.so'))) == 2
+
+
+@pytest.mark.parametrize('dev', ['CPU', 'INTERP'])
+def test_realize_cache_tells_apart_what_the_graph_holds(dev):
+  x = np.array([1.0, -2.0, 3.0], np.float32)
+  t = Tensor(x, device=dev)
+  assert np.signbit((t * 0.0).numpy()).tolist() == np.signbit(x * np.float32(0.0)).tolist()
+  assert np.signbit((t * -0.0).numpy()).tolist() == np.signbit(x * np.float32(-0.0)).tolist()
+  h = Tensor(x.astype(np.float16), device=dev)
+  assert (t + 1).numpy().dtype == np.float32 and (h + 1).numpy().dtype == np.float16
+  np.testing.assert_array_equal((h + 1).numpy(), x.astype(np.float16) + np.float16(1))
+  np.testing.assert_array_equal(t.flip(0).numpy(), x[::-1])
+  np.testing.assert_array_equal(t.pad(((1, 0),)).numpy(), np.pad(x, (1, 0)))
+  np.testing.assert_array_equal(t.pad(((0, 1),)).numpy(), np.pad(x, (0, 1)))
+
+
+def test_jit_cache_tells_argument_places_apart():
+  f = Tensor.jit(lambda a, b: a - b)
+  x, y = np.array([5.0, 1.0], np.float32), np.array([2.0, 7.0], np.float32)
+  for _ in range(2):  # the second call of each replays
+    np.testing.assert_array_equal(f(a=Tensor(x), b=Tensor(y)).numpy(), x - y)
+    np.testing.assert_array_equal(f(b=Tensor(x), a=Tensor(y)).numpy(), y - x)
+  g = Tensor.jit(lambda a, b: a - b)
+  for _ in range(2):
+    np.testing.assert_array_equal(g(Tensor(x), 3).numpy(), x - 3)
+    np.testing.assert_array_equal(g(3, Tensor(x)).numpy(), 3 - x)
+  h = Tensor.jit(lambda a, w: a + Tensor(w))
+  big0, big1 = np.zeros(2000, np.float32), np.zeros(2000, np.float32)
+  big1[1000] = 1  # the same repr as big0: numpy elides the middle
+  for w in (big0, big1, big0, big1):
+    np.testing.assert_array_equal(h(Tensor(np.ones(2000, np.float32)), w).numpy(), 1 + w)
+
+
+def test_llvm_ir_is_verified_before_optimisation():
+  """What reaches llvmlite is checked by LLVM's own verifier first: bad IR is a TgcError, never a crash in LLVM."""
+  from tgc.runtime.cpu import jit
+  with pytest.raises(tgc.TgcError, match='does not verify'):
+    jit("define void @bad(i32 %x) {\nentry:\n  ret i32 %x\n}\n", ['bad'])
+  with pytest.raises(tgc.TgcError, match='does not verify'):
+    jit("define i32 @bad2(i32 %x) {\nentry:\n  %y = add i32 %y, %x\n  ret i32 %y\n}\n", ['bad2'])
+
+
+def test_devectorize_regroups_a_computed_fragment():
+  """A wmma operand that an op on vectors computes is split like any wide op, then regrouped for the instruction
+  (was: the wmma's operand no longer defined)."""
+  from tgc.passes.manager import PassManager
+  m = parse("""uop.func @v() {
+  %0 = uop.define_global 0 : !uop.ptr<f32>
+  %z = uop.const 0 : i32
+  %a = uop.const 1.0 : f32
+  %v = uop.vectorize %a, %a, %a, %a : vec<4xf32>
+  %w = uop.const 2.0 : vec<4xf32>
+  %s = uop.add %v, %w : vec<4xf32>
+  %m = uop.wmma metal [8, 8, 8] %v, %w, %s : vec<4xf32>, vec<4xf32> -> vec<4xf32>
+  uop.store %0[%z], %m : vec<4xf32>
+}
+""")
+  PassManager.parse('devectorize').run(m)
+  m.verify()
+  ops = m.functions('uop.func')[0].body.ops
+  wmma = next(op for op in ops if op.name == 'uop.wmma')
+  assert all(v.op.name == 'uop.vectorize' for v in wmma.operands)
+  assert not any(str(r.type).startswith('vec') for op in ops if op.name not in ('uop.wmma', 'uop.vectorize') for r in op.results)
+
+
+BITCAST = """kernel.func @k(%data0: !kernel.buf<4xDST>, %data1: !kernel.buf<4xSRC>) {
+  %0 = kernel.load %data1 [view(shape = [4], strides = [1], offset = 0)] : SRC
+  %1 = kernel.bitcast %0 : SRC -> DST
+  kernel.store %data0 [view(shape = [4], strides = [1], offset = 0)], %1 : DST
+}
+"""
+
+@pytest.mark.parametrize('dev', ALL_DEVICES)
+@pytest.mark.parametrize('src,dst', [('bf16', 'f16'), ('f16', 'bf16'), ('bf16', 'i16'), ('u16', 'bf16')])
+def test_bitcast_through_bf16_keeps_the_bits(dev, src, dst):
+  """The C emitter converted the 16 bits' value to f16 instead of reinterpreting them (bf16 -> f16)."""
+  bits = np.array([0x3FC0, 0xBFC1, 0x4000, 0x0001], np.uint16)  # (compiled functions take and give bf16 as its bits)
+  arg = bits.view(np.int16) if src == 'i16' else bits.view(np.float16) if src == 'f16' else bits
+  out = tgc.compile(with_host(BITCAST.replace('SRC', src).replace('DST', dst), f'tensor<4x{dst}>', f'tensor<4x{src}>'), dev)(arg)[0]
+  np.testing.assert_array_equal(np.asarray(out).view(np.uint16), bits)
+
+
+def test_group_of_one_is_no_group():
+  """group(amt = 1) leaves one thread per reduce: linearize makes no shared-memory meeting (its uop.if had no
+  condition: invalid IR), and the kernel still reduces."""
+  text = """kernel.func @r(%data0: !kernel.buf<i32>, %data1: !kernel.buf<20xi32>) attributes {opts = [group(axis = 0, amt = 1)]} {
+  %0 = kernel.const 20 : i32
+  %1 = kernel.load %data1 [view(shape = [20], strides = [1], offset = 0)] : i32
+  %2 = kernel.reduce max %1 [0] : i32
+  %3 = kernel.sub %0, %2 : i32
+  kernel.store %data0 [view(shape = [1], strides = [0], offset = 0)], %3 : i32
+}
+"""
+  text = with_host(text, 'tensor<i32>', 'tensor<20xi32>')
+  from tgc.passes.manager import PassManager
+  for t in ('metal', 'cuda', 'opencl'):
+    m = parse(text)
+    PassManager.parse(f'linearize{{target={t}}}').run(m)
+    m.verify()
+    assert not any(op.name in ('uop.if', 'uop.define_local') for op in m.functions('uop.func')[0].body.ops)
+  if 'OPENCL' in ALL_DEVICES:
+    a = np.arange(-7, 13, dtype=np.int32)[::-1].copy()
+    assert tgc.compile(text, 'OPENCL')(a)[0] == 20 - a.max()
+
+
+@pytest.mark.parametrize('dev', ALL_DEVICES)
+@pytest.mark.parametrize('dt', ['i32', 'i64'])
+def test_signed_overflow_wraps_on_every_device(dev, dt):
+  """tgc's signed arithmetic wraps; OpenCL C leaves overflow undefined and PoCL folded -min(INT_MIN, x) to 0."""
+  npdt = np.dtype('int32' if dt == 'i32' else 'int64')
+  lo = np.iinfo(npdt).min
+  text = f"""kernel.func @k(%data0: !kernel.buf<4x{dt}>, %data1: !kernel.buf<4x{dt}>) {{
+  %0 = kernel.load %data1 [view(shape = [4], strides = [1], offset = 0)] : {dt}
+  %1 = kernel.const {lo} : {dt}
+  %2 = kernel.min %1, %0 : {dt}
+  %3 = kernel.neg %2 : {dt}
+  %4 = kernel.add %3, %1 : {dt}
+  %5 = kernel.mul %0, %1 : {dt}
+  %6 = kernel.sub %4, %5 : {dt}
+  %m = kernel.const -1 : {dt}
+  %7 = kernel.idiv %1, %m : {dt}
+  %8 = kernel.mulacc %6, %7, %1 : {dt}
+  kernel.store %data0 [view(shape = [4], strides = [1], offset = 0)], %8 : {dt}
+}}
+"""
+  text = with_host(text, f'tensor<4x{dt}>', f'tensor<4x{dt}>')
+  a = np.array([3, -1, np.iinfo(npdt).max, 0], npdt)
+  with np.errstate(over='ignore'):
+    c = npdt.type(lo)
+    want = (-np.minimum(c, a) + c - a * c) * c + c  # lo // -1 wraps to lo
+  np.testing.assert_array_equal(tgc.compile(text, dev)(a)[0], want.astype(npdt))
+
+
+@pytest.mark.parametrize('ty,msg', [('vec<18446744073709551616xf32>', 'needs one size from 1 to 1024'),
+                                    ('tensor<65536x65536xf32>', 'more than 2147483647 elements')])
+def test_type_sizes_are_bounded(ty, msg):
+  """A vector of 2**64 lanes made a pass loop for ever (fuzz/mutate.py); a tensor kernels cannot index is refused too."""
+  with pytest.raises(Diagnostic, match=msg) as e:
+    parse(f"func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {{\n  %0 = tensor.empty : {ty}\n  func.return %a : tensor<4xf32>\n}}\n", 't.tgc')
+  assert (e.value.loc.line, e.value.loc.col) == (2, 23)  # at the type
+
+
+def test_every_view_of_a_stack_stays_inside_the_one_below():
+  """An upper view's offset of 2**64 passed the verifier (only the lowest view was checked); linearize then made an
+  i32 constant out of range (fuzz/mutate.py)."""
+  text = """kernel.func @E_6(%data0: !kernel.buf<6xf32>, %data1: !kernel.buf<2x3xf32>) {
+  %0 = kernel.load %data1 [view(shape = [3, 2], strides = [1, 3], offset = 0), view(shape = [6], strides = [1], offset = OFF)] : f32
+  kernel.store %data0 [view(shape = [6], strides = [1], offset = 0)], %0 : f32
+}
+"""
+  with pytest.raises(Diagnostic, match=r"view #1 makes indices 18446744073709551616\.\.18446744073709551621, outside the 6 elements"):
+    parse(text.replace('OFF', str(2 ** 64)))
+  with pytest.raises(Diagnostic, match=r"view #1 makes indices 1\.\.6"): parse(text.replace('OFF', '1'))
+  a = np.arange(6, dtype=np.float32).reshape(2, 3)
+  out = tgc.compile(with_host(text.replace('OFF', '0'), 'tensor<6xf32>', 'tensor<2x3xf32>'), 'CPU')(a)[0]
+  np.testing.assert_array_equal(out, a.reshape(-1).reshape(3, 2, order='F').reshape(-1))
