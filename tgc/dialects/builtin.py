@@ -31,11 +31,14 @@ class FuncOp(Operation):
       raise ret.error(f"returns ({', '.join(map(str, got))}) but @{self.sym_name} is declared to return ({', '.join(map(str, self.result_types))})")
     for op in ops[:-1]:
       if op.has(TERMINATOR): raise op.error("must be the last op of its function")
-    self._verify_allocs_written()
 
-  def _verify_allocs_written(self):
+  def verify_symbols(self, module):
+    self._verify_allocs_written(module)
+
+  def _verify_allocs_written(self, module):
     """A host schedule reads a kernel.alloc (passes it to a launch as an input, returns it) only after a launch
-    has written it as its output (operand #0): memory no one wrote has no value on any device."""
+    has written it as one of its outputs (the buffers its kernel stores to): memory no one wrote has no value on
+    any device."""
     from tgc.ir.diagnostics import Note
     unwritten: dict = {}  # value (an alloc or a host reshape of one) -> its kernel.alloc
     for op in self.body.ops:
@@ -45,16 +48,29 @@ class FuncOp(Operation):
         continue
       if op.name == 'tensor.reshape' and op.operands and op.operands[0] in unwritten:
         unwritten[op.results[0]] = unwritten[op.operands[0]]; continue
-      reads = op.operands[1:] if op.name == 'kernel.launch' else op.operands
-      for i, v in enumerate(reads):
-        if v in unwritten:
-          what = 'returns' if op.name == 'func.return' else f"reads operand #{i + (op.name == 'kernel.launch')}:"
+      outs = set()
+      if op.name == 'kernel.launch':
+        k = module.lookup(op.callee)
+        bad = k is None or (k.name == 'kernel.func' and len(k.body.args) != len(op.operands))  # the launch's own error says so
+        outs = set(range(len(op.operands))) if bad else _stored_args(k)
+      for i, v in enumerate(op.operands):
+        if v in unwritten and i not in outs:
+          what = 'returns' if op.name == 'func.return' else f"reads operand #{i}:"
           d = op.error(f"{what} a kernel.alloc that no kernel.launch has written: its contents are undefined")
           d.notes.append(Note('note', 'allocated here', unwritten[v].loc))
           raise d
-      if op.name == 'kernel.launch' and op.operands:
-        alloc = unwritten.get(op.operands[0])
+      for i in outs:
+        alloc = unwritten.get(op.operands[i]) if i < len(op.operands) else None
         for v in [v for v, a in unwritten.items() if a is alloc and alloc is not None]: del unwritten[v]
+
+
+def _stored_args(k) -> set[int]:
+  """The argument positions a kernel writes (a kernel.func's stores, a uop.func's stores to its define_globals)."""
+  if k.name not in ('kernel.func', 'uop.func'): return {0}
+  if k.name == 'kernel.func':
+    args = {a: i for i, a in enumerate(k.body.args)}
+    return {args[op.operands[0]] for op in k.body.ops if op.name == 'kernel.store' and op.operands[0] in args}
+  return {op.buf.op.attrs['index'] for op in k.body.ops if op.name == 'uop.store' and op.buf.op is not None and op.buf.op.name == 'uop.define_global'}
 
 
 class ReturnOp(Operation):
