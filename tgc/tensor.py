@@ -19,7 +19,8 @@ from __future__ import annotations
 import math, itertools, struct
 from typing import Any, Callable
 import numpy as np
-from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError
+from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError, ArgumentError
+from tgc.tensor_api import TensorAPI
 from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
 from tgc.ir.types import TensorType
@@ -31,8 +32,6 @@ __all__ = ['Tensor', 'dtypes', 'DType', 'least_upper_dtype']
 class DeviceError(TgcError, ValueError):
   """An unknown device, or tensors on different devices in one op."""
 
-class ArgumentError(TgcError, ValueError):
-  """A bad argument that is neither a shape, a dtype, an axis nor an index (e.g. a step of 0)."""
 
 
 # ---------------------------------------------------------------- dtypes
@@ -271,7 +270,7 @@ _LN_2 = math.log(2)
 
 # ---------------------------------------------------------------- Tensor
 
-class Tensor:
+class Tensor(TensorAPI):
   """A lazy tensor. `Tensor(data, dtype=None, device=None)` from a list, a scalar or a numpy array."""
   __slots__ = ('node', '__weakref__')
   __array_ufunc__ = None  # numpy defers to the reflected operators: np.float32(2) * t is a Tensor
@@ -392,6 +391,7 @@ class Tensor:
   @staticmethod
   def full(shape, fill_value, dtype=None, device=None) -> Tensor:
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,))
+    if any(s < 0 for s in shape): raise ShapeError(f"full: negative size in shape {shape}")
     if not _is_scalar(fill_value): raise DTypeError(f"fill_value must be a scalar, got {type(fill_value).__name__}")
     return Tensor._const(fill_value, shape, to_dtype(dtype) if dtype is not None else _scalar_dtype(fill_value), _canon_device(device))
 
@@ -415,7 +415,8 @@ class Tensor:
       if not _is_scalar(v) or isinstance(v, (bool, np.bool_)): raise DTypeError(f"arange takes numbers, got {v!r}")
     if step == 0: raise ArgumentError("arange step must not be 0")
     is_f = any(isinstance(v, (float, np.floating)) for v in (start, stop, step))
-    dt = to_dtype(dtype) if dtype is not None else (_D.f32 if is_f else _D.i32)
+    big = not is_f and not all(-2**31 <= v < 2**31 for v in (start, stop - step))
+    dt = to_dtype(dtype) if dtype is not None else (_D.f32 if is_f else _D.i64 if big else _D.i32)
     n = max(0, math.ceil((stop - start) / step))
     vals = np.array([start + i * step for i in range(n)], dtype=np.float64 if is_f else np.int64)
     dev = _canon_device(device)
@@ -555,13 +556,17 @@ class Tensor:
   def relu(self) -> Tensor: return self.maximum(0)
   def sigmoid(self) -> Tensor: return (1 + (-self._float()).exp()).reciprocal()
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
-  def gelu(self) -> Tensor:
+  def gelu(self, approximate: str = 'tanh') -> Tensor:
+    """tinygrad's tanh approximation by default; approximate='none' is torch's default (erf)."""
     x = self._float()
+    if approximate == 'none': return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+    if approximate != 'tanh': raise ArgumentError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
     return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
   def silu(self) -> Tensor: return self * self.sigmoid()
   swish = silu
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
-  def softplus(self, beta: float = 1) -> Tensor: return (1 + (self * beta).exp()).log() * (1 / beta)
+  def softplus(self, beta: float = 1, threshold: float = 20.0) -> Tensor:
+    return (self * beta > threshold).where(self, (1 + (self * beta).exp()).log() * (1 / beta))  # the identity above it: no overflow
   def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
   def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
 
@@ -576,8 +581,13 @@ class Tensor:
     if a.dtype.is_bool: raise DTypeError("subtraction of bool tensors is not supported, use ^ (xor)")
     return a._binop('sub', b)
   def mul(self, y, reverse=False) -> Tensor: return self._arith('mul', y, reverse)
-  def div(self, y, reverse=False) -> Tensor:
+  def div(self, y, reverse=False, rounding_mode=None) -> Tensor:
     a, b = self._broadcasted(y, reverse)
+    if rounding_mode is not None:
+      if rounding_mode not in ('trunc', 'floor'): raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+      if not a.dtype.is_float: return a.floordiv(b) if rounding_mode == 'floor' else a._binop('idiv', b)
+      q = a._binop('fdiv', b)
+      return q.trunc() if rounding_mode == 'trunc' else q.floor()
     dt = _upper_float(a.dtype)
     return a.cast(dt)._binop('fdiv', b.cast(dt))
   def floordiv(self, y, reverse=False) -> Tensor:
@@ -641,7 +651,7 @@ class Tensor:
     is_int = ef.trunc() == ef
     odd = is_int & (ef._binop('mod', ef._c(2)) != 0)
     ret = (neg & odd).where(-ret, ret)
-    ret = (neg & is_int.logical_not()).where(ret._c(math.nan), ret)
+    ret = (neg & is_int.logical_not() & (bf != -math.inf)).where(ret._c(math.nan), ret)  # (-inf) ** 0.3 is inf, as torch
     ret = (ef == 0).where(ret._c(1), ret)
     return ret if out.is_float else ret.round().cast(out)
 
@@ -801,6 +811,7 @@ class Tensor:
 
   def __getitem__(self, idx) -> Tensor:
     if not isinstance(idx, tuple): idx = (idx,)
+    if any(isinstance(it, (Tensor, list)) for it in idx): return self._index_tensors(idx)
     for it in idx:
       if isinstance(it, (bool, np.bool_)) or not (it is None or it is Ellipsis or isinstance(it, (int, np.integer, slice))):
         raise IndexingError(f"unsupported index {it!r} (ints, slices, None and ... are supported)")
@@ -853,8 +864,8 @@ class Tensor:
     keep = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if not axes: ret = self
     elif any(self.shape[i] == 0 for i in axes):
-      if kind == 'max' and not self.dtype.is_float: raise ShapeError(f"max of an empty axis of shape {self.shape}")
-      ret = Tensor._const({'add': 0, 'mul': 1, 'max': -math.inf}[kind], keep, self.dtype, self.device)
+      if kind == 'max' and not self.dtype.is_float and not self.dtype.is_bool: raise ShapeError(f"max of an empty axis of shape {self.shape}")
+      ret = Tensor._const({'add': 0, 'mul': 1, 'max': 0 if self.dtype.is_bool else -math.inf}[kind], keep, self.dtype, self.device)  # any() of nothing is False
     else: ret = self._new('reduce', (self,), keep, self.dtype, {'kind': kind, 'axes': axes})
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
@@ -931,8 +942,8 @@ class Tensor:
 
   def cumsum(self, axis: int = 0) -> Tensor:
     """Sum over a sliding window: x moved to the last axis, each row i adds x[..., j] for j <= i."""
+    ax = self._axis(axis)  # a 0-d tensor takes axis 0 or -1 only
     if self.ndim == 0: return self.sum()
-    ax = self._axis(axis)
     x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
     n = x.shape[-1]
     if n == 0: return self.cast(_sum_acc(self.dtype)) if self.dtype not in (_D.f16, _D.bf16) else self
@@ -949,6 +960,7 @@ class Tensor:
     if not isinstance(w, Tensor): w = Tensor(w, device=x.device)
     if x.ndim == 0 or w.ndim == 0: raise ShapeError(f"matmul needs tensors of at least 1 axis, got shapes {x.shape} and {w.shape}")
     dt = least_upper_dtype(x.dtype, w.dtype)
+    if dt in (_D.f16, _D.bf16): return x.cast(_D.f32).matmul(w.cast(_D.f32)).cast(dt)  # accumulate in f32, as torch and tinygrad
     x, w = x.cast(dt), w.cast(dt)
     k1, k2 = x.shape[-1], (w.shape[-2] if w.ndim > 1 else w.shape[0])
     if k1 != k2: raise ShapeError(f"matmul shapes {self.shape} and {w.shape} do not fit: inner sizes {k1} and {k2}")
@@ -972,6 +984,7 @@ class Tensor:
 
   # ---- combining
   def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+    if isinstance(self, (tuple, list)): self, others = self[0], (*self[1:], *others)  # Tensor.cat([a, b])
     ts = [self, *others]
     for t in ts:
       if not isinstance(t, Tensor): raise DTypeError(f"cat takes tensors, got {type(t).__name__}")
@@ -992,6 +1005,7 @@ class Tensor:
     return out if out is not None else Tensor.zeros(*self.shape[:d], 0, *self.shape[d + 1:], dtype=dt, device=self.device)
 
   def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+    if isinstance(self, (tuple, list)): self, others = self[0], (*self[1:], *others)  # Tensor.stack((a, b))
     ts = [self, *others]
     for t in ts:
       if not isinstance(t, Tensor): raise DTypeError(f"stack takes tensors, got {type(t).__name__}")
