@@ -775,8 +775,10 @@ class Tensor(TensorAPI):
       if o != n and o != 1: raise ShapeError(f"cannot expand {self.shape} to {shape}: only size-1 axes grow")
     return self._broadcast_to(new)
 
-  def pad(self, padding, value=0.0) -> Tensor:
-    """pad(((before, after), ...)) per axis (None: no padding), or torch's flat (left, right, top, bottom, ...)."""
+  def pad(self, padding, value=0.0, mode: str = 'constant') -> Tensor:
+    """pad(((before, after), ...)) per axis (None: no padding), or torch's flat (left, right, top, bottom, ...);
+    mode 'constant' (value), 'reflect', 'replicate' or 'circular'."""
+    if mode not in ('constant', 'reflect', 'replicate', 'circular'): raise ArgumentError(f"pad mode {mode!r} is not constant, reflect, replicate or circular")
     if isinstance(padding, (tuple, list)) and padding and all(isinstance(p, (int, np.integer)) for p in padding):
       if len(padding) % 2 or len(padding) // 2 > self.ndim: raise ShapeError(f"flat padding {padding} does not fit shape {self.shape}")
       pairs = [(0, 0)] * self.ndim
@@ -787,6 +789,7 @@ class Tensor(TensorAPI):
       x = x.shrink(tuple((-min(a, 0), s + min(b, 0)) for (a, b), s in zip(pairs, x.shape)))
       pairs = [(max(a, 0), max(b, 0)) for a, b in pairs]
     if all(p == (0, 0) for p in pairs): return x
+    if mode != 'constant': return x._pad_mode(pairs, mode)
     shape = tuple(s + a + b for s, (a, b) in zip(x.shape, pairs))
     r = x._new('pad', (x,), shape, x.dtype, {'pads': tuple(pairs)})
     if value == 0: return r
@@ -1063,16 +1066,52 @@ class Tensor(TensorAPI):
     """flat (left, right, top, bottom, ...) from the last axis, as torch's F.pad."""
     return self.pad(tuple(flat), value) if any(flat) else self
 
-  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
-    k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
-    lowest = -math.inf if self.dtype.is_float else _D.min_max(self.dtype)[0]  # pad with the dtype's lowest: ints stay ints
-    x = self._pad2d(Tensor._pads2d(padding, len(k)), lowest)
-    return x._pool(k, stride if stride is not None else k, dilation).max(tuple(range(-len(k), 0)))
+  def _ceil_pads(self, k, stride, dilation, pads, ceil_mode: bool) -> list:
+    """The flat pads plus, with ceil_mode, the extra right/bottom pads that let a last partial window fit
+    (torch's rule: a window must start inside the input or its left padding)."""
+    if not ceil_mode: return pads
+    n = len(k)
+    s_ = (stride,) * n if isinstance(stride, int) else tuple(stride)
+    d_ = (dilation,) * n if isinstance(dilation, int) else tuple(dilation)
+    out = list(pads)
+    for j in range(n):
+      i, lo, hi = self.shape[-n + j], pads[2 * (n - 1 - j)], pads[2 * (n - 1 - j) + 1]
+      span = i + lo + hi - d_[j] * (k[j] - 1) - 1
+      o = -(-span // s_[j]) + 1
+      if (o - 1) * s_[j] >= i + lo: o -= 1
+      out[2 * (n - 1 - j) + 1] += max(0, (o - 1) * s_[j] + d_[j] * (k[j] - 1) + 1 - (i + lo + hi))
+    return out
 
-  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
+  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
+    """return_indices: also the flat index (in each H*W plane) of each maximum, the first on ties, int64."""
     k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
-    x = self._pad2d(Tensor._pads2d(padding, len(k)))
-    return x._pool(k, stride if stride is not None else k, dilation).mean(tuple(range(-len(k), 0)))
+    st = stride if stride is not None else k
+    lowest = -math.inf if self.dtype.is_float else _D.min_max(self.dtype)[0]  # pad with the dtype's lowest: ints stay ints
+    pads = self._ceil_pads(k, st, dilation, Tensor._pads2d(padding, len(k)), ceil_mode)
+    axes = tuple(range(-len(k), 0))
+    win = self._pad2d(pads, lowest)._pool(k, st, dilation)
+    m = win.max(axes)
+    if not return_indices: return m
+    sp = self.shape[-len(k):]
+    idx = Tensor.arange(math.prod(sp), device=self.device).reshape(sp)._pad2d(pads, -1)._pool(k, st, dilation)
+    big = math.prod(sp)
+    first = (win == m.reshape(m.shape + (1,) * len(k))).where(idx._broadcast_to(win.shape), big).min(axes)
+    return m, first.cast(_D.i64)
+
+  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
+    k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    st = stride if stride is not None else k
+    base = Tensor._pads2d(padding, len(k))
+    pads = self._ceil_pads(k, st, dilation, base, ceil_mode)
+    axes = tuple(range(-len(k), 0))
+    if not ceil_mode and (count_include_pad or not any(pads)): return self._pad2d(pads)._pool(k, st, dilation).mean(axes)
+    # the divisor: the window's cells inside the input (and its padding, with count_include_pad), never ceil_mode's overhang
+    ones = Tensor.ones(*self.shape[-len(k):], device=self.device)
+    if count_include_pad: ones = ones._pad2d(base, 1.0)
+    extra = [p - b for p, b in zip(pads, base)] if count_include_pad else pads
+    cnt = ones._pad2d(extra)._pool(k, st, dilation).sum(axes)
+    x = self._float()
+    return (x._pad2d(pads)._pool(k, st, dilation).sum(axes) / cnt).cast(x.dtype)
 
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """NCHW input, (cout, cin/groups, kh, kw) weight; padding an int, (ph, pw) or torch's flat (left, right, top, bottom)."""

@@ -362,6 +362,25 @@ class TensorAPI:
     x = self.transpose(d, -1) if d != self.ndim - 1 else self
     w = x._pool((size,), step)
     return w.transpose(d, -2) if d != self.ndim - 1 else w
+  def _pad_mode(self, pairs, mode: str):
+    """pad by copies of the tensor's own edges, axis by axis (shrink, flip, expand and cat)."""
+    x = self
+    for d, (a, b) in enumerate(pairs):
+      n = x.shape[d]
+      if not a and not b: continue
+      if mode == 'reflect' and (a >= n or b >= n): raise ShapeError(f"reflect padding ({a}, {b}) needs less than the size {n} of axis {d} of {self.shape}")
+      if mode != 'reflect' and n == 0: raise ShapeError(f"{mode} padding of an empty axis {d} of {self.shape}")
+      sl = lambda lo, hi: x.shrink(tuple((lo, hi) if i == d else None for i in range(x.ndim)))
+      if mode == 'circular':
+        if a > n or b > n: raise ShapeError(f"circular padding ({a}, {b}) is larger than axis {d} of {self.shape}")
+        left, right = sl(n - a, n), sl(0, b)
+      elif mode == 'reflect': left, right = sl(1, a + 1).flip(d), sl(n - 1 - b, n - 1).flip(d)
+      else:
+        rep = lambda t, k: t.expand(tuple(k if i == d else s for i, s in enumerate(t.shape)))
+        left, right = rep(sl(0, 1), a), rep(sl(n - 1, n), b)
+      x = type(self).cat(*[t for t, k in ((left, a), (x, 1), (right, b)) if k], dim=d)
+    return x
+
   def roll(self, shifts, dims=None):
     if dims is None: return self.flatten().roll(shifts, 0).reshape(self.shape)
     shifts, dims = (shifts, dims) if isinstance(shifts, (tuple, list)) else ((shifts,), (dims,))
@@ -490,7 +509,9 @@ class TensorAPI:
     T = type(self)
     x, idx = self.flatten(-2), indices.flatten(-2)
     hit = idx.unsqueeze(-1) == T.arange(oh * ow, device=self.device)
-    r = hit.where(x.unsqueeze(-1), 0).sum(-2, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
+    low = -math.inf if self.dtype.is_float else _D.min_max(self.dtype)[0]
+    # overlapping windows can pick one position twice (with one value): max, not sum, keeps it once
+    r = hit.any(-2).where(hit.where(x.unsqueeze(-1), low).max(-2), 0).cast(self.dtype)
     return r.reshape(self.shape[:-2] + (oh, ow))
 
   def conv_transpose2d(self, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups: int = 1):
