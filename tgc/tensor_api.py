@@ -49,7 +49,7 @@ class TensorAPI:
     if indexing == 'xy' and len(ts) >= 2: ts[0], ts[1] = ts[1], ts[0]
     shape = tuple(t.numel() for t in ts)
     out = [t.reshape(tuple(-1 if i == j else 1 for j in range(len(ts)))).expand(shape) for i, t in enumerate(ts)]
-    if indexing == 'xy' and len(ts) >= 2: out = [o.transpose(0, 1) for o in (out[1], out[0], *out[2:])]
+    if indexing == 'xy' and len(ts) >= 2: out = [out[1], out[0], *out[2:]]
     return out
 
   def clone(self): return self.contiguous()
