@@ -817,7 +817,7 @@ class Tensor(TensorAPI):
     if any(isinstance(it, (Tensor, list)) for it in idx): return self._index_tensors(idx)
     for it in idx:
       if isinstance(it, (bool, np.bool_)) or not (it is None or it is Ellipsis or isinstance(it, (int, np.integer, slice))):
-        raise IndexingError(f"unsupported index {it!r} (ints, slices, None and ... are supported)")
+        raise IndexingError(f"unsupported index {it!r} (ints, slices, None, ..., integer tensors and lists are supported)")
     if sum(it is Ellipsis for it in idx) > 1: raise IndexingError("an index can only have a single ellipsis (...)")
     used = sum(isinstance(it, (int, np.integer, slice)) for it in idx)
     if used > self.ndim: raise IndexingError(f"too many indices for a tensor of shape {self.shape}: {used} given")

@@ -459,6 +459,7 @@ class TensorAPI:
 
   # ---- attention and linear algebra
   def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
+    if dropout_p: raise ArgumentError("scaled_dot_product_attention: dropout_p is not supported (dropout needs Tensor.train)")
     q = self
     s = q.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]))
     if is_causal:
