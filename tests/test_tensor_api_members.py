@@ -127,6 +127,7 @@ def test_movement():
   close(Tensor(x).repeat_interleave(2), T(x).repeat_interleave(2))
   for ind in ('ij', 'xy'):
     for a, b in zip(Tensor.meshgrid(Tensor([1, 2, 3]), Tensor([4, 5]), indexing=ind), torch.meshgrid(T([1, 2, 3]), T([4, 5]), indexing=ind)): close(a, b)
+    for a, b in zip(Tensor([1, 2]).meshgrid(Tensor([4, 5, 6]), Tensor([7]), indexing=ind), torch.meshgrid(T([1, 2]), T([4, 5, 6]), T([7]), indexing=ind)): close(a, b)
 
 @pytest.mark.parametrize('k', [-1, 0, 2])
 def test_triangles(k):

@@ -41,11 +41,10 @@ class TensorAPI:
     bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(math.prod(shape[1:] if len(shape) > 1 else shape))
     return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device, seed=seed)
 
-  @classmethod
-  def meshgrid(cls, *tensors, indexing: str = 'ij'):
+  def meshgrid(self, *tensors, indexing: str = 'ij'):
+    """a.meshgrid(b, c) as tinygrad, or Tensor.meshgrid(a, b, c) / Tensor.meshgrid([a, b, c]) as torch."""
     if indexing not in ('ij', 'xy'): raise ArgumentError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
-    if len(tensors) == 1 and isinstance(tensors[0], (tuple, list)): tensors = tuple(tensors[0])
-    ts = list(tensors)
+    ts = list(self) + list(tensors) if isinstance(self, (tuple, list)) else [self, *tensors]
     if indexing == 'xy' and len(ts) >= 2: ts[0], ts[1] = ts[1], ts[0]
     shape = tuple(t.numel() for t in ts)
     out = [t.reshape(tuple(-1 if i == j else 1 for j in range(len(ts)))).expand(shape) for i, t in enumerate(ts)]
