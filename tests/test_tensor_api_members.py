@@ -206,3 +206,18 @@ def test_pools(ceil_mode):
   close(m, tm); close(i, ti)
   close(m.max_unpool2d(i, 3, 2, padding=1, output_size=(7, 6)), F.max_unpool2d(tm, ti, 3, 2, padding=1, output_size=(7, 6)))
   close(Tensor(x).max_pool2d(2, ceil_mode=ceil_mode), F.max_pool2d(T(x), 2, ceil_mode=ceil_mode))
+
+
+@pytest.mark.parametrize('bad,exc', [
+  (lambda: Tensor(X).split([1, 1], 0), ValueError), (lambda: Tensor(X).topk(9), ValueError),
+  (lambda: Tensor(X).cross_entropy(Tensor([0, 1, 2]), reduction='avg'), ValueError),
+  (lambda: Tensor(X).unsqueeze(0).interpolate((2, 2), mode='cubic'), ValueError),
+  (lambda: Tensor.einsum('ij,jk->ik', Tensor(X)), ValueError), (lambda: Tensor.einsum('ijk->i', Tensor(X)), ValueError),
+  (lambda: Tensor(X).pad((5, 5), mode='reflect'), ValueError), (lambda: Tensor(X).tril().sum() + Tensor([1.0]).tril(), ValueError),
+  (lambda: Tensor(X).gather(1, Tensor([[0]] * 4)), IndexError), (lambda: Tensor(X).scatter(1, Tensor([[0]]), Tensor([[1.0]]), reduce='max'), ValueError),
+  (lambda: Tensor(X).div(2, rounding_mode='ceil'), ValueError), (lambda: Tensor(X).gelu(approximate='erf'), ValueError),
+  (lambda: Tensor(X).sort(2), IndexError), (lambda: Tensor(X).chunk(0), ValueError),
+])
+def test_bad_arguments(bad, exc):
+  with pytest.raises(TgcError) as e: bad()
+  assert isinstance(e.value, exc)
