@@ -236,11 +236,7 @@ class TensorAPI:
     """Assignment into this tensor (tinygrad's semantics: the tensor now holds the new values, realized)."""
     T = type(self)
     pos = T.arange(self.numel(), device=self.device).reshape(self.shape)[idx]
-    v = (value if isinstance(value, T) else T(value, device=self.device)).cast(self.dtype)
-    try: v = v._broadcast_to(pos.shape) if v.shape != pos.shape else v
-    except ShapeError: raise
-    from tgc.tensor import _broadcast_shape
-    _broadcast_shape(v.shape, pos.shape)
+    v = (value if isinstance(value, T) else T(value, device=self.device)).cast(self.dtype).expand(pos.shape)
     n = self.numel()
     oh = pos.reshape(-1, 1) == T.arange(n, device=self.device).reshape(1, n)
     hit = oh.any(0)
@@ -296,7 +292,7 @@ class TensorAPI:
 
   def masked_select(self, mask):
     """The elements where mask is true, flattened (realizes the count: the output shape depends on it)."""
-    x, m = self._broadcasted(mask.cast(self.dtype) if False else mask, match_dtype=False)
+    x, m = self._broadcasted(mask, match_dtype=False)
     m = m.cast(_D.bool_).flatten()
     cnt = int(m.sum().item())
     pos = m.cast(_D.i32).cumsum(0) - 1  # the output slot of each selected element
