@@ -57,6 +57,8 @@ def test_error_classes():
   with pytest.raises(ValueError): Tensor.full((-3,), 2)
   with pytest.raises(ValueError): Tensor.ones(2).pad((1, 1), mode='bogus')
   with pytest.raises(IndexError): Tensor(3.0).cumsum(axis=1)
+  t = Tensor(A)
+  with pytest.raises(RuntimeError, match=r'\(3, 5\)'): t[:, 0] = Tensor.ones(4)
   for e in (RuntimeError, ValueError, IndexError):
     with pytest.raises(TgcError):
       raise {RuntimeError: lambda: Tensor.ones(2) @ Tensor.ones(3), ValueError: lambda: Tensor.arange(0, 1, 0),
