@@ -5,8 +5,8 @@ from __future__ import annotations
 class TgcError(Exception):
   """Base of every error caused by the user's input (IR text, API arguments, flags)."""
 
-class ShapeError(TgcError, ValueError):
-  """Shapes that do not fit the operation."""
+class ShapeError(TgcError, ValueError, RuntimeError):
+  """Shapes that do not fit the operation (a RuntimeError too, as torch raises for shape mismatches)."""
 
 class DTypeError(TgcError, TypeError):
   """A dtype the operation or the device does not support."""
@@ -16,3 +16,6 @@ class AxisError(TgcError, IndexError):
 
 class IndexingError(TgcError, IndexError):
   """A bad index or slice."""
+
+class ArgumentError(TgcError, ValueError):
+  """A bad argument that is neither a shape, a dtype, an axis nor an index (e.g. a step of 0)."""

@@ -21,7 +21,8 @@ from __future__ import annotations
 import math, itertools, struct
 from typing import Any, Callable
 import numpy as np
-from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError
+from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError, ArgumentError
+from tgc.tensor_api import TensorAPI
 from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
 from tgc.ir.types import TensorType
@@ -34,8 +35,6 @@ __all__ = ['Tensor', 'dtypes', 'DType', 'least_upper_dtype']
 class DeviceError(TgcError, ValueError):
   """An unknown device, or tensors on different devices in one op."""
 
-class ArgumentError(TgcError, ValueError):
-  """A bad argument that is neither a shape, a dtype, an axis nor an index (e.g. a step of 0)."""
 
 
 # ---------------------------------------------------------------- dtypes
@@ -275,7 +274,7 @@ _LN_2 = math.log(2)
 
 # ---------------------------------------------------------------- Tensor
 
-class Tensor:
+class Tensor(TensorAPI):
   """A lazy tensor. `Tensor(data, dtype=None, device=None)` from a list, a scalar or a numpy array."""
   __slots__ = ('node', '_requires_grad', '_grad', '__weakref__')
   __array_ufunc__ = None  # numpy defers to the reflected operators: np.float32(2) * t is a Tensor
@@ -397,6 +396,7 @@ class Tensor:
   @staticmethod
   def full(shape, fill_value, dtype=None, device=None) -> Tensor:
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,))
+    if any(s < 0 for s in shape): raise ShapeError(f"full: negative size in shape {shape}")
     if not _is_scalar(fill_value): raise DTypeError(f"fill_value must be a scalar, got {type(fill_value).__name__}")
     return Tensor._const(fill_value, shape, to_dtype(dtype) if dtype is not None else _scalar_dtype(fill_value), _canon_device(device))
 
@@ -420,7 +420,8 @@ class Tensor:
       if not _is_scalar(v) or isinstance(v, (bool, np.bool_)): raise DTypeError(f"arange takes numbers, got {v!r}")
     if step == 0: raise ArgumentError("arange step must not be 0")
     is_f = any(isinstance(v, (float, np.floating)) for v in (start, stop, step))
-    dt = to_dtype(dtype) if dtype is not None else (_D.f32 if is_f else _D.i32)
+    big = not is_f and not all(-2**31 <= v < 2**31 for v in (start, stop - step))
+    dt = to_dtype(dtype) if dtype is not None else (_D.f32 if is_f else _D.i64 if big else _D.i32)
     n = max(0, math.ceil((stop - start) / step))
     vals = np.array([start + i * step for i in range(n)], dtype=np.float64 if is_f else np.int64)
     dev = _canon_device(device)
@@ -559,13 +560,17 @@ class Tensor:
   def relu(self) -> Tensor: return self.maximum(0)
   def sigmoid(self) -> Tensor: return (1 + (-self._float()).exp()).reciprocal()
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
-  def gelu(self) -> Tensor:
+  def gelu(self, approximate: str = 'tanh') -> Tensor:
+    """tinygrad's tanh approximation by default; approximate='none' is torch's default (erf)."""
     x = self._float()
+    if approximate == 'none': return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+    if approximate != 'tanh': raise ArgumentError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
     return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
   def silu(self) -> Tensor: return self * self.sigmoid()
   swish = silu
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
-  def softplus(self, beta: float = 1) -> Tensor: return (1 + (self * beta).exp()).log() * (1 / beta)
+  def softplus(self, beta: float = 1, threshold: float = 20.0) -> Tensor:
+    return (self * beta > threshold).where(self, (1 + (self * beta).exp()).log() * (1 / beta))  # the identity above it: no overflow
   def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
   def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
 
@@ -580,8 +585,13 @@ class Tensor:
     if a.dtype.is_bool: raise DTypeError("subtraction of bool tensors is not supported, use ^ (xor)")
     return a._binop('sub', b)
   def mul(self, y, reverse=False) -> Tensor: return self._arith('mul', y, reverse)
-  def div(self, y, reverse=False) -> Tensor:
+  def div(self, y, reverse=False, rounding_mode=None) -> Tensor:
     a, b = self._broadcasted(y, reverse)
+    if rounding_mode is not None:
+      if rounding_mode not in ('trunc', 'floor'): raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+      if not a.dtype.is_float: return a.floordiv(b) if rounding_mode == 'floor' else a._binop('idiv', b)
+      q = a._binop('fdiv', b)
+      return q.trunc() if rounding_mode == 'trunc' else q.floor()
     dt = _upper_float(a.dtype)
     return a.cast(dt)._binop('fdiv', b.cast(dt))
   def floordiv(self, y, reverse=False) -> Tensor:
@@ -645,7 +655,7 @@ class Tensor:
     is_int = ef.trunc() == ef
     odd = is_int & (ef._binop('mod', ef._c(2)) != 0)
     ret = (neg & odd).where(-ret, ret)
-    ret = (neg & is_int.logical_not()).where(ret._c(math.nan), ret)
+    ret = (neg & is_int.logical_not() & (bf != -math.inf)).where(ret._c(math.nan), ret)  # (-inf) ** 0.3 is inf, as torch
     ret = (ef == 0).where(ret._c(1), ret)
     return ret if out.is_float else ret.round().cast(out)
 
@@ -769,8 +779,10 @@ class Tensor:
       if o != n and o != 1: raise ShapeError(f"cannot expand {self.shape} to {shape}: only size-1 axes grow")
     return self._broadcast_to(new)
 
-  def pad(self, padding, value=0.0) -> Tensor:
-    """pad(((before, after), ...)) per axis (None: no padding), or torch's flat (left, right, top, bottom, ...)."""
+  def pad(self, padding, value=0.0, mode: str = 'constant') -> Tensor:
+    """pad(((before, after), ...)) per axis (None: no padding), or torch's flat (left, right, top, bottom, ...);
+    mode 'constant' (value), 'reflect', 'replicate' or 'circular'."""
+    if mode not in ('constant', 'reflect', 'replicate', 'circular'): raise ArgumentError(f"pad mode {mode!r} is not constant, reflect, replicate or circular")
     if isinstance(padding, (tuple, list)) and padding and all(isinstance(p, (int, np.integer)) for p in padding):
       if len(padding) % 2 or len(padding) // 2 > self.ndim: raise ShapeError(f"flat padding {padding} does not fit shape {self.shape}")
       pairs = [(0, 0)] * self.ndim
@@ -781,6 +793,7 @@ class Tensor:
       x = x.shrink(tuple((-min(a, 0), s + min(b, 0)) for (a, b), s in zip(pairs, x.shape)))
       pairs = [(max(a, 0), max(b, 0)) for a, b in pairs]
     if all(p == (0, 0) for p in pairs): return x
+    if mode != 'constant': return x._pad_mode(pairs, mode)
     shape = tuple(s + a + b for s, (a, b) in zip(x.shape, pairs))
     r = x._new('pad', (x,), shape, x.dtype, {'pads': tuple(pairs)})
     if value == 0: return r
@@ -805,9 +818,10 @@ class Tensor:
 
   def __getitem__(self, idx) -> Tensor:
     if not isinstance(idx, tuple): idx = (idx,)
+    if any(isinstance(it, (Tensor, list)) for it in idx): return self._index_tensors(idx)
     for it in idx:
       if isinstance(it, (bool, np.bool_)) or not (it is None or it is Ellipsis or isinstance(it, (int, np.integer, slice))):
-        raise IndexingError(f"unsupported index {it!r} (ints, slices, None and ... are supported)")
+        raise IndexingError(f"unsupported index {it!r} (ints, slices, None, ..., integer tensors and lists are supported)")
     if sum(it is Ellipsis for it in idx) > 1: raise IndexingError("an index can only have a single ellipsis (...)")
     used = sum(isinstance(it, (int, np.integer, slice)) for it in idx)
     if used > self.ndim: raise IndexingError(f"too many indices for a tensor of shape {self.shape}: {used} given")
@@ -857,8 +871,8 @@ class Tensor:
     keep = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if not axes: ret = self
     elif any(self.shape[i] == 0 for i in axes):
-      if kind == 'max' and not self.dtype.is_float: raise ShapeError(f"max of an empty axis of shape {self.shape}")
-      ret = Tensor._const({'add': 0, 'mul': 1, 'max': -math.inf}[kind], keep, self.dtype, self.device)
+      if kind == 'max' and not self.dtype.is_float and not self.dtype.is_bool: raise ShapeError(f"max of an empty axis of shape {self.shape}")
+      ret = Tensor._const({'add': 0, 'mul': 1, 'max': 0 if self.dtype.is_bool else -math.inf}[kind], keep, self.dtype, self.device)  # any() of nothing is False
     else: ret = self._new('reduce', (self,), keep, self.dtype, {'kind': kind, 'axes': axes})
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
@@ -935,8 +949,8 @@ class Tensor:
 
   def cumsum(self, axis: int = 0) -> Tensor:
     """Sum over a sliding window: x moved to the last axis, each row i adds x[..., j] for j <= i."""
+    ax = self._axis(axis)  # a 0-d tensor takes axis 0 or -1 only
     if self.ndim == 0: return self.sum()
-    ax = self._axis(axis)
     x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
     n = x.shape[-1]
     if n == 0: return self.cast(_sum_acc(self.dtype)) if self.dtype not in (_D.f16, _D.bf16) else self
@@ -953,6 +967,7 @@ class Tensor:
     if not isinstance(w, Tensor): w = Tensor(w, device=x.device)
     if x.ndim == 0 or w.ndim == 0: raise ShapeError(f"matmul needs tensors of at least 1 axis, got shapes {x.shape} and {w.shape}")
     dt = least_upper_dtype(x.dtype, w.dtype)
+    if dt in (_D.f16, _D.bf16): return x.cast(_D.f32).matmul(w.cast(_D.f32)).cast(dt)  # accumulate in f32, as torch and tinygrad
     x, w = x.cast(dt), w.cast(dt)
     k1, k2 = x.shape[-1], (w.shape[-2] if w.ndim > 1 else w.shape[0])
     if k1 != k2: raise ShapeError(f"matmul shapes {self.shape} and {w.shape} do not fit: inner sizes {k1} and {k2}")
@@ -976,6 +991,7 @@ class Tensor:
 
   # ---- combining
   def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+    if isinstance(self, (tuple, list)): self, others = self[0], (*self[1:], *others)  # Tensor.cat([a, b])
     ts = [self, *others]
     for t in ts:
       if not isinstance(t, Tensor): raise DTypeError(f"cat takes tensors, got {type(t).__name__}")
@@ -996,6 +1012,7 @@ class Tensor:
     return out if out is not None else Tensor.zeros(*self.shape[:d], 0, *self.shape[d + 1:], dtype=dt, device=self.device)
 
   def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+    if isinstance(self, (tuple, list)): self, others = self[0], (*self[1:], *others)  # Tensor.stack((a, b))
     ts = [self, *others]
     for t in ts:
       if not isinstance(t, Tensor): raise DTypeError(f"stack takes tensors, got {type(t).__name__}")
@@ -1053,16 +1070,52 @@ class Tensor:
     """flat (left, right, top, bottom, ...) from the last axis, as torch's F.pad."""
     return self.pad(tuple(flat), value) if any(flat) else self
 
-  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
-    k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
-    lowest = -math.inf if self.dtype.is_float else _D.min_max(self.dtype)[0]  # pad with the dtype's lowest: ints stay ints
-    x = self._pad2d(Tensor._pads2d(padding, len(k)), lowest)
-    return x._pool(k, stride if stride is not None else k, dilation).max(tuple(range(-len(k), 0)))
+  def _ceil_pads(self, k, stride, dilation, pads, ceil_mode: bool) -> list:
+    """The flat pads plus, with ceil_mode, the extra right/bottom pads that let a last partial window fit
+    (torch's rule: a window must start inside the input or its left padding)."""
+    if not ceil_mode: return pads
+    n = len(k)
+    s_ = (stride,) * n if isinstance(stride, int) else tuple(stride)
+    d_ = (dilation,) * n if isinstance(dilation, int) else tuple(dilation)
+    out = list(pads)
+    for j in range(n):
+      i, lo, hi = self.shape[-n + j], pads[2 * (n - 1 - j)], pads[2 * (n - 1 - j) + 1]
+      span = i + lo + hi - d_[j] * (k[j] - 1) - 1
+      o = -(-span // s_[j]) + 1
+      if (o - 1) * s_[j] >= i + lo: o -= 1
+      out[2 * (n - 1 - j) + 1] += max(0, (o - 1) * s_[j] + d_[j] * (k[j] - 1) + 1 - (i + lo + hi))
+    return out
 
-  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0) -> Tensor:
+  def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
+    """return_indices: also the flat index (in each H*W plane) of each maximum, the first on ties, int64."""
     k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
-    x = self._pad2d(Tensor._pads2d(padding, len(k)))
-    return x._pool(k, stride if stride is not None else k, dilation).mean(tuple(range(-len(k), 0)))
+    st = stride if stride is not None else k
+    lowest = -math.inf if self.dtype.is_float else _D.min_max(self.dtype)[0]  # pad with the dtype's lowest: ints stay ints
+    pads = self._ceil_pads(k, st, dilation, Tensor._pads2d(padding, len(k)), ceil_mode)
+    axes = tuple(range(-len(k), 0))
+    win = self._pad2d(pads, lowest)._pool(k, st, dilation)
+    m = win.max(axes)
+    if not return_indices: return m
+    sp = self.shape[-len(k):]
+    idx = Tensor.arange(math.prod(sp), device=self.device).reshape(sp)._pad2d(pads, -1)._pool(k, st, dilation)
+    big = math.prod(sp)
+    first = (win == m.reshape(m.shape + (1,) * len(k))).where(idx._broadcast_to(win.shape), big).min(axes)
+    return m, first.cast(_D.i64)
+
+  def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
+    k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    st = stride if stride is not None else k
+    base = Tensor._pads2d(padding, len(k))
+    pads = self._ceil_pads(k, st, dilation, base, ceil_mode)
+    axes = tuple(range(-len(k), 0))
+    if not ceil_mode and (count_include_pad or not any(pads)): return self._pad2d(pads)._pool(k, st, dilation).mean(axes)
+    # the divisor: the window's cells inside the input (and its padding, with count_include_pad), never ceil_mode's overhang
+    ones = Tensor.ones(*self.shape[-len(k):], device=self.device)
+    if count_include_pad: ones = ones._pad2d(base, 1.0)
+    extra = [p - b for p, b in zip(pads, base)] if count_include_pad else pads
+    cnt = ones._pad2d(extra)._pool(k, st, dilation).sum(axes)
+    x = self._float()
+    return (x._pad2d(pads)._pool(k, st, dilation).sum(axes) / cnt).cast(x.dtype)
 
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """NCHW input, (cout, cin/groups, kh, kw) weight; padding an int, (ph, pw) or torch's flat (left, right, top, bottom)."""

@@ -27,6 +27,10 @@ class DType:
   def is_signed(self) -> bool: return self.kind == 'i'
   @property
   def is_bool(self) -> bool: return self.kind == 'b'
+  @property
+  def min(self): return min_max(self)[0]  # tinygrad's dtypes.int.min
+  @property
+  def max(self): return min_max(self)[1]
   def __repr__(self): return f"dtypes.{self.api}"
   def __str__(self): return self.name
   def __reduce__(self): return (get, (self.name,))
