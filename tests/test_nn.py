@@ -33,6 +33,8 @@ def put(layer, tlayer):
 LAYERS = {
   'linear': (lambda: nn.Linear(6, 4), lambda: torch.nn.Linear(6, 4), (3, 6)),
   'conv2d': (lambda: nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2), lambda: torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2), (2, 4, 7, 7)),
+  'conv_transpose2d': (lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2),
+                       lambda: torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2), (2, 4, 5, 5)),
   'layernorm': (lambda: nn.LayerNorm((3, 5)), lambda: torch.nn.LayerNorm((3, 5)), (2, 3, 5)),
   'groupnorm': (lambda: nn.GroupNorm(2, 6), lambda: torch.nn.GroupNorm(2, 6), (3, 6, 4, 4)),
 }
