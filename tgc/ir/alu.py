@@ -23,7 +23,7 @@ def _int_div(a, b, dt: DType):
   safe = np.where(b64 == 0, 1, b64)
   if dt.is_signed and dt.itemsize == 8:  # |INT64_MIN| does not fit int64: exact Python ints
     ao, so = a64.astype(object), safe.astype(object)
-    q = np.frompyfunc(lambda x, y: abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1), 2, 1)(ao, so)
+    q = np.asarray(np.frompyfunc(lambda x, y: abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1), 2, 1)(ao, so), dtype=object)  # (a 0-d call gives a bare int)
     return q, so, ao
   if dt.is_signed:
     q = np.abs(a64) // np.abs(safe)  # truncate toward zero
@@ -37,7 +37,7 @@ def _wrap(x, dt: DType):
   if x.dtype == object and dt.is_int:  # exact Python ints (int64 division): wrap to the dtype's width
     m = 1 << dt.bits
     wrap = (lambda v: (int(v) + m // 2) % m - m // 2) if dt.is_signed else (lambda v: int(v) % m)
-    return np.frompyfunc(wrap, 1, 1)(x).astype(dt.np)
+    return np.asarray(np.frompyfunc(wrap, 1, 1)(x), dtype=object).astype(dt.np)
   with np.errstate(over='ignore'):
     return np.asarray(x).astype(dt.np) if dt.is_int else np.asarray(x)
 
