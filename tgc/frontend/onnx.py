@@ -55,8 +55,9 @@ def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
 
 class _Ctx:
   """What an op function sees: the node, the opset, and the import-time values of constant tensors."""
-  def __init__(self, opset: int, device: str, placeholders: set):
-    self.opset, self.device, self.placeholders, self.node = opset, device, placeholders, None
+  def __init__(self, opset: int, device: str, placeholders: dict, fed: bool):
+    # placeholders: node -> input name; fed: they hold the values of a call, which a shape may then depend on
+    self.opset, self.device, self.placeholders, self.fed, self.node, self.used = opset, device, placeholders, fed, None, set()
   def dtype(self, elem: int): return _dtype(elem)
   def const(self, arr: np.ndarray) -> Tensor:
     arr = np.asarray(arr)
@@ -68,7 +69,11 @@ class _Ctx:
     return Tensor(arr, device=self.device)
   def is_const(self, t: Tensor) -> bool: return not any(n in self.placeholders for n in _toposort([t.node]))
   def array(self, t: Tensor) -> np.ndarray:
+    """The value of t at import time: from constants, or from the fed inputs (the compiled code is then specialised to them)."""
     if not self.is_const(t):
+      if self.fed:
+        self.used |= {self.placeholders[n] for n in _toposort([t.node]) if n in self.placeholders}
+        return t.numpy().reshape(t.shape)
       raise OnnxError(f"node {self._where()}: a shape or an index depends on the values of the graph inputs; tgc specialises shapes at import time")
     if t.node.op == 'const' and isinstance(t.node.attrs['value'], tuple): return np.array(t.node.attrs['value'], t.dtype.np).reshape(t.shape)
     return t.numpy().reshape(t.shape)
@@ -109,8 +114,9 @@ def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
   return out
 
 
-def trace(model, shapes: dict | None = None, device: str | None = None):
-  """Run the graph on placeholders: (inputs {name: Tensor}, outputs [(name, Tensor)], weight names {node: name})."""
+def trace(model, shapes: dict | None = None, device: str | None = None, feeds: dict | None = None):
+  """Run the graph on placeholders (holding `feeds` where given): (inputs {name: Tensor}, outputs [(name, Tensor)],
+  names {leaf node: name}, the inputs whose values the result was specialised to)."""
   onnx = _onnx()
   from tgc.tensor import _canon_device
   dev = _canon_device(device)
@@ -121,9 +127,9 @@ def trace(model, shapes: dict | None = None, device: str | None = None):
   elem = {i.name: i.type.tensor_type.elem_type for i in g.input}
   for name, shp in input_shapes(model, shapes).items():
     dt = _dtype(elem[name])
-    t = Tensor(np.zeros(shp, dt.np), dtype=dt, device=dev)
+    t = Tensor(np.zeros(shp, dt.np) if feeds is None else feeds[name], dtype=dt, device=dev)
     inputs[name] = vals[name] = t; names[t.node] = name
-  ctx = _Ctx(opset, dev, {t.node for t in inputs.values()})
+  ctx = _Ctx(opset, dev, {t.node: k for k, t in inputs.items()}, feeds is not None)
   for init in g.initializer:
     if init.name in inputs: continue
     _dtype(init.data_type)
@@ -157,7 +163,7 @@ def trace(model, shapes: dict | None = None, device: str | None = None):
     t = vals[o.name]
     if o.type.tensor_type.elem_type: t = t.cast(_dtype(o.type.tensor_type.elem_type))
     outputs.append((o.name, t))
-  return inputs, outputs, names
+  return inputs, outputs, names, ctx.used
 
 
 def _ident(name: str, used: set) -> str:
@@ -174,10 +180,10 @@ def _roots(outputs):
   return [t.contiguous() if t.node.realized else t for _, t in outputs]
 
 
-def build(model, shapes: dict | None = None, device: str | None = None, name: str = 'main'):
-  """(module, leaves, inputs, weights): the func.func whose arguments are the graph inputs, then the weights;
-  weights maps argument name -> numpy array (what the `.npz` beside the `.tgc` holds)."""
-  inputs, outputs, names = trace(model, shapes, device)
+def build(model, shapes: dict | None = None, device: str | None = None, name: str = 'main', feeds: dict | None = None):
+  """(module, leaves, inputs, weights, specialised): the func.func whose arguments are the graph inputs, then the
+  weights; weights maps argument name -> numpy array (what the `.npz` beside the `.tgc` holds)."""
+  inputs, outputs, names, by_value = trace(model, shapes, device, feeds)
   m, leaves = _build_module([t.node for t in _roots(outputs)], name)
   fn = m.functions('func.func')[0]
   used, weights = set(), {}
@@ -190,12 +196,12 @@ def build(model, shapes: dict | None = None, device: str | None = None, name: st
     a.hint = _ident(names.get(leaf, 'cst'), used)
     if leaf not in innodes: weights[a.hint] = leaf.buf.numpy().reshape(leaf.shape)
   m.verify()
-  return m, leaves, inputs, weights
+  return m, leaves, inputs, weights, by_value
 
 
 def import_text(model, shapes: dict | None = None) -> tuple[str, dict]:
   """(the module's text, its weights by argument name)."""
-  m, _, _, weights = build(read_model(model), shapes)
+  m, _, _, weights, _ = build(read_model(model), shapes)
   return m.print(), weights
 
 
@@ -207,13 +213,18 @@ class OnnxModel:
     inits = {i.name for i in self.model.graph.initializer}
     self.input_names = [i.name for i in self.model.graph.input if i.name not in inits]
     self.output_names = [o.name for o in self.model.graph.output]
-    self._compiled = {}
+    self._compiled, self._by_value = {}, set()
 
-  def compile(self, shapes: dict):
-    key = tuple(sorted(shapes.items()))
+  def compile(self, feeds: dict):
+    """The compiled function for these inputs' shapes (and the values of those a shape depends on)."""
+    shapes = {k: v.shape for k, v in feeds.items()}
+    key = (tuple(sorted(shapes.items())), tuple((k, feeds[k].tobytes()) for k in sorted(self._by_value)))
     if key not in self._compiled:
       from tgc.compiler import compile_module
-      m, leaves, inputs, _ = build(self.model, {**self.shapes, **shapes}, self.device)
+      m, leaves, inputs, _, used = build(self.model, {**self.shapes, **shapes}, self.device, feeds=feeds)
+      if used - self._by_value:
+        self._by_value |= used
+        return self.compile(feeds)
       fn = compile_module(m, self.device)
       pos = {t.node: k for k, t in inputs.items()}
       self._compiled[key] = (fn, [pos.get(l) for l in leaves], [l.buf for l in leaves], {k: t.dtype for k, t in inputs.items()})
@@ -224,10 +235,9 @@ class OnnxModel:
     feeds = dict(zip(self.input_names, arrays)); feeds.update(named)
     missing = [n for n in self.input_names if n not in feeds]
     if missing: raise OnnxError(f"missing inputs: {', '.join(missing)}")
-    feeds = {k: np.asarray(v) for k, v in feeds.items()}
-    fn, which, bufs, dts = self.compile({k: v.shape for k, v in feeds.items()})
-    dev = fn.device if hasattr(fn, 'device') else bufs[0].device
-    args = [b if k is None else Buffer.from_numpy(b.device, np.ascontiguousarray(feeds[k].astype(dts[k].np)).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
+    feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+    fn, which, bufs, dts = self.compile(feeds)
+    args = [b if k is None else Buffer.from_numpy(b.device, feeds[k].astype(dts[k].np).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
     outs = fn.run(args)
     return [o.numpy().reshape(t.shape) for o, t in zip(outs, fn.result_types)]
 

@@ -239,10 +239,13 @@ def _instnorm(ctx, attrs, x, scale, bias):
 
 @op('LayerNormalization')
 def _layernorm(ctx, attrs, x, scale, bias=None):
-  a = _axis(attrs.get('axis', -1), x.ndim)
+  """Y, and the Mean and InvStdDev outputs (float32, keepdims)."""
+  axes = tuple(range(_axis(attrs.get('axis', -1), x.ndim), x.ndim))
   xf = x.cast(dtypes.float32)
-  y = xf.layernorm(tuple(range(a, x.ndim)), _float_attr(attrs, 'epsilon', 1e-5)).cast(x.dtype) * scale
-  return y + bias if bias is not None else y
+  mean = xf.mean(axes, keepdim=True)
+  inv = ((xf - mean) * (xf - mean)).mean(axes, keepdim=True).add(_float_attr(attrs, 'epsilon', 1e-5)).rsqrt()
+  y = ((xf - mean) * inv).cast(x.dtype) * scale
+  return (y + bias if bias is not None else y, mean, inv)
 
 @op('MaxPool', 'AveragePool')
 def _pool(ctx, attrs, x, _avg=None):
