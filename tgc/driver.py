@@ -342,7 +342,7 @@ def import_onnx_main(argv: list[str] | None = None) -> int:
   ap.add_argument('input', help='the .onnx file')
   ap.add_argument('-o', dest='output', default=None, help='output .tgc (weights in the .npz of the same name); default: stdout')
   ap.add_argument('--input-shape', dest='shapes', action='append', default=[], metavar='NAME=1x3x224x224',
-                  help='the shape of a graph input (or the size of a symbolic dimension: N=1x...)')
+                  help='the shape of a graph input, or the size of a symbolic dimension by its name (N=1)')
   args = ap.parse_args(sys.argv[1:] if argv is None else argv)
   def body():
     import numpy as np

@@ -97,20 +97,24 @@ def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
   """The graph inputs (those not initializers) with their specialised shapes."""
   shapes = dict(shapes or {})
   inits = {i.name for i in model.graph.initializer}
+  names = [i.name for i in model.graph.input if i.name not in inits]
+  params = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim}
+  for k in shapes:
+    if k not in names and k not in params:
+      raise OnnxError(f"--input-shape names '{k}', which is not a graph input (inputs: {', '.join(names) or 'none'})")
   out = {}
   for i in model.graph.input:
     if i.name in inits: continue
-    if i.name in shapes: out[i.name] = tuple(shapes.pop(i.name)); continue
+    if i.name in shapes: out[i.name] = tuple(shapes[i.name]); continue
     if not i.type.HasField('tensor_type'): raise OnnxError(f"graph input '{i.name}' is not a tensor")
     dims = []
     for k, d in enumerate(i.type.tensor_type.shape.dim):
       if d.HasField('dim_value'): dims.append(d.dim_value)
-      elif d.dim_param in shapes: dims.append(int(shapes[d.dim_param]))
+      elif d.dim_param in shapes:  # a symbolic dimension by its name: N=2 (or N=(2,))
+        v = shapes[d.dim_param]
+        dims.append(int(v[0] if isinstance(v, (tuple, list)) and len(v) == 1 else v))
       else: raise OnnxError(f"graph input '{i.name}': dimension {k} is symbolic ('{d.dim_param or '?'}'); give its shape: --input-shape {i.name}=...")
     out[i.name] = tuple(dims)
-  for k in shapes:
-    if k not in out and not any(d.dim_param == k for i in model.graph.input for d in i.type.tensor_type.shape.dim):
-      raise OnnxError(f"--input-shape names '{k}', which is not a graph input (inputs: {', '.join(out) or 'none'})")
   return out
 
 
