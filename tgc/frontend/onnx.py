@@ -109,7 +109,7 @@ def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
     if not i.type.HasField('tensor_type'): raise OnnxError(f"graph input '{i.name}' is not a tensor")
     dims = []
     for k, d in enumerate(i.type.tensor_type.shape.dim):
-      if d.HasField('dim_value'): dims.append(d.dim_value)
+      if d.HasField('dim_value') and d.dim_value >= 0: dims.append(d.dim_value)
       elif d.dim_param in shapes:  # a symbolic dimension by its name: N=2 (or N=(2,))
         v = shapes[d.dim_param]
         dims.append(int(v[0] if isinstance(v, (tuple, list)) and len(v) == 1 else v))
@@ -134,17 +134,34 @@ def trace(model, shapes: dict | None = None, device: str | None = None, feeds: d
     t = Tensor(np.zeros(shp, dt.np) if feeds is None else feeds[name], dtype=dt, device=dev)
     inputs[name] = vals[name] = t; names[t.node] = name
   ctx = _Ctx(opset, dev, {t.node: k for k, t in inputs.items()}, feeds is not None)
+  ctx.names = names
+  _run_graph(ctx, g, vals)
+  outputs = []
+  for o in g.output:
+    if o.name not in vals: raise OnnxError(f"graph output '{o.name}' is not computed by any node")
+    t = vals[o.name]
+    if o.type.tensor_type.elem_type: t = t.cast(_dtype(o.type.tensor_type.elem_type))
+    outputs.append((o.name, t))
+  return inputs, outputs, names, ctx.used
+
+
+def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
+  """Trace graph g's initializers and nodes into vals (name -> Tensor); an If whose condition is known at import
+  time traces its branch in place."""
+  onnx = _onnx()
   for init in g.initializer:
-    if init.name in inputs: continue
+    if init.name in vals and vals[init.name].node in ctx.placeholders: continue  # an input with a default
     _dtype(init.data_type)
     t = ctx.const(onnx.numpy_helper.to_array(init))
-    if t.node.op == 'BUFFER': names[t.node] = init.name
+    if t.node.op == 'BUFFER': ctx.names[t.node] = init.name
     vals[init.name] = t
+  opset = ctx.opset
   for node in g.node:
-    ctx.node = node
+    ctx.node, ctx.vals = node, vals
     if node.domain not in ('', 'ai.onnx'):
       raise OnnxError(f"node '{node.name}': op {node.domain}.{node.op_type} (opset {opset}) is not supported by tgc: only the default domain is")
     fn = OPS.get(node.op_type)
+    if node.op_type == 'If': fn = _if
     if fn is None: raise OnnxError(f"node '{node.name}': op {node.op_type} (opset {opset}) is not supported by tgc")
     ins = []
     for n in node.input:
@@ -161,13 +178,15 @@ def trace(model, shapes: dict | None = None, device: str | None = None, feeds: d
     outs = outs if isinstance(outs, tuple) else (outs,)
     for n, t in zip(node.output, outs):
       if n: vals[n] = t
-  outputs = []
-  for o in g.output:
-    if o.name not in vals: raise OnnxError(f"graph output '{o.name}' is not computed by any node")
-    t = vals[o.name]
-    if o.type.tensor_type.elem_type: t = t.cast(_dtype(o.type.tensor_type.elem_type))
-    outputs.append((o.name, t))
-  return inputs, outputs, names, ctx.used
+
+
+def _if(ctx: _Ctx, attrs: dict, cond):
+  branch = attrs['then_branch' if bool(ctx.array(cond).reshape(-1)[0]) else 'else_branch']
+  sub = dict(ctx.vals)
+  node = ctx.node
+  _run_graph(ctx, branch, sub)
+  ctx.node = node
+  return tuple(sub[o.name] for o in branch.output)
 
 
 def _ident(name: str, used: set) -> str:

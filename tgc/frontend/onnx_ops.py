@@ -60,6 +60,23 @@ def conv_transpose(x: Tensor, w: Tensor, b, stride, pads, dilation, groups, out_
   x = x.pad(((0, 0), (0, 0), *pp))
   return x.conv2d(w, b, stride=1, dilation=tuple(dilation), groups=groups)
 
+def pad_mode(x: Tensor, pairs, mode: str) -> Tensor:
+  """Pad's reflect, edge and wrap modes, one axis at a time from slices (flipped for reflect) and cat; Tensor.pad's
+  modes will replace it."""
+  for a, (lo, hi) in enumerate(pairs):
+    if lo == hi == 0: continue
+    n = x.shape[a]
+    def part(b, e, flip=False):
+      t = x.shrink(tuple((b, e) if i == a else (0, s) for i, s in enumerate(x.shape)))
+      return t.flip(a) if flip else t
+    if mode == 'reflect': left, right = part(1, lo + 1, True), part(n - 1 - hi, n - 1, True)
+    elif mode == 'edge':
+      left = part(0, 1).expand(*(lo if i == a else s for i, s in enumerate(x.shape)))
+      right = part(n - 1, n).expand(*(hi if i == a else s for i, s in enumerate(x.shape)))
+    else: left, right = part(n - lo, n), part(0, hi)  # wrap
+    x = Tensor.cat(*[t for t in (left, x, right) if t.shape[a]], dim=a)
+  return x
+
 # ---------------------------------------------------------------- helpers
 
 def _axis(a, nd): return a + nd if a < 0 else a
@@ -392,12 +409,13 @@ def _tile(ctx, attrs, x, reps): return x.repeat(*ctx.ints(reps))
 def _pad(ctx, attrs, x, pads=None, value=None, axes=None):
   p = list(attrs['pads']) if 'pads' in attrs else ctx.ints(pads)
   mode = attrs.get('mode', 'constant')
-  if mode != 'constant': raise OnnxError(f"Pad mode '{mode}' is not supported yet (constant only)")
+  if mode not in ('constant', 'reflect', 'edge', 'wrap'): raise OnnxError(f"Pad mode '{mode}' is not supported")
   v = float(attrs.get('value', 0.0)) if value is None else ctx.array(value).reshape(-1)[0].item() if ctx.array(value).size else 0
+  if mode != 'constant' and any(q < 0 for q in p): raise OnnxError(f"Pad mode '{mode}' with negative pads is not supported")
   ax = list(range(x.ndim)) if axes is None else [_axis(a, x.ndim) for a in ctx.ints(axes)]
   pairs = [(0, 0)] * x.ndim
   for i, a in enumerate(ax): pairs[a] = (p[i], p[i + len(ax)])
-  return x.pad(tuple(pairs), v)
+  return x.pad(tuple(pairs), v) if mode == 'constant' else pad_mode(x, pairs, mode)
 
 @op('Shape')
 def _shape(ctx, attrs, x):
