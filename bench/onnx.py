@@ -9,7 +9,8 @@ tinygrad is not installed here; its column is left out.
 from __future__ import annotations
 import argparse, os, statistics, sys, time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the repository instead of bench/ on the path: this file's own name would shadow the onnx package
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from tgc.frontend import onnx as fe
 from tgc.frontend.onnx_models import MODELS
 

@@ -178,6 +178,7 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
     outs = outs if isinstance(outs, tuple) else (outs,)
     for n, t in zip(node.output, outs):
       if n: vals[n] = t
+      if n and t.node.realized and t.node not in ctx.names: ctx.names[t.node] = n  # a Constant's weight: its output's name
 
 
 def _if(ctx: _Ctx, attrs: dict, cond):
