@@ -162,6 +162,7 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
       raise OnnxError(f"node '{node.name}': op {node.domain}.{node.op_type} (opset {opset}) is not supported by tgc: only the default domain is")
     fn = OPS.get(node.op_type)
     if node.op_type == 'If': fn = _if
+    if fn is None and _function_body(ctx, node, None) is not None: fn = _expand
     if fn is None: raise OnnxError(f"node '{node.name}': op {node.op_type} (opset {opset}) is not supported by tgc")
     ins = []
     for n in node.input:
@@ -177,8 +178,8 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
       raise
     outs = outs if isinstance(outs, tuple) else (outs,)
     for n, t in zip(node.output, outs):
-      if n: vals[n] = t
-      if n and t.node.realized and t.node not in ctx.names: ctx.names[t.node] = n  # a Constant's weight: its output's name
+      if n and t is not None: vals[n] = t
+      if n and t is not None and t.node.realized and t.node not in ctx.names: ctx.names[t.node] = n  # a Constant's weight: its output's name
 
 
 def _if(ctx: _Ctx, attrs: dict, cond):
@@ -188,6 +189,45 @@ def _if(ctx: _Ctx, attrs: dict, cond):
   _run_graph(ctx, branch, sub)
   ctx.node = node
   return tuple(sub[o.name] for o in branch.output)
+
+
+def _function_body(ctx: _Ctx, node, ins):
+  """The FunctionProto that ONNX defines node's op by, if any (what the node tests' _expanded variants inline)."""
+  onnx = _onnx()
+  try: schema = onnx.defs.get_schema(node.op_type, ctx.opset, node.domain)
+  except Exception: return None
+  if schema.has_function: return schema.function_body
+  if not schema.has_context_dependent_function: return None
+  if ins is None: return True
+  types = [onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(t.dtype.np), t.shape).SerializeToString()
+           if t is not None else onnx.TypeProto().SerializeToString() for t in ins]
+  try: return onnx.FunctionProto.FromString(schema.get_context_dependent_function(node.SerializeToString(), types))
+  except Exception: return None
+
+
+def _expand(ctx: _Ctx, attrs: dict, *ins):
+  """An op tgc has no function for, traced through the function body ONNX defines it by."""
+  onnx = _onnx()
+  node = ctx.node
+  fp = _function_body(ctx, node, ins)
+  if fp is None or fp is True: raise OnnxError(f"node '{node.name}': op {node.op_type} (opset {ctx.opset}) is not supported by tgc")
+  given = {a.name: a for a in node.attribute}
+  schema = onnx.defs.get_schema(node.op_type, ctx.opset, node.domain)
+  defaults = {k: a.default_value for k, a in schema.attributes.items() if a.default_value.type}
+  defaults.update({a.name: a for a in fp.attribute_proto})
+  body = onnx.GraphProto()
+  for n in fp.node:  # the attributes that refer to the caller's resolved
+    m = body.node.add(); m.CopyFrom(n); del m.attribute[:]
+    for a in n.attribute:
+      if a.ref_attr_name:
+        src = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
+        if src is None: continue
+        b = m.attribute.add(); b.CopyFrom(src); b.name = a.name
+      else: m.attribute.add().CopyFrom(a)
+  sub = {k: v for k, v in zip(fp.input, ins) if v is not None}
+  _run_graph(ctx, body, sub)
+  ctx.node = node
+  return tuple(sub.get(o) for o in fp.output)  # (an optional output the body leaves out: None)
 
 
 def _ident(name: str, used: set) -> str:
