@@ -466,10 +466,20 @@ def _resize(ctx, attrs, x, *rest):
   elif scales is not None and ctx.array(scales).size: sc = [float(v) for v in ctx.array(scales)]
   else: sc = None
   sz = ctx.ints(sizes) if sizes is not None and ctx.array(sizes).size else None
-  if attrs.get('axes') is not None or attrs.get('keep_aspect_ratio_policy', 'stretch') != 'stretch' or ctm == 'tf_crop_and_resize':
-    raise OnnxError("Resize with axes, keep_aspect_ratio_policy or tf_crop_and_resize is not supported")
-  if sz is None: sz = [int(math.floor(n * s)) for n, s in zip(x.shape, sc)]
-  else: sc = [o / n for o, n in zip(sz, x.shape)]
+  if ctm == 'tf_crop_and_resize': raise OnnxError("Resize's tf_crop_and_resize is not supported")
+  ax = list(range(x.ndim)) if attrs.get('axes') is None else [_axis(a, x.ndim) for a in attrs['axes']]
+  full_sc, full_sz = [1.0] * x.ndim, list(x.shape)  # the axes not named keep their size
+  if sz is None:
+    for a, v in zip(ax, sc): full_sc[a], full_sz[a] = v, int(math.floor(x.shape[a] * v))
+  else:
+    policy = attrs.get('keep_aspect_ratio_policy', 'stretch')
+    ratios = [o / x.shape[a] for a, o in zip(ax, sz)]
+    for a, o, r in zip(ax, sz, ratios):
+      if policy == 'stretch': full_sc[a], full_sz[a] = r, o
+      else:
+        full_sc[a] = (min if policy == 'not_larger' else max)(ratios)
+        full_sz[a] = int(full_sc[a] * x.shape[a] + 0.5)
+  sc, sz = full_sc, full_sz
   for a, (n, o, s) in enumerate(zip(x.shape, sz, sc)):
     if n == o and s == 1: continue
     i = np.arange(o, dtype=np.float64)
