@@ -2,7 +2,7 @@
 
 By default a fast subset (FAST below, the in-scope ops' basic cases) runs; TGC_ONNX=all runs the whole node
 suite. Every exclusion is in exclusions.txt with its reason."""
-import os, re, pytest
+import os, pytest
 onnx = pytest.importorskip('onnx', reason="the onnx package is not installed (pip install -e '.[onnx]')")
 import onnx.backend.test
 from tgc.frontend import onnx as tgc_onnx

@@ -5,7 +5,7 @@ placeholder buffers of the specialised shapes, initializers are weight buffers, 
 `tensor.const`s. Values a shape depends on (Shape, Reshape's target, Slice's starts) are computed at import
 time; a shape that depends on the inputs' values cannot be specialised and is an error."""
 from __future__ import annotations
-import math, os, re
+import os, re
 import numpy as np
 from tgc.tensor import Tensor, _Node, _toposort, _build_module, _dense_value
 from tgc.ir import dtypes as D
@@ -121,7 +121,6 @@ def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
 def trace(model, shapes: dict | None = None, device: str | None = None, feeds: dict | None = None):
   """Run the graph on placeholders (holding `feeds` where given): (inputs {name: Tensor}, outputs [(name, Tensor)],
   names {leaf node: name}, the inputs whose values the result was specialised to)."""
-  onnx = _onnx()
   from tgc.tensor import _canon_device
   dev = _canon_device(device)
   opset = opset_of(model)
@@ -314,7 +313,7 @@ def load(src, shapes: dict | None = None, device: str | None = None) -> OnnxMode
 # ---------------------------------------------------------------- ONNX's backend interface
 
 def _backend():
-  onnx = _onnx()
+  _onnx()  # (the error that says how to install it)
   from onnx.backend.base import Backend, BackendRep, namedtupledict
 
   class TgcRep(BackendRep):

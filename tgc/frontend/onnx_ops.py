@@ -265,7 +265,7 @@ def _layernorm(ctx, attrs, x, scale, bias=None):
   return (y + bias if bias is not None else y, mean, inv)
 
 @op('MaxPool', 'AveragePool')
-def _pool(ctx, attrs, x, _avg=None):
+def _pool(ctx, attrs, x):
   k = tuple(attrs['kernel_shape']); nk = len(k)
   s = tuple(attrs.get('strides', [1] * nk)); d = tuple(attrs.get('dilations', [1] * nk))
   pads = _pool_pads(ctx, attrs, x, k, s, d)
