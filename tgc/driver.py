@@ -310,6 +310,7 @@ def _run(args) -> int:
     k, path = spec.split('=', 1)
     try: given[k.lstrip('%')] = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e: raise ToolError(f"cannot load '{path}': {e}") from None
+  given = {**_weights_beside(args.input), **given}
   argnames = [a.hint for a in entry.body.args]
   for k in given:
     if k not in argnames: raise ToolError(f"@{entry.attrs['sym_name']} has no argument '%{k}' (arguments: {', '.join('%' + n for n in argnames)})")
@@ -334,7 +335,40 @@ def _run(args) -> int:
   return 0
 
 
+def _weights_beside(path: str) -> dict:
+  """The arguments bound from model.npz beside model.tgc (what tgc-import-onnx writes), if there is one."""
+  import numpy as np
+  npz = os.path.splitext(path)[0] + '.npz'
+  if path == '-' or not os.path.exists(npz): return {}
+  try:
+    with np.load(npz, allow_pickle=False) as z: return {k: z[k] for k in z.files}
+  except (OSError, ValueError) as e: raise ToolError(f"cannot load '{npz}': {e}") from None
+
+
+# ---------------------------------------------------------------- tgc-import-onnx
+def import_onnx_main(argv: list[str] | None = None) -> int:
+  ap = _Parser(prog='tgc-import-onnx', description='Import an ONNX model as tensor-dialect text; its weights go to a .npz beside it.')
+  ap.add_argument('input', help='the .onnx file')
+  ap.add_argument('-o', dest='output', default=None, help='output .tgc (weights in the .npz of the same name); default: stdout')
+  ap.add_argument('--input-shape', dest='shapes', action='append', default=[], metavar='NAME=1x3x224x224',
+                  help='the shape of a graph input, or the size of a symbolic dimension by its name (N=1)')
+  args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+  def body():
+    import numpy as np
+    from tgc.frontend import onnx as fe
+    text, weights = fe.import_text(args.input, dict(fe.parse_shape(s) for s in args.shapes))
+    write_output(text, args.output)
+    if weights:
+      if args.output in (None, '-'): sys.stderr.write(f"tgc-import-onnx: {len(weights)} weights not written (give -o FILE.tgc to write FILE.npz)\n")
+      else:
+        try: np.savez(os.path.splitext(args.output)[0] + '.npz', **weights)
+        except OSError as e: raise ToolError(f"cannot write the weights: {e.strerror}") from None
+    return 0
+  return run_tool('tgc-import-onnx', body)
+
+
 # ---------------------------------------------------------------- entry points
 def opt_entry(): sys.exit(opt_main())
 def translate_entry(): sys.exit(translate_main())
 def run_entry(): sys.exit(run_main())
+def import_onnx_entry(): sys.exit(import_onnx_main())

@@ -1,0 +1,96 @@
+"""ONNX import: tgc-import-onnx writes text plus a .npz of weights that tgc-opt parses and tgc-run runs; tgc.onnx.load
+gives a callable; bad input is a TgcError and exit 1 with no traceback. Results are checked against numpy."""
+import os, subprocess, sys
+import numpy as np
+import pytest
+onnx = pytest.importorskip('onnx', reason="the onnx package is not installed (pip install -e '.[onnx]')")
+from onnx import helper as h, TensorProto as T, numpy_helper
+import tgc
+from tgc.frontend import onnx as fe
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RNG = np.random.default_rng(0)
+W1, B1, W2 = (RNG.standard_normal(s).astype(np.float32) for s in ((8, 32), (32,), (32, 4)))
+
+
+def mlp(batch='N', opset=17):
+  """x (batch, 8) -> gelu(x @ W1 + B1) @ W2 -> softmax, as an exporter writes it (Shape/Gather/Reshape included)."""
+  nodes = [h.make_node('MatMul', ['x', 'W1'], ['a']), h.make_node('Add', ['a', 'B1'], ['b']),
+           h.make_node('Erf', ['b'], ['e']), h.make_node('Mul', ['b', 'e'], ['g']),
+           h.make_node('Shape', ['g'], ['s']), h.make_node('Reshape', ['g', 's'], ['r']),
+           h.make_node('MatMul', ['r', 'W2'], ['c']), h.make_node('Softmax', ['c'], ['y'], axis=-1)]
+  inits = [numpy_helper.from_array(v, n) for n, v in (('W1', W1), ('B1', B1), ('W2', W2))]
+  g = h.make_graph(nodes, 'mlp', [h.make_tensor_value_info('x', T.FLOAT, [batch, 8])], [h.make_tensor_value_info('y', T.FLOAT, [batch, 4])], inits)
+  return h.make_model(g, opset_imports=[h.make_opsetid('', opset)])
+
+
+def mlp_ref(x):
+  from math import erf
+  b = x @ W1 + B1
+  c = (b * np.vectorize(erf)(b)) @ W2
+  e = np.exp(c - c.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+def tool(name, *args):
+  code = f"import sys; from tgc.driver import {name} as m; sys.exit(m(sys.argv[1:]))"
+  p = subprocess.run([sys.executable, '-c', code, *args], capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+  assert 'Traceback' not in p.stderr, p.stderr
+  return p.returncode, p.stdout, p.stderr
+
+
+def test_load_callable_matches_numpy():
+  f = tgc.onnx.load(mlp())
+  for n in (1, 3):  # a symbolic batch: specialised per call
+    x = RNG.standard_normal((n, 8)).astype(np.float32)
+    np.testing.assert_allclose(f(x)[0], mlp_ref(x), rtol=1e-4, atol=1e-6)
+
+
+def test_import_text_weights_beside_and_roundtrip():
+  text, weights = fe.import_text(mlp(), {'x': (2, 8)})
+  assert sorted(weights) == ['B1', 'W1', 'W2'] and len(text) < 4000  # the weights are not literals in the text
+  assert text.startswith('func.func @main(%x: tensor<2x8xf32>, ')
+  assert tgc.ir.parse(text).print() == text
+
+
+def test_tools_import_opt_run(tmp_path):
+  src, out = tmp_path / 'mlp.onnx', tmp_path / 'mlp.tgc'
+  onnx.save(mlp(), str(src))
+  rc, _, err = tool('import_onnx_main', str(src), '-o', str(out), '--input-shape', 'N=2')  # by the dimension's name
+  assert rc == 0, err
+  assert (tmp_path / 'mlp.npz').exists()
+  rc, text, err = tool('opt_main', str(out), '-p', 'canonicalize,kernelize')
+  assert rc == 0 and 'kernel.func' in text, err
+  x = RNG.standard_normal((2, 8)).astype(np.float32)
+  np.save(tmp_path / 'x.npy', x)
+  rc, _, err = tool('run_main', str(out), '--input', f'x={tmp_path / "x.npy"}', '--output', str(tmp_path / 'res'))
+  assert rc == 0, err
+  np.testing.assert_allclose(np.load(tmp_path / 'res' / 'result0.npy'), mlp_ref(x), rtol=1e-4, atol=1e-6)
+
+
+def _bad_models(tmp_path):
+  garbage = tmp_path / 'garbage.onnx'; garbage.write_bytes(b'\x08\x07not a model at all\xff\xff')
+  unsupported = h.make_model(h.make_graph([h.make_node('Hardmax', ['x'], ['y'], name='hm0')], 'g',
+    [h.make_tensor_value_info('x', T.FLOAT, [2, 3])], [h.make_tensor_value_info('y', T.FLOAT, [2, 3])]), opset_imports=[h.make_opsetid('', 13)])
+  strings = h.make_model(h.make_graph([h.make_node('Identity', ['x'], ['y'])], 'g',
+    [h.make_tensor_value_info('x', T.STRING, [2])], [h.make_tensor_value_info('y', T.STRING, [2])]), opset_imports=[h.make_opsetid('', 13)])
+  return [(str(garbage), [], 'not a valid ONNX model'), (str(tmp_path / 'missing.onnx'), [], 'no such file'),
+          (unsupported, [], "node 'hm0': op Hardmax (opset 13) is not supported"), (mlp(), [], "dimension 0 is symbolic ('N')"),
+          (strings, [], 'dtype STRING is not supported'), (mlp(), ['y=1x8'], "'y', which is not a graph input")]
+
+
+def test_bad_input_is_a_tgc_error_and_exit_1(tmp_path):
+  for k, (model, shapes, msg) in enumerate(_bad_models(tmp_path)):
+    with pytest.raises(tgc.TgcError, match=msg.replace('(', r'\(').replace(')', r'\)')):
+      fe.import_text(model, dict(fe.parse_shape(s) for s in shapes))
+    if not isinstance(model, str):
+      path = tmp_path / f'bad{k}.onnx'; onnx.save(model, str(path)); model = str(path)
+    rc, _, err = tool('import_onnx_main', model, *[a for s in shapes for a in ('--input-shape', s)])
+    assert rc == 1 and 'tgc-import-onnx: error:' in err and msg in err, err
+
+
+def test_backend_interface():
+  assert fe.supports_device('CPU')
+  x = RNG.standard_normal((3, 8)).astype(np.float32)
+  out = fe.prepare(mlp()).run([x])
+  np.testing.assert_allclose(out[0], mlp_ref(x), rtol=1e-4, atol=1e-6)

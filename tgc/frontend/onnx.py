@@ -1,0 +1,356 @@
+"""ONNX import: a ModelProto becomes a tensor-dialect func.func (text plus its weights), or a callable.
+
+The graph is traced through tgc's lazy Tensor API (the ops in tgc.frontend.onnx_ops): graph inputs are
+placeholder buffers of the specialised shapes, initializers are weight buffers, small constants are inline
+`tensor.const`s. Values a shape depends on (Shape, Reshape's target, Slice's starts) are computed at import
+time; a shape that depends on the inputs' values cannot be specialised and is an error."""
+from __future__ import annotations
+import os, re
+import numpy as np
+from tgc.tensor import Tensor, _Node, _toposort, _build_module, _dense_value
+from tgc.ir import dtypes as D
+from tgc.frontend.onnx_ops import OPS, OnnxError
+
+INLINE_MAX = 16  # constants with at most this many elements print inline; larger ones are weights
+
+def _onnx():
+  try: import onnx
+  except ImportError: raise OnnxError("ONNX import needs the onnx package: pip install 'tgc[onnx]'") from None
+  return onnx
+
+def _dtype(elem: int):
+  onnx = _onnx()
+  T = onnx.TensorProto
+  m = {T.FLOAT: D.f32, T.DOUBLE: D.f64, T.FLOAT16: D.f16, T.BFLOAT16: D.bf16, T.BOOL: D.bool_, T.INT8: D.i8, T.INT16: D.i16,
+       T.INT32: D.i32, T.INT64: D.i64, T.UINT8: D.u8, T.UINT16: D.u16, T.UINT32: D.u32, T.UINT64: D.u64}
+  if elem not in m: raise OnnxError(f"ONNX dtype {T.DataType.Name(elem) if elem in T.DataType.values() else elem} is not supported by tgc")
+  return m[elem]
+
+def read_model(src):
+  """A ModelProto from a path, bytes or a ModelProto; a malformed file is an OnnxError."""
+  onnx = _onnx()
+  if isinstance(src, onnx.ModelProto): return src
+  try:
+    if isinstance(src, (bytes, bytearray)): return onnx.load_from_string(bytes(src))
+    if not os.path.exists(src): raise OnnxError(f"cannot open '{src}': no such file")
+    m = onnx.load(src)
+  except OnnxError: raise
+  except Exception as e: raise OnnxError(f"'{src}' is not a valid ONNX model: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+  if not m.graph.node and not m.graph.output: raise OnnxError(f"'{src}' is not a valid ONNX model: it has no graph")
+  return m
+
+def opset_of(model) -> int:
+  for o in model.opset_import:
+    if o.domain in ('', 'ai.onnx'): return o.version
+  return 1
+
+def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
+  """'NAME=1x3x224x224' -> ('NAME', (1, 3, 224, 224))."""
+  name, sep, dims = spec.rpartition('=')
+  try:
+    if not sep or not name: raise ValueError
+    return name, tuple(int(d) for d in dims.split('x')) if dims else ()
+  except ValueError: raise OnnxError(f"--input-shape expects NAME=1x3x224x224, got '{spec}'") from None
+
+
+class _Ctx:
+  """What an op function sees: the node, the opset, and the import-time values of constant tensors."""
+  def __init__(self, opset: int, device: str, placeholders: dict, fed: bool):
+    # placeholders: node -> input name; fed: they hold the values of a call, which a shape may then depend on
+    self.opset, self.device, self.placeholders, self.fed, self.node, self.used = opset, device, placeholders, fed, None, set()
+  def dtype(self, elem: int): return _dtype(elem)
+  def const(self, arr: np.ndarray) -> Tensor:
+    arr = np.asarray(arr)
+    if arr.dtype.kind not in 'biuf': raise OnnxError(f"node {self._where()}: constant of numpy dtype {arr.dtype} is not supported")
+    from tgc.tensor import to_dtype
+    dt = to_dtype(arr.dtype)
+    if 0 < arr.size <= INLINE_MAX and dt is not D.bf16:
+      return Tensor(_Node('const', (), {'value': _dense_value(arr, dt)}, tuple(arr.shape), dt, self.device))
+    return Tensor(arr, device=self.device)
+  def is_const(self, t: Tensor) -> bool: return not any(n in self.placeholders for n in _toposort([t.node]))
+  def array(self, t: Tensor) -> np.ndarray:
+    """The value of t at import time: from constants, or from the fed inputs (the compiled code is then specialised to them)."""
+    if not self.is_const(t):
+      if self.fed:
+        self.used |= {self.placeholders[n] for n in _toposort([t.node]) if n in self.placeholders}
+        return t.numpy().reshape(t.shape)
+      raise OnnxError(f"node {self._where()}: a shape or an index depends on the values of the graph inputs; tgc specialises shapes at import time")
+    if t.node.op == 'const' and isinstance(t.node.attrs['value'], tuple): return np.array(t.node.attrs['value'], t.dtype.np).reshape(t.shape)
+    return t.numpy().reshape(t.shape)
+  def ints(self, t: Tensor) -> list[int]: return [int(v) for v in self.array(t).reshape(-1)]
+  def _where(self): return f"'{self.node.name or '?'}' ({self.node.op_type})"
+
+
+def _attrs(node) -> dict:
+  onnx = _onnx()
+  out = {}
+  for a in node.attribute:
+    v = onnx.helper.get_attribute_value(a)
+    if isinstance(v, bytes): v = v.decode()
+    elif isinstance(v, onnx.TensorProto): v = onnx.numpy_helper.to_array(v)
+    elif isinstance(v, list) and v and isinstance(v[0], bytes): v = [x.decode() for x in v]
+    out[a.name] = v
+  return out
+
+
+def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
+  """The graph inputs (those not initializers) with their specialised shapes."""
+  shapes = dict(shapes or {})
+  inits = {i.name for i in model.graph.initializer}
+  names = [i.name for i in model.graph.input if i.name not in inits]
+  params = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim}
+  for k in shapes:
+    if k not in names and k not in params:
+      raise OnnxError(f"--input-shape names '{k}', which is not a graph input (inputs: {', '.join(names) or 'none'})")
+  out = {}
+  for i in model.graph.input:
+    if i.name in inits: continue
+    if i.name in shapes: out[i.name] = tuple(shapes[i.name]); continue
+    if not i.type.HasField('tensor_type'): raise OnnxError(f"graph input '{i.name}' is not a tensor")
+    dims = []
+    for k, d in enumerate(i.type.tensor_type.shape.dim):
+      if d.HasField('dim_value') and d.dim_value >= 0: dims.append(d.dim_value)
+      elif d.dim_param in shapes:  # a symbolic dimension by its name: N=2 (or N=(2,))
+        v = shapes[d.dim_param]
+        dims.append(int(v[0] if isinstance(v, (tuple, list)) and len(v) == 1 else v))
+      else: raise OnnxError(f"graph input '{i.name}': dimension {k} is symbolic ('{d.dim_param or '?'}'); give its shape: --input-shape {i.name}=...")
+    out[i.name] = tuple(dims)
+  return out
+
+
+def trace(model, shapes: dict | None = None, device: str | None = None, feeds: dict | None = None):
+  """Run the graph on placeholders (holding `feeds` where given): (inputs {name: Tensor}, outputs [(name, Tensor)],
+  names {leaf node: name}, the inputs whose values the result was specialised to)."""
+  from tgc.tensor import _canon_device
+  dev = _canon_device(device)
+  opset = opset_of(model)
+  g = model.graph
+  vals: dict[str, Tensor] = {}
+  inputs, names = {}, {}
+  elem = {i.name: i.type.tensor_type.elem_type for i in g.input}
+  for name, shp in input_shapes(model, shapes).items():
+    dt = _dtype(elem[name])
+    t = Tensor(np.zeros(shp, dt.np) if feeds is None else feeds[name], dtype=dt, device=dev)
+    inputs[name] = vals[name] = t; names[t.node] = name
+  ctx = _Ctx(opset, dev, {t.node: k for k, t in inputs.items()}, feeds is not None)
+  ctx.names = names
+  _run_graph(ctx, g, vals)
+  outputs = []
+  for o in g.output:
+    if o.name not in vals: raise OnnxError(f"graph output '{o.name}' is not computed by any node")
+    t = vals[o.name]
+    if o.type.tensor_type.elem_type: t = t.cast(_dtype(o.type.tensor_type.elem_type))
+    outputs.append((o.name, t))
+  return inputs, outputs, names, ctx.used
+
+
+def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
+  """Trace graph g's initializers and nodes into vals (name -> Tensor); an If whose condition is known at import
+  time traces its branch in place."""
+  onnx = _onnx()
+  for init in g.initializer:
+    if init.name in vals and vals[init.name].node in ctx.placeholders: continue  # an input with a default
+    _dtype(init.data_type)
+    t = ctx.const(onnx.numpy_helper.to_array(init))
+    if t.node.op == 'BUFFER': ctx.names[t.node] = init.name
+    vals[init.name] = t
+  opset = ctx.opset
+  for node in g.node:
+    ctx.node, ctx.vals = node, vals
+    if node.domain not in ('', 'ai.onnx'):
+      raise OnnxError(f"node '{node.name}': op {node.domain}.{node.op_type} (opset {opset}) is not supported by tgc: only the default domain is")
+    fn = OPS.get(node.op_type)
+    if node.op_type == 'If': fn = _if
+    if fn is None and _function_body(ctx, node, None) is not None: fn = _expand
+    if fn is None: raise OnnxError(f"node '{node.name}': op {node.op_type} (opset {opset}) is not supported by tgc")
+    ins = []
+    for n in node.input:
+      if n and n not in vals: raise OnnxError(f"node '{node.name}' ({node.op_type}) uses '{n}', which no node or input defines")
+      ins.append(vals[n] if n else None)
+    while ins and ins[-1] is None: ins.pop()
+    try: outs = fn(ctx, _attrs(node), *ins)
+    except OnnxError: raise
+    except (TypeError, KeyError) as e: raise OnnxError(f"node '{node.name}' ({node.op_type}, opset {opset}): bad inputs or attributes: {e}") from None
+    except Exception as e:
+      from tgc.errors import TgcError
+      if isinstance(e, TgcError): raise OnnxError(f"node '{node.name}' ({node.op_type}, opset {opset}): {e}") from None
+      raise
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    for n, t in zip(node.output, outs):
+      if n and t is not None: vals[n] = t
+      if n and t is not None and t.node.realized and t.node not in ctx.names: ctx.names[t.node] = n  # a Constant's weight: its output's name
+
+
+def _if(ctx: _Ctx, attrs: dict, cond):
+  branch = attrs['then_branch' if bool(ctx.array(cond).reshape(-1)[0]) else 'else_branch']
+  sub = dict(ctx.vals)
+  node = ctx.node
+  _run_graph(ctx, branch, sub)
+  ctx.node = node
+  return tuple(sub[o.name] for o in branch.output)
+
+
+def _function_body(ctx: _Ctx, node, ins):
+  """The FunctionProto that ONNX defines node's op by, if any (what the node tests' _expanded variants inline)."""
+  onnx = _onnx()
+  try: schema = onnx.defs.get_schema(node.op_type, ctx.opset, node.domain)
+  except Exception: return None
+  if schema.has_function: return schema.function_body
+  if not schema.has_context_dependent_function: return None
+  if ins is None: return True
+  types = [onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(t.dtype.np), t.shape).SerializeToString()
+           if t is not None else onnx.TypeProto().SerializeToString() for t in ins]
+  try: return onnx.FunctionProto.FromString(schema.get_context_dependent_function(node.SerializeToString(), types))
+  except Exception: return None
+
+
+def _expand(ctx: _Ctx, attrs: dict, *ins):
+  """An op tgc has no function for, traced through the function body ONNX defines it by."""
+  onnx = _onnx()
+  node = ctx.node
+  fp = _function_body(ctx, node, ins)
+  if fp is None or fp is True: raise OnnxError(f"node '{node.name}': op {node.op_type} (opset {ctx.opset}) is not supported by tgc")
+  given = {a.name: a for a in node.attribute}
+  schema = onnx.defs.get_schema(node.op_type, ctx.opset, node.domain)
+  defaults = {k: a.default_value for k, a in schema.attributes.items() if a.default_value.type}
+  defaults.update({a.name: a for a in fp.attribute_proto})
+  body = onnx.GraphProto()
+  for n in fp.node:  # the attributes that refer to the caller's resolved
+    m = body.node.add(); m.CopyFrom(n); del m.attribute[:]
+    for a in n.attribute:
+      if a.ref_attr_name:
+        src = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
+        if src is None: continue
+        b = m.attribute.add(); b.CopyFrom(src); b.name = a.name
+      else: m.attribute.add().CopyFrom(a)
+  sub = {k: v for k, v in zip(fp.input, ins) if v is not None}
+  _run_graph(ctx, body, sub)
+  ctx.node = node
+  return tuple(sub.get(o) for o in fp.output)  # (an optional output the body leaves out: None)
+
+
+def _ident(name: str, used: set) -> str:
+  s = re.sub(r'[^A-Za-z0-9_]', '_', name) or 'v'
+  if not (s[0].isalpha() or s[0] == '_'): s = 'v' + s
+  base, k = s, 1
+  while s in used: s = f"{base}_{k}"; k += 1
+  used.add(s)
+  return s
+
+
+def _roots(outputs):
+  # a graph output that is a buffer itself (an Identity of an input or a weight) is copied, so that every result is computed
+  return [t.contiguous() if t.node.realized else t for _, t in outputs]
+
+
+def build(model, shapes: dict | None = None, device: str | None = None, name: str = 'main', feeds: dict | None = None):
+  """(module, leaves, inputs, weights, specialised): the func.func whose arguments are the graph inputs, then the
+  weights; weights maps argument name -> numpy array (what the `.npz` beside the `.tgc` holds)."""
+  inputs, outputs, names, by_value = trace(model, shapes, device, feeds)
+  m, leaves = _build_module([t.node for t in _roots(outputs)], name)
+  fn = m.functions('func.func')[0]
+  used, weights = set(), {}
+  # the graph inputs first, in the graph's order, then the weights: a user passes the first ones
+  innodes = [t.node for t in inputs.values()]
+  order = sorted(range(len(leaves)), key=lambda i: innodes.index(leaves[i]) if leaves[i] in innodes else len(innodes) + i)
+  fn.body.args, leaves = [fn.body.args[i] for i in order], [leaves[i] for i in order]
+  for j, a in enumerate(fn.body.args): a.index = j
+  for a, leaf in zip(fn.body.args, leaves):
+    a.hint = _ident(names.get(leaf, 'cst'), used)
+    if leaf not in innodes: weights[a.hint] = leaf.buf.numpy().reshape(leaf.shape)
+  m.verify()
+  return m, leaves, inputs, weights, by_value
+
+
+def import_text(model, shapes: dict | None = None) -> tuple[str, dict]:
+  """(the module's text, its weights by argument name)."""
+  m, _, _, weights, _ = build(read_model(model), shapes)
+  return m.print(), weights
+
+
+class OnnxModel:
+  """A callable ONNX model: model(*arrays) or model(name=array) -> list of numpy arrays, one per graph output.
+  Compiled once per input shapes (the first call's shapes where the model has symbolic dimensions)."""
+  def __init__(self, src, shapes: dict | None = None, device: str | None = None):
+    self.model, self.shapes, self.device = read_model(src), dict(shapes or {}), device
+    inits = {i.name for i in self.model.graph.initializer}
+    self.input_names = [i.name for i in self.model.graph.input if i.name not in inits]
+    self.output_names = [o.name for o in self.model.graph.output]
+    self._compiled, self._by_value = {}, set()
+
+  def compile(self, feeds: dict):
+    """The compiled function for these inputs' shapes (and the values of those a shape depends on)."""
+    shapes = {k: v.shape for k, v in feeds.items()}
+    key = (tuple(sorted(shapes.items())), tuple((k, feeds[k].tobytes()) for k in sorted(self._by_value)))
+    if key not in self._compiled:
+      from tgc.compiler import compile_module
+      m, leaves, inputs, _, used = build(self.model, {**self.shapes, **shapes}, self.device, feeds=feeds)
+      if used - self._by_value:
+        self._by_value |= used
+        return self.compile(feeds)
+      fn = compile_module(m, self.device)
+      pos = {t.node: k for k, t in inputs.items()}
+      self._compiled[key] = (fn, [pos.get(l) for l in leaves], [l.buf for l in leaves], {k: t.dtype for k, t in inputs.items()})
+    return self._compiled[key]
+
+  def __call__(self, *arrays, **named):
+    from tgc.runtime.buffer import Buffer
+    feeds = dict(zip(self.input_names, arrays)); feeds.update(named)
+    missing = [n for n in self.input_names if n not in feeds]
+    if missing: raise OnnxError(f"missing inputs: {', '.join(missing)}")
+    feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+    fn, which, bufs, dts = self.compile(feeds)
+    args = [b if k is None else Buffer.from_numpy(b.device, feeds[k].astype(dts[k].np).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
+    outs = fn.run(args)
+    return [o.numpy().reshape(t.shape) for o, t in zip(outs, fn.result_types)]
+
+
+def load(src, shapes: dict | None = None, device: str | None = None) -> OnnxModel:
+  """tgc.onnx.load(path_or_proto, shapes={'input': (1, 3, 224, 224)}, device=None) -> a callable on numpy arrays."""
+  return OnnxModel(src, shapes, device)
+
+
+# ---------------------------------------------------------------- ONNX's backend interface
+
+def _backend():
+  _onnx()  # (the error that says how to install it)
+  from onnx.backend.base import Backend, BackendRep, namedtupledict
+
+  class TgcRep(BackendRep):
+    def __init__(self, model: OnnxModel): self.model = model
+    def run(self, inputs, **kwargs):
+      if isinstance(inputs, dict): outs = self.model(**inputs)
+      else: outs = self.model(*(inputs if isinstance(inputs, (list, tuple)) else [inputs]))
+      return namedtupledict('Outputs', [_ident(n, set()) for n in self.model.output_names])(*outs)
+
+  class TgcBackend(Backend):
+    @classmethod
+    def prepare(cls, model, device: str = 'CPU', **kwargs):
+      super().prepare(model, device, **kwargs)
+      return TgcRep(OnnxModel(model, device=_device(device)))
+    @classmethod
+    def run_model(cls, model, inputs, device: str = 'CPU', **kwargs): return cls.prepare(model, device).run(inputs)
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+      if device == 'CPU': return True
+      if device == 'CUDA':
+        try:
+          from tgc.runtime import Device
+          return 'CUDA' in Device.available() if hasattr(Device, 'available') else False
+        except Exception: return False
+      return False
+  return TgcBackend
+
+def _device(onnx_device: str):
+  """ONNX's 'CPU' is tgc's default device (DEVICE= picks another); 'CUDA' is CUDA."""
+  return None if onnx_device == 'CPU' else onnx_device.split(':')[0]
+
+_BACKEND = None
+def backend():
+  global _BACKEND
+  if _BACKEND is None: _BACKEND = _backend()
+  return _BACKEND
+
+def prepare(model, device: str = 'CPU', **kw): return backend().prepare(model, device, **kw)
+def run_model(model, inputs, device: str = 'CPU', **kw): return backend().run_model(model, inputs, device, **kw)
+def supports_device(device: str) -> bool: return backend().supports_device(device)

@@ -1,0 +1,506 @@
+"""The ONNX ops: each a function (ctx, node attributes, inputs) -> outputs, on tgc's lazy Tensors.
+
+Ops the Tensor API does not have yet (erf, gather on tensor indices, conv_transpose) are composed here from
+its primitives, each in one helper named after the member that will replace it."""
+from __future__ import annotations
+import math
+import numpy as np
+from tgc.tensor import Tensor, dtypes
+from tgc.errors import TgcError
+from tgc.ir import dtypes as D
+
+class OnnxError(TgcError):
+  """A model tgc cannot import: malformed, an unsupported op, dtype or shape."""
+
+OPS: dict = {}
+def op(*names):
+  def deco(fn):
+    for n in names: OPS[n] = fn
+    return fn
+  return deco
+
+# ---------------------------------------------------------------- compositions (later Tensor members)
+
+def erf(x: Tensor) -> Tensor:
+  """erf by Abramowitz and Stegun 7.1.26 (|error| < 1.5e-7); Tensor.erf will replace it."""
+  t = 1.0 / (1.0 + 0.3275911 * x.abs())
+  y = 1.0 - t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) * (-x * x).exp()
+  return x.sign() * y
+
+def take(x: Tensor, idx: Tensor, axis: int) -> Tensor:
+  """numpy's take(x, idx, axis) with negative indices counted from the end, as a one-hot sum; Tensor's fancy
+  indexing will replace it."""
+  n = x.shape[axis]
+  idx = idx.cast(dtypes.int32)
+  idx = (idx < 0).where(idx + n, idx)
+  hot = idx.reshape(*idx.shape, 1) == Tensor.arange(n, device=x.device)            # idx.shape + (n,)
+  pre, post = x.shape[:axis], x.shape[axis + 1:]
+  xs = x.reshape(*pre, *(1,) * idx.ndim, n, *post)
+  hot = hot.reshape(*(1,) * len(pre), *hot.shape, *(1,) * len(post))
+  if x.dtype.is_bool: return (hot & xs).any(len(pre) + idx.ndim)
+  return hot.where(xs, 0).sum(len(pre) + idx.ndim).cast(x.dtype)
+
+def conv_transpose(x: Tensor, w: Tensor, b, stride, pads, dilation, groups, out_pad) -> Tensor:
+  """ConvTranspose as a conv of the zero-stuffed input with the flipped, transposed weight; Tensor's
+  conv_transpose2d will replace it."""
+  nk = w.ndim - 2
+  for i, s in enumerate(stride):  # stuff s-1 zeros between the values of spatial axis i
+    if s == 1: continue
+    ax = 2 + i; n = x.shape[ax]
+    x = x.reshape(*x.shape[:ax + 1], 1, *x.shape[ax + 1:])
+    x = x.pad(tuple((0, s - 1) if a == ax + 1 else (0, 0) for a in range(x.ndim)))
+    x = x.reshape(*x.shape[:ax], n * s, *x.shape[ax + 2:])
+    x = x.shrink(tuple((0, (n - 1) * s + 1) if a == ax else (0, x.shape[a]) for a in range(x.ndim)))
+  cin, coutg, k = w.shape[0], w.shape[1], w.shape[2:]
+  w = w.reshape(groups, cin // groups, coutg, *k).transpose(1, 2).reshape(groups * coutg, cin // groups, *k).flip(tuple(range(2, 2 + nk)))
+  pp = []
+  for i in range(nk):
+    e = dilation[i] * (k[i] - 1)
+    pp.append((e - pads[i], e - pads[i + nk] + out_pad[i]))
+  x = x.pad(((0, 0), (0, 0), *pp))
+  return x.conv2d(w, b, stride=1, dilation=tuple(dilation), groups=groups)
+
+def pad_mode(x: Tensor, pairs, mode: str) -> Tensor:
+  """Pad's reflect, edge and wrap modes, one axis at a time from slices (flipped for reflect) and cat; Tensor.pad's
+  modes will replace it."""
+  for a, (lo, hi) in enumerate(pairs):
+    if lo == hi == 0: continue
+    n = x.shape[a]
+    def part(b, e, flip=False):
+      t = x.shrink(tuple((b, e) if i == a else (0, s) for i, s in enumerate(x.shape)))
+      return t.flip(a) if flip else t
+    if mode == 'reflect': left, right = part(1, lo + 1, True), part(n - 1 - hi, n - 1, True)
+    elif mode == 'edge':
+      left = part(0, 1).expand(*(lo if i == a else s for i, s in enumerate(x.shape)))
+      right = part(n - 1, n).expand(*(hi if i == a else s for i, s in enumerate(x.shape)))
+    else: left, right = part(n - lo, n), part(0, hi)  # wrap
+    x = Tensor.cat(*[t for t in (left, x, right) if t.shape[a]], dim=a)
+  return x
+
+# ---------------------------------------------------------------- helpers
+
+def _axis(a, nd): return a + nd if a < 0 else a
+def _float_attr(attrs, k, d): return float(attrs.get(k, d))
+
+def _reduce_axes(ctx, attrs, ins, x):
+  """The axes of a Reduce*: the attribute (older opsets) or the second input; None: all axes or none."""
+  axes = attrs.get('axes')
+  if axes is None and len(ins) > 1 and ins[1] is not None: axes = ctx.ints(ins[1])
+  if not axes:
+    return () if attrs.get('noop_with_empty_axes', 0) else tuple(range(x.ndim))
+  return tuple(_axis(a, x.ndim) for a in axes)
+
+def _coerce2d(fn, x, axis):
+  """softmax of opsets < 13: on x flattened to 2D at axis."""
+  a = _axis(axis, x.ndim)
+  return fn(x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:])), 1).reshape(x.shape)
+
+def _pool_pads(ctx, attrs, x, k, s, d):
+  """ONNX pads (begins then ends) from `pads` or `auto_pad`; ceil_mode adds what the last window needs."""
+  nk, sp = len(k), x.shape[2:]
+  auto = attrs.get('auto_pad', 'NOTSET')
+  if auto in ('SAME_UPPER', 'SAME_LOWER'):
+    pads = [0] * 2 * nk
+    for i in range(nk):
+      out = -(-sp[i] // s[i])
+      tot = max(0, (out - 1) * s[i] + d[i] * (k[i] - 1) + 1 - sp[i])
+      lo = tot // 2 if auto == 'SAME_UPPER' else tot - tot // 2
+      pads[i], pads[i + nk] = lo, tot - lo
+  elif auto == 'VALID': pads = [0] * 2 * nk
+  else: pads = list(attrs.get('pads', [0] * 2 * nk))
+  if attrs.get('ceil_mode', 0):
+    for i in range(nk):
+      eff = sp[i] + pads[i] + pads[i + nk] - d[i] * (k[i] - 1) - 1
+      out = -(-eff // s[i]) + 1
+      if (out - 1) * s[i] >= sp[i] + pads[i]: out -= 1  # the last window must start inside the input or its left pad
+      pads[i + nk] += max(0, (out - 1) * s[i] + d[i] * (k[i] - 1) + 1 - (sp[i] + pads[i] + pads[i + nk]))
+  return pads
+
+def _spatial_pad(x, pads, value=0.0):
+  nk = len(pads) // 2
+  return x.pad(((0, 0),) * (x.ndim - nk) + tuple((pads[i], pads[i + nk]) for i in range(nk)), value)
+
+# ---------------------------------------------------------------- elementwise
+
+_UNARY = {'Neg': Tensor.neg, 'Abs': Tensor.abs, 'Sqrt': Tensor.sqrt, 'Reciprocal': Tensor.reciprocal, 'Exp': Tensor.exp,
+          'Log': Tensor.log, 'Tanh': Tensor.tanh, 'Sigmoid': Tensor.sigmoid, 'Relu': Tensor.relu, 'Floor': Tensor.floor,
+          'Ceil': Tensor.ceil, 'Sin': Tensor.sin, 'Cos': Tensor.cos, 'Tan': Tensor.tan, 'Sign': Tensor.sign,
+          'Not': Tensor.logical_not, 'Erf': erf, 'Round': Tensor.round, 'Identity': lambda x: x}
+for _n, _f in _UNARY.items(): OPS[_n] = (lambda f: lambda ctx, attrs, x: f(x))(_f)
+
+def _int_div(a: Tensor, b: Tensor) -> Tensor:
+  """ONNX's integer Div truncates (the IR's idiv)."""
+  a, b = a._broadcasted(b)
+  return a._binop('idiv', b)
+
+_BINARY = {'Add': lambda a, b: a + b, 'Sub': lambda a, b: a - b, 'Mul': lambda a, b: a * b,
+           'Div': lambda a, b: _int_div(a, b) if a.dtype.is_int and b.dtype.is_int else a / b,
+           'Equal': lambda a, b: a == b, 'Less': lambda a, b: a < b, 'Greater': lambda a, b: a > b,
+           'LessOrEqual': lambda a, b: a <= b, 'GreaterOrEqual': lambda a, b: a >= b,
+           'And': lambda a, b: a & b, 'Or': lambda a, b: a | b, 'Xor': lambda a, b: a ^ b}
+for _n, _f in _BINARY.items(): OPS[_n] = (lambda f: lambda ctx, attrs, a, b: f(a, b))(_f)
+
+@op('Pow')
+def _pow(ctx, attrs, a, b):
+  r = a.pow(b.cast(a.dtype) if a.dtype.is_float else b)
+  return r.cast(a.dtype)
+
+@op('Mod')
+def _mod(ctx, attrs, a, b):
+  if attrs.get('fmod', 0): return a - (a / b).trunc() * b if a.dtype.is_float else a - _int_div(a, b) * b
+  return a % b
+
+for _n, _f in {'Max': Tensor.maximum, 'Min': Tensor.minimum, 'Sum': Tensor.add, 'Mean': Tensor.add}.items():
+  def _v(ctx, attrs, *xs, f=_f, mean=_n == 'Mean'):
+    r = xs[0]
+    for x in xs[1:]: r = f(r, x)
+    return r / len(xs) if mean else r
+  OPS[_n] = _v
+
+@op('Where')
+def _where(ctx, attrs, c, x, y): return c.where(x, y)
+
+@op('Cast')
+def _cast(ctx, attrs, x): return x.cast(ctx.dtype(attrs['to']))
+
+@op('CastLike')
+def _cast_like(ctx, attrs, x, like): return x.cast(like.dtype)
+
+@op('Clip')
+def _clip(ctx, attrs, x, lo=None, hi=None):
+  if 'min' in attrs or 'max' in attrs: return x.clip(attrs.get('min', -math.inf), attrs.get('max', math.inf))
+  if lo is not None: x = x.maximum(lo.cast(x.dtype))
+  if hi is not None: x = x.minimum(hi.cast(x.dtype))
+  return x
+
+@op('HardSigmoid')
+def _hard_sigmoid(ctx, attrs, x): return (x * _float_attr(attrs, 'alpha', 0.2) + _float_attr(attrs, 'beta', 0.5)).clip(0, 1)
+
+@op('HardSwish')
+def _hard_swish(ctx, attrs, x): return x * (x * (1 / 6) + 0.5).clip(0, 1)
+
+@op('LeakyRelu')
+def _leaky(ctx, attrs, x): return x.leaky_relu(_float_attr(attrs, 'alpha', 0.01))
+
+@op('Elu')
+def _elu(ctx, attrs, x): return (x < 0).where(_float_attr(attrs, 'alpha', 1.0) * (x.exp() - 1), x)
+
+@op('Selu')
+def _selu(ctx, attrs, x):
+  a, g = _float_attr(attrs, 'alpha', 1.67326319217681884765625), _float_attr(attrs, 'gamma', 1.05070102214813232421875)
+  return g * (x <= 0).where(a * (x.exp() - 1), x)
+
+@op('PRelu')
+def _prelu(ctx, attrs, x, slope): return (x < 0).where(x * slope, x)
+
+@op('Softplus')
+def _softplus(ctx, attrs, x): return x.softplus()
+
+@op('Gelu')
+def _gelu(ctx, attrs, x):
+  if attrs.get('approximate', 'none') == 'tanh': return x.gelu()
+  return 0.5 * x * (1 + erf(x * (1 / math.sqrt(2))))
+
+# ---------------------------------------------------------------- linear algebra and nn
+
+@op('MatMul')
+def _matmul(ctx, attrs, a, b): return a.matmul(b)
+
+@op('Gemm')
+def _gemm(ctx, attrs, a, b, c=None):
+  if attrs.get('transA', 0): a = a.T
+  if attrs.get('transB', 0): b = b.T
+  r = a.matmul(b)
+  if (alpha := _float_attr(attrs, 'alpha', 1.0)) != 1.0: r = r * alpha
+  if c is not None: r = r + (c * _float_attr(attrs, 'beta', 1.0) if attrs.get('beta', 1.0) != 1.0 else c)
+  return r
+
+def _conv_params(ctx, attrs, x, k):
+  nk = len(k)
+  s = tuple(attrs.get('strides', [1] * nk)); d = tuple(attrs.get('dilations', [1] * nk))
+  return s, d, _pool_pads(ctx, {**attrs, 'ceil_mode': 0}, x, k, s, d)
+
+@op('Conv')
+def _conv(ctx, attrs, x, w, b=None):
+  k = w.shape[2:]
+  s, d, pads = _conv_params(ctx, attrs, x, k)
+  x = _spatial_pad(x, pads)
+  return x.conv2d(w, b, stride=s, dilation=d, groups=attrs.get('group', 1))
+
+@op('ConvTranspose')
+def _conv_t(ctx, attrs, x, w, b=None):
+  nk = w.ndim - 2
+  s = tuple(attrs.get('strides', [1] * nk)); d = tuple(attrs.get('dilations', [1] * nk))
+  pads, opad = list(attrs.get('pads', [0] * 2 * nk)), list(attrs.get('output_padding', [0] * nk))
+  if 'output_shape' in attrs or attrs.get('auto_pad', 'NOTSET') not in ('NOTSET', 'VALID'):
+    sp = x.shape[2:]; k = w.shape[2:]
+    out = list(attrs.get('output_shape', [sp[i] * s[i] for i in range(nk)]))[-nk:]
+    for i in range(nk):
+      tot = s[i] * (sp[i] - 1) + opad[i] + ((k[i] - 1) * d[i] + 1) - out[i]
+      lo = tot // 2 if attrs.get('auto_pad', 'NOTSET') != 'SAME_LOWER' else tot - tot // 2
+      if attrs.get('auto_pad', 'NOTSET') == 'SAME_UPPER' or 'output_shape' in attrs: lo = tot // 2
+      pads[i], pads[i + nk] = lo, tot - lo
+  return conv_transpose(x, w, b, s, pads, d, attrs.get('group', 1), opad)
+
+def _channel(t, nd): return t.reshape(1, -1, *(1,) * (nd - 2))
+
+@op('BatchNormalization')
+def _batchnorm(ctx, attrs, x, scale, bias, mean, var, *_):
+  inv = (var + _float_attr(attrs, 'epsilon', 1e-5)).rsqrt() * scale
+  return (x - _channel(mean, x.ndim)) * _channel(inv, x.ndim) + _channel(bias, x.ndim)
+
+@op('InstanceNormalization')
+def _instnorm(ctx, attrs, x, scale, bias):
+  y = x.layernorm(tuple(range(2, x.ndim)), _float_attr(attrs, 'epsilon', 1e-5))
+  return y * _channel(scale, x.ndim) + _channel(bias, x.ndim)
+
+@op('LayerNormalization')
+def _layernorm(ctx, attrs, x, scale, bias=None):
+  """Y, and the Mean and InvStdDev outputs (float32, keepdims)."""
+  axes = tuple(range(_axis(attrs.get('axis', -1), x.ndim), x.ndim))
+  xf = x.cast(dtypes.float32)
+  mean = xf.mean(axes, keepdim=True)
+  inv = ((xf - mean) * (xf - mean)).mean(axes, keepdim=True).add(_float_attr(attrs, 'epsilon', 1e-5)).rsqrt()
+  y = ((xf - mean) * inv).cast(x.dtype) * scale
+  return (y + bias if bias is not None else y, mean, inv)
+
+@op('MaxPool', 'AveragePool')
+def _pool(ctx, attrs, x):
+  k = tuple(attrs['kernel_shape']); nk = len(k)
+  s = tuple(attrs.get('strides', [1] * nk)); d = tuple(attrs.get('dilations', [1] * nk))
+  pads = _pool_pads(ctx, attrs, x, k, s, d)
+  red = tuple(range(-nk, 0))
+  if ctx.node.op_type == 'MaxPool':
+    lowest = -math.inf if x.dtype.is_float else D.min_max(x.dtype)[0]
+    return _spatial_pad(x, pads, lowest)._pool(k, s, d).max(red)
+  total = _spatial_pad(x, pads)._pool(k, s, d).sum(red)
+  if attrs.get('count_include_pad', 0):
+    # the explicit pads count; what ceil_mode added past them does not
+    base = _pool_pads(ctx, {**attrs, 'ceil_mode': 0}, x, k, s, d)
+    ones = Tensor.ones(*(v + base[i] + base[i + nk] for i, v in enumerate(x.shape[2:])), device=x.device)
+    cnt = ones.pad(tuple((0, pads[i + nk] - base[i + nk]) for i in range(nk)))
+  else:
+    cnt = _spatial_pad(Tensor.ones(*x.shape[2:], device=x.device), pads)
+  return total / cnt._pool(k, s, d).sum(red)
+
+@op('GlobalAveragePool')
+def _gap(ctx, attrs, x): return x.mean(tuple(range(2, x.ndim)), keepdim=True)
+
+@op('GlobalMaxPool')
+def _gmp(ctx, attrs, x): return x.max(tuple(range(2, x.ndim)), keepdim=True)
+
+@op('Softmax', 'LogSoftmax')
+def _softmax(ctx, attrs, x):
+  fn = Tensor.softmax if ctx.node.op_type == 'Softmax' else Tensor.log_softmax
+  if ctx.opset < 13: return _coerce2d(fn, x, attrs.get('axis', 1))
+  return fn(x, attrs.get('axis', -1))
+
+@op('ReduceSum', 'ReduceMean', 'ReduceMax', 'ReduceMin', 'ReduceProd', 'ReduceL1', 'ReduceL2', 'ReduceSumSquare', 'ReduceLogSumExp', 'ReduceLogSum')
+def _reduce(ctx, attrs, x, *rest):
+  axes, keep = _reduce_axes(ctx, attrs, (x, *rest), x), bool(attrs.get('keepdims', 1))
+  if not axes: return x
+  t = ctx.node.op_type
+  if t == 'ReduceSum': return x.sum(axes, keep).cast(x.dtype)
+  if t == 'ReduceMean': return x.mean(axes, keep).cast(x.dtype)
+  if t == 'ReduceMax': return x.max(axes, keep)
+  if t == 'ReduceMin': return x.min(axes, keep)
+  if t == 'ReduceProd': return x.prod(axes, keep).cast(x.dtype)
+  if t == 'ReduceL1': return x.abs().sum(axes, keep).cast(x.dtype)
+  if t == 'ReduceL2': return (x * x).sum(axes, keep).sqrt().cast(x.dtype)
+  if t == 'ReduceSumSquare': return (x * x).sum(axes, keep).cast(x.dtype)
+  if t == 'ReduceLogSum': return x.sum(axes, keep).log()
+  m = x.max(axes, keepdim=True)
+  r = (x - m).exp().sum(axes, keepdim=True).log() + m
+  return r if keep else r.reshape(tuple(s for i, s in enumerate(r.shape) if i not in axes))
+
+@op('ArgMax', 'ArgMin')
+def _argmax(ctx, attrs, x):
+  a, keep = _axis(attrs.get('axis', 0), x.ndim), bool(attrs.get('keepdims', 1))
+  fn = Tensor.argmax if ctx.node.op_type == 'ArgMax' else Tensor.argmin
+  if attrs.get('select_last_index', 0): return (x.shape[a] - 1 - fn(x.flip(a), a, keep)).cast(dtypes.int64)
+  return fn(x, a, keep).cast(dtypes.int64)
+
+# ---------------------------------------------------------------- movement
+
+@op('Reshape')
+def _reshape(ctx, attrs, x, shape):
+  shp = ctx.ints(shape)
+  if not attrs.get('allowzero', 0): shp = [x.shape[i] if v == 0 else v for i, v in enumerate(shp)]
+  return x.reshape(*shp)
+
+@op('Transpose')
+def _transpose(ctx, attrs, x): return x.permute(*attrs.get('perm', list(range(x.ndim))[::-1]))
+
+@op('Flatten')
+def _flatten(ctx, attrs, x):
+  a = _axis(attrs.get('axis', 1), x.ndim)
+  return x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))
+
+def _axes_arg(ctx, attrs, ins):
+  if 'axes' in attrs: return list(attrs['axes'])
+  return ctx.ints(ins[1]) if len(ins) > 1 and ins[1] is not None else None
+
+@op('Squeeze')
+def _squeeze(ctx, attrs, x, *rest):
+  axes = _axes_arg(ctx, attrs, (x, *rest))
+  axes = [i for i, s in enumerate(x.shape) if s == 1] if axes is None else [_axis(a, x.ndim) for a in axes]
+  return x.reshape(*(s for i, s in enumerate(x.shape) if i not in axes))
+
+@op('Unsqueeze')
+def _unsqueeze(ctx, attrs, x, *rest):
+  axes = _axes_arg(ctx, attrs, (x, *rest)); nd = x.ndim + len(axes)
+  axes = sorted(_axis(a, nd) for a in axes)
+  shp = list(x.shape)
+  for a in axes: shp.insert(a, 1)
+  return x.reshape(*shp)
+
+@op('Concat')
+def _concat(ctx, attrs, *xs):
+  xs = [x for x in xs if x is not None]
+  a = _axis(attrs['axis'], xs[0].ndim)
+  nonempty = [x for x in xs if x.shape[a]] or xs[:1]
+  return nonempty[0].cat(*nonempty[1:], dim=a)
+
+@op('Split')
+def _split(ctx, attrs, x, split=None):
+  a = _axis(attrs.get('axis', 0), x.ndim); n = x.shape[a]
+  sizes = list(attrs['split']) if 'split' in attrs else ctx.ints(split) if split is not None else None
+  if sizes is None:
+    k = attrs.get('num_outputs', len(ctx.node.output))
+    c = -(-n // k); sizes = [c] * (n // c) + ([n % c] if n % c else [])
+  outs, at = [], 0
+  for s in sizes:
+    outs.append(x.shrink(tuple((at, at + s) if i == a else (0, v) for i, v in enumerate(x.shape)))); at += s
+  return tuple(outs)
+
+@op('Slice')
+def _slice(ctx, attrs, x, starts=None, ends=None, axes=None, steps=None):
+  if ctx.opset < 10: st, en, ax, sp = attrs['starts'], attrs['ends'], attrs.get('axes'), None
+  else: st, en = ctx.ints(starts), ctx.ints(ends); ax = ctx.ints(axes) if axes is not None else None; sp = ctx.ints(steps) if steps is not None else None
+  ax = list(range(len(st))) if ax is None else [_axis(a, x.ndim) for a in ax]
+  sl = [slice(None)] * x.ndim
+  for i, a in enumerate(ax):
+    step = sp[i] if sp else 1
+    n = x.shape[a]
+    lo, hi = max(-n - 1, min(st[i], n)), max(-n - 1, min(en[i], n))  # Python's slices clamp as ONNX's do
+    if step < 0 and hi < -n: hi = None
+    sl[a] = slice(lo, hi, step)
+  return x[tuple(sl)]
+
+@op('Gather')
+def _gather(ctx, attrs, x, idx):
+  a = _axis(attrs.get('axis', 0), x.ndim)
+  if ctx.is_const(idx):  # static indices: views, no one-hot
+    iv = ctx.ints(idx); n = x.shape[a]
+    if idx.ndim == 0: return x[(slice(None),) * a + (iv[0] + n if iv[0] < 0 else iv[0],)]
+  return take(x, idx, a)
+
+@op('Expand')
+def _expand(ctx, attrs, x, shape):
+  shp = ctx.ints(shape)
+  nd = max(len(shp), x.ndim)
+  a, b = (1,) * (nd - x.ndim) + x.shape, (1,) * (nd - len(shp)) + tuple(shp)
+  return x.reshape(*a).expand(*(max(p, q) if 1 in (p, q) else p for p, q in zip(a, b)))
+
+@op('Tile')
+def _tile(ctx, attrs, x, reps): return x.repeat(*ctx.ints(reps))
+
+@op('Pad')
+def _pad(ctx, attrs, x, pads=None, value=None, axes=None):
+  p = list(attrs['pads']) if 'pads' in attrs else ctx.ints(pads)
+  mode = attrs.get('mode', 'constant')
+  if mode not in ('constant', 'reflect', 'edge', 'wrap'): raise OnnxError(f"Pad mode '{mode}' is not supported")
+  v = float(attrs.get('value', 0.0)) if value is None else ctx.array(value).reshape(-1)[0].item() if ctx.array(value).size else 0
+  if mode != 'constant' and any(q < 0 for q in p): raise OnnxError(f"Pad mode '{mode}' with negative pads is not supported")
+  ax = list(range(x.ndim)) if axes is None else [_axis(a, x.ndim) for a in ctx.ints(axes)]
+  pairs = [(0, 0)] * x.ndim
+  for i, a in enumerate(ax): pairs[a] = (p[i], p[i + len(ax)])
+  return x.pad(tuple(pairs), v) if mode == 'constant' else pad_mode(x, pairs, mode)
+
+@op('Shape')
+def _shape(ctx, attrs, x):
+  s = x.shape[attrs.get('start', 0):attrs['end'] if 'end' in attrs else None]
+  return ctx.const(np.array(s, np.int64))
+
+@op('Size')
+def _size(ctx, attrs, x): return ctx.const(np.array(x.numel(), np.int64))
+
+@op('Range')
+def _range(ctx, attrs, start, limit, delta):
+  a, b, c = (ctx.array(t).item() for t in (start, limit, delta))
+  return ctx.const(np.arange(a, b, c).astype(ctx.array(start).dtype))
+
+@op('ConstantOfShape')
+def _const_of_shape(ctx, attrs, shape):
+  v = attrs.get('value'); v = np.zeros(1, np.float32) if v is None else v
+  return ctx.const(np.full(tuple(ctx.ints(shape)), v.reshape(-1)[0], v.dtype))
+
+@op('Constant')
+def _constant(ctx, attrs):
+  for k in ('value', 'value_float', 'value_floats', 'value_int', 'value_ints'):
+    if k in attrs:
+      v = attrs[k]
+      return ctx.const(np.asarray(v, np.float32 if 'float' in k else np.int64) if k != 'value' else v)
+  raise OnnxError(f"Constant with attribute {sorted(attrs)} is not supported")
+
+@op('Dropout')
+def _dropout(ctx, attrs, x, *rest): return (x, Tensor.ones(*x.shape, dtype=dtypes.bool, device=x.device))
+
+@op('Trilu')
+def _trilu(ctx, attrs, x, k=None):
+  kk = ctx.ints(k)[0] if k is not None else 0
+  r, c = x.shape[-2:]
+  mask = np.triu(np.ones((r, c), bool), kk) if attrs.get('upper', 1) else np.tril(np.ones((r, c), bool), kk)
+  return ctx.const(mask).where(x, Tensor._const(0, x.shape, x.dtype, x.device))
+
+@op('Resize', 'Upsample')
+def _resize(ctx, attrs, x, *rest):
+  """nearest and linear, one axis at a time as a product with a static (out, in) matrix."""
+  roi, scales, sizes = (list(rest) + [None] * 3)[:3] if ctx.node.op_type == 'Resize' and ctx.opset >= 11 else (None, rest[0] if rest else None, None)
+  if ctx.node.op_type == 'Resize' and ctx.opset == 10: scales = rest[0]
+  mode = attrs.get('mode', 'nearest')
+  if mode not in ('nearest', 'linear'): raise OnnxError(f"Resize mode '{mode}' is not supported (nearest, linear)")
+  ctm = attrs.get('coordinate_transformation_mode', 'half_pixel' if ctx.node.op_type == 'Resize' and ctx.opset >= 11 else 'asymmetric')
+  nmode = attrs.get('nearest_mode', 'round_prefer_floor' if ctx.opset >= 11 else 'floor')
+  if 'scales' in attrs: sc = list(attrs['scales'])
+  elif scales is not None and ctx.array(scales).size: sc = [float(v) for v in ctx.array(scales)]
+  else: sc = None
+  sz = ctx.ints(sizes) if sizes is not None and ctx.array(sizes).size else None
+  if ctm == 'tf_crop_and_resize': raise OnnxError("Resize's tf_crop_and_resize is not supported")
+  ax = list(range(x.ndim)) if attrs.get('axes') is None else [_axis(a, x.ndim) for a in attrs['axes']]
+  full_sc, full_sz = [1.0] * x.ndim, list(x.shape)  # the axes not named keep their size
+  if sz is None:
+    for a, v in zip(ax, sc): full_sc[a], full_sz[a] = v, int(math.floor(x.shape[a] * v))
+  else:
+    policy = attrs.get('keep_aspect_ratio_policy', 'stretch')
+    ratios = [o / x.shape[a] for a, o in zip(ax, sz)]
+    for a, o, r in zip(ax, sz, ratios):
+      if policy == 'stretch': full_sc[a], full_sz[a] = r, o
+      else:
+        full_sc[a] = (min if policy == 'not_larger' else max)(ratios)
+        full_sz[a] = int(full_sc[a] * x.shape[a] + 0.5)
+  sc, sz = full_sc, full_sz
+  for a, (n, o, s) in enumerate(zip(x.shape, sz, sc)):
+    if n == o and s == 1: continue
+    i = np.arange(o, dtype=np.float64)
+    if ctm == 'half_pixel': src = (i + 0.5) / s - 0.5
+    elif ctm == 'pytorch_half_pixel': src = (i + 0.5) / s - 0.5 if o > 1 else np.zeros(o)
+    elif ctm == 'align_corners': src = i * (n - 1) / (o - 1) if o > 1 else np.zeros(o)
+    elif ctm == 'asymmetric': src = i / s
+    elif ctm == 'half_pixel_symmetric':
+      adj = o / (n * s); src = (n / 2) * (1 - adj) + (i + 0.5) / s - 0.5
+    else: raise OnnxError(f"Resize coordinate_transformation_mode '{ctm}' is not supported")
+    m = np.zeros((o, n), np.float32)
+    if mode == 'nearest':
+      f = {'round_prefer_floor': lambda v: np.ceil(v - 0.5), 'round_prefer_ceil': lambda v: np.floor(v + 0.5),
+           'floor': np.floor, 'ceil': np.ceil}[nmode](src)
+      m[np.arange(o), np.clip(f, 0, n - 1).astype(int)] = 1
+    else:
+      src = np.clip(src, 0, n - 1)
+      lo = np.floor(src).astype(int); hi = np.minimum(lo + 1, n - 1); w = (src - lo).astype(np.float32)
+      np.add.at(m, (np.arange(o), lo), 1 - w); np.add.at(m, (np.arange(o), hi), w)
+    xt = x.transpose(a, -1) if a != x.ndim - 1 else x
+    y = xt.cast(dtypes.float32).matmul(ctx.const(m.T)) if mode == 'linear' or not x.dtype.is_float else xt.matmul(ctx.const(m.T.astype(x.dtype.np)))
+    y = y.cast(x.dtype)
+    x = y.transpose(a, -1) if a != x.ndim - 1 else y
+  return x
