@@ -1,7 +1,8 @@
 """The ONNX ops: each a function (ctx, node attributes, inputs) -> outputs, on tgc's lazy Tensors.
 
-Ops the Tensor API does not have yet (erf, gather on tensor indices, conv_transpose) are composed here from
-its primitives, each in one helper named after the member that will replace it."""
+Each is composed from Tensor members (Gather is fancy indexing, Erf Tensor.erf, Pad's modes Tensor.pad's), so an
+imported model fuses like any Tensor program; ConvTranspose keeps its own composition for ONNX's pads, which may
+differ at the two ends of an axis."""
 from __future__ import annotations
 import math
 import numpy as np
@@ -19,30 +20,11 @@ def op(*names):
     return fn
   return deco
 
-# ---------------------------------------------------------------- compositions (later Tensor members)
-
-def erf(x: Tensor) -> Tensor:
-  """erf by Abramowitz and Stegun 7.1.26 (|error| < 1.5e-7); Tensor.erf will replace it."""
-  t = 1.0 / (1.0 + 0.3275911 * x.abs())
-  y = 1.0 - t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) * (-x * x).exp()
-  return x.sign() * y
-
-def take(x: Tensor, idx: Tensor, axis: int) -> Tensor:
-  """numpy's take(x, idx, axis) with negative indices counted from the end, as a one-hot sum; Tensor's fancy
-  indexing will replace it."""
-  n = x.shape[axis]
-  idx = idx.cast(dtypes.int32)
-  idx = (idx < 0).where(idx + n, idx)
-  hot = idx.reshape(*idx.shape, 1) == Tensor.arange(n, device=x.device)            # idx.shape + (n,)
-  pre, post = x.shape[:axis], x.shape[axis + 1:]
-  xs = x.reshape(*pre, *(1,) * idx.ndim, n, *post)
-  hot = hot.reshape(*(1,) * len(pre), *hot.shape, *(1,) * len(post))
-  if x.dtype.is_bool: return (hot & xs).any(len(pre) + idx.ndim)
-  return hot.where(xs, 0).sum(len(pre) + idx.ndim).cast(x.dtype)
+# ---------------------------------------------------------------- compositions
 
 def conv_transpose(x: Tensor, w: Tensor, b, stride, pads, dilation, groups, out_pad) -> Tensor:
-  """ConvTranspose as a conv of the zero-stuffed input with the flipped, transposed weight; Tensor's
-  conv_transpose2d will replace it."""
+  """ConvTranspose as a conv of the zero-stuffed input with the flipped, transposed weight, with ONNX's pads, which
+  may differ at the two ends of an axis (Tensor.conv_transpose2d takes one padding per axis)."""
   nk = w.ndim - 2
   for i, s in enumerate(stride):  # stuff s-1 zeros between the values of spatial axis i
     if s == 1: continue
@@ -59,23 +41,6 @@ def conv_transpose(x: Tensor, w: Tensor, b, stride, pads, dilation, groups, out_
     pp.append((e - pads[i], e - pads[i + nk] + out_pad[i]))
   x = x.pad(((0, 0), (0, 0), *pp))
   return x.conv2d(w, b, stride=1, dilation=tuple(dilation), groups=groups)
-
-def pad_mode(x: Tensor, pairs, mode: str) -> Tensor:
-  """Pad's reflect, edge and wrap modes, one axis at a time from slices (flipped for reflect) and cat; Tensor.pad's
-  modes will replace it."""
-  for a, (lo, hi) in enumerate(pairs):
-    if lo == hi == 0: continue
-    n = x.shape[a]
-    def part(b, e, flip=False):
-      t = x.shrink(tuple((b, e) if i == a else (0, s) for i, s in enumerate(x.shape)))
-      return t.flip(a) if flip else t
-    if mode == 'reflect': left, right = part(1, lo + 1, True), part(n - 1 - hi, n - 1, True)
-    elif mode == 'edge':
-      left = part(0, 1).expand(*(lo if i == a else s for i, s in enumerate(x.shape)))
-      right = part(n - 1, n).expand(*(hi if i == a else s for i, s in enumerate(x.shape)))
-    else: left, right = part(n - lo, n), part(0, hi)  # wrap
-    x = Tensor.cat(*[t for t in (left, x, right) if t.shape[a]], dim=a)
-  return x
 
 # ---------------------------------------------------------------- helpers
 
@@ -125,7 +90,7 @@ def _spatial_pad(x, pads, value=0.0):
 _UNARY = {'Neg': Tensor.neg, 'Abs': Tensor.abs, 'Sqrt': Tensor.sqrt, 'Reciprocal': Tensor.reciprocal, 'Exp': Tensor.exp,
           'Log': Tensor.log, 'Tanh': Tensor.tanh, 'Sigmoid': Tensor.sigmoid, 'Relu': Tensor.relu, 'Floor': Tensor.floor,
           'Ceil': Tensor.ceil, 'Sin': Tensor.sin, 'Cos': Tensor.cos, 'Tan': Tensor.tan, 'Sign': Tensor.sign,
-          'Not': Tensor.logical_not, 'Erf': erf, 'Round': Tensor.round, 'Identity': lambda x: x}
+          'Not': Tensor.logical_not, 'Erf': Tensor.erf, 'Round': Tensor.round, 'Identity': lambda x: x}
 for _n, _f in _UNARY.items(): OPS[_n] = (lambda f: lambda ctx, attrs, x: f(x))(_f)
 
 def _int_div(a: Tensor, b: Tensor) -> Tensor:
@@ -199,7 +164,7 @@ def _softplus(ctx, attrs, x): return x.softplus()
 @op('Gelu')
 def _gelu(ctx, attrs, x):
   if attrs.get('approximate', 'none') == 'tanh': return x.gelu()
-  return 0.5 * x * (1 + erf(x * (1 / math.sqrt(2))))
+  return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
 
 # ---------------------------------------------------------------- linear algebra and nn
 
@@ -393,7 +358,7 @@ def _gather(ctx, attrs, x, idx):
   if ctx.is_const(idx):  # static indices: views, no one-hot
     iv = ctx.ints(idx); n = x.shape[a]
     if idx.ndim == 0: return x[(slice(None),) * a + (iv[0] + n if iv[0] < 0 else iv[0],)]
-  return take(x, idx, a)
+  return x[(slice(None),) * a + (idx,)]  # fancy indexing: a gather kernel, negative indices from the end
 
 @op('Expand')
 def _expand(ctx, attrs, x, shape):
@@ -415,7 +380,7 @@ def _pad(ctx, attrs, x, pads=None, value=None, axes=None):
   ax = list(range(x.ndim)) if axes is None else [_axis(a, x.ndim) for a in ctx.ints(axes)]
   pairs = [(0, 0)] * x.ndim
   for i, a in enumerate(ax): pairs[a] = (p[i], p[i + len(ax)])
-  return x.pad(tuple(pairs), v) if mode == 'constant' else pad_mode(x, pairs, mode)
+  return x.pad(tuple(pairs), v, mode={'constant': 'constant', 'reflect': 'reflect', 'edge': 'replicate', 'wrap': 'circular'}[mode])
 
 @op('Shape')
 def _shape(ctx, attrs, x):
