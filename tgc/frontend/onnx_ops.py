@@ -1,8 +1,8 @@
 """The ONNX ops: each a function (ctx, node attributes, inputs) -> outputs, on tgc's lazy Tensors.
 
 Each is composed from Tensor members (Gather is fancy indexing, Erf Tensor.erf, Pad's modes Tensor.pad's), so an
-imported model fuses like any Tensor program; ConvTranspose keeps its own composition for ONNX's pads, which may
-differ at the two ends of an axis."""
+imported model fuses like any Tensor program; ConvTranspose crops Tensor.conv_transpose2d's output by ONNX's pads,
+which may differ at the two ends of an axis."""
 from __future__ import annotations
 import math
 import numpy as np
@@ -23,24 +23,11 @@ def op(*names):
 # ---------------------------------------------------------------- compositions
 
 def conv_transpose(x: Tensor, w: Tensor, b, stride, pads, dilation, groups, out_pad) -> Tensor:
-  """ConvTranspose as a conv of the zero-stuffed input with the flipped, transposed weight, with ONNX's pads, which
-  may differ at the two ends of an axis (Tensor.conv_transpose2d takes one padding per axis)."""
+  """ConvTranspose with ONNX's pads, which may differ at the two ends of an axis: Tensor.conv_transpose2d's whole
+  output (no padding; output_padding extends its end), cropped by the pads."""
   nk = w.ndim - 2
-  for i, s in enumerate(stride):  # stuff s-1 zeros between the values of spatial axis i
-    if s == 1: continue
-    ax = 2 + i; n = x.shape[ax]
-    x = x.reshape(*x.shape[:ax + 1], 1, *x.shape[ax + 1:])
-    x = x.pad(tuple((0, s - 1) if a == ax + 1 else (0, 0) for a in range(x.ndim)))
-    x = x.reshape(*x.shape[:ax], n * s, *x.shape[ax + 2:])
-    x = x.shrink(tuple((0, (n - 1) * s + 1) if a == ax else (0, x.shape[a]) for a in range(x.ndim)))
-  cin, coutg, k = w.shape[0], w.shape[1], w.shape[2:]
-  w = w.reshape(groups, cin // groups, coutg, *k).transpose(1, 2).reshape(groups * coutg, cin // groups, *k).flip(tuple(range(2, 2 + nk)))
-  pp = []
-  for i in range(nk):
-    e = dilation[i] * (k[i] - 1)
-    pp.append((e - pads[i], e - pads[i + nk] + out_pad[i]))
-  x = x.pad(((0, 0), (0, 0), *pp))
-  return x.conv2d(w, b, stride=1, dilation=tuple(dilation), groups=groups)
+  y = x.conv_transpose2d(w, b, stride=tuple(stride), padding=0, output_padding=tuple(out_pad), dilation=tuple(dilation), groups=groups)
+  return y.shrink(((0, y.shape[0]), (0, y.shape[1])) + tuple((pads[i], y.shape[2 + i] - pads[i + nk]) for i in range(nk)))
 
 # ---------------------------------------------------------------- helpers
 
