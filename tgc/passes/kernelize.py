@@ -150,6 +150,10 @@ class Scheduler:
     instead of by two. Taken where the earlier one is a plain reduce buffer read only as a broadcast of itself along
     the reduced axes, and no kernel between the two reads it."""
     roots = sorted(self.R, key=lambda v: self.order[v.op])
+    read_by: dict = {}  # each root's kernel's buffers (and the results'), walked once when a candidate asks
+    def readers(r):
+      if r not in read_by: read_by[r] = self.reads(r.op.operands if r is not None else self.fn.body.ops[-1].operands)
+      return read_by[r]
     for s in roots:
       red = self.kernel_reduce(s)
       if red is None or s.type.numel == 0 or s in self.fused or s in self.fused.values(): continue
@@ -160,9 +164,9 @@ class Scheduler:
         if base.src.type.shape != full or tuple(sorted(base.axes)) != axes: continue
         want = ViewStack.from_shape(m.type.shape).expand(full).simplify()
         if any(any(o.name not in ('tensor.reshape', 'tensor.expand') for o in p) or _path_views(m.type.shape, p) != want for p in paths): continue
-        if any(self.order[r.op] < self.order[s.op] and r is not m and m in self.reads(r.op.operands) for r in roots): continue
+        if any(self.order[r.op] < self.order[s.op] and r is not m and m in readers(r) for r in roots): continue
         self.fused[m] = s
-        if not any(m in self.reads(r.op.operands) for r in roots if r is not s and r is not m) and m not in self.reads(self.fn.body.ops[-1].operands):
+        if not any(m in readers(r) for r in roots if r is not s and r is not m) and m not in readers(None):
           self.unstored.add(m)  # no one else reads it: the kernel computes it and stores nothing of it
 
   def _reduce_escapes(self, r: Value) -> set[Value]:

@@ -118,6 +118,8 @@ class Lowerer:
     self.k, self.target, self.opts = k, target, opts
     self.t = get_target(target)
     self.cpu = self.t.is_cpu
+    self.open_ifs = 0   # uop.ifs the rest of the kernel runs under (closed at its end)
+    self.n_locals = 0   # shared-memory buffers made so far (temp0, temp1, ...)
 
   def run(self) -> Operation:
     k = self.k
@@ -169,7 +171,7 @@ class Lowerer:
     self.ops_list = ops
     if tc: self.lower_tc(reduces, k.sym_name)
     else: self.lower_body(reduces)
-    for _ in range(getattr(self, 'open_ifs', 0)): b.close_if()
+    for _ in range(self.open_ifs): b.close_if()
     for r in reversed(self.loops): b.close_range(r)
     attrs = {'sym_name': Symbol(k.sym_name), 'global_size': tuple(global_size) or (1,), 'local_size': tuple(local_size) or (1,)}
     if opts: attrs['opts'] = opts
@@ -389,7 +391,7 @@ class Lowerer:
     lane_of = lambda v, l: b.emit('gep', [v], v.type.dtype, {'index': l}) if isinstance(v.type, VecType) else v
     for r in reduces:
       dt = r.results[0].type
-      self.n_locals = getattr(self, 'n_locals', 0) + 1
+      self.n_locals += 1
       r._tmp = b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{self.n_locals - 1}', 'size': math.prod(full[i] for i in loc) * lanes}, pure=False)
       for ci, c in enumerate(cu):
         for l in range(W): b.emit('store', [r._tmp, b.add(base(gl), b.const(ci * W + l)), lane_of(self.vals[r.results[0]][c], l)], None, pure=False)
@@ -418,10 +420,10 @@ class Lowerer:
       if not final:
         b.close_if()
         b.emit('barrier', [], None, pure=False)
-    if final and G & (G - 1) != 0: self.open_ifs = getattr(self, 'open_ifs', 0) + 1  # thread 0 holds it: go on under its if
+    if final and G & (G - 1) != 0: self.open_ifs += 1  # thread 0 holds it: go on under its if
     elif final:
       b.open_if(b.alu('cmpeq', gl, b.const(0)))
-      self.open_ifs = getattr(self, 'open_ifs', 0) + 1
+      self.open_ifs += 1
     for r in reduces:
       dt = r.results[0].type
       parts = {(ci, l): b.emit('load', [r._tmp, b.add(base(b.const(0)), b.const(ci * W + l))], dt, pure=False) for ci in range(len(cu)) for l in range(W)}
