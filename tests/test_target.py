@@ -1,6 +1,6 @@
 """Targets (tgc/target.py): one registry that the passes, the emitters, the tools and the compiler all ask; the
 lowering pipeline each target gets; the device -> target question."""
-import dataclasses
+import dataclasses, glob, os
 import pytest
 import tgc
 from tgc.target import TARGETS, Target, get_target, register_target
@@ -12,6 +12,8 @@ def test_the_registered_targets():
   assert [t.name for t in TARGETS.values() if t.is_cpu] == ['llvm', 'c']
   assert get_target('cuda').tensor_cores.dims == (16, 8, 16) and get_target('llvm').tensor_cores is None
   assert (get_target('llvm').upcast(), get_target('c').upcast(), get_target('opencl').upcast(), get_target('opencl').upcast('cpu')) == (16, 8, 4, 16)
+  # on a CPU the machine's vector register decides, at most what the language makes (C: 8)
+  assert [get_target(n).upcast('auto', 8) for n in ('llvm', 'c', 'opencl')] == [8, 8, 4] and get_target('opencl').upcast('cpu', 8) == 8
   with pytest.raises(dataclasses.FrozenInstanceError): get_target('llvm').max_upcast = 8
 
 
@@ -64,3 +66,39 @@ def test_device_target(monkeypatch):
   monkeypatch.setitem(DEVICES, 'NAMED', 'test_target:NamedDevice')  # asked of the class: the device is not opened
   assert device_target('named').name == 'c'
   assert device_target('CPU', NamedDevice()).name == 'c'
+
+
+def test_host_cpu_facts_come_from_the_machine():
+  from tgc.host import host_cpu, CPU_KINDS, cpu_facts
+  h = host_cpu()
+  flags = next((l.split(':', 1)[1].split() for l in open('/proc/cpuinfo') if l.startswith(('flags', 'Features'))), None) if os.path.exists('/proc/cpuinfo') else None
+  if flags is not None and 'avx512f' in flags: assert (h.vector_bytes, h.vector_registers) == (64, 32)
+  elif flags is not None and 'avx' in flags: assert (h.vector_bytes, h.vector_registers) == (32, 16)
+  for d in glob.glob('/sys/devices/system/cpu/cpu0/cache/index*'):
+    if open(f'{d}/level').read().strip() == '2': assert h.l2_bytes == int(open(f'{d}/size').read().strip()[:-1]) << 10
+  assert cpu_facts('avx2') is CPU_KINDS['avx2'] and cpu_facts('host') is h and h.lanes(4) == h.vector_bytes // 4
+  with pytest.raises(tgc.TgcError, match="unknown cpu 'z80'"): cpu_facts('z80')
+
+
+@pytest.mark.parametrize('cpu', ['avx512', 'avx2', 'sse', 'neon'])
+def test_cpu_matmul_tiles_fit_the_registers(cpu):
+  """A matmul's accumulators (rows x vectors) take at most half the vector registers of the CPU named, and the
+  kernel it makes computes the product."""
+  import numpy as np
+  from tgc.host import cpu_facts
+  from tgc.passes.schedule import Schedule
+  facts = cpu_facts(cpu)
+  src = "func.func @mm(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>) -> tensor<64x128xf32> {\n  %0 = tensor.matmul %a, %b : tensor<64x96xf32>, tensor<96x128xf32> -> tensor<64x128xf32>\n  func.return %0 : tensor<64x128xf32>\n}\n"
+  from tgc.ir import parse
+  from tgc.passes.manager import PassManager
+  from tgc.compiler import compile_module
+  m = parse(src)
+  PassManager.parse(f'canonicalize,tensor-decompose,kernelize,kernel-opt{{target=llvm cpu={cpu}}}').run(m)
+  k = next(f for f in m.functions('kernel.func') if any(op.name == 'kernel.reduce' for op in f.body.ops))
+  s = Schedule(k, k.attrs['opts'], get_target('llvm'))
+  lanes = [n for n, kd in zip(s.full, s.kinds) if kd == 'upcast']
+  assert 16 <= np.prod(lanes) and np.prod(lanes) // facts.lanes(4) <= facts.vector_registers // 2, (cpu, k.attrs['opts'])
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((64, 96)).astype(np.float32), rng.standard_normal((96, 128)).astype(np.float32)
+  out, = compile_module(m, 'CPU')(a, b)
+  np.testing.assert_allclose(np.asarray(out), a @ b, rtol=1e-4, atol=1e-4)

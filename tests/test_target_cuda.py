@@ -41,7 +41,7 @@ def test_seed_shapes():
   assert src.startswith('#undef INFINITY\n#define INFINITY (__int_as_float(0x7f800000))\n#undef NAN\n#define NAN (__int_as_float(0x7fffffff))\n')
   assert 'extern "C" __global__ void __launch_bounds__(1) E_2(float* data0, float* data1, float* data2) {' in src
   assert '  int gidx0 = blockIdx.x; /* 2 */' in src and 'float4 val0 = *((float4*)(data1+alu0));' in src
-  assert '__launch_bounds__(4) r_2_4' in render_cuda_kernel(uop_fn('local')) and '__shared__ int temp0[4];' in render_cuda_kernel(uop_fn('local'))
+  assert '__launch_bounds__(4) r_2_4' in render_cuda_kernel(uop_fn('local')) and '__shared__ __align__(16) int temp0[4];' in render_cuda_kernel(uop_fn('local'))
 
 
 def _gpu():

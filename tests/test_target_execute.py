@@ -359,7 +359,7 @@ def test_opencl_tiles_for_either_processor(processor):
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize('case', ['rowsum', 'rowmax', 'shortrows', 'softmax', 'bigsum', 'colsum', 'add2d'])
+@pytest.mark.parametrize('case', ['rowsum', 'rowmax', 'shortrows', 'softmax', 'bigsum', 'colsum', 'add2d', 'matmul', 'batched'])
 def test_opencl_gpu_reductions(case):
   """GPU lowerings of reductions (GROUP along contiguous rows, partials combined as a tree in shared memory, several
   short rows per work-group, the split of a big sum) and of elementwise work-groups, run on this OpenCL device
@@ -377,6 +377,9 @@ def test_opencl_gpu_reductions(case):
     'bigsum': ((1 << 16,), lambda t: t.sum(), lambda a: a.sum(), 'group'),
     'colsum': ((256, 48), lambda t: t.sum(axis=0), lambda a: a.sum(axis=0), None),
     'add2d': ((64, 96), lambda t: t + t * 2, lambda a: a + a * 2, 'local'),
+    # SMEM: both operands staged through shared memory (float4 copies, A's k lanes read 4 at a time)
+    'matmul': ((64, 96), lambda t: t @ (t.T * 0.5), lambda a: a @ (a.T * 0.5), 'smem'),
+    'batched': ((4, 64, 48), lambda t: t @ t.transpose(1, 2), lambda a: a @ a.transpose(0, 2, 1), 'smem'),
   }[case]
   a = rng.standard_normal(shape).astype(np.float32)
   m, leaves = _build_module([f(tgc.Tensor(a, device='OPENCL')).node], 'f')

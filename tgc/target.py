@@ -29,8 +29,7 @@ class Target:
   name: str
   processor: str                  # 'cpu' | 'gpu': the kind of processor the language is for
   renderer: str                   # "module:function" taking a Module, returning source text; imported when used
-  max_upcast: int                 # the widest vector (lanes) kernel-opt makes
-  cpu_upcast: int = 16            # ... for a GPU language run on a CPU (OpenCL on PoCL): AVX-512's 16 floats
+  max_upcast: int                 # the widest vector (lanes) kernel-opt makes (on a CPU: at most the CPU's register)
   aligned_vectors: bool = False   # vector loads and stores need addresses aligned to the vector (float4 on CUDA, Metal)
   max_threads: int = 1            # the work-group size kernel-opt stays within (1: no work-groups)
   local_memory: int = 0           # bytes of shared memory a work-group may hold
@@ -47,10 +46,12 @@ class Target:
   @property
   def is_cpu(self) -> bool: return self.processor == 'cpu'
 
-  def upcast(self, processor: str = 'auto') -> int:
-    """The widest vector for a device of that kind (auto: the language's own): a GPU language on a CPU gets the
-    CPU's vectors; a CPU language keeps its own whatever it is asked."""
-    return self.cpu_upcast if processor == 'cpu' and not self.is_cpu else self.max_upcast
+  def upcast(self, processor: str = 'auto', cpu_lanes: int = 16) -> int:
+    """The widest vector for a device of that kind (auto: the language's own): on a CPU, one of its vector
+    registers (`cpu_lanes`, from tgc.host), at most what a CPU language itself makes; a GPU language on a CPU
+    (OpenCL on PoCL) gets the CPU's registers, a CPU language is never asked for a GPU's."""
+    if self.is_cpu: return min(cpu_lanes, self.max_upcast)
+    return cpu_lanes if processor == 'cpu' else self.max_upcast
 
 
 TARGETS: dict[str, Target] = {}

@@ -26,7 +26,7 @@ class CUDALang(Lang):
     return f'extern "C" __global__ void __launch_bounds__({math.prod(k.ls)}) {k.name}({", ".join(args)})'
   def grid_open(self, k): return []
   def grid_close(self, k): return 0
-  def define_local(self, k, op): return f"__shared__ {self.reg(op.results[0].type.dtype)} {op.attrs['sym']}[{op.attrs['size']}];"
+  def define_local(self, k, op): return f"__shared__ __align__(16) {self.reg(op.results[0].type.dtype)} {op.attrs['sym']}[{op.attrs['size']}];"  # float4 reads of a tile
   def render_barrier(self, k): return '__syncthreads();'
   def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.v[{i}]"
   def ctor(self, t, lanes): return f"make_{self.vtype(t)}({','.join(lanes)})"

@@ -18,12 +18,11 @@ import math
 from tgc.ir.core import Module, Operation
 from tgc.ir.attrs import Record
 from tgc.target import Target, get_target
+from tgc.host import CPUFacts, CPU_KINDS, cpu_facts, host_cpu
 from tgc.passes.manager import Pass, PipelineError
 from tgc.passes.schedule import Schedule, Opt, try_opts, MAX_LANES
 from tgc.passes.linearize import tc_applies
 from tgc.passes.pipelines import noopt_from_env
-
-CACHE_BYTES = 1 << 20  # a core's L2: buffers at least this large come from L3 or memory when re-read
 
 
 def is_matvec(k: Operation, ks: Schedule, r: int) -> bool:
@@ -39,16 +38,17 @@ def is_matvec(k: Operation, ks: Schedule, r: int) -> bool:
 
 
 def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
-              processor: str = 'auto') -> list[Record]:
+              processor: str = 'auto', cpu: CPUFacts | None = None, stage: bool = True) -> list[Record]:
   # the register tiles, reductions and loop order follow the processor; work-groups follow the target (an OpenCL
   # device on a CPU still runs work-items in work-groups, and a work-group of one costs a launch each)
   gpu = not t.is_cpu if processor == 'auto' else processor == 'gpu'
   allow_local = (not t.is_cpu) if allow_local is None else allow_local
-  vec = max_upcast or t.upcast(processor)
+  cpu = cpu or host_cpu()
   opts: list[Record] = []
   ks = Schedule(k, (), t)
   if not ks.full: return opts
   loads = [op for op in k.body.ops if op.name == 'kernel.load']
+  vec = max_upcast or t.upcast(processor, cpu.lanes(max((op.buf.type.dtype.itemsize for op in loads), default=4)))
 
   def apply(o):
     nonlocal ks
@@ -100,12 +100,19 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   if gpu and red and out_points <= 2048:
     for amt in (256, 64, 16):
       if ks.full[red[-1]] % amt == 0 and apply(Opt('grouptop', red[-1], amt)): break
+  # GPU matmul-like kernels (one reduce over the product of two loads, each broadcast along some axis) stage both
+  # operands through shared memory (SMEM): on an H100 a 4096 f32 matmul ran at 26 TFLOP/s with 4x4 tiles a thread,
+  # UNROLL 16 and 16x8 work-groups, 21.5 with the best tiles without it (a sweep of 40 shapes)
+  staged = stage and gpu and allow_local and t.local_memory > 0 and len(red) == 1 and len(loads) == 2 and \
+    all(any(st == 0 and n > 1 for st, n in zip(ks.strides(op), ks.full)) for op in loads)
   if red:
-    # register tiles: upcast the axes some buffer broadcasts (each loaded value is reused across the lanes);
-    # on CPUs 8 rows x 32 columns (two vectors) make loads fewer than fmas, which a 4x16 tile does not
+    # register tiles: upcast the axes some buffer broadcasts (each loaded value is reused across the lanes).
+    # On CPUs two vectors wide and as many rows as keep the accumulators in half the vector registers (the rest
+    # hold the loaded row and the broadcasts): 8 rows on AVX-512's 32 registers, 4 on AVX2's 16, where 8 rows
+    # spilled every accumulator (a 1024 matmul at 0.35x numpy on a Zen 3, 0.89x with 4 rows)
     lanes, done, vec_bcast = 1, set(), None
     # on GPUs 8 columns (two float4) x 4 rows a thread: a 4096 f32 matmul ran at 21 TFLOP/s on an H100 where 4x4 made 13
-    wants = [vec, 2, 8] if not gpu else [2 * vec, vec]
+    wants = [vec, 2, max(2, cpu.vector_registers // 4)] if not gpu else [vec, vec] if staged else [2 * vec, vec]
     for step, want in enumerate(wants):
       glob = ks.axes('global')
       # candidates, innermost first; an axis every load reads contiguously (or broadcasts) first, then the widest
@@ -139,6 +146,7 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
       if plain and not gpu and all(c in (0, 1) for c in contig) and 1 in contig and s % vec == 0 and s > vec:
         apply(Opt('unroll', r, vec))  # a plain reduction over contiguous memory: vector lanes along it
       elif s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: apply(Opt('unroll', r, 0))
+      elif staged and s % (4 * unroll) == 0 and cur * 4 * unroll <= MAX_LANES: apply(Opt('unroll', r, 4 * unroll))  # a longer step between barriers
       elif gpu and s % (2 * unroll) == 0 and cur * 2 * unroll <= MAX_LANES and cur > 1: apply(Opt('unroll', r, 2 * unroll))  # a GPU tile: more loads in flight
       elif s % unroll == 0 and cur * unroll <= MAX_LANES: apply(Opt('unroll', r, unroll))
     # CPU loop order: each iteration of the outermost global loop re-reads every buffer that does not vary
@@ -147,7 +155,7 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     glob = ks.axes('global')
     if not gpu and len(glob) > 1 and any(kd == 'upcast' for kd in ks.kinds):
       big = lambda op: op.buf.type.numel * op.buf.type.dtype.itemsize
-      cost = lambda ax: ks.full[ax] * sum(big(op) for op in loads if ks.strides(op)[ax] == 0 and big(op) >= CACHE_BYTES)
+      cost = lambda ax: ks.full[ax] * sum(big(op) for op in loads if ks.strides(op)[ax] == 0 and big(op) >= cpu.l2_bytes)
       best = min(glob, key=lambda ax: (cost(ax), ax != glob[0]))
       if best != glob[0] and ks.full[best] >= 8: apply(Opt('swap', glob[0], best))
   else:
@@ -161,12 +169,18 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   # GPU: local dims on the global axes; an elementwise kernel takes the widest work-group along its innermost axis
   # (whole 128-byte lines per warp, fewer blocks to schedule), a tiled one squarer groups (reuse in the caches)
   if allow_local:
-    amts = (32, 16, 8, 4) if red else tuple(1 << i for i in range(t.max_threads.bit_length() - 1, 1, -1))
+    amts = (16, 8, 4) if staged else (32, 16, 8, 4) if red else tuple(1 << i for i in range(t.max_threads.bit_length() - 1, 1, -1))
     for ax in reversed(ks.axes('global')):
       local = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('local', 'group'))
       if local >= 128: break
       for amt in amts:
-        if local * amt <= t.max_threads and ks.full[ax] % amt == 0 and apply(Opt('local', ax, amt)): break
+        if local * amt <= (128 if staged else t.max_threads) and ks.full[ax] % amt == 0 and apply(Opt('local', ax, amt)): break
+  if staged:  # each operand that the work-group's threads share (broadcast along a local axis), while the tiles fit
+    below, used = [op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)], 0
+    for i, op in enumerate(below):
+      if any(ks.strides(op)[a] == 0 for a in ks.axes('local')) and used + ks.tile_bytes(op) <= t.local_memory and apply(Opt('smem', i, 0)):
+        used += ks.tile_bytes(op)
+    if not used: return heuristic(k, t, max_upcast, allow_local, unroll, processor, cpu, stage=False)  # no work-group to share them
   return opts
 
 
@@ -180,6 +194,7 @@ class KernelOpt(Pass):
              'local': (str, 'auto', 'allow local (work-group) dims: true | false | auto (on GPU targets)'),
              'unroll': (int, 4, 'unroll factor of long reduces'),
              'processor': (str, 'auto', 'the device kind the tiles are chosen for: cpu | gpu | auto (by target; OpenCL on a CPU: cpu)'),
+             'cpu': (str, 'host', 'the CPU whose registers and cache CPU tiles fit: host (this machine) | avx512 | avx2 | sse | neon'),
              'beam': (int, 2, 'search: beam width'),
              'budget': (float, 10.0, 'search: seconds per kernel at most')}
   def run(self, m: Module):
@@ -189,12 +204,14 @@ class KernelOpt(Pass):
     if self.mode == 'none' or noopt_from_env(): return
     if self.processor not in ('cpu', 'gpu', 'auto'): raise PipelineError(f"kernel-opt: option 'processor' expects cpu, gpu or auto, got '{self.processor}'")
     allow = None if self.local == 'auto' else self.local == 'true'
+    if self.cpu != 'host' and self.cpu not in CPU_KINDS: raise PipelineError(f"kernel-opt: option 'cpu' expects host or one of {', '.join(CPU_KINDS)}, got '{self.cpu}'")
+    cpu = cpu_facts(self.cpu)
     for k in m.functions('kernel.func'):
       if 'opts' in k.attrs: continue
       if self.mode == 'search':
         from tgc.passes.search import beam_search
-        opts = beam_search(k, t, self.beam, self.budget, heuristic(k, t, self.upcast, allow, self.unroll, self.processor))
-      else: opts = heuristic(k, t, self.upcast, allow, self.unroll, self.processor)
+        opts = beam_search(k, t, self.beam, self.budget, heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu))
+      else: opts = heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu)
       if opts:
         k.attrs['opts'] = tuple(opts)
         self.stats['kernels optimised'] += 1

@@ -125,9 +125,10 @@ class Lowerer:
     k = self.k
     ops = k.body.ops
     reduces = [op for op in ops if op.name == 'kernel.reduce']
-    s = Schedule(k, self.opts, self.t)  # the opts applied (its errors name the kernel)
+    s = self.sched = Schedule(k, self.opts, self.t)  # the opts applied (its errors name the kernel)
     full, out, kinds, views, padded, opts = s.full, s.out, s.kinds, s.views, s.padded, s.opts
     self.full, self.out, self.kinds, self.views, self.padded = full, out, kinds, views, padded
+    self.smem, self.tiles = s.smem, {}  # SMEM's loads; while a reduce loop is open, each one's tile: (buffer, {axis: stride})
     n = len(full)
     big = any(a.type.numel >= 2**31 for a in k.body.args)
     b = self.b = UopBuilder(D.i64 if big else D.i32)
@@ -148,12 +149,14 @@ class Lowerer:
     if math.prod(full[i] for i in up + un) > MAX_LANES: raise OptError(f"@{k.sym_name}: {math.prod(full[i] for i in up + un)} unrolled lanes (at most {MAX_LANES})")
     if any(kd in ('local', 'group') for kd in kinds) and self.cpu:
       raise OptError(f"@{k.sym_name}: local and group dims need a GPU target, not {self.target}")
+    if self.smem and (self.cpu or not self.t.local_memory): raise OptError(f"@{k.sym_name}: smem needs a GPU target with shared memory, not {self.target}")
     # index variables
     zero = b.const(0)
     self.idx: dict[int, Value] = {}
     gl = [i for i in range(n) if kinds[i] == 'global' and full[i] > 1]
     lo = [i for i in range(n) if kinds[i] in ('local', 'group') and full[i] > 1]
     tc = any(kd in ('tcm', 'tcn', 'tck') for kd in kinds)
+    if tc and self.smem: raise OptError(f"@{k.sym_name}: smem does not combine with tc")
     if tc and self.t.tensor_cores is None:
       raise OptError(f"@{k.sym_name}: tensor cores (tc) need the {' or '.join(t.name for t in tensor_core_targets())} target, not {self.target}")
     self.loops: list[Value] = []
@@ -267,6 +270,8 @@ class Lowerer:
       for acc in accs[r].values(): acc.op.operands = [acc.op.operands[0]] + ranges
     # the reduce's input, per lane combination of the region below
     inside = feeding([r.src for r in reduces], stop=done)
+    staged = [op for op in self.smem if op in inside]
+    if staged: self.stage(staged, loop_idx)
     for n, op in enumerate(ops[:last_reduce + 1]):
       if op.name == 'kernel.reduce' or op not in inside: continue
       self.lower_op(op, loop_idx, self.lanes_below, above=False)
@@ -279,6 +284,7 @@ class Lowerer:
       phis = {k: b.emit('phi', [accs[r][k], cur[k]], cur[k].type, pure=False) for k in keys}
       self.vals[r.results[0]] = phis
     for rr in reversed(ranges): b.close_range(rr)
+    self.tiles = {}
     if split:  # combine the unrolled lanes of each upcast lane, as a tree
       for r in reduces:
         phis, res = self.vals[r.results[0]], {}
@@ -484,18 +490,89 @@ class Lowerer:
     rs = self.views[op].real_strides()
     return rs[self.vec]
 
-  def aligned(self, i) -> bool:
+  def aligned(self, i, w=0) -> bool:
     """CUDA and Metal load a float4 only from an address that is a multiple of its size: the index must be
-    a multiple of the vector width for every value of the variables in it (CPUs and OpenCL's vloadN don't care)."""
+    a multiple of the vector width (w, else the kernel's) for every value of the variables in it (CPUs and OpenCL's
+    vloadN don't care)."""
     if not self.t.aligned_vectors: return True
     from tgc.passes.uop_simplify import terms
     ts, k = terms(i, {})
-    return k % self.W == 0 and all(coef % self.W == 0 for coef, _ in ts)
+    w = w or self.W
+    return k % w == 0 and all(coef % w == 0 for coef, _ in ts)
+
+  def stage(self, loads, idx):
+    """SMEM, at the top of a step of the reduce loop: the work-group copies the tile of each load that its threads'
+    lanes read in this step (Schedule.tile_axes) into shared memory, between two barriers (the first waits for the
+    last step's reads); neighbouring threads copy neighbouring addresses, 4 at a time where they are contiguous and
+    aligned."""
+    b, full, kinds = self.b, self.full, self.kinds
+    loc = [i for i in range(len(full)) if kinds[i] in ('local', 'group') and full[i] > 1]
+    T = math.prod(full[i] for i in loc)
+    tid, st = b.const(0), 1
+    for i in reversed(loc): tid = b.add(tid, b.mul(self.idx[i], b.const(st))); st *= full[i]
+    b.emit('barrier', [], None, pure=False)
+    size = 0
+    for op in loads:
+      rs, axes = self.views[op].real_strides(), self.sched.tile_axes(op)
+      strides, S = {}, 1
+      for a in reversed(axes): strides[a] = S; S *= full[a]
+      dt = op.results[0].type
+      size += S * dt.itemsize
+      if size > self.t.local_memory: raise OptError(f"@{self.k.sym_name}: smem: the tiles take {size} bytes of shared memory, more than the {self.t.local_memory} of {self.target}")
+      self.n_locals += 1
+      buf = b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{self.n_locals - 1}', 'size': S}, pure=False)
+      b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # at the top (OpenCL allows no other place)
+      self.tiles[op] = (buf, strides)
+      def at(e, cw):  # the point of the tile's element (group of cw along the fastest axis) e
+        coords = {}
+        for a in reversed(axes):
+          n = full[a] // cw if a == axes[-1] else full[a]
+          coords[a] = b.mul(b.mod(e, b.const(n)), b.const(cw)) if a == axes[-1] else b.mod(e, b.const(n))
+          e = b.idiv(e, b.const(n))
+        return [coords[a] if a in coords else idx[a] if kinds[a] in ('global', 'reduce') and full[a] > 1 else b.const(0) for a in range(len(full))]
+      cw = 4 if axes and rs[axes[-1]] == 1 and full[axes[-1]] % 4 == 0 else 1
+      if cw > 1 and not self.aligned(self.views[op].to_indexed(at(tid, cw), b)[0], cw): cw = 1
+      n = S // cw
+      for j in range(-(-n // T)):
+        e = b.add(tid, b.const(T * j))
+        if (j + 1) * T > n: b.open_if(b.lt(e, b.const(n)))
+        pos = b.mul(e, b.const(cw))
+        i, valid = self.views[op].to_indexed(at(e, cw), b)
+        t = VecType(cw, dt) if cw > 1 else dt
+        zero = b.emit('vectorize', [b.const(0, dt)] * cw, t) if cw > 1 else b.const(0, dt)
+        cv = b.cval(valid)
+        x = b.emit('load', [self.buf[op.buf], i], t) if cv == 1 else zero if cv == 0 else b.emit('load', [self.buf[op.buf], i, valid, zero], t)
+        b.emit('store', [buf, pos, x], None, pure=False)
+        if (j + 1) * T > n: b.close_if()
+    b.emit('barrier', [], None, pure=False)
+
+  def load_tile(self, op, idx, lane_axes, c):
+    """A staged load in the reduce loop: from its tile in shared memory (a vector where the vector axis runs
+    along the tile's fastest axis)."""
+    b, dt = self.b, op.results[0].type
+    buf, strides = self.tiles[op]
+    def pos(lane, c=c):
+      ix = self.at(idx, lane_axes, c, lane)
+      e = b.const(0)
+      for a, s in strides.items(): e = b.add(e, b.mul(ix[a], b.const(s)))
+      return e
+    vs = strides.get(self.vec, 0) if self.vec is not None and self.W > 1 else 0
+    fast = next((a for a, s in strides.items() if s == 1), None)
+    if vs == 0 and fast in lane_axes and self.full[fast] % 4 == 0:
+      # the lanes along the tile's fastest axis come 4 at a time (one 16-byte read; the same read serves 4 lanes)
+      j = lane_axes.index(fast)
+      c4 = c[:j] + (c[j] - c[j] % 4,) + c[j + 1:]
+      p = pos(0, c4)
+      if self.aligned(p, 4): return b.emit('gep', [b.emit('load', [buf, p], VecType(4, dt))], dt, {'index': c[j] % 4})
+    if vs == 0: return b.emit('load', [buf, pos(0)], dt)
+    if vs == 1 and self.aligned(pos(0)): return b.emit('load', [buf, pos(0)], VecType(self.W, dt))
+    return b.emit('vectorize', [b.emit('load', [buf, pos(l)], dt) for l in range(self.W)], VecType(self.W, dt))
 
   def load(self, op, idx, lane_axes, c):
     """Loads are merged like pure ops: a kernel stores only to data0 and never reads it back."""
     b = self.b
     dt = op.results[0].type
+    if op in self.tiles and lane_axes is self.lanes_below: return self.load_tile(op, idx, lane_axes, c)
     buf = self.buf[op.buf]
     def one(lane):
       i, valid = self.index(op, idx, lane_axes, c, lane)

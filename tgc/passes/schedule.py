@@ -13,11 +13,14 @@ actions) and gives the inner part a kind:
   padto    not a split: the axis is rounded up to a multiple of amt (the padding is computed, never stored)
   swap     not a split: two global axes change places (the loop order)
   tc       tensor cores: m, n, k split into the target's instruction tile (tcm, tcn, tck), first of all
+  smem     not a split: load number `axis` (of the loads under the reduce, in order) is staged through shared
+           memory: per step of the reduce loop the work-group copies the tile its threads' lanes read, then reads that
 
 kernel-opt's heuristics and search look at a Schedule to choose actions; linearize lowers one. An `opts` attribute
 written by hand replays exactly, and an action that does not apply is an OptError naming the kernel.
 """
 from __future__ import annotations
+import math
 from tgc.ir.core import Operation
 from tgc.ir.attrs import Record
 from tgc.errors import TgcError
@@ -25,7 +28,7 @@ from tgc.target import Target, tensor_core_targets
 
 MAX_LANES = 256  # unrolled lanes (upcast x unroll) a kernel may have at most
 OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'swap': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce',
-             'tc': 'reduce'}
+             'tc': 'reduce', 'smem': 'load'}
 
 
 def Opt(name: str, axis: int, amt: int) -> Record: return Record(name, {'axis': axis, 'amt': amt})
@@ -45,15 +48,24 @@ class OptError(TgcError):
 
 def apply_opts(full, out, kinds, views, opts, tile=None):
   """Split axes per the opts (`tile`: TC's (m, n, k), see tc_tile). `views`: {key: ViewStack at `full` (below the
-  reduce) or `out`}. Returns the new (full, out, kinds, views, padded) where padded holds, per PADTO,
+  reduce) or `out`}. Returns the new (full, out, kinds, views, padded, smem) where padded holds, per PADTO,
   ([(axis, multiplier)], size): the index along the padded axis (a sum once it is split) must stay below its size
-  before padding."""
+  before padding, and smem the keys of the loads SMEM stages."""
   full, out, kinds = list(full), list(out), list(kinds)
   padded: dict[int, int] = {}
+  smem: list = []
   for o in opts:
     name = o.name
     if name not in OPT_KINDS: raise OptError(f"unknown optimisation '{name}' (known: {', '.join(OPT_KINDS)})")
     ax, amt = o.fields.get('axis'), o.fields.get('amt', 0)
+    if name == 'smem':  # marks a load; the tile it stages follows from the kinds of the axes once all opts are applied
+      below = [k for k, vs in views.items() if k.name == 'kernel.load' and tuple(vs.shape) == tuple(full)]
+      if 'reduce' not in kinds and 'unroll' not in kinds: raise OptError("smem: the kernel has no reduce loop to stage a load for")
+      if not isinstance(ax, int) or not 0 <= ax < len(below): raise OptError(f"smem: load {ax} is out of range for the {len(below)} loads under the reduce")
+      if amt != 0: raise OptError(f"smem: amount {amt}: 0 (one buffer) is the only one")
+      if below[ax] in smem: raise OptError(f"smem: load {ax} is staged twice")
+      smem.append(below[ax])
+      continue
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
     if kinds[ax] != OPT_KINDS[name]:
       raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes")
@@ -94,7 +106,7 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
     # a padded axis that is split: its index is now outer * inner_size + inner
     padded = {k: ([t for a, m in terms for t in ((((a, m * inner)), (a + 1, m)) if a == ax else ((a if a < ax else a + 1, m),))], size)
               for k, (terms, size) in padded.items()}
-  return tuple(full), tuple(out), kinds, views, padded
+  return tuple(full), tuple(out), kinds, views, padded, tuple(smem)
 
 
 def _split(full, out, kinds, views, ax, outer, inner, inner_kind):
@@ -139,7 +151,7 @@ class Schedule:
     views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
     kinds = ['reduce' if i in axes else 'global' for i in range(len(full))]
     self.opts = opts = tuple(k.attrs.get('opts', ()) if opts is None else opts)
-    try: self.full, self.out, self.kinds, self.views, self.padded = apply_opts(full, out, kinds, views, opts, tc_tile(target))
+    try: self.full, self.out, self.kinds, self.views, self.padded, self.smem = apply_opts(full, out, kinds, views, opts, tc_tile(target))
     except (OptError, ValueError) as e: raise OptError(f"@{k.sym_name}: {e}") from None
     self.reduce_kind = reduces[0].kind if reduces else None
     self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
@@ -148,6 +160,17 @@ class Schedule:
     return self.views[op].real_strides()
 
   def axes(self, kind): return [i for i, kd in enumerate(self.kinds) if kd == kind and self.full[i] > 1]
+
+  def tile_axes(self, op) -> list[int]:
+    """SMEM's tile of a load: the axes of a work-group's step of the reduce loop (local, group, upcast, unroll) that
+    the load does not broadcast along, the one of the largest stride in memory first (so the last, fastest in the
+    tile, is the most contiguous: neighbouring threads copy neighbouring addresses)."""
+    rs = self.strides(op)
+    axes = [a for a, kd in enumerate(self.kinds) if kd in ('local', 'group', 'upcast', 'unroll') and self.full[a] > 1 and rs[a] != 0]
+    return sorted(axes, key=lambda a: -1 if rs[a] is None else -abs(rs[a]))  # (stable: equal strides keep the axis order)
+
+  def tile_bytes(self, op) -> int:
+    return math.prod(self.full[a] for a in self.tile_axes(op)) * op.results[0].type.itemsize
 
 
 def try_opts(k, opts, target: Target | None = None) -> Schedule | None:

@@ -14,7 +14,7 @@ from tgc.passes.manager import Pass
 
 
 PACK_MIN = 1 << 16  # pack the right operand when it has at least this many elements
-PACK = 16           # columns per panel: one 512-bit vector of f32
+PACK = 16           # columns per panel: one AVX-512 vector of f32, two AVX2 ones (the tile is two vectors wide)
 
 def decompose_matmul(op, rw, pack=False):
   a, b = op.lhs, op.rhs
