@@ -63,6 +63,7 @@ def main(argv=None) -> int:
   ap.add_argument('--rows', default='', help='comma-separated row names (default: all)')
   ap.add_argument('--iters', type=int, default=20)
   ap.add_argument('--scale', type=float, default=1.0, help='problem size relative to the full one (e.g. 0.0625)')
+  ap.add_argument('--repeat', type=int, default=1, help='measure each row this many times (torch, then tgc, each time); print the medians')
   args = ap.parse_args(argv)
   os.environ.pop('DEBUG', None)
   import torch
@@ -77,7 +78,8 @@ def main(argv=None) -> int:
   tiny = Tensor(np.ones(16, np.float32), device=args.device)
   overhead = median_time(lambda: (tiny + 1).realize(), sync, 200)
   gpu = torch.cuda.get_device_name() if tdev == 'cuda' else 'CPU'
-  print(f"tgc {tgc.__version__} on {args.device} ({gpu}) beside torch {torch.__version__}; median of {args.iters} calls")
+  print(f"tgc {tgc.__version__} on {args.device} ({gpu}) beside torch {torch.__version__}; median of {args.iters} calls"
+        + (f", then the median of {args.repeat} such measurements" if args.repeat > 1 else ''))
   print(f"launch overhead (e2e of a 16-element add): {overhead * 1e6:.1f} us\n")
   hdr = f"{'work':<11s} {'torch':>10s} {'tgc e2e':>10s} {'tgc kern':>10s} {'unit':>7s} {'e2e/torch':>9s} {'kern/torch':>10s} {'e2e/kern':>8s} {'e2e-kern':>10s} {'kernels':>7s}"
   print(hdr); print('-' * len(hdr))
@@ -87,13 +89,16 @@ def main(argv=None) -> int:
     arrs = [rng.standard_normal(s).astype(dt) for s in shapes]
     ts = [torch.from_numpy(a).to(tdev) for a in arrs]
     xs = [Tensor(a, device=args.device).realize() for a in arrs]
-    t_torch = median_time(lambda: tf(*ts), tsync, args.iters)
-    t_e2e = median_time(lambda: f(*xs).realize(), sync, args.iters)
-    kern = []
-    for _ in range(max(3, args.iters // 2)):
-      with profile() as launches: out = f(*xs).realize()
-      kern.append(sum(t for _, t in launches))
-    t_kern = statistics.median(kern)
+    runs = []
+    for _ in range(args.repeat):
+      t_torch = median_time(lambda: tf(*ts), tsync, args.iters)
+      t_e2e = median_time(lambda: f(*xs).realize(), sync, args.iters)
+      kern = []
+      for _ in range(max(3, args.iters // 2)):
+        with profile() as launches: out = f(*xs).realize()
+        kern.append(sum(t for _, t in launches))
+      runs.append((t_torch, t_e2e, statistics.median(kern)))
+    t_torch, t_e2e, t_kern = (statistics.median(r[i] for r in runs) for i in range(3))
     ref = tf(*ts).float().cpu().numpy()
     got = out.numpy().astype(np.float32)
     tol = 2e-2 if dt == 'float16' else 1e-3
