@@ -61,15 +61,19 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   glob = ks.axes('global')
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples
   if t.tensor_cores is not None and len(red) == 1 and tc_applies(k, Opt('tc', red[0], 0), t.name):
-    # a warp computes 2x8 tiles (32x64: A's fragments serve 8 tiles, B's 2) and a block holds 2x4 warps: on an H100
-    # a 4096 f16 matmul ran at 57 TFLOP/s so, 39 with 2x4 tiles and 2x2 warps (a sweep of 54 tile and warp shapes)
+    # a warp computes 4x4 tiles (64x32) and a block holds 4 warps along n; both operands are staged through shared
+    # memory (SMEM) where their tiles fit: on an H100 a 4096 f16 matmul ran at 100 TFLOP/s so, 57 with the best
+    # shapes reading the fragments from global memory (2x8 tiles, 2x4 warps; sweeps of 54 and 20 shapes)
     apply(Opt('tc', red[0], 0))
-    for kind, amts, grid_axis in (('upcast', (2,), 'tcm'), ('upcast', (8, 4, 2), 'tcn'), ('local', (2,), 'tcm'), ('local', (4, 2), 'tcn')):
+    for kind, amts, grid_axis in (('upcast', (4, 2), 'tcm'), ('upcast', (4, 2), 'tcn'), ('local', (4, 2), 'tcn')):
       ax = ks.kinds.index(grid_axis) - 1  # the tile grid's axis: the global one just outside the tile
       while ax >= 0 and ks.kinds[ax] in ('upcast', 'local'): ax -= 1
       if ax >= 0 and ks.kinds[ax] == 'global':
         amt = next((a for a in amts if ks.full[ax] % a == 0 and ks.full[ax] > a), None)
         if amt: apply(Opt(kind, ax, amt))
+    used = 0 if any(kd in ('upcast', 'local') for kd in ks.kinds) else t.local_memory  # (one tile a block: nothing shared)
+    for i, op in enumerate(op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)):
+      if used + ks.tile_bytes(op) <= t.local_memory and apply(Opt('smem', i, 0)): used += ks.tile_bytes(op)
     return opts
   # GPU matrix-vector product: 8 threads share each row's sum (GROUP), so that neighbouring threads read neighbouring
   # elements of the matrix (coalesced) instead of rows a whole row apart; 4 rows per thread, 4 per work-group

@@ -156,7 +156,6 @@ class Lowerer:
     gl = [i for i in range(n) if kinds[i] == 'global' and full[i] > 1]
     lo = [i for i in range(n) if kinds[i] in ('local', 'group') and full[i] > 1]
     tc = any(kd in ('tcm', 'tcn', 'tck') for kd in kinds)
-    if tc and self.smem: raise OptError(f"@{k.sym_name}: smem does not combine with tc")
     if tc and self.t.tensor_cores is None:
       raise OptError(f"@{k.sym_name}: tensor cores (tc) need the {' or '.join(t.name for t in tensor_core_targets())} target, not {self.target}")
     self.loops: list[Value] = []
@@ -354,6 +353,8 @@ class Lowerer:
       if kinds[a] == 'reduce' and full[a] > 1:
         rr = b.open_range(zero, b.const(full[a])); ranges.append(rr); loop_idx[a] = rr
     for acc in accs: acc.op.operands = [init] + ranges
+    staged = [op for op in self.smem if op in ca or op in cb]
+    if staged: self.stage(staged, loop_idx)
     def fragment(v, chain, tile, at):  # the factor at each (m, n, k) position of this lane, as one vector
       vals = []
       for mi, ni, ki in at:
@@ -367,6 +368,7 @@ class Lowerer:
       d = b.emit('wmma', [fa, fb, acc], acc_t, {'dims': tcs.dims, 'target': self.t.name})
       results.append(b.emit('phi', [acc, d], acc_t, pure=False))
     for rr in reversed(ranges): b.close_range(rr)
+    self.tiles = {}
     # the rest of the kernel, and what it uses from before the reduce (a constant), per result of the tile
     need = feeding([v for op in ops[ops.index(r) + 1:] for v in op.operands], stop={r})
     after = [op for n, op in enumerate(ops) if n > ops.index(r) or op in need]
@@ -507,9 +509,10 @@ class Lowerer:
     aligned."""
     b, full, kinds = self.b, self.full, self.kinds
     loc = [i for i in range(len(full)) if kinds[i] in ('local', 'group') and full[i] > 1]
-    T = math.prod(full[i] for i in loc)
-    tid, st = b.const(0), 1
+    tc = 'tck' in kinds  # the warp's lanes are threads too (lidx0), the local dims count warps
+    tid, st = (self.lane, 32) if tc else (b.const(0), 1)
     for i in reversed(loc): tid = b.add(tid, b.mul(self.idx[i], b.const(st))); st *= full[i]
+    T = st
     b.emit('barrier', [], None, pure=False)
     size = 0
     for op in loads:
@@ -530,7 +533,8 @@ class Lowerer:
           coords[a] = b.mul(b.mod(e, b.const(n)), b.const(cw)) if a == axes[-1] else b.mod(e, b.const(n))
           e = b.idiv(e, b.const(n))
         return [coords[a] if a in coords else idx[a] if kinds[a] in ('global', 'reduce') and full[a] > 1 else b.const(0) for a in range(len(full))]
-      cw = 4 if axes and rs[axes[-1]] == 1 and full[axes[-1]] % 4 == 0 else 1
+      cw = max(1, 16 // dt.itemsize)  # 16 bytes a copy where the tile's fastest axis is contiguous
+      cw = cw if axes and rs[axes[-1]] == 1 and full[axes[-1]] % cw == 0 else 1
       if cw > 1 and not self.aligned(self.views[op].to_indexed(at(tid, cw), b)[0], cw): cw = 1
       n = S // cw
       for j in range(-(-n // T)):
@@ -572,7 +576,7 @@ class Lowerer:
     """Loads are merged like pure ops: a kernel stores only to data0 and never reads it back."""
     b = self.b
     dt = op.results[0].type
-    if op in self.tiles and lane_axes is self.lanes_below: return self.load_tile(op, idx, lane_axes, c)
+    if op in self.tiles: return self.load_tile(op, idx, lane_axes, c)  # (only while its reduce loop is open)
     buf = self.buf[op.buf]
     def one(lane):
       i, valid = self.index(op, idx, lane_axes, c, lane)

@@ -166,7 +166,7 @@ class Schedule:
     the load does not broadcast along, the one of the largest stride in memory first (so the last, fastest in the
     tile, is the most contiguous: neighbouring threads copy neighbouring addresses)."""
     rs = self.strides(op)
-    axes = [a for a, kd in enumerate(self.kinds) if kd in ('local', 'group', 'upcast', 'unroll') and self.full[a] > 1 and rs[a] != 0]
+    axes = [a for a, kd in enumerate(self.kinds) if kd in ('local', 'group', 'upcast', 'unroll', 'tcm', 'tcn', 'tck') and self.full[a] > 1 and rs[a] != 0]
     return sorted(axes, key=lambda a: -1 if rs[a] is None else -abs(rs[a]))  # (stable: equal strides keep the axis order)
 
   def tile_bytes(self, op) -> int:
