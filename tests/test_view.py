@@ -347,3 +347,12 @@ def test_matches_numpy(prog):
     lo[ax], hi[ax] = slice(0, -1), slice(1, None)
     both = valid[tuple(lo)] & valid[tuple(hi)]
     assert np.all((idx[tuple(hi)] - idx[tuple(lo)])[both] == rs)
+
+
+def test_real_strides_of_a_window_over_padded_rows():
+  """A 5-wide window sliding over rows padded to 100 (a depthwise conv's input): the window's column (101 per kx in
+  the flat index, 1 per ox) stays affine, since ox + kx < 100 never crosses a padded row."""
+  pad = View.create((6, 5, 100), (96, 0, 1), offset=-194, mask=((2, 4), (0, 5), (2, 98)))  # rows, kx (a broadcast), columns
+  vs = ViewStack((pad, View.create((2, 96, 5, 5), (500, 1, 500, 101))))  # oy, ox, ky, kx over the flat (6, 5, 100)
+  assert vs.real_strides(ignore_valid=True) == (96, 1, 96, 1)
+  assert vs.real_strides()[1] is None  # the padding's mask depends on the column

@@ -157,7 +157,10 @@ class Schedule:
     self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
 
   def strides(self, op):
-    return self.views[op].real_strides()
+    """Per axis, how far the load's address moves (None: not by a constant). A mask (padding) gates lanes without
+    moving them, so a padded input still reads contiguously along its rows: the tiles are chosen as if unmasked, and
+    linearize gates each lane."""
+    return self.views[op].real_strides(ignore_valid=True)
 
   def axes(self, kind): return [i for i, kd in enumerate(self.kinds) if kd == kind and self.full[i] > 1]
 

@@ -2,7 +2,7 @@
 
 Every integer value gets bounds [vmin, vmax] (specials and ranges from their sizes, arithmetic by
 interval rules). With them: x % c -> x and x // c -> 0 when 0 <= x < c; (a*c + b) // c -> a and
-(a*c + b) % c -> b when 0 <= b < c (sums are split into linear terms); comparisons decided by the
+(a*c + b) % c -> b when 0 <= b < c (sums are split into linear terms, coefficients into a multiple of c and the rest); comparisons decided by the
 bounds fold to constants; gates that are always true disappear.
 """
 from __future__ import annotations
@@ -59,8 +59,10 @@ def simplify_divmod(op, rw, memo):
   if hi < c: return x if op.opname == 'mod' else make_const(rw, op, 0, t)
   ts, k = terms(x, memo)
   if any(bounds(a, memo)[0] < 0 or kk < 0 for kk, a in ts): return None
-  q = [(kk // c, a) for kk, a in ts if kk % c == 0]
-  r = [(kk, a) for kk, a in ts if kk % c != 0]
+  # each coefficient splits into its multiple of c and the rest (101*kx over 100: kx to each side), so a window's
+  # column offset (ox + kx) stays apart from its rows when that rest stays below c
+  q = [(kk // c, a) for kk, a in ts if kk // c]
+  r = [(kk % c, a) for kk, a in ts if kk % c]
   kq, kr = divmod(k, c)
   rlo = kr + sum(kk * bounds(a, memo)[0] for kk, a in r)
   rhi = kr + sum(kk * bounds(a, memo)[1] for kk, a in r)

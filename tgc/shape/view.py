@@ -417,9 +417,10 @@ class _SymBuilder:
     return _Sym({k: c * x.const for k, c in y.terms.items() if c * x.const != 0}, x.const * y.const)
 
   def _split(self, x: _Sym, d: int) -> tuple[_Sym, _Sym]:
-    """x = d*q + r, with q collecting the terms (and const part) divisible by d."""
-    q = _Sym({k: c // d for k, c in x.terms.items() if c % d == 0}, x.const // d)
-    r = _Sym({k: c for k, c in x.terms.items() if c % d != 0}, x.const % d)
+    """x = d*q + r: each coefficient (and the constant) c = d*(c // d) + c % d, its first part to q, the rest to r
+    (so 101*x over d = 100 leaves only x in r: a window's row plus its column, kept apart when its range fits)."""
+    q = _Sym({k: c // d for k, c in x.terms.items() if c // d != 0}, x.const // d)
+    r = _Sym({k: c % d for k, c in x.terms.items() if c % d != 0}, x.const % d)
     return q, r
 
   def idiv(self, x: _Sym, y: _Sym) -> _Sym:
