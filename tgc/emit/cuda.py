@@ -68,7 +68,7 @@ class CUDALang(Lang):
     if 'half' in self.needs: out.append('#include <cuda_fp16.h>')
     if 'bf16' in self.needs: out.append('#include <cuda_bf16.h>')
     for _, base, reg, n in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'vec'):
-      if base in _BUILTIN_VEC and n <= 4: continue
+      if base in _BUILTIN_VEC and n <= 4 or (base, n) == ('half', 2): continue  # (cuda_fp16.h has half2 and make_half2)
       names = list('xyzw'[:n]) if n <= 4 else None
       fields = ', '.join(names) if names else f"v[{n}]"
       al = f"__align__({D.BY_NAME[[k for k, v in self.vec_base.items() if v == base][0]].itemsize * n}) " if n in (2, 4, 8, 16) else ''

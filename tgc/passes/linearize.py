@@ -356,16 +356,41 @@ class Lowerer:
     staged = [op for op in self.smem if op in ca or op in cb]
     if staged: self.stage(staged, loop_idx)
     def fragment(v, chain, tile, at):  # the factor at each (m, n, k) position of this lane, as one vector
+      if len(chain) == 1 and chain[0] in self.tiles: return staged_fragment(v, chain[0], tile, at)
       vals = []
       for mi, ni, ki in at:
         for op in chain: self.lower_op(op, {**loop_idx, **tile, m_in: mi, n_in: ni, k_in: ki}, [], above=False)
         vals.append(self.vals[v][()])
       return b.emit('vectorize', vals, VecType(len(vals), v.type))
+    from tgc.passes.uop_simplify import terms
+    def staged_fragment(v, load, tile, at):  # from its tile: two neighbouring positions are one 2-lane read
+      buf, strides = self.tiles[load]
+      def pos(mi, ni, ki):
+        ix = self.at({**loop_idx, **tile, m_in: mi, n_in: ni, k_in: ki}, [], ())
+        e = zero
+        for a, st in strides.items(): e = b.add(e, b.mul(ix[a], b.const(st)))
+        return e
+      ps, vals, i = [pos(*x) for x in at], [], 0
+      while i < len(ps):
+        if i + 1 < len(ps):
+          (t0, c0), (t1, c1) = terms(ps[i], {}), terms(ps[i + 1], {})
+          if sorted(t0, key=id) == sorted(t1, key=id) and c1 == c0 + 1 and self.aligned(ps[i], 2):
+            pair = b.emit('load', [buf, ps[i]], VecType(2, v.type))
+            vals += [b.emit('gep', [pair], v.type, {'index': 0}), b.emit('gep', [pair], v.type, {'index': 1})]
+            i += 2; continue
+        vals.append(b.emit('load', [buf, ps[i]], v.type)); i += 1
+      return b.emit('vectorize', vals, VecType(len(vals), v.type))
     results = []
+    # unrolled steps of k (UNROLL after tc): each tile's accumulator takes one mma per step, in order
+    un = [i for i in range(len(full)) if kinds[i] == 'unroll' and full[i] > 1]
+    steps = [{a: b.const(c) for a, c in zip(un, combo)} for combo in self.combos(un)]
     for tile, acc in zip(tiles, accs):
-      fa = fragment(xa, ca, tile, [(plus(g, 8 * ((i >> 1) & 1)), zero, plus(t2, (i & 1) + 8 * (i >> 2))) for i in range(8)])
-      fb = fragment(xb, cb, tile, [(zero, g, plus(t2, (i & 1) + 8 * (i >> 1))) for i in range(4)])
-      d = b.emit('wmma', [fa, fb, acc], acc_t, {'dims': tcs.dims, 'target': self.t.name})
+      d = acc
+      for step in steps:
+        at = {**tile, **step}
+        fa = fragment(xa, ca, at, [(plus(g, 8 * ((i >> 1) & 1)), zero, plus(t2, (i & 1) + 8 * (i >> 2))) for i in range(8)])
+        fb = fragment(xb, cb, at, [(zero, g, plus(t2, (i & 1) + 8 * (i >> 1))) for i in range(4)])
+        d = b.emit('wmma', [fa, fb, d], acc_t, {'dims': tcs.dims, 'target': self.t.name})
       results.append(b.emit('phi', [acc, d], acc_t, pure=False))
     for rr in reversed(ranges): b.close_range(rr)
     self.tiles = {}

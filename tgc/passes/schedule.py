@@ -69,8 +69,8 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
     if kinds[ax] != OPT_KINDS[name]:
       raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes")
-    if 'tck' in kinds and name not in ('upcast', 'local', 'swap'):
-      raise OptError(f"{name}: after tc only upcast, local and swap apply (to the grid of tiles)")
+    if 'tck' in kinds and name not in ('upcast', 'local', 'swap', 'unroll'):
+      raise OptError(f"{name}: after tc only upcast, local and swap (the grid of tiles) and unroll (steps of k) apply")
     if name == 'swap':  # exchange two global axes (`amt` names the other): the loop order, outermost first
       if not isinstance(amt, int) or not 0 <= amt < len(full) or amt == ax or kinds[amt] != 'global':
         raise OptError(f"swap: axis {amt} must be another global axis of the {len(full)} (axis {ax} is the first)")
