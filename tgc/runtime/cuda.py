@@ -56,7 +56,7 @@ class CUDADevice(BaseDevice):
     major, minor = self.dev.compute_capability()
     self.arch = f"sm_{major}{minor}"
     self.stream = cuda.Stream()
-    self._modules: dict[str, object] = {}
+    self._modules: dict[tuple[str, bool], object] = {}
     super().__init__(CUDAAllocator(self))
 
   def _close(self):
@@ -66,17 +66,18 @@ class CUDADevice(BaseDevice):
     except Exception: pass  # the process is ending: the driver frees what is left
     self.ctx.pop()
 
-  def module(self, src: str):
+  def module(self, src: str, fmad: bool = False):
+    """The loaded module of this source; fmad: mul+add may fuse into fma (kernels marked `contract`), else exact."""
     from pycuda.compiler import SourceModule
     with _lock:
-      m = self._modules.get(src)
+      m = self._modules.get((src, fmad))
       if m is None:
         # one compiler cache per process: pycuda's shared one races when several processes fill it at once
         cache = os.path.join(tempfile.gettempdir(), f"tgc-pycuda-{os.getpid()}")
         os.makedirs(cache, exist_ok=True)
-        try: m = SourceModule(src, no_extern_c=True, arch=self.arch, options=['--fmad=false'], cache_dir=cache)
+        try: m = SourceModule(src, no_extern_c=True, arch=self.arch, options=[f'--fmad={str(fmad).lower()}'], cache_dir=cache)
         except Exception as e: raise TgcError(f"cuda: nvcc rejected the emitted source:\n{e}\n{src}") from None
-        self._modules[src] = m
+        self._modules[(src, fmad)] = m
       return m
 
   def compile(self, fn) -> 'CUDAProgram': return CUDAProgram(self, fn)
@@ -89,7 +90,7 @@ class CUDAProgram(Program):
     super().__init__(dev, fn)
     if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"CUDA: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
     self.src = render_cuda_kernel(fn)
-    self.func = dev.module(self.src).get_function(self.name)
+    self.func = dev.module(self.src, bool(fn.attrs.get('contract'))).get_function(self.name)
     self.func.prepare('P' * len(self.signature))
     self.grid = tuple(int(x) for x in self.global_size)
     self.block = tuple(int(x) for x in self.local_size)
