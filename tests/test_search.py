@@ -27,3 +27,21 @@ def test_search_cache_and_results(tmp_path, monkeypatch):
   for m in (m1, replay):
     PassManager.parse('linearize,uop-simplify,cse,dce').run(m)
     np.testing.assert_allclose(compile_module(m, 'CPU')(a, b)[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_search_candidates_on_a_gpu_include_staging():
+  """On a GPU target the search may stage an operand the work-group shares (smem) once local dims exist; every
+  candidate is a valid schedule that linearize lowers."""
+  from tgc.passes.search import candidates
+  from tgc.passes.schedule import Opt
+  from tgc.passes.linearize import Lowerer
+  from tgc.target import get_target
+  m = ir.parse(TEXT)
+  PassManager.parse('canonicalize,kernelize').run(m)
+  k = m.functions('kernel.func')[0]
+  t = get_target('cuda')
+  assert not any(o[-1].name == 'smem' for o in candidates(k, [], t))  # no work-group yet: nothing shared
+  base = [Opt('local', 1, 8), Opt('local', 0, 4)]
+  staged = [o for o in candidates(k, base, t) if o[-1].name == 'smem']
+  assert sorted(o[-1].fields['axis'] for o in staged) == [0, 1]
+  for o in staged: Lowerer(k, 'cuda', o).run()
