@@ -156,7 +156,8 @@ def test_tensor_core_flops_are_counted():
   assert count_flops(f) * points == 2 * M * N * K
 
 
-@pytest.mark.parametrize('case', ['matmul_odd', 'matmul_f16', 'matmul_4095', 'rowsum_odd', 'sum_odd', 'softmax', 'max_short_rows'])
+@pytest.mark.parametrize('case', ['matmul_odd', 'matmul_f16', 'matmul_4095', 'rowsum_odd', 'sum_odd', 'softmax', 'max_short_rows',
+                                  'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -171,6 +172,12 @@ def test_gpu_heuristic_shapes(case):
     'sum_odd': (lambda a: a.sum(), (r((1 << 20) + 3),), lambda a: a.sum(), 1e-4),
     'softmax': (lambda a: a.softmax(axis=1), (r(37, 4096),), lambda a: np.exp(a - a.max(1, keepdims=True)) / np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True), 1e-5),
     'max_short_rows': (lambda a: a.max(axis=1), (r(4096, 128),), lambda a: a.max(axis=1), 0),
+    # staged through shared memory (smem): square, transposed, with an epilogue, batched, on tensor cores
+    'matmul_smem': (lambda a, b: a @ b, (r(256, 192), r(192, 384)), lambda a, b: a @ b, 1e-4),
+    'matmul_smem_t': (lambda a, b: a.T @ b, (r(192, 256), r(192, 128)), lambda a, b: a.T @ b, 1e-4),
+    'matmul_smem_epilogue': (lambda a, b: ((a * 2 + 1) @ b).relu(), (r(128, 64), r(64, 256)), lambda a, b: np.maximum((a * 2 + 1) @ b, 0), 1e-4),
+    'matmul_smem_batched': (lambda a, b: a @ b, (r(3, 128, 64), r(3, 64, 128)), lambda a, b: a @ b, 1e-4),
+    'matmul_tc_smem': (lambda a, b: a @ b, (r(256, 512, dt=np.float16), r(512, 256, dt=np.float16)), lambda a, b: a @ b, 2e-2),
   }[case]
   out = f(*[tgc.Tensor(a, device='CUDA') for a in args]).numpy()
   want = ref(*[a.astype(np.float64) for a in args])
