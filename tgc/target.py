@@ -21,6 +21,7 @@ class TensorCores:
   dims: tuple[int, int, int]
   lanes: tuple[int, int, int]
   dtypes: tuple[tuple[str, str], ...]
+  ldmatrix: bool = False  # fragments of a staged (shared-memory) tile come from one uop.ldmatrix a fragment
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ register_target(Target('llvm', 'cpu', 'tgc.emit.llvm:render_llvm_module', max_up
 register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_matmul=True, fp_contract=True, device='C'))
 register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=4, aligned_vectors=True, max_threads=256,
                        local_memory=48 << 10, devectorize=4, device='CUDA', fp_contract=True,  # float4 is its widest vector
-                       tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')))))  # mma.sync m16n8k16
+                       tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True)))  # mma.sync m16n8k16
 register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,
                        device='OPENCL'))
 register_target(Target('metal', 'gpu', 'tgc.emit.metal:render_metal', max_upcast=4, aligned_vectors=True, max_threads=256,

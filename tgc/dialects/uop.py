@@ -194,6 +194,25 @@ class LoadOp(Operation):
       if self.alt.type != r: raise self.error(f"alternative value type {self.alt.type} does not match {r}")
 
 
+class LdmatrixOp(Operation):
+  """A warp reads `count` 8x8 matrices of 16-bit elements from shared memory into tensor-core fragments (PTX
+  ldmatrix): lanes 8j..8j+7 give the addresses of matrix j's 8 rows (8 contiguous elements each), and each lane gets
+  two neighbouring elements of every matrix, at row lane/4 and column 2*(lane%4) (transposed with `trans`), as
+  mma.sync's a and b fragments hold them. Collective, like uop.wmma: every lane of the warp takes part."""
+  name = 'uop.ldmatrix'
+  OPERANDS = ('buf', 'idx')
+  ATTRS = {'count': 'int', 'trans': 'int'}
+  TRAITS = frozenset()  # reads memory a store may change
+  FORMAT = '$count $trans $buf[$idx] : type($result)'
+  def verify(self):
+    p = _ptr(self, self.buf)
+    _int(self, self.idx, 'index')
+    if not p.local: raise self.error(f"reads shared memory (a uop.define_local pointer), got {p}")
+    if p.dtype.bits != 16: raise self.error(f"reads 16-bit elements, got {p.dtype}")
+    if self.count not in (1, 2, 4) or self.trans not in (0, 1): raise self.error(f"count must be 1, 2 or 4 and trans 0 or 1, got {self.count} and {self.trans}")
+    if self.results[0].type != VecType(2 * self.count, p.dtype): raise self.error(f"gives vec<{2 * self.count}x{p.dtype}>, got {self.results[0].type}")
+
+
 class StoreOp(Operation):
   name = 'uop.store'
   OPERANDS = ('buf', 'idx', 'value', 'gate?')

@@ -93,6 +93,9 @@ class Lang:
   def wmma_helper(self, dims, a: VecType, b: VecType, c: VecType) -> str | None:
     """The name of a function (defined in the prelude) for a uop.wmma of these dims and fragment types; None: none."""
     return None
+  def ldmatrix_helper(self, count: int, trans: int, t: VecType) -> str | None:
+    """The name of a function (defined in the prelude) for a uop.ldmatrix; None: the target has no such read."""
+    return None
   def vector_alu(self, nm: str, t: VecType, a: list[str]) -> str | None:
     return f"({a[0]}{BINOP[nm]}{a[1]})" if nm in self.vector_ops and self.vector_operators(t) else None
   def ctor(self, t: VecType, lanes: list[str]) -> str:
@@ -450,6 +453,12 @@ class KernelRenderer:
       dt = elem(op.operands[0].type) if nm in alu.COMPARE else elem(t)
       if nm == 'where': dt = elem(t)
       self.vec_or_scalar(op, lambda i: self.alu(nm, dt, [self.lane(v, i) for v in op.operands], op), 'alu')
+    elif nm == 'ldmatrix':
+      fn = L.ldmatrix_helper(op.attrs['count'], op.attrs['trans'], t)
+      if fn is None: raise self.err(op, f"is not supported by the {L.name} target")
+      name = self.fresh('ldm')
+      self.emit(f"{L.vtype(t)} {name} = {fn}({self.get(op.buf)}+{self.get(op.idx)});")
+      self.set_name(res, name)
     elif nm == 'wmma':
       a, b, c = (v.type for v in op.operands)
       fn = L.wmma_helper(tuple(op.attrs['dims']), a, b, c)

@@ -52,6 +52,17 @@ class CUDALang(Lang):
     name = f"tg_mma_m16n8k16_{a.dtype.name}_{c.dtype.name}"
     self.needs.add(('mma', name, ptx, self.vtype(a), self.vtype(b), self.vtype(c)))
     return name
+  def ldmatrix_helper(self, count, trans, t):
+    name = f"tg_ldmatrix_x{count}{'_trans' if trans else ''}_{t.dtype.name}"
+    self.needs.add(('ldmatrix', name, count, trans, self.reg(t.dtype), self.vtype(t)))
+    return name
+  def ldmatrix_function(self, name, count, trans, reg, vt) -> list[str]:
+    regs = ', '.join(f'%{i}' for i in range(count))
+    return [f"__device__ inline {vt} {name}(const {reg}* p) {{",
+            f"  {vt} r; unsigned *u = (unsigned *)&r; unsigned a = (unsigned)__cvta_generic_to_shared(p);",
+            f'  asm volatile("ldmatrix.sync.aligned.m8n8.x{count}{".trans" if trans else ""}.shared.b16 {{{regs}}}, [%{count}];"',
+            f'    : {", ".join(f"{chr(34)}=r{chr(34)}(u[{i}])" for i in range(count))} : "r"(a));',
+            "  return r;", "}"]
   def mma_function(self, name, ptx, ta, tb, tc) -> list[str]:
     f32 = ptx.startswith('f32')
     outs = ', '.join(f'"+f"(c.{x})' for x in 'xyzw') if f32 else '"+r"(C[0]), "+r"(C[1])'
@@ -77,6 +88,7 @@ class CUDALang(Lang):
       out.append(f"struct {al}{base}{n} {{ {reg} {fields}; }};")
       out.append(f"__device__ inline {base}{n} make_{base}{n}({params}) {{ {base}{n} r; {body}; return r; }}")
     for _, *mma in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'mma'): out += self.mma_function(*mma)
+    for _, *ldm in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'ldmatrix'): out += self.ldmatrix_function(*ldm)
     return out
 
 

@@ -44,7 +44,7 @@ def devectorize_function(fn, width: int, stats) -> None:
     if n == 'uop.wmma':  # the instruction's shape, whole: a fragment that was split (an op on fragments) is regrouped
       op.operands = [whole(v) for v in op.operands]
       out.append(op); continue
-    if res in fragments and n in ('uop.vectorize', 'uop.load'):
+    if (res in fragments and n in ('uop.vectorize', 'uop.load')) or n == 'uop.ldmatrix':  # (ldmatrix: a fragment by its nature)
       out.append(op); continue
     if n == 'uop.gep' and op.vec in chunks:
       i = op.attrs['index']

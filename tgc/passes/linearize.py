@@ -370,6 +370,16 @@ class Lowerer:
         e = zero
         for a, st in strides.items(): e = b.add(e, b.mul(ix[a], b.const(st)))
         return e
+      if tcs.ldmatrix and v.type.bits == 16:  # one ldmatrix: each lane gives the address of one 8-element row
+        l8, j = b.mod(lane, b.const(8)), b.idiv(lane, b.const(8))
+        if len(at) == 8 and strides.get(k_in) == 1:  # A, k contiguous: matrices (m 0-7, 8-15) x (k 0-7, 8-15)
+          p, n, trans = pos(b.add(l8, b.mul(b.mod(j, b.const(2)), b.const(8))), zero, b.mul(b.idiv(j, b.const(2)), b.const(8))), 4, 0
+        elif len(at) == 4 and strides.get(n_in) == 1:  # B, n contiguous: rows k 0-15 of 8 n each, transposed
+          p, n, trans = pos(zero, zero, b.mod(lane, b.const(16))), 2, 1
+        elif len(at) == 4 and strides.get(k_in) == 1:  # B, k contiguous: rows n 0-7 of k 0-7, then of k 8-15
+          p, n, trans = pos(zero, l8, b.mul(b.mod(j, b.const(2)), b.const(8))), 2, 0
+        else: p = None
+        if p is not None and self.aligned(p, 8): return b.emit('ldmatrix', [buf, p], VecType(2 * n, v.type), {'count': n, 'trans': trans})
       ps, vals, i = [pos(*x) for x in at], [], 0
       while i < len(ps):
         if i + 1 < len(ps):
@@ -542,8 +552,7 @@ class Lowerer:
     size = 0
     for op in loads:
       rs, axes = self.views[op].real_strides(), self.sched.tile_axes(op)
-      strides, S = {}, 1
-      for a in reversed(axes): strides[a] = S; S *= full[a]
+      strides, S = self.sched.tile_layout(op)
       dt = op.results[0].type
       size += S * dt.itemsize
       if size > self.t.local_memory: raise OptError(f"@{self.k.sym_name}: smem: the tiles take {size} bytes of shared memory, more than the {self.t.local_memory} of {self.target}")
@@ -551,22 +560,24 @@ class Lowerer:
       buf = b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{self.n_locals - 1}', 'size': S}, pure=False)
       b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # at the top (OpenCL allows no other place)
       self.tiles[op] = (buf, strides)
-      def at(e, cw):  # the point of the tile's element (group of cw along the fastest axis) e
+      def at(e, cw):  # the point of the tile's element (group of cw along the fastest axis) e, and its place in the tile
         coords = {}
         for a in reversed(axes):
           n = full[a] // cw if a == axes[-1] else full[a]
           coords[a] = b.mul(b.mod(e, b.const(n)), b.const(cw)) if a == axes[-1] else b.mod(e, b.const(n))
           e = b.idiv(e, b.const(n))
-        return [coords[a] if a in coords else idx[a] if kinds[a] in ('global', 'reduce') and full[a] > 1 else b.const(0) for a in range(len(full))]
+        pos = b.const(0)
+        for a, st in strides.items(): pos = b.add(pos, b.mul(coords[a], b.const(st)))
+        return [coords[a] if a in coords else idx[a] if kinds[a] in ('global', 'reduce') and full[a] > 1 else b.const(0) for a in range(len(full))], pos
       cw = max(1, 16 // dt.itemsize)  # 16 bytes a copy where the tile's fastest axis is contiguous
       cw = cw if axes and rs[axes[-1]] == 1 and full[axes[-1]] % cw == 0 else 1
-      if cw > 1 and not self.aligned(self.views[op].to_indexed(at(tid, cw), b)[0], cw): cw = 1
-      n = S // cw
+      if cw > 1 and not self.aligned(self.views[op].to_indexed(at(tid, cw)[0], b)[0], cw): cw = 1
+      n = math.prod(full[a] for a in axes) // cw
       for j in range(-(-n // T)):
         e = b.add(tid, b.const(T * j))
         if (j + 1) * T > n: b.open_if(b.lt(e, b.const(n)))
-        pos = b.mul(e, b.const(cw))
-        i, valid = self.views[op].to_indexed(at(e, cw), b)
+        point, pos = at(e, cw)
+        i, valid = self.views[op].to_indexed(point, b)
         t = VecType(cw, dt) if cw > 1 else dt
         zero = b.emit('vectorize', [b.const(0, dt)] * cw, t) if cw > 1 else b.const(0, dt)
         cv = b.cval(valid)

@@ -172,8 +172,19 @@ class Schedule:
     axes = [a for a, kd in enumerate(self.kinds) if kd in ('local', 'group', 'upcast', 'unroll', 'tcm', 'tcn', 'tck') and self.full[a] > 1 and rs[a] != 0]
     return sorted(axes, key=lambda a: -1 if rs[a] is None else -abs(rs[a]))  # (stable: equal strides keep the axis order)
 
-  def tile_bytes(self, op) -> int:
-    return math.prod(self.full[a] for a in self.tile_axes(op)) * op.results[0].type.itemsize
+  def tile_layout(self, op) -> tuple[dict, int]:
+    """SMEM's layout of a load's tile: {axis: stride} (the fastest axis 1) and the elements it takes. A row of a
+    multiple of 128 bytes (the shared-memory banks' period) is padded by 16 bytes, so that the same column of
+    consecutive rows (ldmatrix's 8 rows, a float4 per thread down a column) falls in different banks."""
+    axes, size = self.tile_axes(op), 1
+    isz = op.results[0].type.itemsize
+    strides = {}
+    for a in reversed(axes):
+      if strides and (size * isz) % 128 == 0: size += 16 // isz
+      strides[a] = size; size *= self.full[a]
+    return strides, size
+
+  def tile_bytes(self, op) -> int: return self.tile_layout(op)[1] * op.results[0].type.itemsize
 
 
 def try_opts(k, opts, target: Target | None = None) -> Schedule | None:
