@@ -113,9 +113,10 @@ def _canon_device(device) -> str:
 
 class _Node:
   """One value of the lazy graph: op 'BUFFER' (a realized leaf with `buf`) or a tensor-dialect op."""
-  __slots__ = ('op', 'srcs', 'attrs', 'shape', 'dtype', 'device', 'buf', '__weakref__')
+  __slots__ = ('op', 'srcs', 'attrs', 'shape', 'dtype', 'device', 'buf', 'entry', '__weakref__')
   def __init__(self, op: str, srcs: tuple, attrs, shape: tuple, dtype: DType, device: str, buf=None):
     self.op, self.srcs, self.attrs, self.shape, self.dtype, self.device, self.buf = op, srcs, attrs, shape, dtype, device, buf
+    self.entry = None  # its part of _graph_key, made once (a node does not change until it is realized)
   @property
   def realized(self) -> bool: return self.op == 'BUFFER'
 
@@ -171,7 +172,9 @@ def _graph_key(roots: list[_Node]):
   for n in _toposort(roots):
     ids[n] = len(ids)
     if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name))
-    else: entries.append((n.op, _freeze(n.attrs), n.shape, n.dtype.name, tuple(ids[s] for s in n.srcs)))
+    else:
+      if n.entry is None: n.entry = (n.op, _freeze(n.attrs), n.shape, n.dtype.name)
+      entries.append((n.entry, tuple(ids[s] for s in n.srcs)))
   return (tuple(entries), tuple(ids[r] for r in roots)), leaves
 
 
@@ -239,6 +242,7 @@ def _to_storage(arr: np.ndarray, dt: DType) -> np.ndarray:
 
 def _shape_arg(shape) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  if all(type(s) is int for s in shape): return tuple(shape)  # the common case, without the checks below
   out = []
   for s in shape:
     if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
@@ -733,6 +737,7 @@ class Tensor(TensorAPI):
 
   def _axis(self, a, ndim: int | None = None) -> int:
     nd = self.ndim if ndim is None else ndim
+    if type(a) is int and -nd <= a < nd: return a % nd  # the common case
     if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)): raise AxisError(f"axis must be an integer, got {a!r}")
     if not -max(nd, 1) <= a < max(nd, 1) or (nd == 0 and a not in (0, -1)):
       raise AxisError(f"axis {a} is out of range for a tensor of shape {self.shape}")
