@@ -198,7 +198,15 @@ def _channel(t, nd): return t.reshape(1, -1, *(1,) * (nd - 2))
 
 @op('BatchNormalization')
 def _batchnorm(ctx, attrs, x, scale, bias, mean, var, *_):
-  inv = (var + _float_attr(attrs, 'epsilon', 1e-5)).rsqrt() * scale
+  eps = _float_attr(attrs, 'epsilon', 1e-5)
+  if all(ctx.is_const(t) for t in (scale, bias, mean, var)):
+    # weights known at import (inference): folded into one scale and shift per channel, as onnxruntime folds them, so
+    # the kernels that read x do not compute sqrt(var + eps) again per element (per output channel of a 1x1 conv after it)
+    s, b, m, v = (ctx.array(t).astype(np.float64) for t in (scale, bias, mean, var))
+    inv = s / np.sqrt(v + eps)
+    dt = x.dtype.np if x.dtype.is_float else np.float32
+    return x * _channel(ctx.const(inv.astype(dt)), x.ndim) + _channel(ctx.const((b - m * inv).astype(dt)), x.ndim)
+  inv = (var + eps).rsqrt() * scale
   return (x - _channel(mean, x.ndim)) * _channel(inv, x.ndim) + _channel(bias, x.ndim)
 
 @op('InstanceNormalization')
