@@ -176,8 +176,9 @@ def _conv_params(ctx, attrs, x, k):
 def _conv(ctx, attrs, x, w, b=None):
   k = w.shape[2:]
   s, d, pads = _conv_params(ctx, attrs, x, k)
-  x = _spatial_pad(x, pads)
-  return x.conv2d(w, b, stride=s, dilation=d, groups=attrs.get('group', 1))
+  nk = len(k)  # conv2d's padding (flat from the last axis, as torch's F.pad): its CPU form then copies the padded input
+  flat = [p for i in reversed(range(nk)) for p in (pads[i], pads[i + nk])]  # once instead of masking every read
+  return x.conv2d(w, b, stride=s, dilation=d, groups=attrs.get('group', 1), padding=flat)
 
 @op('ConvTranspose')
 def _conv_t(ctx, attrs, x, w, b=None):
