@@ -187,11 +187,11 @@ def _realize_nodes(nodes) -> None:
   by_dev: dict[str, list[_Node]] = {}
   for n in todo:
     if not n.realized: by_dev.setdefault(n.device, []).append(n)
-  from tgc.compiler import compile_module
   for dev, group in by_dev.items():
     key, leaves = _graph_key(group)
     fn = _COMPILED.get((key, dev))
     if fn is None:
+      from tgc.compiler import compile_module  # (here, not per call: the hit path skips the import machinery)
       m, _ = _build_module(group)
       m.verify()
       fn = _COMPILED[key, dev] = compile_module(m, dev)
@@ -247,6 +247,7 @@ def _shape_arg(shape) -> tuple[int, ...]:
   return tuple(out)
 
 def _broadcast_shape(*shapes) -> tuple[int, ...]:
+  if all(s == shapes[0] for s in shapes[1:]): return tuple(shapes[0])  # the common case, without the per-axis sets
   n = max(len(s) for s in shapes)
   padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
   out = []
@@ -495,8 +496,9 @@ class Tensor(TensorAPI):
       if match_dtype:
         dt = least_upper_dtype(x.dtype, y.dtype)
         x, y = x.cast(dt), y.cast(dt)
-      shape = _broadcast_shape(x.shape, y.shape)
-      x, y = x._broadcast_to(shape), y._broadcast_to(shape)
+      if x.shape != y.shape:
+        shape = _broadcast_shape(x.shape, y.shape)
+        x, y = x._broadcast_to(shape), y._broadcast_to(shape)
     elif _is_scalar(y):
       sd = _scalar_dtype(y)
       if not match_dtype: dt = sd if sd is not _D.bool_ or x.dtype.is_bool else x.dtype
