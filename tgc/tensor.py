@@ -171,7 +171,7 @@ def _graph_key(roots: list[_Node]):
   for n in _toposort(roots):
     ids[n] = len(ids)
     if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name))
-    else: entries.append((n.op, _freeze(n.attrs), n.shape, n.dtype.name, tuple(ids[s] for s in n.srcs)))
+    else: entries.append((n.op, None if n.attrs is None else _freeze(n.attrs), n.shape, n.dtype.name, tuple([ids[s] for s in n.srcs])))
   return (tuple(entries), tuple(ids[r] for r in roots)), leaves
 
 
