@@ -195,7 +195,7 @@ def _realize_nodes(nodes) -> None:
       m, _ = _build_module(group)
       m.verify()
       fn = _COMPILED[key, dev] = compile_module(m, dev)
-    outs = fn.run([l.buf for l in leaves])
+    outs = fn.run([l.buf for l in leaves], check=False)  # (the key holds each leaf's shape and dtype, and the device)
     for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, o
     _autograd.record(('realize', fn, leaves, group))  # a jit's first call records what it computes
 
