@@ -126,13 +126,16 @@ class CompiledFunction:
       if steps[i][0] is not RETURN: drops[i].append(s_)
     return [st + (tuple(d),) for st, d in zip(steps, drops)], len(slot)
 
-  def run(self, bufs: list) -> list:
-    """Run the host schedule on Buffers of this function's device (one per argument); the result Buffers."""
+  def run(self, bufs: list, check: bool = True) -> list:
+    """Run the host schedule on Buffers of this function's device (one per argument); the result Buffers.
+    check=False leaves out the arguments' checks: for callers whose cache key already fixes their sizes, dtypes
+    and device (the eager Tensor path)."""
     from tgc.runtime import Buffer
-    if len(bufs) != len(self.arg_types): raise TgcError(f"@{self.name} takes {len(self.arg_types)} arguments, got {len(bufs)}")
-    for i, (t, b) in enumerate(zip(self.arg_types, bufs)):
-      if b.size != t.numel or b.dtype is not t.dtype or b.device != self.device:
-        raise TgcError(f"argument #{i} of @{self.name} is {b!r}, expected {t} on {self.device}")
+    if check:
+      if len(bufs) != len(self.arg_types): raise TgcError(f"@{self.name} takes {len(self.arg_types)} arguments, got {len(bufs)}")
+      for i, (t, b) in enumerate(zip(self.arg_types, bufs)):
+        if b.size != t.numel or b.dtype is not t.dtype or b.device != self.device:
+          raise TgcError(f"argument #{i} of @{self.name} is {b!r}, expected {t} on {self.device}")
     if self.plan is None: self.plan = self._plan()
     steps, nslots = self.plan
     env = list(bufs) + [None] * (nslots - len(bufs))

@@ -190,15 +190,15 @@ def _realize_nodes(nodes) -> None:
   by_dev: dict[str, list[_Node]] = {}
   for n in todo:
     if not n.realized: by_dev.setdefault(n.device, []).append(n)
-  from tgc.compiler import compile_module
   for dev, group in by_dev.items():
     key, leaves = _graph_key(group)
     fn = _COMPILED.get((key, dev))
     if fn is None:
+      from tgc.compiler import compile_module  # (here, not per call: the hit path skips the import machinery)
       m, _ = _build_module(group)
       m.verify()
       fn = _COMPILED[key, dev] = compile_module(m, dev)
-    outs = fn.run([l.buf for l in leaves])
+    outs = fn.run([l.buf for l in leaves], check=False)  # (the key holds each leaf's shape and dtype, and the device)
     for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, o
     _autograd.record(('realize', fn, leaves, group))  # a jit's first call records what it computes
 
@@ -251,14 +251,17 @@ def _shape_arg(shape) -> tuple[int, ...]:
   return tuple(out)
 
 def _broadcast_shape(*shapes) -> tuple[int, ...]:
-  n = max(len(s) for s in shapes)
-  padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
-  out = []
-  for i, dims in enumerate(zip(*padded)):
-    big = {d for d in dims if d != 1}
-    if len(big) > 1: raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
-    out.append(big.pop() if big else 1)
-  return tuple(out)
+  out = tuple(shapes[0]) if shapes else ()
+  for sh in shapes[1:]:  # pairwise, right-aligned: equal sizes or a 1 on either side
+    if sh == out: continue
+    n = max(len(out), len(sh))
+    r = []
+    for x, y in zip((1,) * (n - len(out)) + out, (1,) * (n - len(sh)) + tuple(sh)):
+      if x == y or y == 1: r.append(x)
+      elif x == 1: r.append(y)
+      else: raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+    out = tuple(r)
+  return out
 
 def _pairs(arg, ndim, what):
   """pad/shrink arguments: a tuple of (a, b) (or None) per axis."""
@@ -337,10 +340,13 @@ class Tensor(TensorAPI):
 
   # ---- building nodes
   def _new(self, op: str, srcs: tuple[Tensor, ...], shape, dtype: DType, attrs=None) -> Tensor:
-    dev = srcs[0].device if srcs else self.device
-    for s in srcs:
-      if s.device != dev: raise DeviceError(f"tensors on different devices: {dev} and {s.device}")
-    return Tensor(_Node(op, tuple(s.node for s in srcs), attrs, tuple(shape), dtype, dev))
+    nodes = tuple([s.node for s in srcs])
+    dev = nodes[0].device if nodes else self.node.device
+    for n in nodes[1:]:
+      if n.device != dev: raise DeviceError(f"tensors on different devices: {dev} and {n.device}")
+    t = Tensor.__new__(Tensor)  # (what Tensor(node) does, without its argument dispatch: this is every op's path)
+    t.node = _Node(op, nodes, attrs, shape if type(shape) is tuple else tuple(shape), dtype, dev)
+    return t
 
   @staticmethod
   def _const(value, shape, dtype: DType, device: str) -> Tensor:
@@ -499,8 +505,9 @@ class Tensor(TensorAPI):
       if match_dtype:
         dt = least_upper_dtype(x.dtype, y.dtype)
         x, y = x.cast(dt), y.cast(dt)
-      shape = _broadcast_shape(x.shape, y.shape)
-      x, y = x._broadcast_to(shape), y._broadcast_to(shape)
+      if x.shape != y.shape:
+        shape = _broadcast_shape(x.shape, y.shape)
+        x, y = x._broadcast_to(shape), y._broadcast_to(shape)
     elif _is_scalar(y):
       sd = _scalar_dtype(y)
       if not match_dtype: dt = sd if sd is not _D.bool_ or x.dtype.is_bool else x.dtype

@@ -115,8 +115,10 @@ class Buffer:
   __slots__ = ('device', 'size', 'dtype', 'nbytes', 'handle', 'arg', 'allocator', 'owned', '_view', '__weakref__')
 
   def __init__(self, device, size: int, dtype: DType):
-    from tgc.runtime import get_device
-    dev = get_device(device) if isinstance(device, str) else device  # a name, or the device object itself
+    if isinstance(device, str):  # a name, or the device object itself (the host schedule's allocations: no import)
+      from tgc.runtime import get_device
+      device = get_device(device)
+    dev = device
     self.device, self.size, self.dtype = dev.name, int(size), dtype
     self.nbytes = self.size * dtype.itemsize
     self.allocator: Allocator = dev.allocator

@@ -44,8 +44,8 @@ def _get_pool(n: int) -> ThreadPoolExecutor:
 def run_split(cfn, ptrs: list[int], start: int, end: int, nbytes: int) -> None:
   """Call a kernel `cfn(*ptrs, start, end)` over gidx0 in [start, end): split across the cores when the launch
   touches enough memory to be worth a thread hand-off (ctypes releases the GIL during each call)."""
-  n = min(threads(), end - start)
-  if n > 1 and nbytes >= PARALLEL_MIN_BYTES:
+  n = min(threads(), end - start) if nbytes >= PARALLEL_MIN_BYTES else 1  # (small launches skip the env lookup)
+  if n > 1:
     cuts = [start + (end - start) * i // n for i in range(n + 1)]
     futs = [_get_pool(n).submit(cfn, *ptrs, cuts[i], cuts[i + 1]) for i in range(1, n)]
     cfn(*ptrs, cuts[0], cuts[1])
