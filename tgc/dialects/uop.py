@@ -213,6 +213,42 @@ class LdmatrixOp(Operation):
     if self.results[0].type != VecType(2 * self.count, p.dtype): raise self.error(f"gives vec<{2 * self.count}x{p.dtype}>, got {self.results[0].type}")
 
 
+class CopyAsyncOp(Operation):
+  """A thread starts copying `bytes` (4, 8 or 16) from global memory to shared memory without waiting for them
+  (cp.async); with a false gate the destination gets zeros and nothing is read. The copies a thread starts belong
+  to its next uop.async_commit's group; a uop.async_wait then waits for all but the newest groups, and a barrier
+  after it shows what arrived to the whole work-group."""
+  name = 'uop.copy_async'
+  OPERANDS = ('dst', 'didx', 'src', 'sidx', 'gate?')
+  RESULTS = 0
+  ATTRS = {'bytes': 'int'}
+  FORMAT = '$bytes $dst[$didx], $src[$sidx]?{, $gate}'
+  def verify(self):
+    d, s = _ptr(self, self.dst), _ptr(self, self.src)
+    _int(self, self.didx, 'destination index'); _int(self, self.sidx, 'source index')
+    if not d.local or s.local: raise self.error(f"copies global memory into shared memory (uop.define_local), got {s} to {d}")
+    if d.dtype != s.dtype: raise self.error(f"copies between one element type, got {s.dtype} to {d.dtype}")
+    if self.bytes not in (4, 8, 16) or self.bytes % d.dtype.itemsize: raise self.error(f"copies 4, 8 or 16 bytes (whole {d.dtype} elements), got {self.bytes}")
+    if self.gate is not None: _bool(self, self.gate, 'gate')
+
+
+class AsyncCommitOp(Operation):
+  """Closes the group of the uop.copy_async ops this thread started since the last commit (possibly none)."""
+  name = 'uop.async_commit'
+  RESULTS = 0
+  FORMAT = ''
+
+
+class AsyncWaitOp(Operation):
+  """Waits until at most `pending` of this thread's committed copy groups are still under way."""
+  name = 'uop.async_wait'
+  RESULTS = 0
+  ATTRS = {'pending': 'int'}
+  FORMAT = '$pending'
+  def verify(self):
+    if not 0 <= self.pending <= 8: raise self.error(f"pending must be 0 to 8, got {self.pending}")
+
+
 class StoreOp(Operation):
   name = 'uop.store'
   OPERANDS = ('buf', 'idx', 'value', 'gate?')

@@ -96,6 +96,11 @@ class Lang:
   def ldmatrix_helper(self, count: int, trans: int, t: VecType) -> str | None:
     """The name of a function (defined in the prelude) for a uop.ldmatrix; None: the target has no such read."""
     return None
+  def copy_async(self, dst: str, src: str, nbytes: int, gate: str | None) -> str | None:
+    """The statement of a uop.copy_async (`dst`, `src`: element pointers); None: the target has none."""
+    return None
+  def async_commit(self) -> str | None: return None
+  def async_wait(self, pending: int) -> str | None: return None
   def vector_alu(self, nm: str, t: VecType, a: list[str]) -> str | None:
     return f"({a[0]}{BINOP[nm]}{a[1]})" if nm in self.vector_ops and self.vector_operators(t) else None
   def ctor(self, t: VecType, lanes: list[str]) -> str:
@@ -459,6 +464,12 @@ class KernelRenderer:
       name = self.fresh('ldm')
       self.emit(f"{L.vtype(t)} {name} = {fn}({self.get(op.buf)}+{self.get(op.idx)});")
       self.set_name(res, name)
+    elif nm in ('copy_async', 'async_commit', 'async_wait'):
+      line = L.copy_async(f"{self.get(op.dst)}+{self.get(op.didx)}", f"{self.get(op.src)}+{self.get(op.sidx)}", op.attrs['bytes'],
+                          None if op.gate is None else bare(self.get(op.gate))) if nm == 'copy_async' else \
+             L.async_commit() if nm == 'async_commit' else L.async_wait(op.attrs['pending'])
+      if line is None: raise self.err(op, f"is not supported by the {L.name} target")
+      self.emit(line)
     elif nm == 'wmma':
       a, b, c = (v.type for v in op.operands)
       fn = L.wmma_helper(tuple(op.attrs['dims']), a, b, c)

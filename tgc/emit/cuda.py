@@ -56,6 +56,16 @@ class CUDALang(Lang):
     name = f"tg_ldmatrix_x{count}{'_trans' if trans else ''}_{t.dtype.name}"
     self.needs.add(('ldmatrix', name, count, trans, self.reg(t.dtype), self.vtype(t)))
     return name
+  # cp.async (sm_80 and later): .cg (through L2 only) takes 16 bytes, .ca 4 or 8; a source size of 0 zero-fills
+  def copy_async(self, dst, src, nbytes, gate):
+    self.needs.add(('cp_async', nbytes))
+    return f"tg_cp_async{nbytes}({dst}, {src}{'' if gate is None else f', {gate}'});"
+  def async_commit(self): return 'asm volatile("cp.async.commit_group;");'
+  def async_wait(self, pending): return f'asm volatile("cp.async.wait_group {pending};" ::: "memory");'
+  def cp_async_function(self, nbytes) -> list[str]:
+    return [f"__device__ inline void tg_cp_async{nbytes}(void* dst, const void* src, bool gate = true) {{",
+            f'  asm volatile("cp.async.{"cg" if nbytes == 16 else "ca"}.shared.global [%0], [%1], {nbytes}, %2;"',
+            f'    :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(gate ? {nbytes} : 0) : "memory");', "}"]
   def ldmatrix_function(self, name, count, trans, reg, vt) -> list[str]:
     regs = ', '.join(f'%{i}' for i in range(count))
     return [f"__device__ inline {vt} {name}(const {reg}* p) {{",
@@ -89,6 +99,7 @@ class CUDALang(Lang):
       out.append(f"__device__ inline {base}{n} make_{base}{n}({params}) {{ {base}{n} r; {body}; return r; }}")
     for _, *mma in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'mma'): out += self.mma_function(*mma)
     for _, *ldm in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'ldmatrix'): out += self.ldmatrix_function(*ldm)
+    for _, n in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'cp_async'): out += self.cp_async_function(n)
     return out
 
 
