@@ -390,3 +390,47 @@ def test_opencl_gpu_reductions(case):
   assert opt is None or opt in opts, opts
   (out,) = compile_module(m, 'OPENCL')(a)
   np.testing.assert_allclose(out.astype(np.float64), ref(a.astype(np.float64)), rtol=1e-4, atol=1e-4)
+
+
+def lower_staged(m, target: str, stages: int, processor: str = 'auto'):
+  """lower-to-uop with kernel-opt's heuristic choice, except that every SMEM tile gets a ring of `stages`."""
+  from tgc.passes.manager import PassManager, parse_pipeline
+  from tgc.passes.pipelines import lower_to_uop_steps
+  from tgc.passes.schedule import Opt
+  steps = lower_to_uop_steps(target, False, processor)
+  cut = next(i for i, s in enumerate(steps) if s.startswith('linearize'))
+  PassManager(parse_pipeline(','.join(steps[:cut]))).run(m)
+  for k in m.functions('kernel.func'):
+    k.attrs['opts'] = tuple(Opt('smem', o.fields['axis'], stages) if o.name == 'smem' else o for o in k.attrs.get('opts', ()))
+  PassManager(parse_pipeline(','.join(steps[cut:]))).run(m)
+  return m
+
+
+@pytest.mark.parametrize('stages', [2, 3, 4])
+@pytest.mark.parametrize('case', ['matmul', 'short_k', 'epilogue', 'batched'])
+def test_opencl_smem_stages(case, stages):
+  """SMEM with a ring of tiles (the copies of step r + stages - 1 go out while step r computes; one barrier a step):
+  OpenCL copies synchronously into the ring, so the ring's slots, its first steps (fewer steps than stages
+  included) and the guard on the last ones run here against numpy."""
+  from tgc.tensor import _build_module
+  from tgc.compiler import compile_module
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  rng = np.random.default_rng(6)
+  (sa, sb), f = {'matmul': (((64, 96), (96, 64)), lambda a, b: a @ b), 'short_k': (((64, 16), (16, 64)), lambda a, b: a @ b),
+                 'epilogue': (((64, 96), (96, 32)), lambda a, b: ((a * 2 + 1) @ b * 0.5).relu()),
+                 'batched': (((4, 64, 48), (4, 48, 64)), lambda a, b: a @ b)}[case]
+  a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+  ta, tb = tgc.Tensor(a, device='OPENCL'), tgc.Tensor(b, device='OPENCL')
+  m, leaves = _build_module([f(ta, tb).node], 'f')
+  lower_staged(m, 'opencl', stages, 'gpu')
+  (fn,) = m.functions('uop.func')
+  ops, depth, in_loop = [op.name for op in fn.body.ops], 0, []
+  for o in ops:
+    depth += (o == 'uop.range') - (o == 'uop.endrange')
+    if depth and o == 'uop.barrier': in_loop.append(o)
+  assert len(in_loop) == 1 and 'uop.define_local' in ops and 'uop.copy_async' not in ops, ops
+  args = [a if l is ta.node else b for l in leaves]
+  (out,) = compile_module(m, 'OPENCL')(*args)
+  want = f(a.astype(np.float64), b.astype(np.float64)) if case != 'epilogue' else np.maximum((a * 2 + 1.0) @ b * 0.5, 0)
+  np.testing.assert_allclose(out.astype(np.float64), want, rtol=1e-4, atol=1e-4)

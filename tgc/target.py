@@ -39,6 +39,7 @@ class Target:
   transcendentals: str = ''       # decompose-transcendentals{ops=...} in the optimised pipeline ('': none)
   devectorize: int = 0            # devectorize{width=N}: split vectors wider than N (0: none)
   fp_contract: bool = False       # optimised kernels are marked `contract`: mul+add may fuse into fma
+  async_copy: bool = False        # uop.copy_async: SMEM's stages fill shared memory without holding registers
   device: str | None = None       # the runtime device kernel-opt's search times candidates on (None: no search)
 
   def __post_init__(self):
@@ -80,7 +81,7 @@ register_target(Target('llvm', 'cpu', 'tgc.emit.llvm:render_llvm_module', max_up
                        transcendentals='exp2+log2', fp_contract=True, device='CPU'))  # polynomials vectorise, libm calls do not
 register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_matmul=True, fp_contract=True, device='C'))
 register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=4, aligned_vectors=True, max_threads=256,
-                       local_memory=48 << 10, devectorize=4, device='CUDA', fp_contract=True,  # float4 is its widest vector
+                       local_memory=48 << 10, devectorize=4, device='CUDA', fp_contract=True, async_copy=True,  # float4 is its widest vector
                        tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True)))  # mma.sync m16n8k16
 register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,
                        device='OPENCL'))

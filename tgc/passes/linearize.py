@@ -128,7 +128,7 @@ class Lowerer:
     s = self.sched = Schedule(k, self.opts, self.t)  # the opts applied (its errors name the kernel)
     full, out, kinds, views, padded, opts = s.full, s.out, s.kinds, s.views, s.padded, s.opts
     self.full, self.out, self.kinds, self.views, self.padded = full, out, kinds, views, padded
-    self.smem, self.tiles = s.smem, {}  # SMEM's loads; while a reduce loop is open, each one's tile: (buffer, {axis: stride})
+    self.smem, self.tiles = s.smem, {}  # SMEM's loads; while a reduce loop is open, each one's tiles: (buffer, {axis: stride}, slot size)
     n = len(full)
     big = any(a.type.numel >= 2**31 for a in k.body.args)
     b = self.b = UopBuilder(D.i64 if big else D.i32)
@@ -259,18 +259,18 @@ class Lowerer:
       init = b.const(alu.reduce_identity(r.kind, dt), dt)
       if isinstance(t, VecType): init = b.emit('vectorize', [init] * self.W, t)
       accs[r] = {c: b.emit('define_acc', [init], t, pure=False) for c in keys}
-    loop_idx = dict(idx)
-    ranges = []
-    for a in range(len(full)):
-      if self.kinds[a] == 'reduce':
-        if full[a] == 1: loop_idx[a] = b.const(0); continue
-        rr = b.open_range(b.const(0), b.const(full[a])); ranges.append(rr); loop_idx[a] = rr
-    for r in reduces:
-      for acc in accs[r].values(): acc.op.operands = [acc.op.operands[0]] + ranges
     # the reduce's input, per lane combination of the region below
     inside = feeding([r.src for r in reduces], stop=done)
     staged = [op for op in self.smem if op in inside]
-    if staged: self.stage(staged, loop_idx)
+    loop_idx = {**idx, **{a: b.const(0) for a in range(len(full)) if self.kinds[a] == 'reduce'}}
+    if staged: self.stage_tiles(staged, loop_idx)
+    ranges = []
+    for a in range(len(full)):
+      if self.kinds[a] == 'reduce' and full[a] > 1:
+        rr = b.open_range(b.const(0), b.const(full[a])); ranges.append(rr); loop_idx[a] = rr
+    for r in reduces:
+      for acc in accs[r].values(): acc.op.operands = [acc.op.operands[0]] + ranges
+    if staged: self.stage_step(staged, loop_idx)
     for n, op in enumerate(ops[:last_reduce + 1]):
       if op.name == 'kernel.reduce' or op not in inside: continue
       self.lower_op(op, loop_idx, self.lanes_below, above=False)
@@ -348,13 +348,14 @@ class Lowerer:
     acc_t = VecType(4, acc_dt)
     init = b.emit('vectorize', [b.const(0, acc_dt)] * 4, acc_t)
     accs = [b.emit('define_acc', [init], acc_t, pure=False) for _ in tiles]
-    loop_idx, ranges = dict(self.idx), []
+    staged = [op for op in self.smem if op in ca or op in cb]
+    loop_idx, ranges = {**self.idx, **{a: zero for a in range(len(full)) if kinds[a] == 'reduce'}}, []
+    if staged: self.stage_tiles(staged, loop_idx)
     for a in range(len(full)):
       if kinds[a] == 'reduce' and full[a] > 1:
         rr = b.open_range(zero, b.const(full[a])); ranges.append(rr); loop_idx[a] = rr
     for acc in accs: acc.op.operands = [init] + ranges
-    staged = [op for op in self.smem if op in ca or op in cb]
-    if staged: self.stage(staged, loop_idx)
+    if staged: self.stage_step(staged, loop_idx)
     def fragment(v, chain, tile, at):  # the factor at each (m, n, k) position of this lane, as one vector
       if len(chain) == 1 and chain[0] in self.tiles: return staged_fragment(v, chain[0], tile, at)
       vals = []
@@ -364,12 +365,8 @@ class Lowerer:
       return b.emit('vectorize', vals, VecType(len(vals), v.type))
     from tgc.passes.uop_simplify import terms
     def staged_fragment(v, load, tile, at):  # from its tile: two neighbouring positions are one 2-lane read
-      buf, strides = self.tiles[load]
-      def pos(mi, ni, ki):
-        ix = self.at({**loop_idx, **tile, m_in: mi, n_in: ni, k_in: ki}, [], ())
-        e = zero
-        for a, st in strides.items(): e = b.add(e, b.mul(ix[a], b.const(st)))
-        return e
+      buf, strides, _ = self.tiles[load]
+      pos = lambda mi, ni, ki: self.tile_pos(load, self.at({**loop_idx, **tile, m_in: mi, n_in: ni, k_in: ki}, [], ()))
       if tcs.ldmatrix and v.type.bits == 16:  # one ldmatrix: each lane gives the address of one 8-element row
         l8, j = b.mod(lane, b.const(8)), b.idiv(lane, b.const(8))
         if len(at) == 8 and strides.get(k_in) == 1:  # A, k contiguous: matrices (m 0-7, 8-15) x (k 0-7, 8-15)
@@ -537,41 +534,76 @@ class Lowerer:
     w = w or self.W
     return k % w == 0 and all(coef % w == 0 for coef, _ in ts)
 
-  def stage(self, loads, idx):
-    """SMEM, at the top of a step of the reduce loop: the work-group copies the tile of each load that its threads'
-    lanes read in this step (Schedule.tile_axes) into shared memory, between two barriers (the first waits for the
-    last step's reads); neighbouring threads copy neighbouring addresses, 4 at a time where they are contiguous and
-    aligned."""
+  def stage_tiles(self, loads, idx):
+    """SMEM, before the reduce loop: shared memory for each load's tiles (a ring of `stages` of them) and, with
+    stages, the copies of the first stages - 1 steps (`idx`: the point before the loop, its reduce axis 0), one
+    group each."""
+    b, S = self.b, self.sched.stages
+    size = sum(self.sched.tile_bytes(op) for op in loads)
+    if size > self.t.local_memory: raise OptError(f"@{self.k.sym_name}: smem: the tiles take {size} bytes of shared memory, more than the {self.t.local_memory} of {self.target}")
+    for op in loads:
+      strides, n = self.sched.tile_layout(op)
+      slot = n if S == 1 else self.sched.slot_elems(op)
+      buf = b.emit('define_local', [], PtrType(op.results[0].type, True), {'sym': f'temp{self.n_locals}', 'size': slot * S}, pure=False)
+      self.n_locals += 1
+      b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # at the top (OpenCL allows no other place)
+      self.tiles[op] = (buf, strides, slot)
+    if S > 1:
+      r = next(a for a, kd in enumerate(self.kinds) if kd == 'reduce' and self.full[a] > 1)
+      for step in range(min(S - 1, self.full[r])):
+        self.copy_tiles(loads, {**idx, r: b.const(step)}, b.const(step))
+        if self.t.async_copy: b.emit('async_commit', [], None, pure=False)
+
+  def stage_step(self, loads, idx):
+    """SMEM, at the top of a step of the reduce loop. One buffer: the work-group copies the step's tiles between two
+    barriers (the first waits for the last step's reads). Stages: this step's copies (started stages - 1 steps ago)
+    are waited for, one barrier shows them to the work-group and says the last step's reads are done, and the copies
+    of the step stages - 1 ahead go into the slot that step read."""
+    b, S = self.b, self.sched.stages
+    if S == 1:
+      self.slot = b.const(0)
+      b.emit('barrier', [], None, pure=False)
+      self.copy_tiles(loads, idx, self.slot)
+      b.emit('barrier', [], None, pure=False)
+      return
+    r = next(a for a, kd in enumerate(self.kinds) if kd == 'reduce' and self.full[a] > 1)
+    if self.t.async_copy: b.emit('async_wait', [], None, {'pending': S - 2}, pure=False)
+    b.emit('barrier', [], None, pure=False)
+    ahead = b.add(idx[r], b.const(S - 1))
+    b.open_if(b.lt(ahead, b.const(self.full[r])))
+    self.copy_tiles(loads, {**idx, r: ahead}, b.mod(ahead, b.const(S)))
+    b.close_if()
+    if self.t.async_copy: b.emit('async_commit', [], None, pure=False)
+    self.slot = b.mod(idx[r], b.const(S))
+
+  def copy_tiles(self, loads, idx, slot):
+    """The work-group copies the tile of each load that its threads' lanes read in the step at `idx`
+    (Schedule.tile_axes) into ring slot `slot`: neighbouring threads copy neighbouring addresses, 16 bytes at a
+    time where they are contiguous and aligned, asynchronously where the target can (and stages are asked for)."""
     b, full, kinds = self.b, self.full, self.kinds
     loc = [i for i in range(len(full)) if kinds[i] in ('local', 'group') and full[i] > 1]
     tc = 'tck' in kinds  # the warp's lanes are threads too (lidx0), the local dims count warps
     tid, st = (self.lane, 32) if tc else (b.const(0), 1)
     for i in reversed(loc): tid = b.add(tid, b.mul(self.idx[i], b.const(st))); st *= full[i]
     T = st
-    b.emit('barrier', [], None, pure=False)
-    size = 0
     for op in loads:
       rs, axes = self.views[op].real_strides(), self.sched.tile_axes(op)
-      strides, S = self.sched.tile_layout(op)
+      buf, strides, slot_elems = self.tiles[op]
+      base = b.mul(slot, b.const(slot_elems))
       dt = op.results[0].type
-      size += S * dt.itemsize
-      if size > self.t.local_memory: raise OptError(f"@{self.k.sym_name}: smem: the tiles take {size} bytes of shared memory, more than the {self.t.local_memory} of {self.target}")
-      self.n_locals += 1
-      buf = b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{self.n_locals - 1}', 'size': S}, pure=False)
-      b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # at the top (OpenCL allows no other place)
-      self.tiles[op] = (buf, strides)
       def at(e, cw):  # the point of the tile's element (group of cw along the fastest axis) e, and its place in the tile
         coords = {}
         for a in reversed(axes):
           n = full[a] // cw if a == axes[-1] else full[a]
           coords[a] = b.mul(b.mod(e, b.const(n)), b.const(cw)) if a == axes[-1] else b.mod(e, b.const(n))
           e = b.idiv(e, b.const(n))
-        pos = b.const(0)
+        pos = base
         for a, st in strides.items(): pos = b.add(pos, b.mul(coords[a], b.const(st)))
         return [coords[a] if a in coords else idx[a] if kinds[a] in ('global', 'reduce') and full[a] > 1 else b.const(0) for a in range(len(full))], pos
       cw = max(1, 16 // dt.itemsize)  # 16 bytes a copy where the tile's fastest axis is contiguous
       cw = cw if axes and rs[axes[-1]] == 1 and full[axes[-1]] % cw == 0 else 1
       if cw > 1 and not self.aligned(self.views[op].to_indexed(at(tid, cw)[0], b)[0], cw): cw = 1
+      copy_async = self.t.async_copy and self.sched.stages > 1 and cw * dt.itemsize in (4, 8, 16)
       n = math.prod(full[a] for a in axes) // cw
       for j in range(-(-n // T)):
         e = b.add(tid, b.const(T * j))
@@ -581,21 +613,27 @@ class Lowerer:
         t = VecType(cw, dt) if cw > 1 else dt
         zero = b.emit('vectorize', [b.const(0, dt)] * cw, t) if cw > 1 else b.const(0, dt)
         cv = b.cval(valid)
-        x = b.emit('load', [self.buf[op.buf], i], t) if cv == 1 else zero if cv == 0 else b.emit('load', [self.buf[op.buf], i, valid, zero], t)
-        b.emit('store', [buf, pos, x], None, pure=False)
+        if copy_async and cv != 0:
+          b.emit('copy_async', [buf, pos, self.buf[op.buf], i] + ([] if cv == 1 else [valid]), None, {'bytes': cw * dt.itemsize}, pure=False)
+        else:
+          x = b.emit('load', [self.buf[op.buf], i], t) if cv == 1 else zero if cv == 0 else b.emit('load', [self.buf[op.buf], i, valid, zero], t)
+          b.emit('store', [buf, pos, x], None, pure=False)
         if (j + 1) * T > n: b.close_if()
-    b.emit('barrier', [], None, pure=False)
+
+  def tile_pos(self, op, ix):
+    """A point's place in the load's tile (in this step's slot of the ring)."""
+    b = self.b
+    buf, strides, slot_elems = self.tiles[op]
+    e = b.mul(self.slot, b.const(slot_elems))
+    for a, s in strides.items(): e = b.add(e, b.mul(ix[a], b.const(s)))
+    return e
 
   def load_tile(self, op, idx, lane_axes, c):
     """A staged load in the reduce loop: from its tile in shared memory (a vector where the vector axis runs
     along the tile's fastest axis)."""
     b, dt = self.b, op.results[0].type
-    buf, strides = self.tiles[op]
-    def pos(lane, c=c):
-      ix = self.at(idx, lane_axes, c, lane)
-      e = b.const(0)
-      for a, s in strides.items(): e = b.add(e, b.mul(ix[a], b.const(s)))
-      return e
+    buf, strides, _ = self.tiles[op]
+    pos = lambda lane, c=c: self.tile_pos(op, self.at(idx, lane_axes, c, lane))
     vs = strides.get(self.vec, 0) if self.vec is not None and self.W > 1 else 0
     fast = next((a for a, s in strides.items() if s == 1), None)
     if vs == 0 and fast in lane_axes and self.full[fast] % 4 == 0:

@@ -14,7 +14,9 @@ actions) and gives the inner part a kind:
   swap     not a split: two global axes change places (the loop order)
   tc       tensor cores: m, n, k split into the target's instruction tile (tcm, tcn, tck), first of all
   smem     not a split: load number `axis` (of the loads under the reduce, in order) is staged through shared
-           memory: per step of the reduce loop the work-group copies the tile its threads' lanes read, then reads that
+           memory: per step of the reduce loop the work-group copies the tile its threads' lanes read, then reads that;
+           `amt` stages (2 or more; 0 is one buffer) keep a ring of tiles, the copies running that many steps ahead
+           (asynchronously where the target can), which needs the reduce loop to be one range
 
 kernel-opt's heuristics and search look at a Schedule to choose actions; linearize lowers one. An `opts` attribute
 written by hand replays exactly, and an action that does not apply is an OptError naming the kernel.
@@ -27,6 +29,7 @@ from tgc.errors import TgcError
 from tgc.target import Target, tensor_core_targets
 
 MAX_LANES = 256  # unrolled lanes (upcast x unroll) a kernel may have at most
+MAX_STAGES = 8   # SMEM's ring of tiles (uop.async_wait counts at most 8 groups in flight)
 OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'swap': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce',
              'tc': 'reduce', 'smem': 'load'}
 
@@ -50,10 +53,10 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
   """Split axes per the opts (`tile`: TC's (m, n, k), see tc_tile). `views`: {key: ViewStack at `full` (below the
   reduce) or `out`}. Returns the new (full, out, kinds, views, padded, smem) where padded holds, per PADTO,
   ([(axis, multiplier)], size): the index along the padded axis (a sum once it is split) must stay below its size
-  before padding, and smem the keys of the loads SMEM stages."""
+  before padding, and smem {load: stages} for the loads SMEM stages."""
   full, out, kinds = list(full), list(out), list(kinds)
   padded: dict[int, int] = {}
-  smem: list = []
+  smem: dict = {}
   for o in opts:
     name = o.name
     if name not in OPT_KINDS: raise OptError(f"unknown optimisation '{name}' (known: {', '.join(OPT_KINDS)})")
@@ -62,9 +65,10 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
       below = [k for k, vs in views.items() if k.name == 'kernel.load' and tuple(vs.shape) == tuple(full)]
       if 'reduce' not in kinds and 'unroll' not in kinds: raise OptError("smem: the kernel has no reduce loop to stage a load for")
       if not isinstance(ax, int) or not 0 <= ax < len(below): raise OptError(f"smem: load {ax} is out of range for the {len(below)} loads under the reduce")
-      if amt != 0: raise OptError(f"smem: amount {amt}: 0 (one buffer) is the only one")
+      if not isinstance(amt, int) or not (amt == 0 or 2 <= amt <= MAX_STAGES): raise OptError(f"smem: amount {amt}: 0 (one buffer) or 2 to {MAX_STAGES} stages")
       if below[ax] in smem: raise OptError(f"smem: load {ax} is staged twice")
-      smem.append(below[ax])
+      if smem and max(1, amt) != max(1, *smem.values()): raise OptError(f"smem: load {ax} has {max(1, amt)} stages, another {max(1, *smem.values())}: one ring for all")
+      smem[below[ax]] = max(1, amt)
       continue
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
     if kinds[ax] != OPT_KINDS[name]:
@@ -106,7 +110,9 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
     # a padded axis that is split: its index is now outer * inner_size + inner
     padded = {k: ([t for a, m in terms for t in ((((a, m * inner)), (a + 1, m)) if a == ax else ((a if a < ax else a + 1, m),))], size)
               for k, (terms, size) in padded.items()}
-  return tuple(full), tuple(out), kinds, views, padded, tuple(smem)
+  if max(smem.values(), default=1) > 1 and sum(1 for a, kd in enumerate(kinds) if kd == 'reduce' and full[a] > 1) != 1:
+    raise OptError("smem: stages need the reduce loop to be one range (its other axes unrolled)")
+  return tuple(full), tuple(out), kinds, views, padded, smem
 
 
 def _split(full, out, kinds, views, ax, outer, inner, inner_kind):
@@ -184,7 +190,18 @@ class Schedule:
       strides[a] = size; size *= self.full[a]
     return strides, size
 
-  def tile_bytes(self, op) -> int: return self.tile_layout(op)[1] * op.results[0].type.itemsize
+  @property
+  def stages(self) -> int: return max(self.smem.values(), default=1)
+
+  def slot_elems(self, op) -> int:
+    """Elements of one tile of a load's ring: its layout's, rounded up to 16 bytes (every stage as aligned as the first)."""
+    w = max(1, 16 // op.results[0].type.itemsize)
+    return -(-self.tile_layout(op)[1] // w) * w
+
+  def tile_bytes(self, op, stages: int | None = None) -> int:
+    """The shared memory a load's tiles take: `stages` of them (None: the schedule's)."""
+    s = self.stages if stages is None else stages
+    return (self.tile_layout(op)[1] if s == 1 else s * self.slot_elems(op)) * op.results[0].type.itemsize
 
 
 def try_opts(k, opts, target: Target | None = None) -> Schedule | None:
