@@ -34,6 +34,8 @@ class Target:
   aligned_vectors: bool = False   # vector loads and stores need addresses aligned to the vector (float4 on CUDA, Metal)
   max_threads: int = 1            # the work-group size kernel-opt stays within (1: no work-groups)
   local_memory: int = 0           # bytes of shared memory a work-group may hold
+  local_memory_optin: int = 0     # bytes it may hold by asking at launch (CUDA's opt-in dynamic shared memory, on the
+                                  # newest architecture the target knows; a device checks its own limit at launch)
   tensor_cores: TensorCores | None = None
   pack_matmul: bool = False       # tensor-decompose{pack=true}: big matmuls read their right operand in panels
   transcendentals: str = ''       # decompose-transcendentals{ops=...} in the optimised pipeline ('': none)
@@ -47,6 +49,8 @@ class Target:
 
   @property
   def is_cpu(self) -> bool: return self.processor == 'cpu'
+  @property
+  def max_local_memory(self) -> int: return max(self.local_memory, self.local_memory_optin)
 
   def upcast(self, processor: str = 'auto', cpu_lanes: int = 16) -> int:
     """The widest vector for a device of that kind (auto: the language's own): on a CPU, one of its vector
@@ -81,7 +85,7 @@ register_target(Target('llvm', 'cpu', 'tgc.emit.llvm:render_llvm_module', max_up
                        transcendentals='exp2+log2', fp_contract=True, device='CPU'))  # polynomials vectorise, libm calls do not
 register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_matmul=True, fp_contract=True, device='C'))
 register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=4, aligned_vectors=True, max_threads=256,
-                       local_memory=48 << 10, devectorize=4, device='CUDA', fp_contract=True, async_copy=True,  # float4 is its widest vector
+                       local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=4, device='CUDA', fp_contract=True, async_copy=True,  # float4 is its widest vector
                        tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True)))  # mma.sync m16n8k16
 register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,
                        device='OPENCL'))

@@ -378,6 +378,17 @@ def buffer_sizes(fn) -> dict[int, int]:
   return {op.attrs['index']: op.attrs['size'] for op in fn.body.ops if op.name == 'uop.define_global' and 'size' in op.attrs}
 
 
+def shared_layout(fn) -> tuple[dict[str, int], int]:
+  """Where each uop.define_local lies in the work-group's shared memory (its byte offset, each 16-byte aligned) and
+  the bytes they take in all: what a runtime that sizes shared memory at launch asks for."""
+  offsets, end = {}, 0
+  for op in fn.body.ops:
+    if op.name == 'uop.define_local':
+      offsets[op.attrs['sym']] = end
+      end += -(-op.attrs['size'] * op.results[0].type.dtype.itemsize // 16) * 16
+  return offsets, end
+
+
 def acc_init_points(ops) -> dict[int, list]:
   """Op index -> the define_accs whose initial value is set just before that op: before the outermost of
   the loops it names when it comes first, else where it stands (emitters share this rule)."""

@@ -6,6 +6,9 @@ from __future__ import annotations
 import math
 from tgc.ir import dtypes as D
 from tgc.emit.cstyle import Lang, render_module, render_kernel
+from tgc.dialects.uop import shared_layout
+
+STATIC_SHARED = 48 << 10  # the shared memory a kernel's static arrays may take; beyond it a launch asks for it
 
 _AS_INT = {'f32': ('__float_as_int', '__int_as_float'), 'f64': ('__double_as_longlong', '__longlong_as_double'),
            'f16': ('__half_as_short', '__short_as_half'), 'bf16': ('__bfloat16_as_short', '__short_as_bfloat16')}
@@ -26,7 +29,13 @@ class CUDALang(Lang):
     return f'extern "C" __global__ void __launch_bounds__({math.prod(k.ls)}) {k.name}({", ".join(args)})'
   def grid_open(self, k): return []
   def grid_close(self, k): return 0
-  def define_local(self, k, op): return f"__shared__ __align__(16) {self.reg(op.results[0].type.dtype)} {op.attrs['sym']}[{op.attrs['size']}];"  # float4 reads of a tile
+  def define_local(self, k, op):
+    dt, sym = self.reg(op.results[0].type.dtype), op.attrs['sym']
+    offsets, total = shared_layout(k.fn)
+    if total <= STATIC_SHARED: return f"__shared__ __align__(16) {dt} {sym}[{op.attrs['size']}];"  # float4 reads of a tile
+    # more than a static array may take: carved from the dynamic shared memory the launch sizes (dynamic_shared_bytes)
+    first = "extern __shared__ __align__(16) unsigned char tg_shared[]; " if offsets[sym] == min(offsets.values()) else ''
+    return f"{first}{dt}* {sym} = ({dt}*)(tg_shared + {offsets[sym]});"
   def render_barrier(self, k): return '__syncthreads();'
   def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.v[{i}]"
   def ctor(self, t, lanes): return f"make_{self.vtype(t)}({','.join(lanes)})"
@@ -101,6 +110,12 @@ class CUDALang(Lang):
     for _, *ldm in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'ldmatrix'): out += self.ldmatrix_function(*ldm)
     for _, n in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'cp_async'): out += self.cp_async_function(n)
     return out
+
+
+def dynamic_shared_bytes(fn) -> int:
+  """The dynamic shared memory a launch of this kernel must ask for (0: its arrays are static)."""
+  total = shared_layout(fn)[1]
+  return total if total > STATIC_SHARED else 0
 
 
 def render_cuda(module) -> str: return render_module(module, CUDALang())

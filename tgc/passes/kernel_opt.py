@@ -38,12 +38,13 @@ def is_matvec(k: Operation, ks: Schedule, r: int) -> bool:
 
 
 def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
-              processor: str = 'auto', cpu: CPUFacts | None = None, stage: bool = True) -> list[Record]:
+              processor: str = 'auto', cpu: CPUFacts | None = None, stage: bool = True, local_memory: int = 0) -> list[Record]:
   # the register tiles, reductions and loop order follow the processor; work-groups follow the target (an OpenCL
   # device on a CPU still runs work-items in work-groups, and a work-group of one costs a launch each)
   gpu = not t.is_cpu if processor == 'auto' else processor == 'gpu'
   allow_local = (not t.is_cpu) if allow_local is None else allow_local
   cpu = cpu or host_cpu()
+  smem_budget = min(local_memory, t.max_local_memory) if local_memory else t.local_memory  # the device's, where it is known
   opts: list[Record] = []
   ks = Schedule(k, (), t)
   if not ks.full: return opts
@@ -71,9 +72,9 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
       if ax >= 0 and ks.kinds[ax] == 'global':
         amt = next((a for a in amts if ks.full[ax] % a == 0 and ks.full[ax] > a), None)
         if amt: apply(Opt(kind, ax, amt))
-    used = 0 if any(kd in ('upcast', 'local') for kd in ks.kinds) else t.local_memory  # (one tile a block: nothing shared)
+    used = 0 if any(kd in ('upcast', 'local') for kd in ks.kinds) else smem_budget  # (one tile a block: nothing shared)
     for i, op in enumerate(op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)):
-      if used + ks.tile_bytes(op) <= t.local_memory and apply(Opt('smem', i, 0)): used += ks.tile_bytes(op)
+      if used + ks.tile_bytes(op) <= smem_budget and apply(Opt('smem', i, 0)): used += ks.tile_bytes(op)
     return opts
   # GPU matrix-vector product: 8 threads share each row's sum (GROUP), so that neighbouring threads read neighbouring
   # elements of the matrix (coalesced) instead of rows a whole row apart; 4 rows per thread, 4 per work-group
@@ -182,9 +183,9 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   if staged:  # each operand that the work-group's threads share (broadcast along a local axis), while the tiles fit
     below, used = [op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)], 0
     for i, op in enumerate(below):
-      if any(ks.strides(op)[a] == 0 for a in ks.axes('local')) and used + ks.tile_bytes(op) <= t.local_memory and apply(Opt('smem', i, 0)):
+      if any(ks.strides(op)[a] == 0 for a in ks.axes('local')) and used + ks.tile_bytes(op) <= smem_budget and apply(Opt('smem', i, 0)):
         used += ks.tile_bytes(op)
-    if not used: return heuristic(k, t, max_upcast, allow_local, unroll, processor, cpu, stage=False)  # no work-group to share them
+    if not used: return heuristic(k, t, max_upcast, allow_local, unroll, processor, cpu, False, local_memory)  # no work-group to share them
   return opts
 
 
@@ -199,6 +200,7 @@ class KernelOpt(Pass):
              'unroll': (int, 4, 'unroll factor of long reduces'),
              'processor': (str, 'auto', 'the device kind the tiles are chosen for: cpu | gpu | auto (by target; OpenCL on a CPU: cpu)'),
              'cpu': (str, 'host', 'the CPU whose registers and cache CPU tiles fit: host (this machine) | avx512 | avx2 | sse | neon'),
+             'local_memory': (int, 0, "the shared memory a work-group may take, in bytes: the device's (0: the target's default)"),
              'beam': (int, 2, 'search: beam width'),
              'budget': (float, 10.0, 'search: seconds per kernel at most')}
   def run(self, m: Module):
@@ -214,8 +216,8 @@ class KernelOpt(Pass):
       if 'opts' in k.attrs: continue
       if self.mode == 'search':
         from tgc.passes.search import beam_search
-        opts = beam_search(k, t, self.beam, self.budget, heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu))
-      else: opts = heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu)
+        opts = beam_search(k, t, self.beam, self.budget, heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu, local_memory=self.local_memory))
+      else: opts = heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu, local_memory=self.local_memory)
       if opts:
         k.attrs['opts'] = tuple(opts)
         self.stats['kernels optimised'] += 1

@@ -540,7 +540,7 @@ class Lowerer:
     group each."""
     b, S = self.b, self.sched.stages
     size = sum(self.sched.tile_bytes(op) for op in loads)
-    if size > self.t.local_memory: raise OptError(f"@{self.k.sym_name}: smem: the tiles take {size} bytes of shared memory, more than the {self.t.local_memory} of {self.target}")
+    if size > self.t.max_local_memory: raise OptError(f"@{self.k.sym_name}: smem: the tiles take {size} bytes of shared memory, more than the {self.t.max_local_memory} of {self.target}")
     for op in loads:
       strides, n = self.sched.tile_layout(op)
       slot = n if S == 1 else self.sched.slot_elems(op)

@@ -55,6 +55,8 @@ class CUDADevice(BaseDevice):
     self.cuda = cuda
     major, minor = self.dev.compute_capability()
     self.arch = f"sm_{major}{minor}"
+    # the shared memory a block may ask for (kernel-opt's tiles fit it: compiler.compile_module passes it on)
+    self.local_memory = self.dev.get_attribute(cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
     self.stream = cuda.Stream()
     self._modules: dict[tuple[str, bool], object] = {}
     super().__init__(CUDAAllocator(self))
@@ -89,15 +91,20 @@ class CUDAProgram(Program):
     from tgc.emit.cuda import render_cuda_kernel
     super().__init__(dev, fn)
     if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"CUDA: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
+    from tgc.emit.cuda import dynamic_shared_bytes
     self.src = render_cuda_kernel(fn)
     self.func = dev.module(self.src, bool(fn.attrs.get('contract'))).get_function(self.name)
     self.func.prepare('P' * len(self.signature))
+    self.shared = dynamic_shared_bytes(fn)
+    if self.shared:
+      if self.shared > dev.local_memory: raise TgcError(f"CUDA: @{self.name}: takes {self.shared} bytes of shared memory, more than the {dev.local_memory} a block of this {dev.arch} device may have")
+      self.func.set_attribute(dev.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared)
     self.grid = tuple(int(x) for x in self.global_size)
     self.block = tuple(int(x) for x in self.local_size)
     self._start = self._end = None
 
   def launch(self, args) -> None:
-    try: self.func.prepared_async_call(self.grid, self.block, self.device.stream, *args)
+    try: self.func.prepared_async_call(self.grid, self.block, self.device.stream, *args, shared_size=self.shared)
     except self.device.cuda.Error as e: raise TgcError(f"cuda: @{self.name}: {e}") from None
 
   def timed_launch(self, args) -> float:
