@@ -44,6 +44,15 @@ def test_seed_shapes():
   assert '__launch_bounds__(4) r_2_4' in render_cuda_kernel(uop_fn('local')) and '__shared__ __align__(16) int temp0[4];' in render_cuda_kernel(uop_fn('local'))
 
 
+def _nvcc_builds(src: str) -> None:
+  if NVCC is None: pytest.skip("nvcc is not installed")
+  with tempfile.TemporaryDirectory() as td:
+    cu = os.path.join(td, 'k.cu')
+    open(cu, 'w').write(src)
+    p = subprocess.run([NVCC, '--cubin', '-arch=sm_90', '-o', os.path.join(td, 'k.cubin'), cu], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr + '\n' + src
+
+
 def _gpu():
   try: return tgc.runtime.get_device('CUDA')
   except tgc.TgcError as e: pytest.skip(str(e))
@@ -115,12 +124,7 @@ def test_tensor_cores_chosen_and_compiled(case):
   assert wmma and all(tuple(w.attrs['dims']) == (16, 8, 16) for w in wmma)
   src = render_cuda(m)
   assert 'mma.sync.aligned.m16n8k16.row.col' in src
-  if NVCC is None: pytest.skip("nvcc is not installed")
-  with tempfile.TemporaryDirectory() as td:
-    cu = os.path.join(td, 'k.cu')
-    open(cu, 'w').write(src)
-    p = subprocess.run([NVCC, '--cubin', '-arch=sm_90', '-o', os.path.join(td, 'k.cubin'), cu], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr + '\n' + src
+  _nvcc_builds(src)
 
 
 def test_tensor_cores_not_for_other_shapes_and_dtypes():
@@ -182,3 +186,41 @@ def test_gpu_heuristic_shapes(case):
   out = f(*[tgc.Tensor(a, device='CUDA') for a in args]).numpy()
   want = ref(*[a.astype(np.float64) for a in args])
   np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
+
+
+def _staged_tc_module(device, stages=4):
+  """A 256x512 @ 512x256 f16 matmul on tensor cores whose SMEM ring (`stages` of 64-deep steps) outgrows static
+  shared memory (48 KB)."""
+  from tgc.tensor import _build_module
+  from test_target_execute import lower_staged
+  rng = np.random.default_rng(8)
+  a, b = rng.standard_normal((256, 512)).astype(np.float16), rng.standard_normal((512, 256)).astype(np.float16)
+  ta, tb = tgc.Tensor(a, device=device), tgc.Tensor(b, device=device)
+  m, leaves = _build_module([(ta @ tb).node], 'mm')
+  lower_staged(m, 'cuda', stages)
+  return m, [a if l is ta.node else b for l in leaves], a.astype(np.float64) @ b.astype(np.float64)
+
+
+def test_staged_tiles_beyond_static_shared_memory():
+  """SMEM's ring takes more than 48 KB: the kernel carves its tiles from dynamic shared memory (uop.shared_layout),
+  starts them with cp.async, and nvcc builds it."""
+  from tgc.emit.cuda import dynamic_shared_bytes
+  from tgc.dialects.uop import shared_layout
+  m, _, _ = _staged_tc_module('INTERP')
+  (f,) = m.functions('uop.func')
+  offsets, total = shared_layout(f)
+  assert dynamic_shared_bytes(f) == total > 48 << 10 and len(offsets) == 2
+  src = render_cuda(m)
+  assert 'extern __shared__ __align__(16) unsigned char tg_shared[];' in src and 'cp.async.cg.shared.global' in src
+  assert 'cp.async.wait_group 2;' in src and src.count('__syncthreads();') == 1
+  _nvcc_builds(src)
+
+
+@pytest.mark.parametrize('stages', [2, 3, 4])
+def test_staged_tiles_on_gpu(stages):
+  """The ring of cp.async stages (4: beyond static shared memory) computes the matmul numpy does."""
+  _gpu()
+  from tgc.compiler import compile_module
+  m, args, want = _staged_tc_module('CUDA', stages)
+  (out,) = compile_module(m, 'CUDA')(*args)
+  np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())

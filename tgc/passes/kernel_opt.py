@@ -62,20 +62,22 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   glob = ks.axes('global')
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples
   if t.tensor_cores is not None and len(red) == 1 and tc_applies(k, Opt('tc', red[0], 0), t.name):
-    # a warp computes 4x4 tiles (64x32) and a block holds 4 warps along n; both operands are staged through shared
-    # memory (SMEM) where their tiles fit: on an H100 a 4096 f16 matmul ran at 100 TFLOP/s so, 57 with the best
-    # shapes reading the fragments from global memory (2x8 tiles, 2x4 warps; sweeps of 54 and 20 shapes)
+    # a warp computes 4x4 tiles (64x32), a block 2x4 warps (128x128), a step of the k loop 4 tiles (64) deep, and
+    # both operands are staged through shared memory (SMEM) in a ring of stages: on an H100 a 4096 f16 matmul ran
+    # at 286 TFLOP/s so, 256 with one buffer, 161 with 64x128 blocks and steps of 16 (sweeps of 48 and 80 shapes)
     apply(Opt('tc', red[0], 0))
-    for kind, amts, grid_axis in (('upcast', (4, 2), 'tcm'), ('upcast', (4, 2), 'tcn'), ('local', (4, 2), 'tcn')):
+    for kind, amts, grid_axis in (('upcast', (4, 2), 'tcm'), ('upcast', (4, 2), 'tcn'), ('local', (2,), 'tcm'), ('local', (4, 2), 'tcn')):
       ax = ks.kinds.index(grid_axis) - 1  # the tile grid's axis: the global one just outside the tile
       while ax >= 0 and ks.kinds[ax] in ('upcast', 'local'): ax -= 1
       if ax >= 0 and ks.kinds[ax] == 'global':
         amt = next((a for a in amts if ks.full[ax] % a == 0 and ks.full[ax] > a), None)
         if amt: apply(Opt(kind, ax, amt))
+    r = ks.axes('reduce')
+    if r and ks.axes('local'): next((u for u in (4, 2) if ks.full[r[0]] % u == 0 and apply(Opt('unroll', r[0], u))), None)  # (deep steps between a block's barriers)
     used = 0 if any(kd in ('upcast', 'local') for kd in ks.kinds) else smem_budget  # (one tile a block: nothing shared)
     for i, op in enumerate(op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)):
       if used + ks.tile_bytes(op) <= smem_budget and apply(Opt('smem', i, 0)): used += ks.tile_bytes(op)
-    return opts
+    return stage_ring(ks, opts, t, smem_budget)
   # GPU matrix-vector product: 8 threads share each row's sum (GROUP), so that neighbouring threads read neighbouring
   # elements of the matrix (coalesced) instead of rows a whole row apart; 4 rows per thread, 4 per work-group
   if gpu and len(red) == 1 and is_matvec(k, ks, red[0]):
@@ -186,6 +188,20 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
       if any(ks.strides(op)[a] == 0 for a in ks.axes('local')) and used + ks.tile_bytes(op) <= smem_budget and apply(Opt('smem', i, 0)):
         used += ks.tile_bytes(op)
     if not used: return heuristic(k, t, max_upcast, allow_local, unroll, processor, cpu, False, local_memory)  # no work-group to share them
+    return stage_ring(ks, opts, t, smem_budget)
+  return opts
+
+
+def stage_ring(ks: Schedule, opts: list, t: Target, budget: int) -> list:
+  """SMEM's tiles become a ring of stages whose copies run ahead of the math, where the target copies
+  asynchronously: as many stages (4 at most) as leave room for two work-groups a multiprocessor (one's copies
+  overlap the other's math). On an H100 a 4096 f16 matmul ran at 286 TFLOP/s with 3 stages of 35 KB, 253 with 4
+  (one work-group a multiprocessor), 256 with one buffer; f32 at 41.7 TFLOP/s with 2 to 4 stages, 34.7 without."""
+  if not t.async_copy or not ks.smem: return opts
+  per_stage = sum(ks.tile_bytes(op, 2) for op in ks.smem) // 2
+  for n in (4, 3, 2):
+    ring = [Opt('smem', o.fields['axis'], n) if o.name == 'smem' else o for o in opts]
+    if n * per_stage <= budget // 2 and try_opts(ks.k, ring, t) is not None: return ring
   return opts
 
 
@@ -200,6 +216,7 @@ class KernelOpt(Pass):
              'unroll': (int, 4, 'unroll factor of long reduces'),
              'processor': (str, 'auto', 'the device kind the tiles are chosen for: cpu | gpu | auto (by target; OpenCL on a CPU: cpu)'),
              'cpu': (str, 'host', 'the CPU whose registers and cache CPU tiles fit: host (this machine) | avx512 | avx2 | sse | neon'),
+             'local_memory': (int, 0, "the shared memory a work-group may take, in bytes: the device's (0: the target's default)"),
              'local_memory': (int, 0, "the shared memory a work-group may take, in bytes: the device's (0: the target's default)"),
              'beam': (int, 2, 'search: beam width'),
              'budget': (float, 10.0, 'search: seconds per kernel at most')}
