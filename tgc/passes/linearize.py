@@ -376,6 +376,17 @@ class Lowerer:
         elif len(at) == 4 and strides.get(k_in) == 1:  # B, k contiguous: rows n 0-7 of k 0-7, then of k 8-15
           p, n, trans = pos(zero, l8, b.mul(b.mod(j, b.const(2)), b.const(8))), 2, 0
         else: p = None
+        # B's fragments of two neighbouring tiles along n (an upcast of the tile grid) are one ldmatrix of 4
+        # matrices, lanes 16-31 pointing at the second tile's rows: half the reads through MIO
+        pair = None if p is None or n != 2 else next((u for u in tile if u in strides and self.full[u] % 2 == 0), None)
+        if pair is not None:
+          c = b.cval(tile[pair])
+          row = dict(zip((m_in, n_in, k_in), (zero, zero, b.mod(lane, b.const(16))) if trans else (zero, l8, b.mul(b.mod(j, b.const(2)), b.const(8)))))
+          p0 = self.tile_pos(load, self.at({**loop_idx, **tile, pair: b.const(c - c % 2), **row}, [], ()))
+          p4 = b.add(p0, b.mul(b.idiv(lane, b.const(16)), b.const(strides[pair])))
+          if self.aligned(p4, 8):
+            x4 = b.emit('ldmatrix', [buf, p4], VecType(8, v.type), {'count': 4, 'trans': trans})
+            return b.emit('vectorize', [b.emit('gep', [x4], v.type, {'index': 4 * (c % 2) + i}) for i in range(4)], VecType(4, v.type))
         if p is not None and self.aligned(p, 8): return b.emit('ldmatrix', [buf, p], VecType(2 * n, v.type), {'count': n, 'trans': trans})
       ps, vals, i = [pos(*x) for x in at], [], 0
       while i < len(ps):
@@ -387,18 +398,19 @@ class Lowerer:
             i += 2; continue
         vals.append(b.emit('load', [buf, ps[i]], v.type)); i += 1
       return b.emit('vectorize', vals, VecType(len(vals), v.type))
-    results = []
     # unrolled steps of k (UNROLL after tc): each tile's accumulator takes one mma per step, in order
     un = [i for i in range(len(full)) if kinds[i] == 'unroll' and full[i] > 1]
     steps = [{a: b.const(c) for a, c in zip(un, combo)} for combo in self.combos(un)]
-    for tile, acc in zip(tiles, accs):
-      d = acc
-      for step in steps:
+    # step by step, every tile in each: a step's fragments serve all tiles and then die (registers), and the mmas
+    # that follow one another are independent (a tile's chain of steps would wait on each mma's latency)
+    ds = list(accs)
+    for step in steps:
+      for j, tile in enumerate(tiles):
         at = {**tile, **step}
         fa = fragment(xa, ca, at, [(plus(g, 8 * ((i >> 1) & 1)), zero, plus(t2, (i & 1) + 8 * (i >> 2))) for i in range(8)])
         fb = fragment(xb, cb, at, [(zero, g, plus(t2, (i & 1) + 8 * (i >> 1))) for i in range(4)])
-        d = b.emit('wmma', [fa, fb, d], acc_t, {'dims': tcs.dims, 'target': self.t.name})
-      results.append(b.emit('phi', [acc, d], acc_t, pure=False))
+        ds[j] = b.emit('wmma', [fa, fb, ds[j]], acc_t, {'dims': tcs.dims, 'target': self.t.name})
+    results = [b.emit('phi', [acc, d], acc_t, pure=False) for acc, d in zip(accs, ds)]
     for rr in reversed(ranges): b.close_range(rr)
     self.tiles = {}
     # the rest of the kernel, and what it uses from before the reduce (a constant), per result of the tile
