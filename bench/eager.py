@@ -20,8 +20,10 @@ def workloads(T, rng):
   a, b, c = (T(rng.standard_normal((4, 4)).astype(np.float32)) for _ in range(3))
   m1, m2 = (T(rng.standard_normal((64, 64)).astype(np.float32)) for _ in range(2))
   x, w1, w2 = T(rng.standard_normal((4, 16)).astype(np.float32)), T(rng.standard_normal((16, 32)).astype(np.float32)), T(rng.standard_normal((32, 8)).astype(np.float32))
+  im, k3 = T(rng.standard_normal((2, 4, 8, 8)).astype(np.float32)), T(rng.standard_normal((4, 4, 3, 3)).astype(np.float32))
+  conv = (lambda: im.conv2d(k3, padding=1)) if hasattr(im, 'conv2d') else (lambda: __import__('torch').nn.functional.conv2d(im, k3, padding=1))
   return {'add': lambda: a + b, 'a*b+c': lambda: a * b + c, 'sum': lambda: a.sum(), 'softmax': lambda: a.softmax(-1),
-          'matmul 64': lambda: m1 @ m2, 'mlp': lambda: (x @ w1).relu() @ w2}
+          'matmul 64': lambda: m1 @ m2, 'mlp': lambda: (x @ w1).relu() @ w2, 'conv 3x3': conv}
 
 
 def per_call(fn, calls: int, repeats: int = 5) -> float:

@@ -224,3 +224,41 @@ def test_staged_tiles_on_gpu(stages):
   m, args, want = _staged_tc_module('CUDA', stages)
   (out,) = compile_module(m, 'CUDA')(*args)
   np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+def _conv_tc_module(device):
+  """A half conv (batch 16, 32 -> 16 channels, 6x6, 3x3, padding 1) whose kernel is given tc by hand, on its input
+  channels (k; m and n are the batch and the output channels); ky and kx stay loops."""
+  from tgc.tensor import _build_module
+  from tgc.passes.manager import PassManager, parse_pipeline
+  from tgc.passes.pipelines import lower_to_uop_steps
+  from tgc.passes.schedule import Opt
+  rng = np.random.default_rng(9)
+  x, w = rng.standard_normal((16, 32, 6, 6)).astype(np.float16), rng.standard_normal((16, 32, 3, 3)).astype(np.float16)
+  tx, tw = tgc.Tensor(x, device=device), tgc.Tensor(w, device=device)
+  m, leaves = _build_module([tx.conv2d(tw, padding=1).node], 'conv')
+  steps = lower_to_uop_steps('cuda')
+  cut = next(i for i, s in enumerate(steps) if s.startswith('kernel-opt'))
+  PassManager(parse_pipeline(','.join(steps[:cut]))).run(m)
+  (k,) = [k for k in m.functions('kernel.func') if any(op.name == 'kernel.reduce' for op in k.body.ops)]
+  k.attrs['opts'] = (Opt('tc', next(op for op in k.body.ops if op.name == 'kernel.reduce').axes[0], 0),)
+  PassManager(parse_pipeline(','.join(steps[cut:]))).run(m)
+  xp, ref = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1))), np.zeros((16, 16, 6, 6))
+  for ky in range(3):
+    for kx in range(3): ref += np.einsum('bchw,oc->bohw', xp[:, :, ky:ky + 6, kx:kx + 6], w[:, :, ky, kx].astype(np.float64))
+  return m, [x if l is tx.node else w for l in leaves], ref
+
+
+def test_conv_on_tensor_cores_compiles():
+  """tc lowers a conv (several reduce axes, the half product widened after it): one uop.wmma chain per tile, built by nvcc."""
+  m, _, _ = _conv_tc_module('INTERP')
+  assert any(op.name == 'uop.wmma' for f in m.functions('uop.func') for op in f.body.ops)
+  _nvcc_builds(render_cuda(m))
+
+
+def test_conv_on_tensor_cores_on_gpu():
+  _gpu()
+  from tgc.compiler import compile_module
+  m, args, ref = _conv_tc_module('CUDA')
+  (out,) = compile_module(m, 'CUDA')(*args)
+  np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())

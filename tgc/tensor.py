@@ -159,9 +159,12 @@ def _build_module(roots: list[_Node], name: str = 'main'):
 
 def _freeze(x):
   """An attribute value as a hashable key that tells apart what the IR tells apart (-0.0 from 0.0, NaN payloads)."""
+  t = type(x)
+  if t is int or t is str: return x
   if isinstance(x, float): return ('f', struct.pack('<d', x))
   if isinstance(x, dict): return tuple((k, _freeze(v)) for k, v in x.items())
-  if isinstance(x, (list, tuple)): return tuple(_freeze(v) for v in x)
+  if isinstance(x, (list, tuple)):  # (shapes and axes, the most common: plain ints as they are)
+    return tuple(x) if all(type(v) is int for v in x) else tuple(_freeze(v) for v in x)
   return x
 
 

@@ -61,6 +61,7 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   red = ks.axes('reduce')
   glob = ks.axes('global')
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples
+  # (a conv lowers on them too, tc on its input channels, but its tiles here ran no faster on an H100: left to search)
   if t.tensor_cores is not None and len(red) == 1 and tc_applies(k, Opt('tc', red[0], 0), t.name):
     # a warp computes 4x4 tiles (64x32), a block 2x4 warps (128x128), a step of the k loop 4 tiles (64) deep, and
     # both operands are staged through shared memory (SMEM) in a ring of stages: on an H100 a 4096 f16 matmul ran

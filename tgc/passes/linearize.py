@@ -316,10 +316,13 @@ class Lowerer:
     bad = lambda why: OptError(f"@{name}: tc: {why}")
     if len(reduces) != 1 or reduces[0].kind != 'add': raise bad("tensor cores compute one sum of products")
     r = reduces[0]
-    mul = r.src.op
-    if mul is None or mul.name != 'kernel.mul': raise bad("the reduce must sum a product")
     tcs = self.t.tensor_cores
     tc_in = {D.BY_NAME[i] for i, _ in tcs.dtypes}
+    mul = r.src.op
+    # a product of narrow values widened after (conv's half product summed in float): the tensor cores multiply
+    # exactly and sum in the wider type, as they do when the factors are widened first
+    while mul is not None and mul.name == 'kernel.cast' and mul.operands[0].type in tc_in: mul = mul.operands[0].op
+    if mul is None or mul.name != 'kernel.mul': raise bad("the reduce must sum a product")
     def operand(v):  # a factor without the casts that widen it to the sum's dtype, and the ops computing that
       while v.op is not None and v.op.name == 'kernel.cast' and v.op.operands[0].type in tc_in: v = v.op.operands[0]
       seen, order = set(), []

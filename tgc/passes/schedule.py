@@ -87,7 +87,7 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
       if amt != 0: raise OptError(f"tc: amount {amt}: 0 (the target's tensor-core tile) is the only one")
       if opts[0] is not o: raise OptError("tc: tensor cores come first (then upcast, local or swap of the tile grid)")
       if tile is None: raise OptError("tc: no target has tensor cores")
-      m_ax, n_ax = tc_axes(full, kinds, views)
+      m_ax, n_ax = tc_axes(full, kinds, views, tile)
       for a, size, kind in sorted([(ax, tile[2], 'tck'), (n_ax, tile[1], 'tcn'), (m_ax, tile[0], 'tcm')], reverse=True):
         if full[a] % size: raise OptError(f"tc: axis {a} of size {full[a]} is not a multiple of the tile's {size}")
         full, out, kinds = _split(full, out, kinds, views, a, full[a] // size, size, kind)
@@ -126,17 +126,17 @@ def _split(full, out, kinds, views, ax, outer, inner, inner_kind):
   return nf, no, kinds[:ax] + [kinds[ax], inner_kind] + kinds[ax + 1:]
 
 
-def tc_axes(full, kinds, views) -> tuple[int, int]:
+def tc_axes(full, kinds, views, tile=(1, 1, 1)) -> tuple[int, int]:
   """The (m, n) axes of a matmul-like kernel for tensor cores: its two loads below the reduce, A broadcast
-  along n and B along m."""
+  along n and B along m; of the pairs, the innermost whose sizes the tile divides (conv: m its output channels, n
+  its output columns)."""
   loads = [vs for op, vs in views.items() if op.name == 'kernel.load' and tuple(vs.shape) == tuple(full)]
   if len(loads) != 2: raise OptError(f"tc: tensor cores need a reduce over the product of two loads, not {len(loads)}")
   zero = lambda a: tuple(vs.real_strides()[a] == 0 for vs in loads)
   glob = [a for a in range(len(full)) if kinds[a] == 'global' and full[a] > 1]
-  n_ax = next((a for a in reversed(glob) if zero(a) in ((True, False), (False, True))), None)
-  m_ax = next((a for a in reversed(glob) if n_ax is not None and a != n_ax and zero(a) == tuple(not z for z in zero(n_ax))), None)
-  if m_ax is None: raise OptError("tc: no pair of axes along which one load broadcasts and the other not (a matmul's m and n)")
-  return m_ax, n_ax
+  pairs = [(m, n) for n in reversed(glob) if zero(n) in ((True, False), (False, True)) for m in reversed(glob) if zero(m) == tuple(not z for z in zero(n))]
+  if not pairs: raise OptError("tc: no pair of axes along which one load broadcasts and the other not (a matmul's m and n)")
+  return next(((m, n) for m, n in pairs if full[m] % tile[0] == 0 and full[n] % tile[1] == 0), pairs[0])
 
 
 class Schedule:
