@@ -38,6 +38,10 @@ def rows(scale: float):
     'softmax': ([(m, k)], 'float32', lambda a: a.softmax(axis=1), lambda a: a.softmax(dim=1), 8 * m * k, 'GB/s'),
     'matmul f32': ([(mm, mm), (mm, mm)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     'matmul f16': ([(mm, mm), (mm, mm)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
+    # sizes no tile divides: guarded edges
+    'mm f16 odd': ([(mm - 1, mm - 1), (mm - 1, mm - 1)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * (mm - 1) ** 3, 'TFLOP/s'),
+    'mm f16 rect': ([(max(mm * 1000 // 4096, 1), max(mm * 3000 // 4096, 1)), (max(mm * 3000 // 4096, 1), max(mm * 700 // 4096, 1))], 'float16',
+                    lambda a, b: a @ b, lambda a, b: a @ b, 2 * max(mm * 1000 // 4096, 1) * max(mm * 3000 // 4096, 1) * max(mm * 700 // 4096, 1), 'TFLOP/s'),
     # a ResNet stage: batch 32, 64 -> 64 channels, 56x56, 3x3, padding 1
     'conv2d f32': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
     'conv2d f16': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float16', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),

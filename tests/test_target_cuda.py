@@ -127,12 +127,16 @@ def test_tensor_cores_chosen_and_compiled(case):
   _nvcc_builds(src)
 
 
-def test_tensor_cores_not_for_other_shapes_and_dtypes():
-  """A matmul whose m is no multiple of 16, or of float32 inputs, keeps the ordinary kernel."""
-  for x, y in [(np.ones((20, 32), np.float16), np.ones((32, 8), np.float16)), (np.ones((16, 32), np.float32), np.ones((32, 8), np.float32))]:
-    m, _ = _tc_module(lambda a, b: a @ b, (x, y), 'INTERP')
-    lower(m, 'cuda')
-    assert not any(op.name == 'uop.wmma' for f in m.functions('uop.func') for op in f.body.ops)
+def test_tensor_cores_not_for_other_dtypes():
+  """A matmul of float32 inputs keeps the ordinary kernel; one of half inputs whose m, n and k the tile does not
+  divide gets its axes padded first (padto before tc)."""
+  m, _ = _tc_module(lambda a, b: a @ b, (np.ones((16, 32), np.float32), np.ones((32, 8), np.float32)), 'INTERP')
+  lower(m, 'cuda')
+  assert not any(op.name == 'uop.wmma' for f in m.functions('uop.func') for op in f.body.ops)
+  m, _ = _tc_module(lambda a, b: a @ b, (np.ones((20, 33), np.float16), np.ones((33, 7), np.float16)), 'INTERP')
+  lower(m, 'cuda')
+  (f,) = m.functions('uop.func')
+  assert [o.name for o in f.attrs['opts']][:4] == ['padto', 'padto', 'padto', 'tc'] and any(op.name == 'uop.wmma' for op in f.body.ops)
 
 
 @pytest.mark.parametrize('case', TC_CASES, ids=[c[0] for c in TC_CASES])
@@ -161,7 +165,8 @@ def test_tensor_core_flops_are_counted():
 
 
 @pytest.mark.parametrize('case', ['matmul_odd', 'matmul_f16', 'matmul_4095', 'rowsum_odd', 'sum_odd', 'softmax', 'max_short_rows',
-                                  'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem'])
+                                  'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
+                                  'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -182,6 +187,10 @@ def test_gpu_heuristic_shapes(case):
     'matmul_smem_epilogue': (lambda a, b: ((a * 2 + 1) @ b).relu(), (r(128, 64), r(64, 256)), lambda a, b: np.maximum((a * 2 + 1) @ b, 0), 1e-4),
     'matmul_smem_batched': (lambda a, b: a @ b, (r(3, 128, 64), r(3, 64, 128)), lambda a, b: a @ b, 1e-4),
     'matmul_tc_smem': (lambda a, b: a @ b, (r(256, 512, dt=np.float16), r(512, 256, dt=np.float16)), lambda a, b: a @ b, 2e-2),
+    # sizes the tensor-core tiles do not divide: padded (PADTO on m, n and k), the padding masked on loads and stores
+    'matmul_tc_4095': (lambda a, b: a @ b, (r(255, 4095, dt=np.float16), r(4095, 130, dt=np.float16)), lambda a, b: a @ b, 2e-2),
+    'matmul_tc_rect': (lambda a, b: a @ b, (r(1000, 3000, dt=np.float16), r(3000, 700, dt=np.float16)), lambda a, b: a @ b, 2e-2),
+    'matmul_tc_small_odd': (lambda a, b: a @ b, (r(17, 33, dt=np.float16), r(33, 9, dt=np.float16)), lambda a, b: a @ b, 2e-2),
   }[case]
   out = f(*[tgc.Tensor(a, device='CUDA') for a in args]).numpy()
   want = ref(*[a.astype(np.float64) for a in args])

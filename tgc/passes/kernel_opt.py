@@ -20,7 +20,7 @@ from tgc.ir.attrs import Record
 from tgc.target import Target, get_target
 from tgc.host import CPUFacts, CPU_KINDS, cpu_facts, host_cpu
 from tgc.passes.manager import Pass, PipelineError
-from tgc.passes.schedule import Schedule, Opt, try_opts, MAX_LANES
+from tgc.passes.schedule import Schedule, Opt, OptError, try_opts, tc_axes, MAX_LANES
 from tgc.passes.linearize import tc_applies
 from tgc.passes.pipelines import noopt_from_env
 
@@ -61,8 +61,11 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   red = ks.axes('reduce')
   glob = ks.axes('global')
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples
-  # (a conv lowers on them too, tc on its input channels, but its tiles here ran no faster on an H100: left to search)
-  if t.tensor_cores is not None and len(red) == 1 and tc_applies(k, Opt('tc', red[0], 0), t.name):
+  # (a conv lowers on them too, tc on its input channels, but its tiles here ran no faster on an H100: left to search);
+  # sizes the tiles do not divide are padded first (PADTO: a 4095 f16 matmul ran at 0.2 TFLOP/s without tensor cores)
+  pads = tc_padding(ks, t) if t.tensor_cores is not None and len(red) == 1 else None
+  if pads is not None and tc_applies(k, pads + [Opt('tc', red[0], 0)], t.name):
+    for o in pads: apply(o)
     # a warp computes 4x4 tiles (64x32), a block 2x4 warps (128x128), a step of the k loop 4 tiles (64) deep, and
     # both operands are staged through shared memory (SMEM) in a ring of stages: on an H100 a 4096 f16 matmul ran
     # at 286 TFLOP/s so, 256 with one buffer, 161 with 64x128 blocks and steps of 16 (sweeps of 48 and 80 shapes)
@@ -191,6 +194,21 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     if not used: return heuristic(k, t, max_upcast, allow_local, unroll, processor, cpu, False, local_memory)  # no work-group to share them
     return stage_ring(ks, opts, t, smem_budget)
   return opts
+
+
+def tc_padding(ks: Schedule, t: Target) -> list | None:
+  """PADTO actions that round a matmul's m, n and k up to multiples of the blocks tensor cores take (128 rows or
+  columns, steps of 64), or smaller ones where those would waste more than an eighth; [] where the tiles divide
+  already, None where the kernel has no m and n for them."""
+  tile = t.tensor_cores.dims
+  try: m, n = tc_axes(ks.full, ks.kinds, ks.views, tile)
+  except OptError: return None
+  pads = []
+  for ax, base, bigger in ((m, tile[0], (128, 64, 32)), (n, tile[1], (128, 64, 32)), (ks.axes('reduce')[0], tile[2], (64, 32))):
+    s = ks.full[ax]
+    amt = next((a for a in bigger + (base,) if -(-s // a) * a - s <= s // 8), base)
+    if s % amt: pads.append(Opt('padto', ax, amt))
+  return pads
 
 
 def stage_ring(ks: Schedule, opts: list, t: Target, budget: int) -> list:

@@ -335,7 +335,7 @@ class Lowerer:
       return v, order
     m_in, n_in, k_in = (kinds.index(x) for x in ('tcm', 'tcn', 'tck'))
     (xa, ca), (xb, cb) = (operand(v) for v in mul.operands)
-    zero_along = lambda chain, ax: all(self.views[op].real_strides()[ax] == 0 for op in chain if op.name == 'kernel.load')
+    zero_along = lambda chain, ax: all(self.views[op].real_strides(ignore_valid=True)[ax] == 0 for op in chain if op.name == 'kernel.load')
     if not zero_along(ca, n_in): (xa, ca), (xb, cb) = (xb, cb), (xa, ca)  # A is the factor broadcast along n
     if not (zero_along(ca, n_in) and zero_along(cb, m_in)): raise bad("one factor must vary along m only and the other along n only")
     acc_dt = r.results[0].type
@@ -602,7 +602,7 @@ class Lowerer:
     for i in reversed(loc): tid = b.add(tid, b.mul(self.idx[i], b.const(st))); st *= full[i]
     T = st
     for op in loads:
-      rs, axes = self.views[op].real_strides(), self.sched.tile_axes(op)
+      rs, axes = self.views[op].real_strides(ignore_valid=True), self.sched.tile_axes(op)
       buf, strides, slot_elems = self.tiles[op]
       base = b.mul(slot, b.const(slot_elems))
       dt = op.results[0].type
@@ -615,9 +615,12 @@ class Lowerer:
         pos = base
         for a, st in strides.items(): pos = b.add(pos, b.mul(coords[a], b.const(st)))
         return [coords[a] if a in coords else idx[a] if kinds[a] in ('global', 'reduce') and full[a] > 1 else b.const(0) for a in range(len(full))], pos
-      cw = max(1, 16 // dt.itemsize)  # 16 bytes a copy where the tile's fastest axis is contiguous
-      cw = cw if axes and rs[axes[-1]] == 1 and full[axes[-1]] % cw == 0 else 1
-      if cw > 1 and not self.aligned(self.views[op].to_indexed(at(tid, cw)[0], b)[0], cw): cw = 1
+      # 16 bytes a copy where the tile's fastest axis is contiguous and the addresses aligned, else 8 or 4; a PADTO
+      # bound along that axis must not cut a copy in two (the first element's mask gates all of it)
+      fast = axes[-1] if axes and rs[axes[-1]] == 1 else None
+      cuts = [size for terms, size in self.padded.values() if (fast, 1) in terms]
+      cw = next((w for w in (16 // dt.itemsize, 8 // dt.itemsize, 4 // dt.itemsize) if w > 1 and fast is not None and full[fast] % w == 0
+                 and all(c % w == 0 for c in cuts) and self.aligned(self.views[op].to_indexed(at(tid, w)[0], b)[0], w)), 1)
       copy_async = self.t.async_copy and self.sched.stages > 1 and cw * dt.itemsize in (4, 8, 16)
       n = math.prod(full[a] for a in axes) // cw
       for j in range(-(-n // T)):
@@ -693,7 +696,7 @@ class Lowerer:
     def pad_gate(lane):  # PADTO: the padding is computed, never stored
       g = None
       at = self.at(idx, lane_axes, c, lane)
-      for terms, size in self.padded.values():
+      for terms, size in self.sched.store_bounds:
         e = b.const(0)
         for a, m in terms: e = b.add(e, b.mul(at[a], b.const(m)))
         lt = b.lt(e, b.const(size))
@@ -706,7 +709,7 @@ class Lowerer:
     if not vec_here:
       i, _ = self.index(op, idx, lane_axes, c); put(i, v, gate); return
     st = self.vec_stride(op)
-    vec_padded = any(a == self.vec for terms, _ in self.padded.values() for a, _ in terms)
+    vec_padded = any(a == self.vec for terms, _ in self.sched.store_bounds for a, _ in terms)
     if st == 1 and not vec_padded and self.aligned(self.index(op, idx, lane_axes, c, 0)[0]):
       i, _ = self.index(op, idx, lane_axes, c, 0)
       put(i, self.broadcast(v, VecType(self.W, dt)), gate); return
@@ -720,9 +723,10 @@ def linearize_kernel(k: Operation, target: str = 'llvm') -> Operation:
   return Lowerer(k, target).run()
 
 
-def tc_applies(k: Operation, opt, target: str) -> bool:
-  """Whether the TC action `opt` lowers for this kernel on `target` (shape, dtypes, a sum of a product of two loads)."""
-  try: Lowerer(k, target, (opt,)).run(); return True
+def tc_applies(k: Operation, opts, target: str) -> bool:
+  """Whether the TC action (`opts`: it, or PADTO actions and it) lowers for this kernel on `target` (shape, dtypes, a
+  sum of a product of two loads)."""
+  try: Lowerer(k, target, tuple(opts) if isinstance(opts, list) else (opts,)).run(); return True
   except OptError: return False
 
 

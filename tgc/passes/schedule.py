@@ -10,7 +10,8 @@ actions) and gives the inner part a kind:
   group    a reduce axis spread over the work-group (GROUP: the inner part; GROUPTOP: the outer one)
   upcast   a non-reduce axis computed in registers (the widest upcast axis is a vector lane)
   unroll   a reduce axis unrolled inside the loop
-  padto    not a split: the axis is rounded up to a multiple of amt (the padding is computed, never stored)
+  padto    not a split: the axis is rounded up to a multiple of amt (the padding is computed, never stored); a reduce
+           axis of a sum of products too (its padding reads zeros)
   swap     not a split: two global axes change places (the loop order)
   tc       tensor cores: m, n, k split into the target's instruction tile (tcm, tcn, tck), first of all
   smem     not a split: load number `axis` (of the loads under the reduce, in order) is staged through shared
@@ -49,15 +50,22 @@ class OptError(TgcError):
   """An optimisation action that does not apply to the kernel."""
 
 
-def apply_opts(full, out, kinds, views, opts, tile=None):
+def _split_padded(padded, ax, inner):
+  """PADTO's bounds after axis ax splits into (outer, inner): its index is now outer * inner + inner's."""
+  return {k: ([t for a, m in terms for t in (((a, m * inner), (a + 1, m)) if a == ax else ((a if a < ax else a + 1, m),))], size)
+          for k, (terms, size) in padded.items()}
+
+
+def apply_opts(full, out, kinds, views, opts, tile=None, zero_pad_reduce=False):
   """Split axes per the opts (`tile`: TC's (m, n, k), see tc_tile). `views`: {key: ViewStack at `full` (below the
   reduce) or `out`}. Returns the new (full, out, kinds, views, padded, smem) where padded holds, per PADTO,
   ([(axis, multiplier)], size): the index along the padded axis (a sum once it is split) must stay below its size
-  before padding, and smem {load: stages} for the loads SMEM stages."""
+  before padding (keyed ('reduce', n) for a reduce axis: not a bound on stores), and smem {load: stages} for the loads SMEM stages. zero_pad_reduce: the reduce is a sum of products,
+  so that PADTO may pad a reduce axis too (the padding reads zeros, which add nothing)."""
   full, out, kinds = list(full), list(out), list(kinds)
   padded: dict[int, int] = {}
   smem: dict = {}
-  for o in opts:
+  for pos, o in enumerate(opts):
     name = o.name
     if name not in OPT_KINDS: raise OptError(f"unknown optimisation '{name}' (known: {', '.join(OPT_KINDS)})")
     ax, amt = o.fields.get('axis'), o.fields.get('amt', 0)
@@ -71,8 +79,9 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
       smem[below[ax]] = max(1, amt)
       continue
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
-    if kinds[ax] != OPT_KINDS[name]:
-      raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes")
+    if kinds[ax] != OPT_KINDS[name] and not (name == 'padto' and kinds[ax] == 'reduce' and zero_pad_reduce):
+      raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes" +
+                     (" (and the reduce axes of a sum of products)" if name == 'padto' else ''))
     if 'tck' in kinds and name not in ('upcast', 'local', 'swap', 'unroll'):
       raise OptError(f"{name}: after tc only upcast, local and swap (the grid of tiles) and unroll (steps of k) apply")
     if name == 'swap':  # exchange two global axes (`amt` names the other): the loop order, outermost first
@@ -85,12 +94,13 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
       continue
     if name == 'tc':
       if amt != 0: raise OptError(f"tc: amount {amt}: 0 (the target's tensor-core tile) is the only one")
-      if opts[0] is not o: raise OptError("tc: tensor cores come first (then upcast, local or swap of the tile grid)")
+      if any(p.name != 'padto' for p in opts[:pos]): raise OptError("tc: tensor cores come first, after padto only (then upcast, local or swap of the tile grid)")
       if tile is None: raise OptError("tc: no target has tensor cores")
       m_ax, n_ax = tc_axes(full, kinds, views, tile)
       for a, size, kind in sorted([(ax, tile[2], 'tck'), (n_ax, tile[1], 'tcn'), (m_ax, tile[0], 'tcm')], reverse=True):
         if full[a] % size: raise OptError(f"tc: axis {a} of size {full[a]} is not a multiple of the tile's {size}")
         full, out, kinds = _split(full, out, kinds, views, a, full[a] // size, size, kind)
+        padded = _split_padded(padded, a, size)
       continue
     s = full[ax]
     amt = s if amt == 0 else amt
@@ -98,8 +108,10 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
     if name == 'padto':
       ns = -(-s // amt) * amt
       if ns == s: continue
-      for k, vs in views.items(): views[k] = vs.pad(tuple((0, ns - s) if i == ax else (0, 0) for i in range(len(vs.shape))))
-      padded[len(padded)] = ([(ax, 1)], s)
+      for k, vs in views.items():  # (views at the output shape have 1 along a reduce axis: nothing to pad)
+        if vs.shape[ax] == s: views[k] = vs.pad(tuple((0, ns - s) if i == ax else (0, 0) for i in range(len(vs.shape))))
+      # (a reduce axis's padding reads zeros and stores nothing: its bound only tells SMEM's copies where the data ends)
+      padded[len(padded) if kinds[ax] != 'reduce' else ('reduce', len(padded))] = ([(ax, 1)], s)
       full[ax] = ns
       if kinds[ax] != 'reduce': out[ax] = ns
       continue
@@ -107,9 +119,7 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
     outer, inner = (amt, s // amt) if name == 'grouptop' else (s // amt, amt)
     full, out, kinds = _split(full, out, kinds, views, ax, outer, inner, {'upcast': 'upcast', 'local': 'local', 'unroll': 'unroll', 'group': 'group'}.get(name))
     if name == 'grouptop': kinds[ax:ax + 2] = ['group', 'reduce']
-    # a padded axis that is split: its index is now outer * inner_size + inner
-    padded = {k: ([t for a, m in terms for t in ((((a, m * inner)), (a + 1, m)) if a == ax else ((a if a < ax else a + 1, m),))], size)
-              for k, (terms, size) in padded.items()}
+    padded = _split_padded(padded, ax, inner)
   if max(smem.values(), default=1) > 1 and sum(1 for a, kd in enumerate(kinds) if kd == 'reduce' and full[a] > 1) != 1:
     raise OptError("smem: stages need the reduce loop to be one range (its other axes unrolled)")
   return tuple(full), tuple(out), kinds, views, padded, smem
@@ -132,7 +142,7 @@ def tc_axes(full, kinds, views, tile=(1, 1, 1)) -> tuple[int, int]:
   its output columns)."""
   loads = [vs for op, vs in views.items() if op.name == 'kernel.load' and tuple(vs.shape) == tuple(full)]
   if len(loads) != 2: raise OptError(f"tc: tensor cores need a reduce over the product of two loads, not {len(loads)}")
-  zero = lambda a: tuple(vs.real_strides()[a] == 0 for vs in loads)
+  zero = lambda a: tuple(vs.real_strides(ignore_valid=True)[a] == 0 for vs in loads)
   glob = [a for a in range(len(full)) if kinds[a] == 'global' and full[a] > 1]
   pairs = [(m, n) for n in reversed(glob) if zero(n) in ((True, False), (False, True)) for m in reversed(glob) if zero(m) == tuple(not z for z in zero(n))]
   if not pairs: raise OptError("tc: no pair of axes along which one load broadcasts and the other not (a matmul's m and n)")
@@ -157,7 +167,14 @@ class Schedule:
     views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
     kinds = ['reduce' if i in axes else 'global' for i in range(len(full))]
     self.opts = opts = tuple(k.attrs.get('opts', ()) if opts is None else opts)
-    try: self.full, self.out, self.kinds, self.views, self.padded, self.smem = apply_opts(full, out, kinds, views, opts, tc_tile(target))
+    def uncast(v):
+      while v.op is not None and v.op.name == 'kernel.cast': v = v.op.operands[0]
+      return v.op
+    product = uncast(reduces[0].src) if reduces else None
+    # a sum of products with a loaded factor: padding the reduced axis masks that load to zero, which adds nothing
+    zero_pad = bool(reduces) and reduces[0].kind == 'add' and product is not None and product.name == 'kernel.mul' and \
+      any(f is not None and f.name == 'kernel.load' for f in map(uncast, product.operands))
+    try: self.full, self.out, self.kinds, self.views, self.padded, self.smem = apply_opts(full, out, kinds, views, opts, tc_tile(target), zero_pad)
     except (OptError, ValueError) as e: raise OptError(f"@{k.sym_name}: {e}") from None
     self.reduce_kind = reduces[0].kind if reduces else None
     self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
@@ -167,6 +184,11 @@ class Schedule:
     moving them, so a padded input still reads contiguously along its rows: the tiles are chosen as if unmasked, and
     linearize gates each lane."""
     return self.views[op].real_strides(ignore_valid=True)
+
+  @property
+  def store_bounds(self) -> list:
+    """PADTO's bounds on the stored axes: (terms, size), the points at or past a size computed but not stored."""
+    return [v for k, v in self.padded.items() if not isinstance(k, tuple)]
 
   def axes(self, kind): return [i for i, kd in enumerate(self.kinds) if kd == kind and self.full[i] > 1]
 

@@ -23,6 +23,21 @@ def strides_for_shape(shape: Sequence[int]) -> tuple[int, ...]:
   return tuple(reversed(out))
 
 
+def _split_groups(up: View, lo_shape: Sequence[int]) -> list[list[int]] | None:
+  """When View `up` is a plain reshape that splits each axis of lo_shape into consecutive axes of its own (no mask,
+  no offset, C-order strides): the axes of `up` each axis of lo_shape became; else None."""
+  if up.mask is not None or up.offset != 0 or up.strides != strides_for_shape(up.shape): return None
+  groups, i = [], 0
+  for s in lo_shape:
+    g, p = [], 1
+    while p < s and i < len(up.shape): g.append(i); p *= up.shape[i]; i += 1
+    if p != s: return None
+    groups.append(g)
+  if not groups: return None
+  while i < len(up.shape) and up.shape[i] == 1: groups[-1].append(i); i += 1
+  return groups if i == len(up.shape) else None
+
+
 def _unravel(shape: Sequence[int], flat: int) -> list[int]:
   out = []
   for s in reversed(shape):
@@ -313,9 +328,19 @@ class ViewStack:
 
   def to_indexed(self, idxs: Sequence[Any], b) -> tuple[Any, Any]:
     if len(idxs) != len(self.shape): raise ValueError(f"{len(idxs)} indices for shape {self.shape}")
-    idx, valid = self.views[-1].to_indexed(idxs, b)
-    valid = valid if self.views[-1].mask is not None else None  # None: no condition yet
-    for v in reversed(self.views[:-1]):
+    views = self.views
+    if len(views) > 1 and (groups := _split_groups(views[-1], views[-2].shape)) is not None:
+      # the top view only splits the axes of the one below (a masked axis split into tiles: PADTO, then opts):
+      # that view's coordinates are its digits' sums, without a flat index over the whole space (and its constants)
+      coords = []
+      for g in groups:
+        c, inner = b.const(0), 1
+        for i in reversed(g): c, inner = b.add(c, b.mul(idxs[i], b.const(inner))), inner * views[-1].shape[i]
+        coords.append(c)
+      idxs, views = coords, views[:-1]
+    idx, valid = views[-1].to_indexed(idxs, b)
+    valid = valid if views[-1].mask is not None else None  # None: no condition yet
+    for v in reversed(views[:-1]):
       v = v.compress()
       if v.all_invalid: return b.const(0), b.lt(b.const(0), b.const(0))
       # unravel the flat index of the view above into this view's axes; the outermost digit needs no
