@@ -40,6 +40,7 @@ def rows(scale: float):
     'matmul f16': ([(mm, mm), (mm, mm)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     # sizes no tile divides: guarded edges
     'mm f16 odd': ([(mm - 1, mm - 1), (mm - 1, mm - 1)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * (mm - 1) ** 3, 'TFLOP/s'),
+    'mm f32 odd': ([(mm - 1, mm - 1), (mm - 1, mm - 1)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * (mm - 1) ** 3, 'TFLOP/s'),
     'mm f16 rect': ([(max(mm * 1000 // 4096, 1), max(mm * 3000 // 4096, 1)), (max(mm * 3000 // 4096, 1), max(mm * 700 // 4096, 1))], 'float16',
                     lambda a, b: a @ b, lambda a, b: a @ b, 2 * max(mm * 1000 // 4096, 1) * max(mm * 3000 // 4096, 1) * max(mm * 700 // 4096, 1), 'TFLOP/s'),
     # a ResNet stage: batch 32, 64 -> 64 channels, 56x56, 3x3, padding 1

@@ -359,7 +359,8 @@ def test_opencl_tiles_for_either_processor(processor):
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize('case', ['rowsum', 'rowmax', 'shortrows', 'softmax', 'bigsum', 'colsum', 'add2d', 'matmul', 'batched', 'transposed', 'epilogue'])
+@pytest.mark.parametrize('case', ['rowsum', 'rowmax', 'shortrows', 'softmax', 'bigsum', 'colsum', 'add2d', 'matmul', 'batched', 'transposed', 'epilogue',
+                                  'odd', 'odd_staged'])
 def test_opencl_gpu_reductions(case):
   """GPU lowerings of reductions (GROUP along contiguous rows, partials combined as a tree in shared memory, several
   short rows per work-group, the split of a big sum) and of elementwise work-groups, run on this OpenCL device
@@ -382,6 +383,9 @@ def test_opencl_gpu_reductions(case):
     'batched': ((4, 64, 48), lambda t: t @ t.transpose(1, 2), lambda a: a @ a.transpose(0, 2, 1), 'smem'),
     'transposed': ((64, 128), lambda t: t.T @ t[:, :64], lambda a: a.T @ a[:, :64], 'smem'),  # A's tile: rows fastest
     'epilogue': ((64, 96), lambda t: ((t * 2 + 1) @ t.T[:, :32] * 0.5).relu(), lambda a: np.maximum((a * 2 + 1) @ a.T[:, :32] * 0.5, 0), 'smem'),
+    # sizes no tile divides: m, n and k padded (PADTO; the padding masked on loads, never stored), then tiled
+    'odd': ((100, 300), lambda t: t @ t.T[:, :70], lambda a: a @ a.T[:, :70], 'padto'),
+    'odd_staged': ((127, 61), lambda t: t @ t.T, lambda a: a @ a.T, 'padto'),
   }[case]
   a = rng.standard_normal(shape).astype(np.float32)
   m, leaves = _build_module([f(tgc.Tensor(a, device='OPENCL')).node], 'f')

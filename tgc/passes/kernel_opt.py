@@ -114,8 +114,11 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   # GPU matmul-like kernels (one reduce over the product of two loads, each broadcast along some axis) stage both
   # operands through shared memory (SMEM): on an H100 a 4096 f32 matmul ran at 34.9 TFLOP/s with 8 rows x 4 columns
   # a thread, UNROLL 8 and 16x8 work-groups (fma on), 21.5 with the best tiles without it (sweeps of 40 and 11 shapes)
-  staged = stage and gpu and allow_local and t.local_memory > 0 and len(red) == 1 and len(loads) == 2 and \
+  matmul_like = gpu and allow_local and len(red) == 1 and len(loads) == 2 and \
     all(any(st == 0 and n > 1 for st, n in zip(ks.strides(op), ks.full)) for op in loads)
+  staged = stage and matmul_like and t.local_memory > 0
+  if matmul_like:  # sizes the GPU tiles below do not divide are padded first (a 4095 f32 matmul ran in 1-thread blocks)
+    for o in pad_to_tiles(ks, ((64, 32, 16, 8, 4), (64, 32, 16, 8, 4), (32, 16, 8))) or []: apply(o)
   if red:
     # register tiles: upcast the axes some buffer broadcasts (each loaded value is reused across the lanes).
     # On CPUs two vectors wide and as many rows as keep the accumulators in half the vector registers (the rest
@@ -196,19 +199,25 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   return opts
 
 
-def tc_padding(ks: Schedule, t: Target) -> list | None:
-  """PADTO actions that round a matmul's m, n and k up to multiples of the blocks tensor cores take (128 rows or
-  columns, steps of 64), or smaller ones where those would waste more than an eighth; [] where the tiles divide
-  already, None where the kernel has no m and n for them."""
-  tile = t.tensor_cores.dims
-  try: m, n = tc_axes(ks.full, ks.kinds, ks.views, tile)
+def pad_to_tiles(ks: Schedule, multiples, tile=None) -> list | None:
+  """PADTO actions that round a matmul's m, n and k up to the first of their `multiples` (a triple of tuples, the
+  largest first) that wastes at most an eighth (with `tile`, tensor cores': else to the tile, which they need);
+  [] where they divide already, None where the kernel has no m and n (two loads each broadcast along one of them;
+  `tile` picks among candidate pairs)."""
+  try: m, n = tc_axes(ks.full, ks.kinds, ks.views, tile or (1, 1, 1))
   except OptError: return None
   pads = []
-  for ax, base, bigger in ((m, tile[0], (128, 64, 32)), (n, tile[1], (128, 64, 32)), (ks.axes('reduce')[0], tile[2], (64, 32))):
+  for i, (ax, amts) in enumerate(zip((m, n, ks.axes('reduce')[0]), multiples)):
     s = ks.full[ax]
-    amt = next((a for a in bigger + (base,) if -(-s // a) * a - s <= s // 8), base)
-    if s % amt: pads.append(Opt('padto', ax, amt))
+    amt = next((a for a in amts if -(-s // a) * a - s <= s // 8), tile[i] if tile else None)
+    if amt and s % amt: pads.append(Opt('padto', ax, amt))
   return pads
+
+
+def tc_padding(ks: Schedule, t: Target) -> list | None:
+  """Tensor cores' padding: m and n to 128-row blocks, k to 64-deep steps, or smaller down to the instruction's tile."""
+  tm, tn, tk = tile = t.tensor_cores.dims
+  return pad_to_tiles(ks, ((128, 64, 32, tm), (128, 64, 32, tn), (64, 32, tk)), tile)
 
 
 def stage_ring(ks: Schedule, opts: list, t: Target, budget: int) -> list:
