@@ -1,7 +1,7 @@
 """The meaning of every ALU op, on numpy arrays: the one semantic oracle.
 
 Constant folding, the reference interpreter and the tests all call `exec_alu`, so an op means the same
-thing everywhere. Values are numpy arrays in the dtype's compute type (bf16 computes as rounded float32).
+thing everywhere. Values are numpy arrays in the dtype's compute type (bf16 and the f8 types compute as rounded float32).
 Integer semantics are C's with the holes closed: division by zero gives 0, a shift by the bit width or
 more gives 0, signed overflow wraps.
 """
@@ -131,9 +131,8 @@ def exec_cast(x, src: DType, dst: DType):
 def exec_bitcast(x, src: DType, dst: DType):
   import numpy as np  # on first use: parsing IR must not import numpy
   x = np.asarray(x)
-  stored = D.f32_to_bf16_bits(x) if src is D.bf16 else x.astype(src.np)
-  out = np.ascontiguousarray(stored).view(np.uint16 if dst is D.bf16 else dst.np).reshape(x.shape)  # ascontiguousarray makes 0-d 1-d
-  return D.bf16_bits_to_f32(out) if dst is D.bf16 else out
+  out = np.ascontiguousarray(D.to_storage(x, src)).view(dst.np).reshape(x.shape)  # ascontiguousarray makes 0-d 1-d
+  return D.from_storage(out, dst)
 
 def reduce_identity(kind: str, dt: DType):
   if kind == 'add': return 0
