@@ -12,8 +12,9 @@ from tgc.runtime import cpu
 
 DEVICES = ['CPU', 'INTERP']
 F8 = ['f8e4m3', 'f8e5m2', 'f8e4m3fnuz', 'f8e5m2fnuz']
-ALL = ['i1', 'i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64', 'f16', 'bf16', 'f32', 'f64'] + F8
-INTS = ['i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64']
+SUB = ['i4', 'u4', 'i2', 'u2']  # sub-byte ints, a byte each
+ALL = ['i1', 'i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64', 'f16', 'bf16', 'f32', 'f64'] + F8 + SUB
+INTS = ['i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64'] + SUB
 FLOATS = ['f16', 'bf16', 'f32', 'f64'] + F8
 
 
@@ -41,7 +42,7 @@ def sample(dt, n, rng):
     edge = [lo, hi, 0, 1, -1 if lo < 0 else 2, 7, dt.bits, dt.bits - 1, dt.bits + 1]
     r = rng.integers(lo, hi, n, dtype=dt.np, endpoint=True)
     r[:len(edge)] = np.array(edge, dtype=object).astype(np.int64).astype(dt.np) if lo < 0 else np.array(edge, dtype=np.uint64).astype(dt.np)
-    return r
+    return D.to_storage(r, dt)  # (the edges wrapped into a sub-byte int)
   x = (rng.standard_normal(n) * 10).astype(np.float32)
   x[:8] = [0.0, -0.0, 1.0, -1.5, 3.0, 2.5, 1e-3, 100.0]
   return to_store(D.round_to(x, dt), dt) if dt.fmt else x.astype(dt.np)
@@ -367,7 +368,7 @@ def test_every_cast(src, dst):
 
 BITCASTS = [('f32', 'i32'), ('i32', 'f32'), ('f32', 'u32'), ('f64', 'i64'), ('u64', 'f64'), ('f16', 'i16'), ('u16', 'f16'),
             ('bf16', 'u16'), ('i16', 'bf16'), ('bf16', 'f16'), ('f16', 'bf16'), ('i8', 'u8'), ('u32', 'i32'),
-            ('f8e4m3', 'i8'), ('u8', 'f8e5m2'), ('f8e4m3', 'f8e5m2fnuz'), ('f8e5m2', 'f8e4m3fnuz')]
+            ('f8e4m3', 'i8'), ('u8', 'f8e5m2'), ('f8e4m3', 'f8e5m2fnuz'), ('f8e5m2', 'f8e4m3fnuz'), ('i4', 'u4'), ('u2', 'i2')]
 
 
 @pytest.mark.parametrize('src,dst', BITCASTS)

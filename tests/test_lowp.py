@@ -1,6 +1,7 @@
-"""The 8-bit floats (f8e4m3, f8e5m2 and the FNUZ variants) and bf16 against ml_dtypes, an oracle tgc does not use
-itself: tgc.ir.dtypes' encoder/decoder over every code and every rounding boundary, casts and arithmetic on the CPU
-(LLVM), C and INTERP devices, the IR text, nvcc on the CUDA source, and the numpy boundaries (tgc.compile, ONNX)."""
+"""The 8-bit floats (f8e4m3, f8e5m2 and the FNUZ variants), bf16 and the sub-byte ints (i4, u4, i2, u2) against
+ml_dtypes, an oracle tgc does not use itself: tgc.ir.dtypes' encoder/decoder over every code and every rounding
+boundary, casts and arithmetic on the CPU (LLVM), C and INTERP devices, the IR text, nvcc on the CUDA source, and the
+numpy boundaries (tgc.compile, ONNX)."""
 import numpy as np
 import pytest
 import tgc
@@ -117,6 +118,30 @@ def test_arithmetic_rounds_every_result(name, dev):
     same(outs[-1], oracle(np.sqrt(fa), name), name)
 
 
+SUBML = {'i4': ml.int4, 'u4': ml.uint4, 'i2': ml.int2, 'u2': ml.uint2}
+
+@pytest.mark.parametrize('dev', DEVICES)
+@pytest.mark.parametrize('name', list(SUBML))
+def test_sub_byte_ints(name, dev):
+  """i4/u4/i2/u2, a byte each: casts from floats truncate and wrap, as ml_dtypes' astype (ONNX Cast's reference);
+  every op's result wraps to the type's bits; casts to wider types keep the value."""
+  m, dt = SUBML[name], D.get(name)
+  x = np.concatenate([np.arange(-40, 40, 0.75), [1e3, -1e3, 0.0, -0.0]]).astype(np.float32)
+  n = len(x)
+  out = run(kernel([f"%c = uop.cast %a : f32 -> {name}", f"uop.store %0[%g], %c : {name}"], n, [name], ['f32']), [np.zeros(n, dt.np), x], dev)[0]
+  np.testing.assert_array_equal(out, x.astype(m).astype(dt.np))
+  v = np.arange(int(ml.iinfo(m).min), int(ml.iinfo(m).max) + 1)
+  a, b = np.repeat(v, len(v)).astype(dt.np), np.tile(v, len(v)).astype(dt.np)
+  ops = {'add': np.add, 'sub': np.subtract, 'mul': np.multiply, 'xor': np.bitwise_xor}
+  body = [f"%r{i} = uop.{op} %a, %b : {name}\n  uop.store %{i}[%g], %r{i} : {name}" for i, op in enumerate(ops)]
+  body += [f"%w = uop.cast %r2 : {name} -> i32\n  uop.store %{len(ops)}[%g], %w : i32", f"%f = uop.cast %a : {name} -> f16\n  uop.store %{len(ops) + 1}[%g], %f : f16"]
+  k = len(a)
+  outs = run(kernel(body, k, [name] * len(ops) + ['i32', 'f16'], [name, name]), [np.zeros(k, dt.np) for _ in ops] + [np.zeros(k, np.int32), np.zeros(k, np.float16), a, b], dev)
+  for got, f in zip(outs, ops.values()): np.testing.assert_array_equal(got, f(a.astype(np.int64), b).astype(m).astype(dt.np), err_msg=name)
+  np.testing.assert_array_equal(outs[len(ops)], (a.astype(np.int64) * b).astype(m).astype(np.int32))
+  np.testing.assert_array_equal(outs[len(ops) + 1], a.astype(np.float16))
+
+
 def test_ir_text_roundtrip():
   text = """func.func @f(%a: tensor<2x3xf8e4m3>, %b: tensor<2x3xf8e5m2fnuz>) -> tensor<2x3xf8e4m3fnuz> {
   %c = tensor.const 500.0 : tensor<2x3xf8e4m3>
@@ -187,3 +212,16 @@ def test_onnx_boundary():
   same(q.view(np.uint8), oracle(x, 'f8e4m3'), 'f8e4m3')
   np.testing.assert_array_equal(y, oracle(x, 'f8e4m3').astype(np.float32))
   np.testing.assert_array_equal(c.astype(np.float32), (b.astype(np.float32) * 2).astype(ml.bfloat16).astype(np.float32))
+
+
+def test_onnx_sub_byte_ints():
+  pytest.importorskip('onnx')
+  from onnx import helper as h, TensorProto as T
+  from tgc.frontend import onnx as fe
+  g = h.make_graph([h.make_node('Cast', ['x'], ['q'], to=T.INT4), h.make_node('Add', ['q', 'q'], ['s']), h.make_node('Cast', ['s'], ['y'], to=T.FLOAT)], 'g',
+                   [h.make_tensor_value_info('x', T.FLOAT, [6])], [h.make_tensor_value_info('s', T.INT4, [6]), h.make_tensor_value_info('y', T.FLOAT, [6])])
+  s, y = fe.load(h.make_model(g, opset_imports=[h.make_opsetid('', 21)]))(np.array([3.7, -9, 7, 100.5, -0.5, 5], np.float32))
+  want = (np.array([3.7, -9, 7, 100.5, -0.5, 5], np.float32).astype(ml.int4).astype(np.int64) * 2).astype(ml.int4)
+  assert s.dtype == ml.int4
+  np.testing.assert_array_equal(s.astype(np.int8), want.astype(np.int8))
+  np.testing.assert_array_equal(y, want.astype(np.float32))

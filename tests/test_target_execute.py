@@ -81,6 +81,19 @@ TENSOR = {
   %9 = tensor.expand %r : tensor<1xf8e4m3> -> tensor<16xf8e4m3>
   func.return %0, %1, %4, %5, %6, %7, %8, %9 : tensor<16xf8e4m3>, tensor<16xf8e5m2>, tensor<16xf32>, tensor<16xf16>, tensor<16xf8e4m3fnuz>, tensor<16xf8e5m2fnuz>, tensor<16xi8>, tensor<16xf8e4m3>
 }""", None, [('f32', (16,)), ('f32', (16,))]),
+  # the sub-byte ints (a byte each): every result wraps to 4 or 2 bits, casts from floats truncate and wrap
+  'subbyte': ("""func.func @sb(%a: tensor<16xi4>, %b: tensor<16xi4>, %f: tensor<16xf32>) -> (tensor<16xi4>, tensor<16xi4>, tensor<16xu4>, tensor<16xi2>, tensor<16xi8>, tensor<16xf32>, tensor<16xu2>, tensor<16xi4>) {
+  %0 = tensor.add %a, %b : tensor<16xi4>
+  %1 = tensor.mul %a, %b : tensor<16xi4>
+  %2 = tensor.cast %f : tensor<16xf32> -> tensor<16xu4>
+  %3 = tensor.cast %a : tensor<16xi4> -> tensor<16xi2>
+  %4 = tensor.cast %1 : tensor<16xi4> -> tensor<16xi8>
+  %5 = tensor.cast %0 : tensor<16xi4> -> tensor<16xf32>
+  %6 = tensor.bitcast %3 : tensor<16xi2> -> tensor<16xu2>
+  %r = tensor.reduce add %1 [0] : tensor<16xi4> -> tensor<1xi4>
+  %7 = tensor.expand %r : tensor<1xi4> -> tensor<16xi4>
+  func.return %0, %1, %2, %3, %4, %5, %6, %7 : tensor<16xi4>, tensor<16xi4>, tensor<16xu4>, tensor<16xi2>, tensor<16xi8>, tensor<16xf32>, tensor<16xu2>, tensor<16xi4>
+}""", None, [('i4', (16,)), ('i4', (16,)), ('f32', (16,))]),
   'halfmath': ("""func.func @hm(%a: tensor<8xf16>, %b: tensor<8xf16>) -> (tensor<8xf16>, tensor<8xbf16>, tensor<8xf64>) {
   %0 = tensor.mul %a, %b : tensor<8xf16>
   %1 = tensor.add %0, %a : tensor<8xf16>

@@ -73,19 +73,20 @@ class Lang:
     if dt is D.f16: self.needs.add('half')
     if dt is D.f64: self.needs.add('f64')
     if dt is D.bf16: self.needs.add('bf16')
-    return self.types[dt.name]
+    return self.types[self.byte_name(dt)]
+  def byte_name(self, dt: D.DType) -> str: return f"{dt.kind}8" if dt.width else dt.name  # a sub-byte int is held in a byte
   def mem(self, dt: D.DType) -> str:
     """The element type of a buffer of dt."""
     return self.bits_type(dt.bits) if dt.name in self.emulated else self.reg(dt)
   def bits_type(self, bits: int, signed: bool = False) -> str:
-    return self.types[f"{'i' if signed else 'u'}{bits}"]
+    return self.types[f"{'i' if signed else 'u'}{max(bits, 8)}"]
   def vtype(self, t) -> str:
     if not isinstance(t, VecType): return self.reg(t)
     base = 'float' if t.dtype.name in self.emulated else self.vec_name(t.dtype)
     self.reg(t.dtype)
     self.needs.add(('vec', base, self.reg(t.dtype), t.count))
     return f"{base}{t.count}"
-  def vec_name(self, dt) -> str: return self.vec_base[dt.name]
+  def vec_name(self, dt) -> str: return self.vec_base[self.byte_name(dt)]
   def lane(self, name: str, i: int, t: VecType) -> str: return f"{name}.{XYZW[i]}" if t.count in self.native_vecs else f"{name}.v[{i}]"
   # signed add, sub, mul and neg that may overflow are written in the unsigned type (tgc's signed arithmetic wraps):
   # OpenCL does (PoCL's clang folded -min(INT_MIN, x) to 0). C builds with -fwrapv; CUDA and Metal keep the seeds'
@@ -138,6 +139,9 @@ class Lang:
   def wrap(self, dt: D.DType, e: str) -> str:
     """Round a computed value back to dt."""
     if dt.fmt and dt.name in self.emulated: self.needs.add(f'emu:{dt.name}'); return f"tg_{dt.name}_round({e})"
+    if dt.width:  # a sub-byte int: two's complement in its bits (the mask, then the sign bit's weight negated)
+      m, h = (1 << dt.bits) - 1, 1 << (dt.bits - 1)
+      return f"(({self.reg(dt)})((((int)({e})&{m})^{h})-{h}))" if dt.is_signed else f"(({self.reg(dt)})((int)({e})&{m}))"
     if dt.name in NARROW: return f"(({self.reg(dt)}){e})"
     return e
   def load(self, buf: str, idx: str, t, space: str) -> str:
@@ -167,7 +171,7 @@ class Lang:
       bits = self.to_bits(x, src) if src.name in self.emulated else self.bitcast_native(x, src, u) if src.is_float else f"({self.bits_type(src.bits)})({x})"
       if dst.name in self.emulated: return self.from_bits(bits, dst)
       return self.bitcast_native(bits, u, dst) if dst.is_float else f"(({self.reg(dst)}){bits})"
-    if not src.is_float and not dst.is_float: return f"(({self.reg(dst)})({x}))"
+    if not src.is_float and not dst.is_float: return self.cast(x, src, dst)  # (a sub-byte int wraps)
     return self.bitcast_native(x, src, dst)
   def bitcast_native(self, x, src, dst) -> str:
     return f"((union {{{self.reg(src)} a; {self.reg(dst)} b;}}){{.a = {x}}}).b"
@@ -206,8 +210,8 @@ class Lang:
       if dst.fmt and (src is D.f64 or src.is_int): x = f"(float)({x})"         # bf16 and f8 round from float32
       if dst.name in self.emulated: return self.wrap(dst, x if dst.fmt or x.startswith('(float)') else f"(float)({x})")
       return f"(({self.reg(dst)})({x}))"
-    if src.is_float and dst.bits < 64: return f"(({self.reg(dst)})(long long)({x}))"  # numpy: through int64, wrapped
-    return f"(({self.reg(dst)})({x}))"
+    if src.is_float and dst.bits < 64: x = f"(long long)({x})"  # numpy: through int64, wrapped
+    return self.wrap(dst, x) if dst.width else f"(({self.reg(dst)})({x}))"
   def prelude(self) -> list[str]:
     out = ['#include <stdbool.h>', '#include <math.h>', '#include <string.h>'] + self.emu_functions()
     out += self.vec_typedefs()
@@ -373,7 +377,7 @@ class KernelRenderer:
       else: r = f"((({L.bits_type(dt.bits)}){a[1]}<{dt.bits}u)?{x}:0)"
     elif nm in BINOP: r = f"({a[0]}{BINOP[nm]}{a[1]})"
     else: raise self.err(op, f"is not defined on {dt}")
-    return L.wrap(dt, r) if dt.name in NARROW or nm == 'shl' and dt.bits >= 32 and dt.is_signed else r
+    return L.wrap(dt, r) if dt.name in NARROW or dt.width or nm == 'shl' and dt.bits >= 32 and dt.is_signed else r
 
   def nsw(self, op) -> bool:
     """Whether op (an add, sub or mul) provably stays inside its signed type: index arithmetic, written plainly."""

@@ -28,8 +28,8 @@ def reg_type(dt: D.DType) -> ir.Type:
   return ir.FloatType() if dt.fmt else _FLOAT[dt.name] if dt.is_float else ir.IntType(dt.bits)
 
 def mem_type(dt: D.DType) -> ir.Type:
-  """The type a value of dt has in memory: i1 is a byte, an emulated float its bits."""
-  return I8 if dt.is_bool else ir.IntType(dt.bits) if dt.fmt else reg_type(dt)
+  """The type a value of dt has in memory: i1 and the sub-byte ints (i4 registers) a byte, an emulated float its bits."""
+  return I8 if dt.is_bool or dt.width else ir.IntType(dt.bits) if dt.fmt else reg_type(dt)
 
 def _vec(t: ir.Type, n: int | None) -> ir.Type: return t if n is None else ir.VectorType(t, n)
 
@@ -270,7 +270,7 @@ class _Emitter:
     def raw():
       x = b.load(self.address(op, t), typ=_vec(mem_type(dt), n), align=dt.itemsize)
       if dt.is_bool: return b.icmp_unsigned('!=', x, self.splat(x.type, 0))
-      return self.from_bits(x, dt) if dt.fmt else x
+      return self.from_bits(x, dt) if dt.fmt else b.trunc(x, _vec(reg_type(dt), n)) if dt.width else x
     gate = self.guard(op, t, self.get(op.gate) if op.gate is not None else None)
     if gate is None: return raw()
     # a gated load touches no memory when the gate is false: a branch, not a select over the loaded value
@@ -287,7 +287,8 @@ class _Emitter:
     dt, n = elem(t), _lanes(t)
     def raw():
       v = self.get(op.value)
-      v = b.zext(v, _vec(I8, n)) if dt.is_bool else self.to_bits(v, dt) if dt.fmt else v
+      if dt.is_bool or dt.width: v = (b.sext if dt.is_signed else b.zext)(v, _vec(I8, n))  # (a byte holds the value)
+      elif dt.fmt: v = self.to_bits(v, dt)
       b.store(v, self.address(op, t), align=dt.itemsize)
     gate = self.guard(op, t, self.get(op.gate) if op.gate is not None else None)
     if gate is None: return raw()

@@ -22,7 +22,8 @@ def _dtypes() -> dict:
   T = _onnx().TensorProto
   return {T.FLOAT: D.f32, T.DOUBLE: D.f64, T.FLOAT16: D.f16, T.BFLOAT16: D.bf16, T.BOOL: D.bool_, T.INT8: D.i8, T.INT16: D.i16,
           T.INT32: D.i32, T.INT64: D.i64, T.UINT8: D.u8, T.UINT16: D.u16, T.UINT32: D.u32, T.UINT64: D.u64,
-          T.FLOAT8E4M3FN: D.f8e4m3, T.FLOAT8E5M2: D.f8e5m2, T.FLOAT8E4M3FNUZ: D.f8e4m3fnuz, T.FLOAT8E5M2FNUZ: D.f8e5m2fnuz}
+          T.FLOAT8E4M3FN: D.f8e4m3, T.FLOAT8E5M2: D.f8e5m2, T.FLOAT8E4M3FNUZ: D.f8e4m3fnuz, T.FLOAT8E5M2FNUZ: D.f8e5m2fnuz,
+          T.INT4: D.i4, T.UINT4: D.u4, T.INT2: D.i2, T.UINT2: D.u2}
 
 def _dtype(elem: int):
   T, m = _onnx().TensorProto, _dtypes()
@@ -31,25 +32,28 @@ def _dtype(elem: int):
 
 def _elem(dt) -> int: return next(k for k, v in _dtypes().items() if v is dt)
 
-# ---- the numpy boundary: ONNX hands the emulated floats over as ml_dtypes arrays (an onnx dependency), tgc keeps their bits
-_ML = {'bf16': 'bfloat16', 'f8e4m3': 'float8_e4m3fn', 'f8e5m2': 'float8_e5m2', 'f8e4m3fnuz': 'float8_e4m3fnuz', 'f8e5m2fnuz': 'float8_e5m2fnuz'}
+# ---- the numpy boundary: ONNX hands the emulated floats and the sub-byte ints over as ml_dtypes arrays (unpacked; an
+# onnx dependency); tgc keeps the floats' bits and the ints' values, a byte each
+_ML = {'bf16': 'bfloat16', 'f8e4m3': 'float8_e4m3fn', 'f8e5m2': 'float8_e5m2', 'f8e4m3fnuz': 'float8_e4m3fnuz', 'f8e5m2fnuz': 'float8_e5m2fnuz',
+       'i4': 'int4', 'u4': 'uint4', 'i2': 'int2', 'u2': 'uint2'}
 
 def _storage(arr: np.ndarray, dt) -> np.ndarray:
-  """A graph input or constant -> what a tgc buffer of dt holds (an ml_dtypes array of dt: its bits, as they are)."""
-  if arr.dtype.name == _ML.get(dt.name): return np.ascontiguousarray(arr).view(dt.np)
+  """A graph input or constant -> what a tgc buffer of dt holds (an ml_dtypes array of dt: its bits or values, as they are)."""
+  if arr.dtype.name == _ML.get(dt.name): return np.ascontiguousarray(arr).view(dt.np) if dt.fmt else arr.astype(dt.np)
   if dt.fmt: arr = arr.astype(np.float32)
   return D.to_storage(arr, dt)
 
 def _tensor(arr: np.ndarray, dt, device) -> Tensor:
-  if not dt.fmt: return Tensor(arr, dtype=dt, device=device)
+  if dt.name not in _ML: return Tensor(arr, dtype=dt, device=device)
   from tgc.runtime.buffer import Buffer
   return Tensor(_Node('BUFFER', (), None, tuple(arr.shape), dt, device, Buffer.from_numpy(device, _storage(arr, dt).reshape(-1), dt)))
 
 def _result(bits: np.ndarray, dt) -> np.ndarray:
-  """A result buffer's contents -> the numpy array ONNX expects (ml_dtypes for the emulated floats)."""
-  if not dt.fmt: return bits
+  """A result buffer's contents -> the numpy array ONNX expects (ml_dtypes for the emulated floats and sub-byte ints)."""
+  if dt.name not in _ML: return bits
   import ml_dtypes
-  return bits.view(getattr(ml_dtypes, _ML[dt.name]))
+  m = getattr(ml_dtypes, _ML[dt.name])
+  return bits.view(m) if dt.fmt else bits.astype(m)
 
 def read_model(src):
   """A ModelProto from a path, bytes or a ModelProto; a malformed file is an OnnxError."""

@@ -43,6 +43,10 @@ def _wrap(x, dt: DType):
 
 def exec_alu(op: str, dt: DType, *src):
   """Evaluate `op` producing dtype `dt` (for compares `dt` is the operands' dtype; the result is bool)."""
+  r = _exec_alu(op, dt, *src)
+  return D.narrow(r, dt) if dt.width and op not in COMPARE else r  # a sub-byte int wraps to its bits
+
+def _exec_alu(op: str, dt: DType, *src):
   import numpy as np  # on first use: parsing IR must not import numpy
   src = [np.asarray(s) for s in src]
   with np.errstate(all='ignore'):
@@ -125,8 +129,8 @@ def exec_cast(x, src: DType, dst: DType):
       # out of range: wrap through int64 like C compilers do for in-range-of-i64 values, else 0
       big = np.isfinite(t) & (np.abs(t) < 2.0**63)
       v = np.where(ok | big, t, 0).astype(np.int64)
-      return v.astype(dst.np)
-    return x.astype(dst.np)
+      return D.to_storage(v, dst)
+    return D.to_storage(x, dst)
 
 def exec_bitcast(x, src: DType, dst: DType):
   import numpy as np  # on first use: parsing IR must not import numpy

@@ -49,6 +49,7 @@ class DType:
   np_name: str     # numpy dtype used to store it (bf16 and the f8 types are stored as their bits)
   api: str         # tinygrad-style name: int32, float16, ...
   fmt: FloatFormat | None = None  # an emulated float: stored as these bits, computed in float32
+  width: int = 0   # a sub-byte int (ONNX's INT4/INT2...): its value bits, stored one per byte, every result wrapped to them
 
   @functools.cached_property
   def np(self):  # numpy is imported on first use only: tgc-opt starts without it
@@ -56,7 +57,7 @@ class DType:
     return numpy.dtype(self.np_name)
 
   @property
-  def bits(self) -> int: return 1 if self.kind == 'b' else self.itemsize * 8
+  def bits(self) -> int: return 1 if self.kind == 'b' else self.width or self.itemsize * 8
   @property
   def is_float(self) -> bool: return self.kind == 'f'
   @property
@@ -85,7 +86,9 @@ _ALL = [DType('i1', 1, 'b', 'bool', 'bool'),
         DType('f8e4m3', 1, 'f', 'uint8', 'fp8e4m3', FloatFormat(4, 3, 7, 'fn', True, 0x7F)),
         DType('f8e5m2', 1, 'f', 'uint8', 'fp8e5m2', FloatFormat(5, 2, 15, 'ieee', True, 0x7E)),
         DType('f8e4m3fnuz', 1, 'f', 'uint8', 'fp8e4m3fnuz', FloatFormat(4, 3, 8, 'fnuz', True, 0x80)),
-        DType('f8e5m2fnuz', 1, 'f', 'uint8', 'fp8e5m2fnuz', FloatFormat(5, 2, 16, 'fnuz', True, 0x80))]
+        DType('f8e5m2fnuz', 1, 'f', 'uint8', 'fp8e5m2fnuz', FloatFormat(5, 2, 16, 'fnuz', True, 0x80)),
+        DType('i4', 1, 'i', 'int8', 'int4', width=4), DType('u4', 1, 'u', 'uint8', 'uint4', width=4),
+        DType('i2', 1, 'i', 'int8', 'int2', width=2), DType('u2', 1, 'u', 'uint8', 'uint2', width=2)]
 BY_NAME: dict[str, DType] = {d.name: d for d in _ALL}
 BY_API: dict[str, DType] = {d.api: d for d in _ALL}
 BY_API.update(half=BY_NAME['f16'], float=BY_NAME['f32'], double=BY_NAME['f64'], int=BY_NAME['i32'], long=BY_NAME['i64'],
@@ -97,13 +100,14 @@ bool_, i8, i16, i32, i64 = (BY_NAME[n] for n in ('i1', 'i8', 'i16', 'i32', 'i64'
 u8, u16, u32, u64 = (BY_NAME[n] for n in ('u8', 'u16', 'u32', 'u64'))
 f16, bf16, f32, f64 = (BY_NAME[n] for n in ('f16', 'bf16', 'f32', 'f64'))
 f8e4m3, f8e5m2, f8e4m3fnuz, f8e5m2fnuz = (BY_NAME[n] for n in ('f8e4m3', 'f8e5m2', 'f8e4m3fnuz', 'f8e5m2fnuz'))
+i4, u4, i2, u2 = (BY_NAME[n] for n in ('i4', 'u4', 'i2', 'u2'))
 EMULATED = tuple(d for d in _ALL if d.fmt)
 
 def from_numpy(dt) -> DType:
   import numpy as np
   dt = np.dtype(dt)
   for d in _ALL:
-    if d.np == dt and not d.fmt: return d
+    if d.np == dt and not d.fmt and not d.width: return d
   raise KeyError(f"no tgc dtype for numpy dtype {dt}")
 
 def compute_np(dt: DType):
@@ -155,14 +159,22 @@ def decode(b, f: FloatFormat):
   if f.kind == 'fnuz': r = np.where(b == 0x80, 0x7FC00000, r).astype(np.uint32)
   return r.view(np.float32)
 
-def to_storage(x, dt: DType):
-  """Computed values -> what a buffer of dt holds (an emulated float's bits)."""
+def narrow(x, dt: DType):
+  """Integers wrapped to a sub-byte int's bits (two's complement), in its storage dtype."""
   import numpy as np
-  return encode(x, dt.fmt) if dt.fmt else np.asarray(x).astype(dt.np)
+  m, h = (1 << dt.bits) - 1, 1 << (dt.bits - 1)
+  x = np.asarray(x).astype(np.int64) & m
+  return ((x ^ h) - h if dt.is_signed else x).astype(dt.np)
+
+def to_storage(x, dt: DType):
+  """Computed values -> what a buffer of dt holds (an emulated float's bits, a sub-byte int wrapped to its bits)."""
+  import numpy as np
+  with np.errstate(over='ignore'):
+    return encode(x, dt.fmt) if dt.fmt else narrow(np.asarray(x).astype(dt.np), dt) if dt.width else np.asarray(x).astype(dt.np)
 
 def from_storage(b, dt: DType):
-  """What a buffer of dt holds -> values in dt's compute dtype."""
-  return decode(b, dt.fmt) if dt.fmt else b
+  """What a buffer of dt holds -> values in dt's compute dtype (a bitcast's bits wrapped into a sub-byte int)."""
+  return decode(b, dt.fmt) if dt.fmt else narrow(b, dt) if dt.width else b
 
 def f32_to_bf16_bits(x): return encode(x, bf16.fmt)
 def bf16_bits_to_f32(b): return decode(b, bf16.fmt)
