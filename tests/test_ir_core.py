@@ -13,7 +13,7 @@ from tgc.ir.types import BufType, PtrType, TensorType, VecType, elem, parse_type
 
 # ---------------------------------------------------------------- types
 
-@pytest.mark.parametrize('text', ['i1', 'i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64', 'f16', 'bf16', 'f32', 'f64'])
+@pytest.mark.parametrize('text', ['i1', 'i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64', 'f16', 'bf16', 'f32', 'f64', 'f8e4m3', 'f8e5m2', 'f8e4m3fnuz', 'f8e5m2fnuz', 'i4', 'u4', 'i2', 'u2'])
 def test_element_types_parse_and_print(text):
   t = parse_type(text)
   assert t is D.BY_NAME[text]

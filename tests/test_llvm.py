@@ -11,9 +11,11 @@ from tgc.runtime import get_device, Device
 from tgc.runtime import cpu
 
 DEVICES = ['CPU', 'INTERP']
-ALL = ['i1', 'i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64', 'f16', 'bf16', 'f32', 'f64']
-INTS = ['i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64']
-FLOATS = ['f16', 'bf16', 'f32', 'f64']
+F8 = ['f8e4m3', 'f8e5m2', 'f8e4m3fnuz', 'f8e5m2fnuz']
+SUB = ['i4', 'u4', 'i2', 'u2']  # sub-byte ints, a byte each
+ALL = ['i1', 'i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64', 'f16', 'bf16', 'f32', 'f64'] + F8 + SUB
+INTS = ['i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64'] + SUB
+FLOATS = ['f16', 'bf16', 'f32', 'f64'] + F8
 
 
 def fn_of(text):
@@ -28,10 +30,10 @@ def verifies(text):
 
 def to_compute(x, dt):
   """Stored numpy values -> the compute values exec_alu takes."""
-  return D.bf16_bits_to_f32(x) if dt is D.bf16 else x
+  return D.from_storage(x, dt)
 
 def to_store(x, dt):
-  return D.f32_to_bf16_bits(x) if dt is D.bf16 else np.asarray(x).astype(dt.np)
+  return D.to_storage(x, dt)
 
 def sample(dt, n, rng):
   if dt.is_bool: return rng.integers(0, 2, n).astype(bool)
@@ -40,10 +42,10 @@ def sample(dt, n, rng):
     edge = [lo, hi, 0, 1, -1 if lo < 0 else 2, 7, dt.bits, dt.bits - 1, dt.bits + 1]
     r = rng.integers(lo, hi, n, dtype=dt.np, endpoint=True)
     r[:len(edge)] = np.array(edge, dtype=object).astype(np.int64).astype(dt.np) if lo < 0 else np.array(edge, dtype=np.uint64).astype(dt.np)
-    return r
+    return D.to_storage(r, dt)  # (the edges wrapped into a sub-byte int)
   x = (rng.standard_normal(n) * 10).astype(np.float32)
   x[:8] = [0.0, -0.0, 1.0, -1.5, 3.0, 2.5, 1e-3, 100.0]
-  return to_store(D.round_to(x, dt), dt) if dt is D.bf16 else x.astype(dt.np)
+  return to_store(D.round_to(x, dt), dt) if dt.fmt else x.astype(dt.np)
 
 def binary_kernel(op, dt, n, out=None):
   out = out or ('i1' if op in alu.COMPARE else dt)
@@ -365,7 +367,8 @@ def test_every_cast(src, dst):
 
 
 BITCASTS = [('f32', 'i32'), ('i32', 'f32'), ('f32', 'u32'), ('f64', 'i64'), ('u64', 'f64'), ('f16', 'i16'), ('u16', 'f16'),
-            ('bf16', 'u16'), ('i16', 'bf16'), ('bf16', 'f16'), ('f16', 'bf16'), ('i8', 'u8'), ('u32', 'i32')]
+            ('bf16', 'u16'), ('i16', 'bf16'), ('bf16', 'f16'), ('f16', 'bf16'), ('i8', 'u8'), ('u32', 'i32'),
+            ('f8e4m3', 'i8'), ('u8', 'f8e5m2'), ('f8e4m3', 'f8e5m2fnuz'), ('f8e5m2', 'f8e4m3fnuz'), ('i4', 'u4'), ('u2', 'i2')]
 
 
 @pytest.mark.parametrize('src,dst', BITCASTS)
@@ -433,7 +436,7 @@ def test_float_unary(dt, op):
     got = to_compute(run(unary_kernel(op, dt.name, len(a)), [np.zeros(len(a), dt.np), a], dev), dt)
     if exact or dev == 'INTERP': np.testing.assert_array_equal(got, want, err_msg=f"{dev} {op} {dt}")
     else:  # transcendentals: libm vs numpy may differ by an ulp of the dtype
-      tol = {'f16': 2e-3, 'bf16': 1e-2, 'f32': 1e-6, 'f64': 1e-14}[dt.name]
+      tol = 2.0 ** -dt.fmt.man if dt.bits == 8 else {'f16': 2e-3, 'bf16': 1e-2, 'f32': 1e-6, 'f64': 1e-14}[dt.name]  # f8: an ulp
       np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol, err_msg=f"{dev} {op} {dt}")
 
 

@@ -64,6 +64,36 @@ TENSOR = {
   %8 = tensor.cast %3 : tensor<12xf16> -> tensor<12xu16>
   func.return %0, %1, %2, %3, %4, %5, %6, %7, %8 : tensor<12xi8>, tensor<12xu8>, tensor<12xi64>, tensor<12xf16>, tensor<12xbf16>, tensor<12xf64>, tensor<12xf32>, tensor<12xi1>, tensor<12xu16>
 }""", None, [('f32', (12,)), ('i32', (12,))]),
+  # the f8 types: saturating casts from f32 (the inputs hold inf, NaN, overflow and subnormals), arithmetic rounded
+  # after every op, casts between them and to f32/f16, a bitcast of the bits, a reduction
+  'f8': ("""func.func @f8(%a: tensor<16xf32>, %b: tensor<16xf32>) -> (tensor<16xf8e4m3>, tensor<16xf8e5m2>, tensor<16xf32>, tensor<16xf16>, tensor<16xf8e4m3fnuz>, tensor<16xf8e5m2fnuz>, tensor<16xi8>, tensor<16xf8e4m3>) {
+  %0 = tensor.cast %a : tensor<16xf32> -> tensor<16xf8e4m3>
+  %1 = tensor.cast %b : tensor<16xf32> -> tensor<16xf8e5m2>
+  %2 = tensor.mul %0, %0 : tensor<16xf8e4m3>
+  %3 = tensor.add %1, %1 : tensor<16xf8e5m2>
+  %4 = tensor.cast %2 : tensor<16xf8e4m3> -> tensor<16xf32>
+  %5 = tensor.cast %3 : tensor<16xf8e5m2> -> tensor<16xf16>
+  %6 = tensor.cast %a : tensor<16xf32> -> tensor<16xf8e4m3fnuz>
+  %7 = tensor.cast %1 : tensor<16xf8e5m2> -> tensor<16xf8e5m2fnuz>
+  %8 = tensor.bitcast %0 : tensor<16xf8e4m3> -> tensor<16xi8>
+  %s = tensor.shrink %0 [(6, 16)] : tensor<16xf8e4m3> -> tensor<10xf8e4m3>
+  %r = tensor.reduce max %s [0] : tensor<10xf8e4m3> -> tensor<1xf8e4m3>
+  %9 = tensor.expand %r : tensor<1xf8e4m3> -> tensor<16xf8e4m3>
+  func.return %0, %1, %4, %5, %6, %7, %8, %9 : tensor<16xf8e4m3>, tensor<16xf8e5m2>, tensor<16xf32>, tensor<16xf16>, tensor<16xf8e4m3fnuz>, tensor<16xf8e5m2fnuz>, tensor<16xi8>, tensor<16xf8e4m3>
+}""", None, [('f32', (16,)), ('f32', (16,))]),
+  # the sub-byte ints (a byte each): every result wraps to 4 or 2 bits, casts from floats truncate and wrap
+  'subbyte': ("""func.func @sb(%a: tensor<16xi4>, %b: tensor<16xi4>, %f: tensor<16xf32>) -> (tensor<16xi4>, tensor<16xi4>, tensor<16xu4>, tensor<16xi2>, tensor<16xi8>, tensor<16xf32>, tensor<16xu2>, tensor<16xi4>) {
+  %0 = tensor.add %a, %b : tensor<16xi4>
+  %1 = tensor.mul %a, %b : tensor<16xi4>
+  %2 = tensor.cast %f : tensor<16xf32> -> tensor<16xu4>
+  %3 = tensor.cast %a : tensor<16xi4> -> tensor<16xi2>
+  %4 = tensor.cast %1 : tensor<16xi4> -> tensor<16xi8>
+  %5 = tensor.cast %0 : tensor<16xi4> -> tensor<16xf32>
+  %6 = tensor.bitcast %3 : tensor<16xi2> -> tensor<16xu2>
+  %r = tensor.reduce add %1 [0] : tensor<16xi4> -> tensor<1xi4>
+  %7 = tensor.expand %r : tensor<1xi4> -> tensor<16xi4>
+  func.return %0, %1, %2, %3, %4, %5, %6, %7 : tensor<16xi4>, tensor<16xi4>, tensor<16xu4>, tensor<16xi2>, tensor<16xi8>, tensor<16xf32>, tensor<16xu2>, tensor<16xi4>
+}""", None, [('i4', (16,)), ('i4', (16,)), ('f32', (16,))]),
   'halfmath': ("""func.func @hm(%a: tensor<8xf16>, %b: tensor<8xf16>) -> (tensor<8xf16>, tensor<8xbf16>, tensor<8xf64>) {
   %0 = tensor.mul %a, %b : tensor<8xf16>
   %1 = tensor.add %0, %a : tensor<8xf16>
@@ -117,6 +147,7 @@ def inputs_for(name, seed=0):
     else:
       x = (rng.standard_normal(shape) * 4).astype(d.np)
       if name == 'casts': x.reshape(-1)[:6] = [0.0, -0.0, 2.5, -3.75, 127.9, -128.5]
+      if name == 'f8': x.reshape(-1)[:10] = np.roll([np.inf, -np.inf, np.nan, 500.0, -6e4, 1e6, 2.0 ** -9, 3 * 2.0 ** -10, -2.0 ** -17, 0.0], len(out))
     out.append(x)
   return out
 
@@ -182,6 +213,22 @@ UOP = {
   %c = uop.where %m, %b, %a : vec<4xbf16>
   uop.store %0[%c0], %c : vec<4xbf16>
 }""", [('bf16', 4), ('i1', 4), ('bf16', 4)]),
+  'vec_f8': ("""uop.func @E_1() attributes {global_size = [1]} {
+  %0 = uop.define_global 0 : !uop.ptr<f8e4m3>
+  %1 = uop.define_global 1 : !uop.ptr<i1>
+  %2 = uop.define_global 2 : !uop.ptr<f8e4m3>
+  %3 = uop.define_global 3 : !uop.ptr<f8e5m2>
+  %c0 = uop.const 0 : i32
+  %m = uop.load %1[%c0] : vec<4xi1>
+  %a = uop.load %2[%c0] : vec<4xf8e4m3>
+  %k = uop.const 0x7e : vec<4xf8e4m3>
+  %b = uop.add %a, %k : vec<4xf8e4m3>
+  %c = uop.where %m, %b, %a : vec<4xf8e4m3>
+  uop.store %0[%c0], %c : vec<4xf8e4m3>
+  %d = uop.cast %c : vec<4xf8e4m3> -> vec<4xf8e5m2>
+  %e = uop.sqrt %d : vec<4xf8e5m2>
+  uop.store %3[%c0], %e : vec<4xf8e5m2>
+}""", [('f8e4m3', 4), ('i1', 4), ('f8e4m3', 4), ('f8e5m2', 4)]),
   'vec_half8': ("""uop.func @E_2_8() attributes {global_size = [2]} {
   %0 = uop.define_global 0 : !uop.ptr<f16>
   %1 = uop.define_global 1 : !uop.ptr<f16>
@@ -289,7 +336,7 @@ def uop_inputs(name, seed=0):
     elif d.is_int: x = rng.integers(-50, 50, n).astype(d.np)
     else:
       x = (rng.standard_normal(n) * 3).astype(np.float32)
-      x = D.f32_to_bf16_bits(x) if d is D.bf16 else x.astype(d.np)
+      x = D.to_storage(x, d)
     out.append(x)
   return out
 

@@ -171,7 +171,7 @@ class CompiledFunction:
       want = t.dtype.np
       if arr.shape != t.shape: raise TgcError(f"argument #{i} of @{self.name} has shape {arr.shape}, expected {t}")
       if arr.dtype != want:
-        if t.dtype is D.bf16 and arr.dtype == np.float32: arr = D.f32_to_bf16_bits(arr)
+        if t.dtype.fmt and arr.dtype == np.float32: arr = D.encode(arr, t.dtype.fmt)  # (exact for values the dtype holds)
         else: raise TgcError(f"argument #{i} of @{self.name} has dtype {arr.dtype}, expected {t}")
       bufs.append(Buffer.wrap(self.device, arr, t.dtype))
     outs = self.run(bufs)
@@ -194,8 +194,7 @@ def host_const(op):
   from tgc.ir import dtypes as D
   t = op.results[0].type
   arr = np.broadcast_to(to_array(op.attrs['value'], t), t.shape)
-  if t.dtype is D.bf16: return np.array(D.f32_to_bf16_bits(arr), order='C')
-  return np.array(arr, dtype=t.dtype.np, order='C')  # a copy: the broadcast view is read-only
+  return np.array(D.to_storage(arr, t.dtype), order='C')  # a copy: the broadcast view is read-only
 
 
 def count_flops(fn: Operation) -> int:

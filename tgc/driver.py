@@ -289,7 +289,7 @@ def random_input(t, rng):
     return rng.integers(lo, 10, size=t.shape).astype(dt.np)
   from tgc.ir import dtypes as D
   x = rng.standard_normal(size=t.shape).astype(np.float32)
-  return D.f32_to_bf16_bits(x) if dt is D.bf16 else x.astype(dt.np)
+  return D.to_storage(x, dt)
 
 
 def _run(args) -> int:
@@ -326,7 +326,7 @@ def _run(args) -> int:
   compiler.print_totals(sys.stderr)
   from tgc.ir import dtypes as D
   for i, (r, t) in enumerate(zip(results, fn.result_types)):
-    if t.dtype is D.bf16: r = D.bf16_bits_to_f32(r)
+    r = D.from_storage(r, t.dtype)
     if len(results) > 1: sys.stdout.write(f"result{i}: {t}\n")
     sys.stdout.write(np.array2string(np.asarray(r), threshold=10000) + '\n')
     if args.output:

@@ -341,8 +341,7 @@ def const_value(v, dt: D.DType):
     if dt.is_signed and x >= 1 << (dt.bits - 1): x -= 1 << dt.bits
     return dt.np.type(x)
   if isinstance(v, HexInt):
-    if dt is D.bf16: return D.bf16_bits_to_f32(np.uint16(int(v)))[()]
-    return np.array(int(v), dtype=f'u{dt.itemsize}').view(dt.np)[()]
+    return D.from_storage(np.array(int(v), dtype=f'u{dt.itemsize}').view(dt.np), dt)[()]
   with np.errstate(all='ignore'):
     return D.round_to(np.float64(v), dt).astype(D.compute_np(dt))[()]
 

@@ -10,8 +10,9 @@ reading of an accumulator past the accumulator's update, or its user's template 
 Semantics are tgc.ir.alu's: integer division, modulo and shifts close their holes with ternaries where the
 divisor or shift is not a constant known safe; float max/min propagate NaN (numpy); sub-int integers and
 16-bit floats are cast back to their type after every op (C promotes them; _Float16 keeps excess
-precision otherwise). A dtype a language lacks natively is either emulated (bf16 in C and OpenCL, half
-in OpenCL: stored as 16 bits, computed as float, rounded after every op) or a TgcError naming it.
+precision otherwise). A dtype a language lacks natively is either emulated (bf16 in C and OpenCL, the f8
+types everywhere, half in OpenCL: stored as their bits, computed as float, rounded after every op; the
+conversions are helper functions that compute tgc.ir.dtypes.encode/decode step for step) or a TgcError naming it.
 Vector ops are rendered lane by lane (`make_float4((val0.x+val1.x),...)`, as the CUDA seed), so every
 language gets the same semantics from scalar templates.
 """
@@ -28,6 +29,7 @@ DUP = ('max', 'min', 'idiv', 'mod', 'shl', 'shr')   # templates that repeat oper
 INLINE = set(alu.UNARY + alu.BINARY + alu.COMPARE + alu.TERNARY) | {'cast', 'bitcast', 'gep', 'vectorize'}
 BINOP = {'add': '+', 'sub': '-', 'mul': '*', 'fdiv': '/', 'and': '&', 'or': '|', 'xor': '^', 'cmplt': '<', 'cmpne': '!=', 'cmpeq': '=='}
 XYZW = 'xyzw'
+F8 = tuple(d.name for d in D.EMULATED if d.bits == 8)
 
 
 def bare(e: str) -> str:
@@ -48,12 +50,13 @@ class Lang:
            'u16': 'unsigned short', 'u32': 'unsigned int', 'u64': 'unsigned long long', 'f16': '_Float16', 'f32': 'float', 'f64': 'double'}
   vec_base = {'i1': 'bool', 'i8': 'char', 'i16': 'short', 'i32': 'int', 'i64': 'long', 'u8': 'uchar', 'u16': 'ushort', 'u32': 'uint',
               'u64': 'ulong', 'f16': 'half', 'bf16': 'bfloat16', 'f32': 'float', 'f64': 'double'}
-  emulated = {'bf16'}          # stored as 16 bits, computed as float
+  emulated = {'bf16', *F8}     # stored as their bits, computed as float
   missing: dict[str, str] = {}  # dtype -> why the language lacks it
   native_vecs = (2, 3, 4)      # lane counts with builtin vector types (the rest: a struct of an array)
   int64_sfx = ('ll', 'ull')
   true_false = ('1', '0')
   smem_prefix = ''
+  fn_qual = 'static inline'    # how the prelude's helper functions are declared
   barrier = ''
   specials = {'gidx': 'gidx{k}', 'lidx': 'lidx{k}'}
   math = {'exp2': 'exp2', 'log2': 'log2', 'sin': 'sin', 'sqrt': 'sqrt', 'trunc': 'trunc', 'mod': 'fmod'}
@@ -70,19 +73,20 @@ class Lang:
     if dt is D.f16: self.needs.add('half')
     if dt is D.f64: self.needs.add('f64')
     if dt is D.bf16: self.needs.add('bf16')
-    return self.types[dt.name]
+    return self.types[self.byte_name(dt)]
+  def byte_name(self, dt: D.DType) -> str: return f"{dt.kind}8" if dt.width else dt.name  # a sub-byte int is held in a byte
   def mem(self, dt: D.DType) -> str:
     """The element type of a buffer of dt."""
-    return self.bits_type(16) if dt.name in self.emulated else self.reg(dt)
+    return self.bits_type(dt.bits) if dt.name in self.emulated else self.reg(dt)
   def bits_type(self, bits: int, signed: bool = False) -> str:
-    return self.types[f"{'i' if signed else 'u'}{bits}"]
+    return self.types[f"{'i' if signed else 'u'}{max(bits, 8)}"]
   def vtype(self, t) -> str:
     if not isinstance(t, VecType): return self.reg(t)
     base = 'float' if t.dtype.name in self.emulated else self.vec_name(t.dtype)
     self.reg(t.dtype)
     self.needs.add(('vec', base, self.reg(t.dtype), t.count))
     return f"{base}{t.count}"
-  def vec_name(self, dt) -> str: return self.vec_base[dt.name]
+  def vec_name(self, dt) -> str: return self.vec_base[self.byte_name(dt)]
   def lane(self, name: str, i: int, t: VecType) -> str: return f"{name}.{XYZW[i]}" if t.count in self.native_vecs else f"{name}.v[{i}]"
   # signed add, sub, mul and neg that may overflow are written in the unsigned type (tgc's signed arithmetic wraps):
   # OpenCL does (PoCL's clang folded -min(INT_MIN, x) to 0). C builds with -fwrapv; CUDA and Metal keep the seeds'
@@ -139,7 +143,10 @@ class Lang:
   def special(self, axis: str) -> str: return self.specials[axis[:4]].format(k=int(axis[4]), x=XYZW[int(axis[4])])
   def wrap(self, dt: D.DType, e: str) -> str:
     """Round a computed value back to dt."""
-    if dt is D.bf16 and 'bf16' in self.emulated: self.needs.add('bf16emu'); return f"tg_bf16_round({e})"
+    if dt.fmt and dt.name in self.emulated: self.needs.add(f'emu:{dt.name}'); return f"tg_{dt.name}_round({e})"
+    if dt.width:  # a sub-byte int: two's complement in its bits (the mask, then the sign bit's weight negated)
+      m, h = (1 << dt.bits) - 1, 1 << (dt.bits - 1)
+      return f"(({self.reg(dt)})((((int)({e})&{m})^{h})-{h}))" if dt.is_signed else f"(({self.reg(dt)})((int)({e})&{m}))"
     if dt.name in NARROW: return f"(({self.reg(dt)}){e})"
     return e
   def load(self, buf: str, idx: str, t, space: str) -> str:
@@ -158,40 +165,60 @@ class Lang:
     if n is None: return f"*({buf}+{idx}) = {v};"
     return self.vec_store(buf, idx, v, t, space)
   def vec_store(self, buf, idx, v, t, space) -> str: return f"*(({space}{self.vtype(t)}*)({buf}+{idx})) = {v};"
-  def emu_load(self, dt, buf, idx) -> str: self.needs.add('bf16emu'); return f"tg_bf16_to_f32(*({buf}+{idx}))"
-  def emu_store(self, dt, buf, idx, v) -> str: self.needs.add('bf16emu'); return f"*({buf}+{idx}) = tg_f32_to_bf16({v});"
+  def emu_load(self, dt, buf, idx) -> str: return self.from_bits(f"*({buf}+{idx})", dt)
+  def emu_store(self, dt, buf, idx, v) -> str: return f"*({buf}+{idx}) = {self.to_bits(v, dt)};"
   def math_fn(self, op: str, dt: D.DType, args: list[str]) -> str:
     f = self.math[op] + ('f' if dt is not D.f64 else '')
     return f"{f}({', '.join(args)})"
   def bitcast(self, x: str, src: D.DType, dst: D.DType) -> str:
-    if src.name in self.emulated or dst.name in self.emulated:  # through the 16 bits (a float's bits, not its value)
-      bits = self.to_bits(x, src) if src.name in self.emulated else self.bitcast_native(x, src, D.u16) if src.is_float else f"({self.bits_type(16)})({x})"
+    if src.name in self.emulated or dst.name in self.emulated:  # through the bits (a float's bits, not its value)
+      u = D.BY_NAME[f'u{src.bits}']
+      bits = self.to_bits(x, src) if src.name in self.emulated else self.bitcast_native(x, src, u) if src.is_float else f"({self.bits_type(src.bits)})({x})"
       if dst.name in self.emulated: return self.from_bits(bits, dst)
-      return self.bitcast_native(bits, D.u16, dst) if dst.is_float else f"(({self.reg(dst)}){bits})"
-    if not src.is_float and not dst.is_float: return f"(({self.reg(dst)})({x}))"
+      return self.bitcast_native(bits, u, dst) if dst.is_float else f"(({self.reg(dst)}){bits})"
+    if not src.is_float and not dst.is_float: return self.cast(x, src, dst)  # (a sub-byte int wraps)
     return self.bitcast_native(x, src, dst)
   def bitcast_native(self, x, src, dst) -> str:
     return f"((union {{{self.reg(src)} a; {self.reg(dst)} b;}}){{.a = {x}}}).b"
-  def to_bits(self, x, dt) -> str: self.needs.add('bf16emu'); return f"tg_f32_to_bf16({x})"
-  def from_bits(self, x, dt) -> str: self.needs.add('bf16emu'); return f"tg_bf16_to_f32({x})"
+  def to_bits(self, x, dt) -> str: self.needs.add(f'emu:{dt.name}'); return f"tg_f32_to_{dt.name}({x})"
+  def from_bits(self, x, dt) -> str: self.needs.add(f'emu:{dt.name}'); return f"tg_{dt.name}_to_f32({x})"
+  def emu_functions(self) -> list[str]:
+    """The conversions of the emulated floats used: tgc.ir.dtypes.encode/decode, step for step."""
+    out = []
+    for dt in D.EMULATED:
+      if f'emu:{dt.name}' not in self.needs: continue
+      f, n, q, U, B = dt.fmt, dt.name, self.fn_qual, self.types['u32'], self.bits_type(dt.bits)
+      u2f, f2u, lit = (lambda e: self.bitcast_native(e, D.u32, D.f32)), (lambda e: self.bitcast_native(e, D.f32, D.u32)), (lambda v: self.literal(v, D.f32))
+      if f.wide:  # bf16: float32's top half
+        dec = f"return {u2f(f'({U})b << 16')};"
+        enc = f"if (f != f) return {hex(f.nan_code)}; {U} u = {f2u('f')}; return ({B})((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);"
+      else:
+        sh, sub = 23 - f.man, f2u(f"(float)m * {lit(2.0 ** (1 - f.bias - f.man))}")
+        dec = (f"{U} m = b & 0x7Fu, s = ({U})(b & 0x80u) << 24; {U} r = m < {1 << f.man}u ? {sub} : (m << {sh}) + {(127 - f.bias) << 23}u; "
+               + (f"if (m >= {f.inf_code}u) r = m == {f.inf_code}u ? 0x7F800000u : 0x7FC00000u; " if f.kind == 'ieee' else '')
+               + ("if (m == 0x7Fu) r = 0x7FC00000u; " if f.kind == 'fn' else '') + ("if (b == 0x80u) s = 0u, r = 0x7FC00000u; " if f.kind == 'fnuz' else '')
+               + f"return {u2f('r | s')};")
+        magic = f2u(f"{u2f('a')} + {lit(float(np.uint32(f.magic_bits).view(np.float32)))}")  # the float add rounds a subnormal
+        enc = (f"{U} u = {f2u('f')}, a = u & 0x7FFFFFFFu, s = (u >> 24) & 0x80u; if (f != f) return {hex(f.nan_code)}; "
+               f"if (a >= {int(np.float32(f.max).view(np.uint32))}u) return ({B})(s | {hex(f.max_code)}u); "
+               f"{U} r = a < {f.min_normal_bits}u ? {magic} - {f.magic_bits}u : (a - {(127 - f.bias) << 23}u + {(1 << (sh - 1)) - 1}u + ((a >> {sh}) & 1u)) >> {sh}; "
+               + ("if (r == 0u) return 0; " if f.kind == 'fnuz' else '') + f"return ({B})(s | r);")
+      out += [f"{q} float tg_{n}_to_f32({B} b) {{ {dec} }}", f"{q} {B} tg_f32_to_{n}(float f) {{ {enc} }}",
+              f"{q} float tg_{n}_round(float f) {{ return tg_{n}_to_f32(tg_f32_to_{n}(f)); }}"]
+    return out
   def cast(self, x: str, src: D.DType, dst: D.DType) -> str:
     if src is dst: return x
     if dst.is_bool: return f"({x}!={self.literal(0, src)})"
     if src.name in self.emulated or (src.is_float and src.bits == 16): x, src = f"(float)({x})", D.f32  # 16-bit floats: through float
     if dst.is_float:
       if src.is_int and src.bits == 64 and dst is not D.f64: x = f"(double)({x})"  # numpy converts through float64
-      if dst is D.bf16 and (src is D.f64 or src.is_int): x = f"(float)({x})"         # bf16 rounds from float32
-      if dst.name in self.emulated: return self.wrap(dst, x if dst is D.bf16 or x.startswith('(float)') else f"(float)({x})")
+      if dst.fmt and (src is D.f64 or src.is_int): x = f"(float)({x})"         # bf16 and f8 round from float32
+      if dst.name in self.emulated: return self.wrap(dst, x if dst.fmt or x.startswith('(float)') else f"(float)({x})")
       return f"(({self.reg(dst)})({x}))"
-    if src.is_float and dst.bits < 64: return f"(({self.reg(dst)})(long long)({x}))"  # numpy: through int64, wrapped
-    return f"(({self.reg(dst)})({x}))"
+    if src.is_float and dst.bits < 64: x = f"(long long)({x})"  # numpy: through int64, wrapped
+    return self.wrap(dst, x) if dst.width else f"(({self.reg(dst)})({x}))"
   def prelude(self) -> list[str]:
-    out = ['#include <stdbool.h>', '#include <math.h>', '#include <string.h>']
-    if 'bf16emu' in self.needs:
-      out += ['static inline float tg_bf16_to_f32(unsigned short b) { unsigned int u = (unsigned int)b << 16; float f; memcpy(&f, &u, 4); return f; }',
-              'static inline unsigned short tg_f32_to_bf16(float f) { unsigned int u; memcpy(&u, &f, 4); if (f != f) return 0x7FC0;'
-              ' return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); }',
-              'static inline float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }']
+    out = ['#include <stdbool.h>', '#include <math.h>', '#include <string.h>'] + self.emu_functions()
     out += self.vec_typedefs()
     return out
   def vec_typedefs(self) -> list[str]:
@@ -355,7 +382,7 @@ class KernelRenderer:
       else: r = f"((({L.bits_type(dt.bits)}){a[1]}<{dt.bits}u)?{x}:0)"
     elif nm in BINOP: r = f"({a[0]}{BINOP[nm]}{a[1]})"
     else: raise self.err(op, f"is not defined on {dt}")
-    return L.wrap(dt, r) if dt.name in NARROW or nm == 'shl' and dt.bits >= 32 and dt.is_signed else r
+    return L.wrap(dt, r) if dt.name in NARROW or dt.width or nm == 'shl' and dt.bits >= 32 and dt.is_signed else r
 
   def nsw(self, op) -> bool:
     """Whether op (an add, sub or mul) provably stays inside its signed type: index arithmetic, written plainly."""

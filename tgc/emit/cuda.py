@@ -1,11 +1,12 @@
 """The CUDA target: `extern "C" __global__ void __launch_bounds__(N) name(float* data0, ...)`, N the
 work-group size; gidx/lidx are blockIdx/threadIdx (a launch is grid = global_size, block = local_size).
-half and bf16 are cuda_fp16.h's `half` and cuda_bf16.h's `__nv_bfloat16`; vectors of them and of bool
+half and bf16 are cuda_fp16.h's `half` and cuda_bf16.h's `__nv_bfloat16`; the f8 types are emulated as in C
+(bytes, computed as float, the prelude's conversions: the same bits as every target, saturating as cuda_fp8.h's satfinite); vectors of them and of bool
 (which CUDA lacks) are small structs with make_ functions, defined in the prelude."""
 from __future__ import annotations
 import math
 from tgc.ir import dtypes as D
-from tgc.emit.cstyle import Lang, render_module, render_kernel
+from tgc.emit.cstyle import Lang, F8, render_module, render_kernel
 from tgc.dialects.uop import shared_layout
 
 STATIC_SHARED = 48 << 10  # the shared memory a kernel's static arrays may take; beyond it a launch asks for it
@@ -19,7 +20,8 @@ class CUDALang(Lang):
   name = 'cuda'
   types = {**Lang.types, 'f16': 'half', 'bf16': '__nv_bfloat16'}
   vec_base = {**Lang.vec_base, 'i64': 'longlong', 'u64': 'ulonglong', 'bf16': 'bfloat16'}
-  emulated = set()
+  emulated = set(F8)
+  fn_qual = '__device__ inline'
   true_false = ('true', 'false')
   smem_prefix = '__shared__ '
   specials = {'gidx': 'blockIdx.{x}', 'lidx': 'threadIdx.{x}'}
@@ -97,6 +99,7 @@ class CUDALang(Lang):
     out = ['#undef INFINITY', '#define INFINITY (__int_as_float(0x7f800000))', '#undef NAN', '#define NAN (__int_as_float(0x7fffffff))']
     if 'half' in self.needs: out.append('#include <cuda_fp16.h>')
     if 'bf16' in self.needs: out.append('#include <cuda_bf16.h>')
+    out += self.emu_functions()
     for _, base, reg, n in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'vec'):
       if base in _BUILTIN_VEC and n <= 4 or (base, n) == ('half', 2): continue  # (cuda_fp16.h has half2 and make_half2)
       names = list('xyzw'[:n]) if n <= 4 else None

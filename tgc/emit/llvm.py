@@ -5,7 +5,8 @@ its launch grid: gidx0 (from start to end, so a runtime may split it across thre
 lidx0..2. Every op means exactly what tgc.ir.alu says: integer division, modulo and shifts close their
 holes with selects (no UB, no traps), float min/max follow numpy (NaN propagates), and no fast-math flag
 is set, so LLVM may not reassociate or contract. Registers hold a dtype's compute type: i1 as i1 (stored
-as a byte), f16 as `half`, bf16 as a `float` already rounded to bf16 (stored as its top 16 bits).
+as a byte), f16 as `half`, the emulated floats (bf16, f8*) as a `float` already rounded to them (stored as their
+bits: tgc.ir.dtypes.encode/decode, step for step).
 """
 from __future__ import annotations
 import re
@@ -19,16 +20,16 @@ from tgc.dialects.uop import const_value, launch_dims, buffer_signature, acc_ini
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
-_FLOAT = {'f16': ir.HalfType(), 'bf16': ir.FloatType(), 'f32': ir.FloatType(), 'f64': ir.DoubleType()}
+_FLOAT = {'f16': ir.HalfType(), 'f32': ir.FloatType(), 'f64': ir.DoubleType()}
 
 
 def reg_type(dt: D.DType) -> ir.Type:
   """The type a value of dt lives in while computed."""
-  return _FLOAT[dt.name] if dt.is_float else ir.IntType(dt.bits)
+  return ir.FloatType() if dt.fmt else _FLOAT[dt.name] if dt.is_float else ir.IntType(dt.bits)
 
 def mem_type(dt: D.DType) -> ir.Type:
-  """The type a value of dt has in memory: i1 is a byte, bf16 its 16 bits."""
-  return I8 if dt.is_bool else I16 if dt is D.bf16 else reg_type(dt)
+  """The type a value of dt has in memory: i1 and the sub-byte ints (i4 registers) a byte, an emulated float its bits."""
+  return I8 if dt.is_bool or dt.width else ir.IntType(dt.bits) if dt.fmt else reg_type(dt)
 
 def _vec(t: ir.Type, n: int | None) -> ir.Type: return t if n is None else ir.VectorType(t, n)
 
@@ -74,20 +75,42 @@ class _Emitter:
     f = self.m.globals.get(full)
     return f if f is not None else ir.Function(self.m, ir.FunctionType(ty, [ty] * nargs), full)
 
-  def bf16_bits(self, x):
-    """float (or vector) -> i16 bits of bf16, round to nearest even; any NaN becomes 0x7FC0 (as tgc.ir.dtypes)."""
-    b = self.b
+  def to_bits(self, x, dt: D.DType):
+    """float (or vector) -> the bits of emulated dt, as tgc.ir.dtypes.encode: to nearest even, NaN -> nan_code."""
+    b, f = self.b, dt.fmt
     n = x.type.count if isinstance(x.type, ir.VectorType) else None
-    i32, i16 = _vec(I32, n), _vec(I16, n)
+    i32, c = _vec(I32, n), lambda v: self.splat(_vec(I32, n), v)
     u = b.bitcast(x, i32)
-    odd = b.and_(b.lshr(u, self.splat(i32, 16)), self.splat(i32, 1))
-    r = b.lshr(b.add(b.add(u, self.splat(i32, 0x7FFF)), odd), self.splat(i32, 16))  # no wrap: only NaN bits could overflow
-    r = b.select(b.fcmp_unordered('uno', x, x), self.splat(i32, 0x7FC0), r)
-    return b.trunc(r, i16)
+    if f.wide:  # bf16: float32's top half (no wrap: only NaN bits could overflow)
+      r = b.lshr(b.add(b.add(u, c(0x7FFF)), b.and_(b.lshr(u, c(16)), c(1))), c(16))
+    else:
+      a, s, sh = b.and_(u, c(0x7FFFFFFF)), b.and_(b.lshr(u, c(24)), c(0x80)), 23 - f.man
+      normal = b.lshr(b.add(b.add(b.sub(a, c((127 - f.bias) << 23)), c((1 << (sh - 1)) - 1)), b.and_(b.lshr(a, c(sh)), c(1))), c(sh))
+      fl = _vec(ir.FloatType(), n)
+      sub = b.sub(b.bitcast(b.fadd(b.bitcast(a, fl), b.bitcast(c(f.magic_bits), fl)), i32), c(f.magic_bits))  # the fadd rounds
+      r = b.select(b.icmp_unsigned('<', a, c(f.min_normal_bits)), sub, normal)
+      r = b.select(b.icmp_unsigned('>=', a, c(int(np.float32(f.max).view(np.uint32)))), c(f.max_code), r)  # saturate
+      if f.kind == 'fnuz': s = b.select(b.icmp_unsigned('==', r, c(0)), c(0), s)
+      r = b.or_(r, s)
+    r = b.select(b.fcmp_unordered('uno', x, x), c(f.nan_code), r)
+    return b.trunc(r, _vec(ir.IntType(f.bits), n))
 
-  def bf16_from_bits(self, h):
+  def from_bits(self, h, dt: D.DType):
+    """The bits of emulated dt -> float (exact), as tgc.ir.dtypes.decode."""
+    b, f = self.b, dt.fmt
     n = h.type.count if isinstance(h.type, ir.VectorType) else None
-    return self.b.bitcast(self.b.shl(self.b.zext(h, _vec(I32, n)), self.splat(_vec(I32, n), 16)), _vec(ir.FloatType(), n))
+    i32, fl, c = _vec(I32, n), _vec(ir.FloatType(), n), lambda v: self.splat(_vec(I32, n), v)
+    w = b.zext(h, i32)
+    if f.wide: return b.bitcast(b.shl(w, c(16)), fl)
+    m, s = b.and_(w, c(0x7F)), b.shl(b.and_(w, c(0x80)), c(24))
+    sub = b.bitcast(b.fmul(b.uitofp(m, fl), self.splat(fl, 2.0 ** (1 - f.bias - f.man))), i32)
+    r = b.select(b.icmp_unsigned('<', m, c(1 << f.man)), sub, b.add(b.shl(m, c(23 - f.man)), c((127 - f.bias) << 23)))
+    if f.kind == 'ieee':
+      r = b.select(b.icmp_unsigned('>=', m, c(f.inf_code)), b.select(b.icmp_unsigned('==', m, c(f.inf_code)), c(0x7F800000), c(0x7FC00000)), r)
+    if f.kind == 'fn': r = b.select(b.icmp_unsigned('==', m, c(0x7F)), c(0x7FC00000), r)
+    r = b.or_(r, s)
+    if f.kind == 'fnuz': r = b.select(b.icmp_unsigned('==', w, c(0x80)), c(0x7FC00000), r)
+    return b.bitcast(r, fl)
 
   def f64_to_f32_odd(self, x):
     """double -> float rounded to odd (toward zero, then the last bit set if inexact): a later float -> half
@@ -103,7 +126,7 @@ class _Emitter:
     inexact = b.fcmp_unordered('!=', b.fpext(b.bitcast(u, f), d), x)
     return b.bitcast(b.select(inexact, b.or_(u, self.splat(i32, 1)), u), f)
 
-  def round_bf16(self, x): return self.bf16_from_bits(self.bf16_bits(x))
+  def round_emu(self, x, dt): return self.from_bits(self.to_bits(x, dt), dt)
 
   def get(self, v):
     c = self.cell.get(v)
@@ -247,7 +270,7 @@ class _Emitter:
     def raw():
       x = b.load(self.address(op, t), typ=_vec(mem_type(dt), n), align=dt.itemsize)
       if dt.is_bool: return b.icmp_unsigned('!=', x, self.splat(x.type, 0))
-      return self.bf16_from_bits(x) if dt is D.bf16 else x
+      return self.from_bits(x, dt) if dt.fmt else b.trunc(x, _vec(reg_type(dt), n)) if dt.width else x
     gate = self.guard(op, t, self.get(op.gate) if op.gate is not None else None)
     if gate is None: return raw()
     # a gated load touches no memory when the gate is false: a branch, not a select over the loaded value
@@ -264,7 +287,8 @@ class _Emitter:
     dt, n = elem(t), _lanes(t)
     def raw():
       v = self.get(op.value)
-      v = b.zext(v, _vec(I8, n)) if dt.is_bool else self.bf16_bits(v) if dt is D.bf16 else v
+      if dt.is_bool or dt.width: v = (b.sext if dt.is_signed else b.zext)(v, _vec(I8, n))  # (a byte holds the value)
+      elif dt.fmt: v = self.to_bits(v, dt)
       b.store(v, self.address(op, t), align=dt.itemsize)
     gate = self.guard(op, t, self.get(op.gate) if op.gate is not None else None)
     if gate is None: return raw()
@@ -296,7 +320,7 @@ class _Emitter:
         r = b.select(keep, a[0], a[1])
       elif nm == 'mulacc': r = b.fadd(b.fmul(a[0], a[1]), a[2])  # two roundings, as exec_alu: no contract into fma
       else: raise self.err(op, f"is not defined on {dt}")
-      return self.round_bf16(r) if dt is D.bf16 else r
+      return self.round_emu(r, dt) if dt.fmt else r
     if dt.is_bool:
       one = self.splat(ty, 1)
       if nm == 'not': return b.xor(a[0], one)
@@ -345,14 +369,14 @@ class _Emitter:
     if dst.is_float:
       if not src.is_float:  # numpy goes through float64 (exact for <= 32 bits; i64/u64 round once there)
         x = (b.sitofp if src.is_signed else b.uitofp)(x, _vec(ir.DoubleType(), n)); src = D.f64
-      if dst is D.bf16:  # bf16 rounds from float32 (as tgc.ir.dtypes.round_to does)
+      if dst.fmt:  # an emulated float rounds from float32 (as tgc.ir.dtypes.round_to does)
         f = _vec(ir.FloatType(), n)
         if src is D.f64: x = b.fptrunc(x, f)
         elif src is D.f16: x = b.fpext(x, f)
-        return self.round_bf16(x)
+        return self.round_emu(x, dst)
       t = _vec(reg_type(dst), n)
       if src is D.f64 and dst is D.f16: x, src = self.f64_to_f32_odd(x), D.f32  # no __truncdfhf2 libcall, one rounding
-      sb, db = (32 if src is D.bf16 else src.bits), dst.bits
+      sb, db = (32 if src.fmt else src.bits), dst.bits
       return x if sb == db else b.fptrunc(x, t) if sb > db else b.fpext(x, t)
     if src.is_float:
       # numpy: t = trunc(x as f64); NaN/inf -> 0; |t| < 2^63 -> int64(t) wrapped to dst; in dst's range beyond that
@@ -375,8 +399,10 @@ class _Emitter:
 
   def bitcast(self, x, src: D.DType, dst: D.DType, n):
     b = self.b
-    if src is D.bf16: x = self.bf16_bits(x)
-    if dst is D.bf16: return self.bf16_from_bits(b.bitcast(x, _vec(I16, n)) if x.type != _vec(I16, n) else x)
+    if src.fmt: x = self.to_bits(x, src)
+    if dst.fmt:
+      t = _vec(ir.IntType(dst.bits), n)
+      return self.from_bits(b.bitcast(x, t) if x.type != t else x, dst)
     t = _vec(reg_type(dst), n)
     return x if x.type == t else b.bitcast(x, t)
 

@@ -1,10 +1,11 @@
 """The Metal target: `kernel void name(device int* data0, const device int* data1, ..., uint3 gid
 [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]])`, as the seeds print it.
-Metal has no double: f64 is an error. bf16 is Metal 3.1's `bfloat`, its math done in float. Loads from
+Metal has no double: f64 is an error. bf16 is Metal 3.1's `bfloat`, its math done in float; the f8 types are
+emulated as in C (uchar, computed as float). Loads from
 threadgroup memory are built lane by lane (no pointer casts into threadgroup space), which also lets the
 C++ shim of the tests (tests/metal_shim.h) model threadgroup arrays as statics."""
 from __future__ import annotations
-from tgc.emit.cstyle import Lang, render_module, render_kernel
+from tgc.emit.cstyle import Lang, F8, render_module, render_kernel
 
 
 class MetalLang(Lang):
@@ -12,7 +13,8 @@ class MetalLang(Lang):
   types = {'i1': 'bool', 'i8': 'char', 'i16': 'short', 'i32': 'int', 'i64': 'long', 'u8': 'uchar', 'u16': 'ushort', 'u32': 'uint',
            'u64': 'ulong', 'f16': 'half', 'bf16': 'bfloat', 'f32': 'float'}
   vec_base = {**Lang.vec_base, 'bf16': 'bfloat'}
-  emulated = set()
+  emulated = set(F8)
+  fn_qual = 'inline'
   missing = {'f64': 'Metal has no double'}
   int64_sfx = ('l', 'ul')
   true_false = ('true', 'false')
@@ -43,7 +45,7 @@ class MetalLang(Lang):
     return f"{self.math[op]}({', '.join(args)})"
   def bitcast_native(self, x, src, dst): return f"as_type<{self.reg(dst)}>({x})"
   def prelude(self):
-    out = ['#include <metal_stdlib>', 'using namespace metal;']
+    out = ['#include <metal_stdlib>', 'using namespace metal;'] + self.emu_functions()
     for _, base, reg, n in sorted(x for x in self.needs if isinstance(x, tuple)):
       if n > 4: out.append(f"struct {base}{n} {{ {reg} v[{n}]; }};")
     return out

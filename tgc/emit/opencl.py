@@ -1,7 +1,7 @@
 """The OpenCL C 1.2 target: `__kernel void name(__global float* data0, __global const float* data1, ...)`,
 gidx/lidx are get_group_id/get_local_id (enqueue global = global_size * local_size, local = local_size).
 half is stored as half and computed as float through the core vload_half/vstore_half_rte, so no device needs
-cl_khr_fp16 (PoCL on a CPU has none); bf16 is stored as ushort and computed as float; bool buffers are
+cl_khr_fp16 (PoCL on a CPU has none); bf16 and the f8 types are stored as their bits and computed as float; bool buffers are
 uchar (a kernel argument may not point to bool), bool vectors uchar vectors. FP_CONTRACT is off."""
 from __future__ import annotations
 from tgc.errors import TgcError
@@ -14,7 +14,8 @@ class OpenCLLang(Lang):
   types = {'i1': 'bool', 'i8': 'char', 'i16': 'short', 'i32': 'int', 'i64': 'long', 'u8': 'uchar', 'u16': 'ushort', 'u32': 'uint',
            'u64': 'ulong', 'f32': 'float', 'f64': 'double'}
   vec_base = {**Lang.vec_base, 'i1': 'uchar'}
-  emulated = {'f16', 'bf16'}
+  emulated = {'f16', *Lang.emulated}
+  fn_qual = 'inline'
   native_vecs = (2, 3, 4, 8, 16)
   int64_sfx = ('L', 'UL')
   true_false = ('true', 'false')
@@ -64,12 +65,7 @@ class OpenCLLang(Lang):
       out += ['inline float tg_half_round(float x) { ushort h; vstore_half_rte(x, 0, (half*)&h); return vload_half(0, (half*)&h); }',
               'inline ushort tg_half_bits(float x) { ushort h; vstore_half_rte(x, 0, (half*)&h); return h; }',
               'inline float tg_half_from_bits(ushort h) { return vload_half(0, (half*)&h); }']
-    if 'bf16emu' in self.needs:
-      out += ['inline float tg_bf16_to_f32(ushort b) { return as_float((uint)b << 16); }',
-              'inline ushort tg_f32_to_bf16(float f) { uint u = as_uint(f); if (f != f) return 0x7FC0;'
-              ' return (ushort)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); }',
-              'inline float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }']
-    return out
+    return out + self.emu_functions()
 
 
 def render_opencl(module) -> str: return render_module(module, OpenCLLang())

@@ -18,13 +18,42 @@ def _onnx():
   except ImportError: raise OnnxError("ONNX import needs the onnx package: pip install 'tgc[onnx]'") from None
   return onnx
 
+def _dtypes() -> dict:
+  T = _onnx().TensorProto
+  return {T.FLOAT: D.f32, T.DOUBLE: D.f64, T.FLOAT16: D.f16, T.BFLOAT16: D.bf16, T.BOOL: D.bool_, T.INT8: D.i8, T.INT16: D.i16,
+          T.INT32: D.i32, T.INT64: D.i64, T.UINT8: D.u8, T.UINT16: D.u16, T.UINT32: D.u32, T.UINT64: D.u64,
+          T.FLOAT8E4M3FN: D.f8e4m3, T.FLOAT8E5M2: D.f8e5m2, T.FLOAT8E4M3FNUZ: D.f8e4m3fnuz, T.FLOAT8E5M2FNUZ: D.f8e5m2fnuz,
+          T.INT4: D.i4, T.UINT4: D.u4, T.INT2: D.i2, T.UINT2: D.u2}
+
 def _dtype(elem: int):
-  onnx = _onnx()
-  T = onnx.TensorProto
-  m = {T.FLOAT: D.f32, T.DOUBLE: D.f64, T.FLOAT16: D.f16, T.BFLOAT16: D.bf16, T.BOOL: D.bool_, T.INT8: D.i8, T.INT16: D.i16,
-       T.INT32: D.i32, T.INT64: D.i64, T.UINT8: D.u8, T.UINT16: D.u16, T.UINT32: D.u32, T.UINT64: D.u64}
+  T, m = _onnx().TensorProto, _dtypes()
   if elem not in m: raise OnnxError(f"ONNX dtype {T.DataType.Name(elem) if elem in T.DataType.values() else elem} is not supported by tgc")
   return m[elem]
+
+def _elem(dt) -> int: return next(k for k, v in _dtypes().items() if v is dt)
+
+# ---- the numpy boundary: ONNX hands the emulated floats and the sub-byte ints over as ml_dtypes arrays (unpacked; an
+# onnx dependency); tgc keeps the floats' bits and the ints' values, a byte each
+_ML = {'bf16': 'bfloat16', 'f8e4m3': 'float8_e4m3fn', 'f8e5m2': 'float8_e5m2', 'f8e4m3fnuz': 'float8_e4m3fnuz', 'f8e5m2fnuz': 'float8_e5m2fnuz',
+       'i4': 'int4', 'u4': 'uint4', 'i2': 'int2', 'u2': 'uint2'}
+
+def _storage(arr: np.ndarray, dt) -> np.ndarray:
+  """A graph input or constant -> what a tgc buffer of dt holds (an ml_dtypes array of dt: its bits or values, as they are)."""
+  if arr.dtype.name == _ML.get(dt.name): return np.ascontiguousarray(arr).view(dt.np) if dt.fmt else arr.astype(dt.np)
+  if dt.fmt: arr = arr.astype(np.float32)
+  return D.to_storage(arr, dt)
+
+def _tensor(arr: np.ndarray, dt, device) -> Tensor:
+  if dt.name not in _ML: return Tensor(arr, dtype=dt, device=device)
+  from tgc.runtime.buffer import Buffer
+  return Tensor(_Node('BUFFER', (), None, tuple(arr.shape), dt, device, Buffer.from_numpy(device, _storage(arr, dt).reshape(-1), dt)))
+
+def _result(bits: np.ndarray, dt) -> np.ndarray:
+  """A result buffer's contents -> the numpy array ONNX expects (ml_dtypes for the emulated floats and sub-byte ints)."""
+  if dt.name not in _ML: return bits
+  import ml_dtypes
+  m = getattr(ml_dtypes, _ML[dt.name])
+  return bits.view(m) if dt.fmt else bits.astype(m)
 
 def read_model(src):
   """A ModelProto from a path, bytes or a ModelProto; a malformed file is an OnnxError."""
@@ -61,6 +90,8 @@ class _Ctx:
   def dtype(self, elem: int): return _dtype(elem)
   def const(self, arr: np.ndarray) -> Tensor:
     arr = np.asarray(arr)
+    ml = next((D.BY_NAME[k] for k, v in _ML.items() if v == arr.dtype.name), None)
+    if ml is not None: return _tensor(arr, ml, self.device)
     if arr.dtype.kind not in 'biuf': raise OnnxError(f"node {self._where()}: constant of numpy dtype {arr.dtype} is not supported")
     from tgc.tensor import to_dtype
     dt = to_dtype(arr.dtype)
@@ -130,7 +161,7 @@ def trace(model, shapes: dict | None = None, device: str | None = None, feeds: d
   elem = {i.name: i.type.tensor_type.elem_type for i in g.input}
   for name, shp in input_shapes(model, shapes).items():
     dt = _dtype(elem[name])
-    t = Tensor(np.zeros(shp, dt.np) if feeds is None else feeds[name], dtype=dt, device=dev)
+    t = _tensor(np.zeros(shp, dt.np) if feeds is None else feeds[name], dt, dev)
     inputs[name] = vals[name] = t; names[t.node] = name
   ctx = _Ctx(opset, dev, {t.node: k for k, t in inputs.items()}, feeds is not None)
   ctx.names = names
@@ -198,7 +229,7 @@ def _function_body(ctx: _Ctx, node, ins):
   if schema.has_function: return schema.function_body
   if not schema.has_context_dependent_function: return None
   if ins is None: return True
-  types = [onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(t.dtype.np), t.shape).SerializeToString()
+  types = [onnx.helper.make_tensor_type_proto(_elem(t.dtype), t.shape).SerializeToString()
            if t is not None else onnx.TypeProto().SerializeToString() for t in ins]
   try: return onnx.FunctionProto.FromString(schema.get_context_dependent_function(node.SerializeToString(), types))
   except Exception: return None
@@ -300,9 +331,9 @@ class OnnxModel:
     if missing: raise OnnxError(f"missing inputs: {', '.join(missing)}")
     feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
     fn, which, bufs, dts = self.compile(feeds)
-    args = [b if k is None else Buffer.from_numpy(b.device, feeds[k].astype(dts[k].np).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
+    args = [b if k is None else Buffer.from_numpy(b.device, _storage(feeds[k], dts[k]).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
     outs = fn.run(args)
-    return [o.numpy().reshape(t.shape) for o, t in zip(outs, fn.result_types)]
+    return [_result(o.numpy(), t.dtype).reshape(t.shape) for o, t in zip(outs, fn.result_types)]
 
 
 def load(src, shapes: dict | None = None, device: str | None = None) -> OnnxModel:

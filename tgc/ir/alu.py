@@ -1,7 +1,7 @@
 """The meaning of every ALU op, on numpy arrays: the one semantic oracle.
 
 Constant folding, the reference interpreter and the tests all call `exec_alu`, so an op means the same
-thing everywhere. Values are numpy arrays in the dtype's compute type (bf16 computes as rounded float32).
+thing everywhere. Values are numpy arrays in the dtype's compute type (bf16 and the f8 types compute as rounded float32).
 Integer semantics are C's with the holes closed: division by zero gives 0, a shift by the bit width or
 more gives 0, signed overflow wraps.
 """
@@ -43,6 +43,10 @@ def _wrap(x, dt: DType):
 
 def exec_alu(op: str, dt: DType, *src):
   """Evaluate `op` producing dtype `dt` (for compares `dt` is the operands' dtype; the result is bool)."""
+  r = _exec_alu(op, dt, *src)
+  return D.narrow(r, dt) if dt.width and op not in COMPARE else r  # a sub-byte int wraps to its bits
+
+def _exec_alu(op: str, dt: DType, *src):
   import numpy as np  # on first use: parsing IR must not import numpy
   src = [np.asarray(s) for s in src]
   with np.errstate(all='ignore'):
@@ -125,15 +129,14 @@ def exec_cast(x, src: DType, dst: DType):
       # out of range: wrap through int64 like C compilers do for in-range-of-i64 values, else 0
       big = np.isfinite(t) & (np.abs(t) < 2.0**63)
       v = np.where(ok | big, t, 0).astype(np.int64)
-      return v.astype(dst.np)
-    return x.astype(dst.np)
+      return D.to_storage(v, dst)
+    return D.to_storage(x, dst)
 
 def exec_bitcast(x, src: DType, dst: DType):
   import numpy as np  # on first use: parsing IR must not import numpy
   x = np.asarray(x)
-  stored = D.f32_to_bf16_bits(x) if src is D.bf16 else x.astype(src.np)
-  out = np.ascontiguousarray(stored).view(np.uint16 if dst is D.bf16 else dst.np).reshape(x.shape)  # ascontiguousarray makes 0-d 1-d
-  return D.bf16_bits_to_f32(out) if dst is D.bf16 else out
+  out = np.ascontiguousarray(D.to_storage(x, src)).view(dst.np).reshape(x.shape)  # ascontiguousarray makes 0-d 1-d
+  return D.from_storage(out, dst)
 
 def reduce_identity(kind: str, dt: DType):
   if kind == 'add': return 0

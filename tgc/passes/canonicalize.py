@@ -21,8 +21,8 @@ def to_array(v, t):
   dt = elem(t)
   def scalar(x):
     if isinstance(x, HexInt) and dt.is_float:  # the bit pattern, as a Python float (bitcast gives a 1-element array)
-      ut = D.BY_NAME[{2: 'u16', 4: 'u32', 8: 'u64'}[dt.itemsize]]
-      r = alu.exec_bitcast(np.array(int(x), dtype=ut.np), ut, dt) if dt is not D.bf16 else D.bf16_bits_to_f32(np.uint16(int(x)))
+      ut = D.BY_NAME[f'u{dt.bits}']
+      r = alu.exec_bitcast(np.array(int(x), dtype=ut.np), ut, dt)
       return float(np.asarray(r).reshape(-1)[0])
     return x
   if isinstance(v, tuple):

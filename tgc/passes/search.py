@@ -52,7 +52,7 @@ def time_kernel(kernel_func, opts, target: str, device: str, runs: int = 3) -> f
   bufs = []
   for a in kernel_func.body.args:
     t = a.type
-    arr = rng.standard_normal(t.numel).astype(t.dtype.np) if t.dtype.is_float and t.dtype.name != 'bf16' else np.zeros(t.numel, t.dtype.np)
+    arr = rng.standard_normal(t.numel).astype(t.dtype.np) if t.dtype.is_float and not t.dtype.fmt else np.zeros(t.numel, t.dtype.np)
     bufs.append(Buffer.from_numpy(device, arr, t.dtype))
   args = [b.arg for b in bufs]
   prg.timed_launch(args)

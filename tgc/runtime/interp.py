@@ -2,7 +2,7 @@
 
 It runs the flat list point by point (every gidx/lidx point of the launch grid), in plain Python, and
 computes every ALU op with tgc.ir.alu, so an op means here exactly what constant folding says it means.
-Values are numpy 0-d arrays (scalars) or 1-d arrays (vec<N x T>) in the dtype's compute type (bf16 as
+Values are numpy 0-d arrays (scalars) or 1-d arrays (vec<N x T>) in the dtype's compute type (bf16 and f8 as
 rounded float32, i1 as numpy bool). Slow by design: correctness and clear errors only.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _load(buf: np.ndarray, idx: int, t, where: str):
   if idx < 0 or idx + n > buf.size: raise TgcError(f"{where}: index {idx} (+{n}) is out of bounds of a buffer of {buf.size}")
   dt = elem(t)
   x = buf.reshape(-1)[idx:idx + n]
-  x = D.bf16_bits_to_f32(x) if dt is D.bf16 else x.copy()
+  x = D.decode(x, dt.fmt) if dt.fmt else x.copy()
   return x if isinstance(t, VecType) else x[0].reshape(())
 
 
@@ -38,7 +38,7 @@ def _store(buf: np.ndarray, idx: int, val, t, where: str):
   n = t.count if isinstance(t, VecType) else 1
   if idx < 0 or idx + n > buf.size: raise TgcError(f"{where}: index {idx} (+{n}) is out of bounds of a buffer of {buf.size}")
   dt = elem(t)
-  v = D.f32_to_bf16_bits(val) if dt is D.bf16 else np.asarray(val).astype(dt.np)
+  v = D.to_storage(val, dt)
   buf.reshape(-1)[idx:idx + n] = np.broadcast_to(v, (n,))
 
 
