@@ -226,7 +226,7 @@ def stage_ring(ks: Schedule, opts: list, t: Target, budget: int) -> list:
   overlap the other's math). On an H100 a 4096 f16 matmul ran at 286 TFLOP/s with 3 stages of 35 KB, 253 with 4
   (one work-group a multiprocessor), 256 with one buffer; f32 at 41.7 TFLOP/s with 2 to 4 stages, 34.7 without."""
   if not t.async_copy or not ks.smem: return opts
-  per_stage = sum(ks.tile_bytes(op, 2) for op in ks.smem) // 2
+  per_stage = sum(ks.slot_elems(op) * op.results[0].type.itemsize for op in ks.smem)
   for n in (4, 3, 2):
     ring = [Opt('smem', o.fields['axis'], n) if o.name == 'smem' else o for o in opts]
     if n * per_stage <= budget // 2 and try_opts(ks.k, ring, t) is not None: return ring
