@@ -166,7 +166,7 @@ def test_tensor_core_flops_are_counted():
 
 @pytest.mark.parametrize('case', ['matmul_odd', 'matmul_f16', 'matmul_4095', 'rowsum_odd', 'sum_odd', 'softmax', 'max_short_rows',
                                   'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
-                                  'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd'])
+                                  'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -191,6 +191,8 @@ def test_gpu_heuristic_shapes(case):
     'matmul_tc_4095': (lambda a, b: a @ b, (r(255, 4095, dt=np.float16), r(4095, 130, dt=np.float16)), lambda a, b: a @ b, 2e-2),
     'matmul_tc_rect': (lambda a, b: a @ b, (r(1000, 3000, dt=np.float16), r(3000, 700, dt=np.float16)), lambda a, b: a @ b, 2e-2),
     'matmul_tc_small_odd': (lambda a, b: a @ b, (r(17, 33, dt=np.float16), r(33, 9, dt=np.float16)), lambda a, b: a @ b, 2e-2),
+    # a half conv the heuristic puts on tensor cores (tc on the input channels; m, n its batch and output channels)
+    'conv_tc': (lambda x, w: x.conv2d(w, padding=1), (r(16, 32, 12, 12, dt=np.float16), r(16, 32, 3, 3, dt=np.float16)), _conv_ref, 2e-2),
   }[case]
   out = f(*[tgc.Tensor(a, device='CUDA') for a in args]).numpy()
   want = ref(*[a.astype(np.float64) for a in args])
@@ -252,10 +254,29 @@ def _conv_tc_module(device):
   (k,) = [k for k in m.functions('kernel.func') if any(op.name == 'kernel.reduce' for op in k.body.ops)]
   k.attrs['opts'] = (Opt('tc', next(op for op in k.body.ops if op.name == 'kernel.reduce').axes[0], 0),)
   PassManager(parse_pipeline(','.join(steps[cut:]))).run(m)
-  xp, ref = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1))), np.zeros((16, 16, 6, 6))
+  return m, [x if l is tx.node else w for l in leaves], _conv_ref(x.astype(np.float64), w.astype(np.float64))
+
+
+def _conv_ref(x, w):
+  """A 3x3 conv with padding 1 in numpy (NCHW input, OIHW weights)."""
+  (b, _, h, wd), o = x.shape, w.shape[0]
+  xp, ref = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), np.zeros((b, o, h, wd))
   for ky in range(3):
-    for kx in range(3): ref += np.einsum('bchw,oc->bohw', xp[:, :, ky:ky + 6, kx:kx + 6], w[:, :, ky, kx].astype(np.float64))
-  return m, [x if l is tx.node else w for l in leaves], ref
+    for kx in range(3): ref += np.einsum('bchw,oc->bohw', xp[:, :, ky:ky + h, kx:kx + wd], w[:, :, ky, kx])
+  return ref
+
+
+def test_conv_heuristic_takes_tensor_cores():
+  """kernel-opt gives a half conv whose batch, output and input channels the tile divides tc (on its input
+  channels), several tiles a warp, work-groups along the output's columns and rows, and both operands staged."""
+  from tgc.tensor import _build_module
+  x, w = tgc.Tensor(np.ones((16, 32, 12, 12), np.float16), device='INTERP'), tgc.Tensor(np.ones((16, 32, 3, 3), np.float16), device='INTERP')
+  m, _ = _build_module([x.conv2d(w, padding=1).node], 'conv')
+  lower(m, 'cuda')
+  (f,) = [f for f in m.functions('uop.func') if any(op.name == 'uop.wmma' for op in f.body.ops)]
+  names = [o.name for o in f.attrs['opts']]
+  assert names[0] == 'tc' and 'upcast' in names and names.count('local') == 2 and names.count('smem') == 2, names
+  _nvcc_builds(render_cuda(m))
 
 
 def test_conv_on_tensor_cores_compiles():

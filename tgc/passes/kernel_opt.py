@@ -60,8 +60,27 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
 
   red = ks.axes('reduce')
   glob = ks.axes('global')
-  # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples
-  # (a conv lowers on them too, tc on its input channels, but its tiles here ran no faster on an H100: left to search);
+  def tile_grid(role):  # after tc: the global axis just outside the tile's m or n ('tcm' / 'tcn'), or None
+    ax = ks.kinds.index(role) - 1
+    while ax >= 0 and ks.kinds[ax] in ('upcast', 'local'): ax -= 1
+    return ax if ax >= 0 and ks.kinds[ax] == 'global' else None
+  # a conv on tensor cores (several reduce axes; tc on the first, its input channels): a warp takes 2 tiles of m by 4
+  # of n, a block 8x2 warps along the other global axes (the output's columns and rows, which share the weights'
+  # tile), both operands staged: on an H100 a 3x3 f16 conv (32x64x56x56) ran at 32 TFLOP/s so, 14.9 with the direct
+  # conv's tiles (a sweep of 32 shapes)
+  if t.tensor_cores is not None and len(red) > 1 and tc_applies(k, Opt('tc', red[0], 0), t.name):
+    apply(Opt('tc', red[0], 0))
+    for role, amts in (('tcn', (4, 2)), ('tcm', (2,))):
+      ax = tile_grid(role)
+      if ax is not None: next((a for a in amts if ks.full[ax] % a == 0 and apply(Opt('upcast', ax, a))), None)
+    done: list = []
+    for amts in ((8, 4, 2), (2,)):
+      other = [a for a in ks.axes('global') if a not in (tile_grid('tcm'), tile_grid('tcn')) and a not in done]
+      if other and next((a for a in amts if ks.full[other[-1]] % a == 0 and apply(Opt('local', other[-1], a))), None): done.append(other[-1])
+    for i, op in enumerate(op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)):
+      if ks.tile_bytes(op) <= smem_budget: apply(Opt('smem', i, 0))
+    return opts
+  # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples;
   # sizes the tiles do not divide are padded first (PADTO: a 4095 f16 matmul ran at 0.2 TFLOP/s without tensor cores)
   pads = tc_padding(ks, t) if t.tensor_cores is not None and len(red) == 1 else None
   if pads is not None and tc_applies(k, pads + [Opt('tc', red[0], 0)], t.name):
@@ -70,12 +89,10 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     # both operands are staged through shared memory (SMEM) in a ring of stages: on an H100 a 4096 f16 matmul ran
     # at 286 TFLOP/s so, 256 with one buffer, 161 with 64x128 blocks and steps of 16 (sweeps of 48 and 80 shapes)
     apply(Opt('tc', red[0], 0))
-    for kind, amts, grid_axis in (('upcast', (4, 2), 'tcm'), ('upcast', (4, 2), 'tcn'), ('local', (2,), 'tcm'), ('local', (4, 2), 'tcn')):
-      ax = ks.kinds.index(grid_axis) - 1  # the tile grid's axis: the global one just outside the tile
-      while ax >= 0 and ks.kinds[ax] in ('upcast', 'local'): ax -= 1
-      if ax >= 0 and ks.kinds[ax] == 'global':
-        amt = next((a for a in amts if ks.full[ax] % a == 0 and ks.full[ax] > a), None)
-        if amt: apply(Opt(kind, ax, amt))
+    for kind, amts, role in (('upcast', (4, 2), 'tcm'), ('upcast', (4, 2), 'tcn'), ('local', (2,), 'tcm'), ('local', (4, 2), 'tcn')):
+      ax = tile_grid(role)
+      amt = next((a for a in amts if ax is not None and ks.full[ax] % a == 0 and ks.full[ax] > a), None)
+      if amt: apply(Opt(kind, ax, amt))
     r = ks.axes('reduce')
     if r and ks.axes('local'): next((u for u in (4, 2) if ks.full[r[0]] % u == 0 and apply(Opt('unroll', r[0], u))), None)  # (deep steps between a block's barriers)
     used = 0 if any(kd in ('upcast', 'local') for kd in ks.kinds) else smem_budget  # (one tile a block: nothing shared)
