@@ -81,6 +81,12 @@ def candidates(k, opts, t: Target):
     for i, op in enumerate(below):
       if op not in ks.smem and any(ks.strides(op)[a] == 0 for a in ks.axes('local')) and ks.tile_bytes(op) <= t.local_memory:
         out.append(list(opts) + [Record('smem', {'axis': i, 'amt': 0})])
+  # SMEM's ring: the staged tiles with 2 to 4 stages (the copies running ahead of the math)
+  if ks.smem:
+    for n in (2, 3, 4):
+      ring = [Record('smem', {'axis': o.fields['axis'], 'amt': n}) if o.name == 'smem' else o for o in opts]
+      if ring != list(opts) and try_opts(k, ring, t) is not None and sum(ks.slot_elems(op) * op.results[0].type.itemsize for op in ks.smem) * n <= t.max_local_memory:
+        out.append(ring)
   return out
 
 
