@@ -8,7 +8,9 @@ Which values become buffers (tinygrad's rules, ir.md):
     elementwise ops after a reduce otherwise fuse into its kernel;
   - a value with several consumers when its fused graph contains a reduce (recomputing would repeat the
     reduction); elementwise values are recomputed in each consumer instead, as tinygrad does;
-  - a computed value under a pad (padding must read 0, not f(0)).
+  - a computed value under a pad (padding must read 0, not f(0));
+  - a factor of a sum of products that it reads broadcast RECOMPUTE (16) times or more per element and that costs
+    several ALU ops a point (a 1x1 conv's input after batch norms and activations): computed once, not per output.
 A buffer that is a reduce whose result a later reduce over the same rows reads back as a broadcast (softmax's
 max under its exp-sum) is computed and stored by that later reduce's kernel, in a stage before its own
 (choose_fusions): softmax is two kernels.
@@ -108,6 +110,7 @@ class Scheduler:
       if op.name == 'tensor.pad':
         u = _movement_base(op.operands[0])
         if u.op is not None and not _is_leaf(u): self.R.add(u)
+    self._materialize_broadcast_factors()
     has_reduce: dict[Value, bool] = {}
     for op in self.fn.body.ops:
       if not op.results: continue
@@ -117,6 +120,31 @@ class Scheduler:
       has_reduce[v] = hr
       if hr and MOVEMENT not in op.TRAITS and v not in self.R and self.eff_uses(v) >= 2: self.R.add(v)
     self.choose_fusions()
+
+  def _materialize_broadcast_factors(self):
+    """A factor of a sum of products that the product reads broadcast RECOMPUTE times or more, and that costs several
+    ALU ops a point (a 1x1 conv's input: batch norms, activations, residual sums), becomes a buffer: its kernel
+    computes it once per point instead of once per output channel."""
+    for op in self.fn.body.ops:
+      if op.name != 'tensor.reduce' or op.kind != 'add': continue
+      mul = op.src.op
+      while mul is not None and mul.name == 'tensor.cast': mul = mul.operands[0].op
+      if mul is None or mul.name != 'tensor.mul': continue
+      for x in mul.operands:
+        b = _movement_base(x)
+        if b.op is None or _is_leaf(b) or b in self.R or ELEMENTWISE not in b.op.TRAITS: continue
+        if op.src.type.numel >= RECOMPUTE * b.type.numel and self._alu_cost(b) >= 4: self.R.add(b)
+
+  def _alu_cost(self, v: Value, limit: int = 4) -> int:
+    """ALU ops computing v down to buffers and leaves (at most `limit` counted)."""
+    n, seen, stack = 0, set(), [v]
+    while stack and n < limit:
+      u = stack.pop()
+      if u in seen or u.op is None or _is_leaf(u) or (u in self.R and u is not v) or u.op.name == 'tensor.reduce': continue
+      seen.add(u)
+      if ELEMENTWISE in u.op.TRAITS and hasattr(u.op, 'opname'): n += 1
+      stack += u.op.operands
+    return n
 
   def reads(self, start) -> dict[Value, list[tuple]]:
     """The buffers (values of R, arguments) that computing the values `start` reads, each with the movement paths
@@ -394,6 +422,7 @@ class _KernelBuilder:
     return full, out, store_vs
 
 
+RECOMPUTE = 16       # a product's factor read this many times per element (or more) is stored once, when it costs ops
 SPLIT_MIN = 1 << 15   # a reduce of at least this many elements into fewer than SPLIT_OUT outputs is split
 SPLIT_OUT = 64
 
