@@ -225,3 +225,24 @@ def test_onnx_sub_byte_ints():
   assert s.dtype == ml.int4
   np.testing.assert_array_equal(s.astype(np.int8), want.astype(np.int8))
   np.testing.assert_array_equal(y, want.astype(np.float32))
+
+
+@pytest.mark.parametrize('name', list(ML))
+def test_tensor_api_f8(name):
+  """tgc.dtypes.fp8*: a cast rounds as ml_dtypes does (saturating), arithmetic rounds each result, sums and matmuls
+  accumulate in float32 and round once, and the values come back as float32."""
+  from tgc import Tensor, dtypes
+  dt = getattr(dtypes, {'f8e4m3': 'fp8e4m3', 'f8e5m2': 'fp8e5m2', 'f8e4m3fnuz': 'fp8e4m3fnuz', 'f8e5m2fnuz': 'fp8e5m2fnuz'}[name])
+  rng = np.random.default_rng(3)
+  x = (rng.standard_normal((8, 16)) * 4).astype(np.float32)
+  w = rng.standard_normal((16, 4)).astype(np.float32)
+  want = oracle(x, name).astype(np.float32)
+  t = Tensor(x).cast(dt)
+  assert t.dtype is dt and t.numpy().dtype == np.float32
+  np.testing.assert_array_equal(t.numpy(), want)
+  np.testing.assert_array_equal((t + t).numpy(), oracle(want + want, name).astype(np.float32))
+  np.testing.assert_array_equal(t.sum(axis=1).numpy(), oracle(want.sum(axis=1, dtype=np.float32), name).astype(np.float32))
+  wq = oracle(w, name).astype(np.float32)
+  got = (t @ Tensor(w).cast(dt)).numpy()
+  np.testing.assert_allclose(got, oracle(want @ wq, name).astype(np.float32), rtol=0.13, atol=1e-6)
+  assert Tensor(np.ones(2, np.float16)).cast(dt).cast('float16').dtype is dtypes.float16 and (t + Tensor(np.ones((8, 16), np.float16))).dtype is dtypes.float16

@@ -43,7 +43,7 @@ class _DTypes:
   """`tgc.dtypes`: the DType objects of tgc.ir.dtypes under tinygrad's names."""
   def __init__(self):
     for n in ('bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64', 'float16', 'bfloat16',
-              'float32', 'float64', 'half', 'float', 'double', 'int', 'long', 'uint', 'char', 'uchar', 'short', 'ushort', 'ulong'):
+              'fp8e4m3', 'fp8e5m2', 'fp8e4m3fnuz', 'fp8e5m2fnuz', 'float32', 'float64', 'half', 'float', 'double', 'int', 'long', 'uint', 'char', 'uchar', 'short', 'ushort', 'ulong'):
       setattr(self, n, _D.BY_API[n])
     self.default_float, self.default_int = _D.f32, _D.i32
     self.all = tuple(_D.BY_API[n] for n in ('bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64',
@@ -61,9 +61,12 @@ class _DTypes:
 dtypes = _DTypes()
 
 _PRIORITY = {d: i for i, d in enumerate((_D.bool_, _D.i8, _D.u8, _D.i16, _D.u16, _D.i32, _D.u32, _D.i64, _D.u64,
-                                         _D.f16, _D.bf16, _D.f32, _D.f64))}
+                                         _D.f8e4m3fnuz, _D.f8e5m2fnuz, _D.f8e4m3, _D.f8e5m2, _D.f16, _D.bf16, _D.f32, _D.f64))}
+# the f8 types sit below f16 and bf16; the ints still meet the floats at f16/bf16 (tinygrad's lattice sends them
+# through fp8, which makes int64 + uint64 fp8e4m3)
 _LATTICE = {_D.bool_: (_D.i8, _D.u8), _D.i8: (_D.i16,), _D.i16: (_D.i32,), _D.i32: (_D.i64,), _D.i64: (_D.f16, _D.bf16),
             _D.u8: (_D.i16, _D.u16), _D.u16: (_D.i32, _D.u32), _D.u32: (_D.i64, _D.u64), _D.u64: (_D.f16, _D.bf16),
+            **{d: (_D.f16, _D.bf16) for d in (_D.f8e4m3, _D.f8e5m2, _D.f8e4m3fnuz, _D.f8e5m2fnuz)},
             _D.f16: (_D.f32,), _D.bf16: (_D.f32,), _D.f32: (_D.f64,), _D.f64: ()}
 _PARENTS: dict[DType, frozenset] = {}
 
@@ -240,7 +243,7 @@ def _dense_value(arr: np.ndarray, dt: DType):
 
 def _to_storage(arr: np.ndarray, dt: DType) -> np.ndarray:
   with np.errstate(all='ignore'):
-    if dt is _D.bf16: return np.ascontiguousarray(_D.f32_to_bf16_bits(arr.astype(np.float32)))
+    if dt.fmt: return np.ascontiguousarray(_D.encode(arr.astype(np.float32), dt.fmt))
     return np.asarray(arr, dtype=dt.np, order='C')  # (the device buffer made from it is the copy)
 
 def _shape_arg(shape) -> tuple[int, ...]:
@@ -374,7 +377,7 @@ class Tensor(TensorAPI):
     """A copy of the values (from the device, after the launches that compute them)."""
     self.realize()
     b = self.node.buf.numpy().reshape(self.shape)
-    return _D.bf16_bits_to_f32(b).reshape(self.shape) if self.dtype is _D.bf16 else b
+    return _D.from_storage(b, self.dtype).reshape(self.shape)
 
   def tolist(self): return self.numpy().tolist()
 
@@ -894,12 +897,12 @@ class Tensor(TensorAPI):
   def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else _sum_acc(self.dtype)
     ret = self.cast(acc)._reduce('add', axis, keepdim)
-    return ret.cast(self.dtype) if dtype is None and self.dtype in (_D.f16, _D.bf16) else ret
+    return ret.cast(self.dtype) if dtype is None and self.dtype.is_float and self.dtype.itemsize < 4 else ret
 
   def prod(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else _sum_acc(self.dtype)
     ret = self.cast(acc)._reduce('mul', axis, keepdim)
-    return ret.cast(self.dtype) if dtype is None and self.dtype in (_D.f16, _D.bf16) else ret
+    return ret.cast(self.dtype) if dtype is None and self.dtype.is_float and self.dtype.itemsize < 4 else ret
 
   def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce('max', axis, keepdim)
 
@@ -968,7 +971,7 @@ class Tensor(TensorAPI):
     if self.ndim == 0: return self.sum()
     x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
     n = x.shape[-1]
-    if n == 0: return self.cast(_sum_acc(self.dtype)) if self.dtype not in (_D.f16, _D.bf16) else self
+    if n == 0: return self.cast(_sum_acc(self.dtype)) if not (self.dtype.is_float and self.dtype.itemsize < 4) else self
     tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
     xe = x.unsqueeze(-2)._broadcast_to(x.shape[:-1] + (n, n))
     r = tri._broadcast_to(xe.shape).where(xe, 0).sum(-1)
@@ -982,7 +985,7 @@ class Tensor(TensorAPI):
     if not isinstance(w, Tensor): w = Tensor(w, device=x.device)
     if x.ndim == 0 or w.ndim == 0: raise ShapeError(f"matmul needs tensors of at least 1 axis, got shapes {x.shape} and {w.shape}")
     dt = least_upper_dtype(x.dtype, w.dtype)
-    if dt in (_D.f16, _D.bf16): return x.cast(_D.f32).matmul(w.cast(_D.f32)).cast(dt)  # accumulate in f32, as torch and tinygrad
+    if dt.is_float and dt.itemsize < 4: return x.cast(_D.f32).matmul(w.cast(_D.f32)).cast(dt)  # accumulate in f32, as torch and tinygrad
     x, w = x.cast(dt), w.cast(dt)
     k1, k2 = x.shape[-1], (w.shape[-2] if w.ndim > 1 else w.shape[0])
     if k1 != k2: raise ShapeError(f"matmul shapes {self.shape} and {w.shape} do not fit: inner sizes {k1} and {k2}")
