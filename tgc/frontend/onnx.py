@@ -298,7 +298,7 @@ class OnnxModel:
     feeds = dict(zip(self.input_names, arrays)); feeds.update(named)
     missing = [n for n in self.input_names if n not in feeds]
     if missing: raise OnnxError(f"missing inputs: {', '.join(missing)}")
-    feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+    feeds = {k: np.asarray(v, order='C') for k, v in feeds.items()}  # (ascontiguousarray would make a 0-d input 1-d)
     fn, which, bufs, dts = self.compile(feeds)
     args = [b if k is None else Buffer.from_numpy(b.device, feeds[k].astype(dts[k].np).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
     outs = fn.run(args)
