@@ -70,12 +70,12 @@ def test_tools_import_opt_run(tmp_path):
 
 def _bad_models(tmp_path):
   garbage = tmp_path / 'garbage.onnx'; garbage.write_bytes(b'\x08\x07not a model at all\xff\xff')
-  unsupported = h.make_model(h.make_graph([h.make_node('Hardmax', ['x'], ['y'], name='hm0')], 'g',
-    [h.make_tensor_value_info('x', T.FLOAT, [2, 3])], [h.make_tensor_value_info('y', T.FLOAT, [2, 3])]), opset_imports=[h.make_opsetid('', 13)])
+  unsupported = h.make_model(h.make_graph([h.make_node('ImageDecoder', ['x'], ['y'], name='im0')], 'g',
+    [h.make_tensor_value_info('x', T.UINT8, [8])], [h.make_tensor_value_info('y', T.UINT8, [2, 2, 3])]), opset_imports=[h.make_opsetid('', 20)])
   strings = h.make_model(h.make_graph([h.make_node('Identity', ['x'], ['y'])], 'g',
     [h.make_tensor_value_info('x', T.STRING, [2])], [h.make_tensor_value_info('y', T.STRING, [2])]), opset_imports=[h.make_opsetid('', 13)])
   return [(str(garbage), [], 'not a valid ONNX model'), (str(tmp_path / 'missing.onnx'), [], 'no such file'),
-          (unsupported, [], "node 'hm0': op Hardmax (opset 13) is not supported"), (mlp(), [], "dimension 0 is symbolic ('N')"),
+          (unsupported, [], "node 'im0': op ImageDecoder (opset 20) is not supported"), (mlp(), [], "dimension 0 is symbolic ('N')"),
           (strings, [], 'dtype STRING is not supported'), (mlp(), ['y=1x8'], "'y', which is not a graph input")]
 
 

@@ -77,7 +77,9 @@ def _spatial_pad(x, pads, value=0.0):
 _UNARY = {'Neg': Tensor.neg, 'Abs': Tensor.abs, 'Sqrt': Tensor.sqrt, 'Reciprocal': Tensor.reciprocal, 'Exp': Tensor.exp,
           'Log': Tensor.log, 'Tanh': Tensor.tanh, 'Sigmoid': Tensor.sigmoid, 'Relu': Tensor.relu, 'Floor': Tensor.floor,
           'Ceil': Tensor.ceil, 'Sin': Tensor.sin, 'Cos': Tensor.cos, 'Tan': Tensor.tan, 'Sign': Tensor.sign,
-          'Not': Tensor.logical_not, 'Erf': Tensor.erf, 'Round': Tensor.round, 'Identity': lambda x: x}
+          'Not': Tensor.logical_not, 'Erf': Tensor.erf, 'Round': Tensor.round, 'Identity': lambda x: x,
+          'Asin': Tensor.asin, 'Acos': Tensor.acos, 'Atan': Tensor.atan, 'Sinh': Tensor.sinh, 'Cosh': Tensor.cosh,
+          'Asinh': Tensor.asinh, 'Acosh': Tensor.acosh, 'Atanh': Tensor.atanh, 'IsNaN': Tensor.isnan, 'BitwiseNot': Tensor.bitwise_not}
 for _n, _f in _UNARY.items(): OPS[_n] = (lambda f: lambda ctx, attrs, x: f(x))(_f)
 
 def _int_div(a: Tensor, b: Tensor) -> Tensor:
@@ -89,7 +91,8 @@ _BINARY = {'Add': lambda a, b: a + b, 'Sub': lambda a, b: a - b, 'Mul': lambda a
            'Div': lambda a, b: _int_div(a, b) if a.dtype.is_int and b.dtype.is_int else a / b,
            'Equal': lambda a, b: a == b, 'Less': lambda a, b: a < b, 'Greater': lambda a, b: a > b,
            'LessOrEqual': lambda a, b: a <= b, 'GreaterOrEqual': lambda a, b: a >= b,
-           'And': lambda a, b: a & b, 'Or': lambda a, b: a | b, 'Xor': lambda a, b: a ^ b}
+           'And': lambda a, b: a & b, 'Or': lambda a, b: a | b, 'Xor': lambda a, b: a ^ b,
+           'BitwiseAnd': Tensor.bitwise_and, 'BitwiseOr': Tensor.bitwise_or, 'BitwiseXor': Tensor.bitwise_xor}
 for _n, _f in _BINARY.items(): OPS[_n] = (lambda f: lambda ctx, attrs, a, b: f(a, b))(_f)
 
 @op('Pow')
@@ -108,6 +111,21 @@ for _n, _f in {'Max': Tensor.maximum, 'Min': Tensor.minimum, 'Sum': Tensor.add, 
     for x in xs[1:]: r = f(r, x)
     return r / len(xs) if mean else r
   OPS[_n] = _v
+
+@op('BitShift')
+def _bitshift(ctx, attrs, x, y):
+  """A shift by a negative amount or by the width or more is what the sign extension alone gives (-1 for a right
+  shift of a negative x, else 0), where C leaves it undefined: such amounts are masked before the shift."""
+  right, signed = attrs['direction'] == 'RIGHT', x.dtype.kind == 'i'
+  x, y = x._broadcasted(y)
+  ok = (y < x.dtype.itemsize * 8) & (y >= 0) if signed else y < x.dtype.itemsize * 8
+  r = x.rshift(ok.where(y, 0)) if right else x.lshift(ok.where(y, 0))
+  return ok.where(r, (x < 0).where(-1, 0).cast(x.dtype) if right and signed else 0)
+
+@op('IsInf')
+def _isinf(ctx, attrs, x):
+  if not x.dtype.is_float: return Tensor._const(False, x.shape, dtypes.bool, x.device)
+  return ((x == math.inf) & bool(attrs.get('detect_positive', 1))) | ((x == -math.inf) & bool(attrs.get('detect_negative', 1)))
 
 @op('Where')
 def _where(ctx, attrs, c, x, y): return c.where(x, y)
@@ -233,7 +251,17 @@ def _pool(ctx, attrs, x):
   red = tuple(range(-nk, 0))
   if ctx.node.op_type == 'MaxPool':
     lowest = -math.inf if x.dtype.is_float else D.min_max(x.dtype)[0]
-    return _spatial_pad(x, pads, lowest)._pool(k, s, d).max(red)
+    win = _spatial_pad(x, pads, lowest)._pool(k, s, d)
+    y = win.max(red)
+    if len(ctx.node.output) < 2 or not ctx.node.output[1]: return y
+    # Indices: the first maximum of each window (the least flat position: windows are row-major), flat over the
+    # input's N, C and spatial axes (storage_order 1 takes the spatial axes column-major)
+    sp = x.shape[2:]
+    pos = np.arange(math.prod(sp)).reshape(sp)
+    if attrs.get('storage_order', 0): pos = np.arange(math.prod(sp)).reshape(sp[::-1]).T
+    pw = _spatial_pad(ctx.const(pos.astype(np.int64)), pads, math.prod(sp))._pool(k, s, d)
+    first = (win == y.reshape(*y.shape, *(1,) * nk)).where(pw, math.prod(sp)).min(red)
+    return y, first + Tensor.arange(x.shape[0] * x.shape[1], device=x.device).reshape(x.shape[0], x.shape[1], *(1,) * nk) * math.prod(sp)
   total = _spatial_pad(x, pads)._pool(k, s, d).sum(red)
   if attrs.get('count_include_pad', 0):
     # the explicit pads count; what ceil_mode added past them does not
@@ -243,6 +271,46 @@ def _pool(ctx, attrs, x):
   else:
     cnt = _spatial_pad(Tensor.ones(*x.shape[2:], device=x.device), pads)
   return total / cnt._pool(k, s, d).sum(red)
+
+@op('LpPool')
+def _lp_pool(ctx, attrs, x):
+  k = tuple(attrs['kernel_shape']); nk = len(k)
+  s = tuple(attrs.get('strides', [1] * nk)); d = tuple(attrs.get('dilations', [1] * nk))
+  p = attrs.get('p', 2)
+  w = _spatial_pad(x.abs().pow(p), _pool_pads(ctx, attrs, x, k, s, d))._pool(k, s, d)
+  return w.sum(tuple(range(-nk, 0))).pow(1 / p).cast(x.dtype)
+
+@op('LpNormalization')
+def _lp_norm(ctx, attrs, x):
+  p, a = attrs.get('p', 2), attrs.get('axis', -1)
+  n = x.abs().sum(a, keepdim=True) if p == 1 else (x * x).sum(a, keepdim=True).sqrt()
+  return (n == 0).where(0, x / n).cast(x.dtype)  # a zero norm gives 0, not 0/0
+
+@op('LRN')
+def _lrn(ctx, attrs, x):
+  """The sum of squares over a window of `size` channels around each, as a pool along the channel axis."""
+  size = attrs['size']
+  sq = (x * x).transpose(1, -1).pad(((0, 0),) * (x.ndim - 1) + (((size - 1) // 2, size - 1 - (size - 1) // 2),))
+  ss = sq._pool((size,), 1).sum(-1).transpose(1, -1)
+  a, b, bias = _float_attr(attrs, 'alpha', 1e-4), _float_attr(attrs, 'beta', 0.75), _float_attr(attrs, 'bias', 1.0)
+  return x / (bias + a / size * ss).pow(b)
+
+@op('MaxUnpool')
+def _max_unpool(ctx, attrs, x, idx, out_shape=None):
+  """Each value written at its index (flat over the whole unpooled shape), per (n, c) plane as a one-hot sum; an
+  output_shape larger than that shape pads its ends with zeros."""
+  k = attrs['kernel_shape']; nk = len(k)
+  s, p = attrs.get('strides', [1] * nk), attrs.get('pads', [0] * 2 * nk)
+  shp = list(x.shape[:2]) + [(x.shape[2 + i] - 1) * s[i] - p[i] - p[i + nk] + k[i] for i in range(nk)]
+  n, c, plane = shp[0], shp[1], math.prod(shp[2:])
+  base = Tensor.arange(n * c, device=x.device).reshape(n, c, 1) * plane
+  i = idx.reshape(n, c, -1).cast(dtypes.int64) - base
+  hit = i.unsqueeze(-1) == Tensor.arange(plane, device=x.device)
+  y = hit.where(x.reshape(n, c, -1, 1), 0).sum(2).cast(x.dtype).reshape(*shp)
+  if out_shape is None: return y
+  out = ctx.ints(out_shape)
+  if any(o < v for o, v in zip(out, shp)): raise OnnxError(f"MaxUnpool output_shape {out} is smaller than the unpooled shape {shp}")
+  return y.pad(tuple((0, o - v) for o, v in zip(out, shp)))
 
 @op('GlobalAveragePool')
 def _gap(ctx, attrs, x): return x.mean(tuple(range(2, x.ndim)), keepdim=True)
@@ -355,6 +423,117 @@ def _gather(ctx, attrs, x, idx):
     iv = ctx.ints(idx); n = x.shape[a]
     if idx.ndim == 0: return x[(slice(None),) * a + (iv[0] + n if iv[0] < 0 else iv[0],)]
   return x[(slice(None),) * a + (idx,)]  # fancy indexing: a gather kernel, negative indices from the end
+
+@op('GatherElements')
+def _gather_elements(ctx, attrs, x, idx): return x.gather(attrs.get('axis', 0), idx)
+
+_SCATTER_REDUCE = {'add': 'sum', 'mul': 'prod', 'max': 'amax', 'min': 'amin'}
+
+@op('ScatterElements', 'Scatter')
+def _scatter_elements(ctx, attrs, x, idx, upd):
+  red = attrs.get('reduction', 'none')
+  if red == 'none': return x.scatter(attrs.get('axis', 0), idx, upd)
+  return x.scatter_reduce(attrs.get('axis', 0), idx, upd, _SCATTER_REDUCE[red])
+
+def _nd_index(x, idx, b=0):
+  """The flat position of each index tuple (idx's last axis) among x's axes b..b+k, negatives from the end."""
+  k = idx.shape[-1]
+  flat = None
+  for j in range(k):
+    n = x.shape[b + j]
+    ij = idx.shrink(tuple((j, j + 1) if i == idx.ndim - 1 else None for i in range(idx.ndim))).reshape(idx.shape[:-1]).cast(dtypes.int64)
+    ij = (ij < 0).where(ij + n, ij) * math.prod(x.shape[b + j + 1:b + k])
+    flat = ij if flat is None else flat + ij
+  return flat
+
+@op('ScatterND')
+def _scatter_nd(ctx, attrs, x, idx, upd):
+  """x's first k axes flattened to one, written at each index tuple's flat position (a scatter along it)."""
+  k, rest = idx.shape[-1], x.shape[idx.shape[-1]:]
+  m = math.prod(idx.shape[:-1])
+  pos = _nd_index(x, idx).reshape(m, *(1,) * len(rest)).expand(m, *rest)
+  xf, uf = x.reshape(math.prod(x.shape[:k]), *rest), upd.reshape(m, *rest)
+  red = attrs.get('reduction', 'none')
+  r = xf.scatter(0, pos, uf) if red == 'none' else xf.scatter_reduce(0, pos, uf, _SCATTER_REDUCE[red])
+  return r.reshape(x.shape)
+
+@op('GatherND')
+def _gather_nd(ctx, attrs, x, idx):
+  """Per batch (the first batch_dims axes), x's next k axes flattened to one and indexed by each tuple's flat position."""
+  b = attrs.get('batch_dims', 0); k = idx.shape[-1]
+  nb, rest = math.prod(x.shape[:b]), x.shape[b + k:]
+  xf = x.reshape(nb, math.prod(x.shape[b:b + k]), *rest)
+  pos = _nd_index(x, idx, b).reshape(nb, -1)
+  r = xf[Tensor.arange(nb, device=x.device).reshape(nb, 1), pos]
+  return r.reshape(*idx.shape[:-1], *rest)
+
+@op('CumSum', 'CumProd')
+def _cumulative(ctx, attrs, x, axis):
+  a = _axis(ctx.ints(axis)[0], x.ndim)
+  prod = ctx.node.op_type == 'CumProd'
+  if attrs.get('reverse', 0): x = x.flip(a)
+  y = x
+  if attrs.get('exclusive', 0):  # shifted by one: the first position holds the identity
+    y = x.pad(tuple((1, 0) if i == a else (0, 0) for i in range(x.ndim)), 1 if prod else 0)
+    y = y.shrink(tuple((0, x.shape[a]) if i == a else None for i in range(x.ndim)))
+  r = (y.cumprod(a) if prod else y.cumsum(a)).cast(x.dtype)
+  return r.flip(a) if attrs.get('reverse', 0) else r
+
+@op('TopK')
+def _topk(ctx, attrs, x, k=None):
+  kk = ctx.ints(k)[0] if k is not None else attrs['k']
+  v, i = x.topk(kk, attrs.get('axis', -1), bool(attrs.get('largest', 1)))
+  return v, i.cast(dtypes.int64)
+
+@op('Hardmax')
+def _hardmax(ctx, attrs, x):
+  def hard(t, a):
+    a = _axis(a, t.ndim)
+    ar = Tensor.arange(t.shape[a], device=t.device).reshape(tuple(-1 if i == a else 1 for i in range(t.ndim)))
+    return (t.argmax(a, keepdim=True) == ar).cast(t.dtype)
+  return _coerce2d(hard, x, attrs.get('axis', 1)) if ctx.opset < 13 else hard(x, attrs.get('axis', -1))
+
+@op('Einsum')
+def _einsum(ctx, attrs, *xs): return Tensor.einsum(attrs['equation'], *xs)
+
+@op('OneHot')
+def _one_hot(ctx, attrs, idx, depth, values):
+  d = int(ctx.array(depth).reshape(-1)[0])
+  a = _axis(attrs.get('axis', -1), idx.ndim + 1)
+  i = idx.cast(dtypes.int64)
+  i = (i < 0).where(i + d, i)  # negative indices count from the end; others out of range are all off
+  ar = Tensor.arange(d, device=idx.device).reshape(tuple(-1 if j == a else 1 for j in range(idx.ndim + 1)))
+  return (i.unsqueeze(a) == ar).where(values[1], values[0])
+
+@op('EyeLike')
+def _eye_like(ctx, attrs, x):
+  r, c = x.shape
+  dt = ctx.dtype(attrs['dtype']) if 'dtype' in attrs else x.dtype
+  ar = lambda n: Tensor.arange(n, device=x.device)
+  return (ar(c).reshape(1, c) - ar(r).reshape(r, 1) == attrs.get('k', 0)).cast(dt)
+
+@op('Compress')
+def _compress(ctx, attrs, x, cond):
+  """The kept positions come from the condition's values, known at import (the output's shape depends on them)."""
+  keep = np.nonzero(ctx.array(cond).reshape(-1))[0]
+  if 'axis' not in attrs: x, a = x.reshape(-1), 0
+  else: a = _axis(attrs['axis'], x.ndim)
+  keep = keep[keep < x.shape[a]]
+  if not keep.size: return x.shrink(tuple((0, 0) if i == a else None for i in range(x.ndim)))
+  return x[(slice(None),) * a + (ctx.const(keep.astype(np.int64)),)]
+
+@op('NonZero')
+def _nonzero(ctx, attrs, x):
+  ctx.array(x)  # the count of nonzeros is the output's shape: the compiled code is specialised to x's values
+  return x.nonzero().T
+
+@op('ReverseSequence')
+def _reverse_sequence(ctx, attrs, x, lens):
+  """A gather along the time axis: position t of batch b reads lens[b]-1-t where t < lens[b], else t."""
+  b, t = attrs.get('batch_axis', 1), attrs.get('time_axis', 0)
+  tt = Tensor.arange(x.shape[t], device=x.device).reshape(tuple(-1 if i == t else 1 for i in range(x.ndim)))
+  ln = lens.cast(dtypes.int64).reshape(tuple(-1 if i == b else 1 for i in range(x.ndim)))
+  return x.gather(t, (tt < ln).where(ln - 1 - tt, tt).expand(*x.shape))
 
 @op('Expand')
 def _expand(ctx, attrs, x, shape):
