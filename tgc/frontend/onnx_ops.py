@@ -593,21 +593,71 @@ def _trilu(ctx, attrs, x, k=None):
   mask = np.triu(np.ones((r, c), bool), kk) if attrs.get('upper', 1) else np.tril(np.ones((r, c), bool), kk)
   return ctx.const(mask).where(x, Tensor._const(0, x.shape, x.dtype, x.device))
 
+def _cubic(A):
+  def w(t):  # the cubic convolution kernel at distance t
+    t = np.abs(t)
+    return np.where(t <= 1, ((A + 2) * t - (A + 3)) * t * t + 1, np.where(t < 2, ((A * t - 5 * A) * t + 8 * A) * t - 4 * A, 0.0))
+  return w
+
+def _resize_coeffs(mode, nmode, A, antialias):
+  """(ratio in (0, 1], scale) -> the weights of the window of input positions around a source coordinate, as ONNX's
+  reference computes them: antialias stretches the linear or cubic kernel by 1/scale when downsampling."""
+  if mode == 'nearest':
+    return lambda r, s: np.array([0.0, 1.0]) if r == 1 else np.array({'round_prefer_floor': [r <= 0.5, r > 0.5], 'round_prefer_ceil': [r < 0.5, r >= 0.5],
+                                                                       'floor': [1, 0], 'ceil': [0, 1]}[nmode], np.float64)
+  kern, half = (_cubic(A), 2) if mode == 'cubic' else ((lambda t: np.clip(1 - np.abs(t), 0, 1)), 1)
+  def coeffs(r, s):
+    s = min(s, 1.0) if antialias else 1.0
+    lo = int(np.floor(-half / s) + 1)
+    c = kern((np.arange(lo, 2 - lo) - r) * s)
+    return c / c.sum() if antialias else c
+  return coeffs
+
+def _resize_matrix(n, o, s, ctm, coeffs, roi, exclude_outside, extrapolation):
+  """The (o, n) matrix of one axis's resize, and the (o,) values added where tf_crop_and_resize reads outside the input."""
+  y, ow = np.arange(o, dtype=np.float64), s * n  # (align_corners and the crop take the unrounded output size, as ONNX)
+  if ctm == 'half_pixel': src = (y + 0.5) / s - 0.5
+  elif ctm == 'pytorch_half_pixel': src = (y + 0.5) / s - 0.5 if ow > 1 else np.full(o, -0.5)
+  elif ctm == 'align_corners': src = y * (n - 1) / (ow - 1) if ow != 1 else np.zeros(o)
+  elif ctm == 'asymmetric': src = y / s
+  elif ctm == 'half_pixel_symmetric': src = (n / 2) * (1 - o / ow) + (y + 0.5) / s - 0.5
+  elif ctm == 'tf_crop_and_resize':
+    src = (y * (roi[1] - roi[0]) * (n - 1) / (ow - 1) if ow != 1 else np.full(o, (roi[1] - roi[0]) * (n - 1) / 2)) + roi[0] * (n - 1)
+  else: raise OnnxError(f"Resize coordinate_transformation_mode '{ctm}' is not supported")
+  fl = np.floor(src)
+  c = np.stack([coeffs(r, s) for r in np.where(src == fl, 1.0, src - fl)]) if o else np.zeros((0, 2))
+  k = c.shape[1]
+  # the k positions nearest the source coordinate (ties to the lower), as the reference's edge-padded window
+  pw = -(-k // 2); xp = src + pw; pp = np.floor(xp); fr = xp - pp
+  off = np.where(fr == 0, -(k // 2), 1 - k // 2) if k % 2 == 0 else np.where(fr <= 0.5, -((k - 1) // 2), 1 - (k - 1) // 2)
+  idx = (pp + off).astype(np.int64)[:, None] + np.arange(k) - pw
+  if exclude_outside:
+    c = np.where((idx < 0) | (idx >= n), 0.0, c)
+    c = c / np.where(c.sum(-1, keepdims=True) == 0, 1.0, c.sum(-1, keepdims=True))
+  m = np.zeros((o, n))
+  np.add.at(m, (np.arange(o)[:, None], np.clip(idx, 0, n - 1)), c)
+  out = (src < 0) | (src > n - 1) if ctm == 'tf_crop_and_resize' else np.zeros(o, bool)
+  m[out] = 0
+  return m, np.where(out, extrapolation, 0.0)
+
 @op('Resize', 'Upsample')
 def _resize(ctx, attrs, x, *rest):
-  """nearest and linear, one axis at a time as a product with a static (out, in) matrix."""
+  """nearest, linear and cubic, one axis at a time as a product with a static (out, in) matrix."""
   roi, scales, sizes = (list(rest) + [None] * 3)[:3] if ctx.node.op_type == 'Resize' and ctx.opset >= 11 else (None, rest[0] if rest else None, None)
   if ctx.node.op_type == 'Resize' and ctx.opset == 10: scales = rest[0]
   mode = attrs.get('mode', 'nearest')
-  if mode not in ('nearest', 'linear'): raise OnnxError(f"Resize mode '{mode}' is not supported (nearest, linear)")
+  if mode not in ('nearest', 'linear', 'cubic'): raise OnnxError(f"Resize mode '{mode}' is not supported (nearest, linear, cubic)")
   ctm = attrs.get('coordinate_transformation_mode', 'half_pixel' if ctx.node.op_type == 'Resize' and ctx.opset >= 11 else 'asymmetric')
   nmode = attrs.get('nearest_mode', 'round_prefer_floor' if ctx.opset >= 11 else 'floor')
   if 'scales' in attrs: sc = list(attrs['scales'])
   elif scales is not None and ctx.array(scales).size: sc = [float(v) for v in ctx.array(scales)]
   else: sc = None
   sz = ctx.ints(sizes) if sizes is not None and ctx.array(sizes).size else None
-  if ctm == 'tf_crop_and_resize': raise OnnxError("Resize's tf_crop_and_resize is not supported")
   ax = list(range(x.ndim)) if attrs.get('axes') is None else [_axis(a, x.ndim) for a in attrs['axes']]
+  rv = [float(v) for v in ctx.array(roi).reshape(-1)] if roi is not None and ctx.array(roi).size else None
+  full_roi = [(0.0, 1.0)] * x.ndim
+  if rv is not None:
+    for i, a in enumerate(ax): full_roi[a] = (rv[i], rv[i + len(ax)])
   full_sc, full_sz = [1.0] * x.ndim, list(x.shape)  # the axes not named keep their size
   if sz is None:
     for a, v in zip(ax, sc): full_sc[a], full_sz[a] = v, int(math.floor(x.shape[a] * v))
@@ -619,28 +669,15 @@ def _resize(ctx, attrs, x, *rest):
       else:
         full_sc[a] = (min if policy == 'not_larger' else max)(ratios)
         full_sz[a] = int(full_sc[a] * x.shape[a] + 0.5)
-  sc, sz = full_sc, full_sz
-  for a, (n, o, s) in enumerate(zip(x.shape, sz, sc)):
-    if n == o and s == 1: continue
-    i = np.arange(o, dtype=np.float64)
-    if ctm == 'half_pixel': src = (i + 0.5) / s - 0.5
-    elif ctm == 'pytorch_half_pixel': src = (i + 0.5) / s - 0.5 if o > 1 else np.zeros(o)
-    elif ctm == 'align_corners': src = i * (n - 1) / (o - 1) if o > 1 else np.zeros(o)
-    elif ctm == 'asymmetric': src = i / s
-    elif ctm == 'half_pixel_symmetric':
-      adj = o / (n * s); src = (n / 2) * (1 - adj) + (i + 0.5) / s - 0.5
-    else: raise OnnxError(f"Resize coordinate_transformation_mode '{ctm}' is not supported")
-    m = np.zeros((o, n), np.float32)
-    if mode == 'nearest':
-      f = {'round_prefer_floor': lambda v: np.ceil(v - 0.5), 'round_prefer_ceil': lambda v: np.floor(v + 0.5),
-           'floor': np.floor, 'ceil': np.ceil}[nmode](src)
-      m[np.arange(o), np.clip(f, 0, n - 1).astype(int)] = 1
-    else:
-      src = np.clip(src, 0, n - 1)
-      lo = np.floor(src).astype(int); hi = np.minimum(lo + 1, n - 1); w = (src - lo).astype(np.float32)
-      np.add.at(m, (np.arange(o), lo), 1 - w); np.add.at(m, (np.arange(o), hi), w)
+  coeffs = _resize_coeffs(mode, nmode, _float_attr(attrs, 'cubic_coeff_a', -0.75), attrs.get('antialias', 0))
+  for a, (n, o, s) in enumerate(zip(x.shape, full_sz, full_sc)):
+    if n == o and math.isclose(s, 1.0) and (ctm != 'tf_crop_and_resize' or full_roi[a] == (0.0, 1.0)): continue
+    m, e = _resize_matrix(n, o, s, ctm, coeffs, full_roi[a], attrs.get('exclude_outside', 0), _float_attr(attrs, 'extrapolation_value', 0.0))
     xt = x.transpose(a, -1) if a != x.ndim - 1 else x
-    y = xt.cast(dtypes.float32).matmul(ctx.const(m.T)) if mode == 'linear' or not x.dtype.is_float else xt.matmul(ctx.const(m.T.astype(x.dtype.np)))
+    if mode == 'nearest' and not e.any():  # picks one input each: exact in x's own dtype
+      y = xt.matmul(ctx.const(m.T.astype(x.dtype.np if x.dtype.is_float or x.dtype.is_int else np.float32)))
+    else: y = xt.cast(dtypes.float32).matmul(ctx.const(m.T.astype(np.float32))) + (ctx.const(e.astype(np.float32)) if e.any() else 0)
+    if mode != 'nearest' and not x.dtype.is_float: y = y.round().clip(*D.min_max(x.dtype))  # ONNX's saturating cast
     y = y.cast(x.dtype)
     x = y.transpose(a, -1) if a != x.ndim - 1 else y
   return x
