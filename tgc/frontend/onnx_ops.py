@@ -26,8 +26,12 @@ def conv_transpose(x: Tensor, w: Tensor, b, stride, pads, dilation, groups, out_
   """ConvTranspose with ONNX's pads, which may differ at the two ends of an axis: Tensor.conv_transpose2d's whole
   output (no padding; output_padding extends its end), cropped by the pads."""
   nk = w.ndim - 2
-  y = x.conv_transpose2d(w, b, stride=tuple(stride), padding=0, output_padding=tuple(out_pad), dilation=tuple(dilation), groups=groups)
-  return y.shrink(((0, y.shape[0]), (0, y.shape[1])) + tuple((pads[i], y.shape[2 + i] - pads[i + nk]) for i in range(nk)))
+  grow = any(p < 0 for p in pads)  # a negative pad (from an output_shape larger than the whole output) adds zeros, then the bias
+  y = x.conv_transpose2d(w, None if grow else b, stride=tuple(stride), padding=0, output_padding=tuple(out_pad), dilation=tuple(dilation), groups=groups)
+  if grow: y = y.pad(((0, 0), (0, 0)) + tuple((max(0, -pads[i]), max(0, -pads[i + nk])) for i in range(nk)))
+  pads = [max(0, p) for p in pads]
+  y = y.shrink(((0, y.shape[0]), (0, y.shape[1])) + tuple((pads[i], y.shape[2 + i] - pads[i + nk]) for i in range(nk)))
+  return y + b.reshape(1, -1, *(1,) * nk) if grow and b is not None else y
 
 # ---------------------------------------------------------------- helpers
 
@@ -208,8 +212,7 @@ def _conv_t(ctx, attrs, x, w, b=None):
     out = list(attrs.get('output_shape', [sp[i] * s[i] for i in range(nk)]))[-nk:]
     for i in range(nk):
       tot = s[i] * (sp[i] - 1) + opad[i] + ((k[i] - 1) * d[i] + 1) - out[i]
-      lo = tot // 2 if attrs.get('auto_pad', 'NOTSET') != 'SAME_LOWER' else tot - tot // 2
-      if attrs.get('auto_pad', 'NOTSET') == 'SAME_UPPER' or 'output_shape' in attrs: lo = tot // 2
+      lo = tot // 2 if attrs.get('auto_pad', 'NOTSET') == 'SAME_UPPER' else tot - tot // 2  # the odd one at the end but for SAME_UPPER
       pads[i], pads[i + nk] = lo, tot - lo
   return conv_transpose(x, w, b, s, pads, d, attrs.get('group', 1), opad)
 
@@ -218,6 +221,11 @@ def _channel(t, nd): return t.reshape(1, -1, *(1,) * (nd - 2))
 @op('BatchNormalization')
 def _batchnorm(ctx, attrs, x, scale, bias, mean, var, *_):
   eps = _float_attr(attrs, 'epsilon', 1e-5)
+  if attrs.get('training_mode', 0):  # normalised by the batch's statistics; the running ones updated by momentum
+    axes, mom = tuple(i for i in range(x.ndim) if i != 1), _float_attr(attrs, 'momentum', 0.9)
+    bm, bv = x.mean(axes), x.var(axes, correction=0)
+    y = (x - _channel(bm, x.ndim)) * _channel((bv + eps).rsqrt() * scale, x.ndim) + _channel(bias, x.ndim)
+    return y, (mean * mom + bm * (1 - mom)).cast(x.dtype), (var * mom + bv * (1 - mom)).cast(x.dtype)
   if all(ctx.is_const(t) for t in (scale, bias, mean, var)):
     # weights known at import (inference): folded into one scale and shift per channel, as onnxruntime folds them, so
     # the kernels that read x do not compute sqrt(var + eps) again per element (per output channel of a 1x1 conv after it)
