@@ -74,7 +74,13 @@ def _bad_models(tmp_path):
     [h.make_tensor_value_info('x', T.UINT8, [8])], [h.make_tensor_value_info('y', T.UINT8, [2, 2, 3])]), opset_imports=[h.make_opsetid('', 20)])
   strings = h.make_model(h.make_graph([h.make_node('Identity', ['x'], ['y'])], 'g',
     [h.make_tensor_value_info('x', T.STRING, [2])], [h.make_tensor_value_info('y', T.STRING, [2])]), opset_imports=[h.make_opsetid('', 13)])
-  return [(str(garbage), [], 'not a valid ONNX model'), (str(tmp_path / 'missing.onnx'), [], 'no such file'),
+  body = h.make_graph([h.make_node('Identity', ['c'], ['co']), h.make_node('Add', ['v', 'v'], ['vo'])], 'b',
+    [h.make_tensor_value_info('i', T.INT64, []), h.make_tensor_value_info('c', T.BOOL, []), h.make_tensor_value_info('v', T.FLOAT, [1])],
+    [h.make_tensor_value_info('co', T.BOOL, []), h.make_tensor_value_info('vo', T.FLOAT, [1])])
+  endless = h.make_model(h.make_graph([h.make_node('Constant', [], ['t'], value=h.make_tensor('t', T.BOOL, [], [True])),
+    h.make_node('Loop', ['', 't', 'x'], ['y'], body=body, name='lp')], 'g', [h.make_tensor_value_info('x', T.FLOAT, [1])],
+    [h.make_tensor_value_info('y', T.FLOAT, [1])]), opset_imports=[h.make_opsetid('', 13)])
+  return [(str(garbage), [], 'not a valid ONNX model'), (endless, [], "node 'lp' (Loop): Loop runs past 4096 iterations"), (str(tmp_path / 'missing.onnx'), [], 'no such file'),
           (unsupported, [], "node 'im0': op ImageDecoder (opset 20) is not supported"), (mlp(), [], "dimension 0 is symbolic ('N')"),
           (strings, [], 'dtype STRING is not supported'), (mlp(), ['y=1x8'], "'y', which is not a graph input")]
 

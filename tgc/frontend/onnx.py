@@ -160,7 +160,7 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
     if node.domain not in ('', 'ai.onnx'):
       raise OnnxError(f"node '{node.name}': op {node.domain}.{node.op_type} (opset {opset}) is not supported by tgc: only the default domain is")
     fn = OPS.get(node.op_type)
-    if node.op_type == 'If': fn = _if
+    fn = {'If': _if, 'Loop': _loop, 'Scan': _scan}.get(node.op_type, fn)
     if fn is None and _function_body(ctx, node, None) is not None: fn = _expand
     if fn is None: raise OnnxError(f"node '{node.name}': op {node.op_type} (opset {opset}) is not supported by tgc")
     ins = []
@@ -182,12 +182,71 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
 
 
 def _if(ctx: _Ctx, attrs: dict, cond):
-  branch = attrs['then_branch' if bool(ctx.array(cond).reshape(-1)[0]) else 'else_branch']
+  return tuple(_body(ctx, attrs['then_branch' if bool(ctx.array(cond).reshape(-1)[0]) else 'else_branch'], []))
+
+
+LOOP_MAX = 4096  # iterations a Loop may unroll to
+
+def _body(ctx: _Ctx, g, ins: list) -> list:
+  """Subgraph g traced on the values ins bound to its inputs (in order); it sees the enclosing graph's values too."""
   sub = dict(ctx.vals)
-  node = ctx.node
-  _run_graph(ctx, branch, sub)
-  ctx.node = node
-  return tuple(sub[o.name] for o in branch.output)
+  sub.update({i.name: t for i, t in zip(g.input, ins) if i.name})
+  node, outer = ctx.node, ctx.vals
+  _run_graph(ctx, g, sub)
+  ctx.node, ctx.vals = node, outer
+  return [sub[o.name] for o in g.output]
+
+
+def _loop(ctx: _Ctx, attrs: dict, m=None, cond=None, *carried):
+  """A Loop unrolled at import time: its trip count and every iteration's condition must be known then."""
+  from tgc.tensor import Tensor
+  body = attrs['body']
+  n = int(ctx.array(m).reshape(-1)[0]) if m is not None else None
+  go = bool(ctx.array(cond).reshape(-1)[0]) if cond is not None else True
+  carried, scans, it = list(carried), [], 0
+  while go and (n is None or it < n):
+    if it == LOOP_MAX: raise OnnxError(f"node {ctx._where()}: Loop runs past {LOOP_MAX} iterations; tgc unrolls loops at import")
+    outs = _body(ctx, body, [ctx.const(np.array(it, np.int64)), ctx.const(np.array(go))] + carried)
+    go = bool(ctx.array(outs[0]).reshape(-1)[0])
+    carried, it = outs[1:1 + len(carried)], it + 1
+    scans.append(outs[1 + len(carried):])
+  k = len(body.output) - 1 - len(carried)
+  if k and not scans: raise OnnxError(f"node {ctx._where()}: a Loop with scan outputs that runs no iteration is not supported")
+  return tuple(carried) + tuple(Tensor.stack(*[s[j] for s in scans]) for j in range(k))
+
+
+def _scan(ctx: _Ctx, attrs: dict, *ins):
+  """A Scan unrolled at import time over its scan inputs' static length (opset 8's batch axis: one scan per batch row)."""
+  from tgc.tensor import Tensor
+  body, nin = attrs['body'], attrs['num_scan_inputs']
+  if ctx.opset < 9:
+    lens, ins = ins[0], ins[1:]
+    nst = len(ins) - nin
+    rows = [_scan_rows(ctx, body, [t[b] for t in ins[:nst]], [t[b] for t in ins[nst:]], [0] * nin, [0] * nin,
+                       [0] * (len(body.output) - nst), [0] * (len(body.output) - nst)) for b in range(ins[0].shape[0])]
+    if lens is not None and any(v != ins[nst].shape[1] for v in ctx.ints(lens)):
+      raise OnnxError(f"node {ctx._where()}: Scan sequence_lens shorter than the scan inputs are not supported")
+    return tuple(Tensor.stack(*[r[j] for r in rows]) for j in range(len(body.output)))
+  nst, nout = len(ins) - nin, len(body.output) - (len(ins) - nin)
+  return tuple(_scan_rows(ctx, body, list(ins[:nst]), list(ins[nst:]), attrs.get('scan_input_axes', [0] * nin),
+                          attrs.get('scan_input_directions', [0] * nin), attrs.get('scan_output_axes', [0] * nout), attrs.get('scan_output_directions', [0] * nout)))
+
+
+def _scan_rows(ctx, body, states, xs, in_axes, in_dirs, out_axes, out_dirs):
+  from tgc.tensor import Tensor
+  in_axes = [a + x.ndim if a < 0 else a for a, x in zip(in_axes, xs)]
+  steps = xs[0].shape[in_axes[0]]
+  outs = []
+  for t in range(steps):
+    sl = [x[(slice(None),) * a + (steps - 1 - t if d else t,)] for x, a, d in zip(xs, in_axes, in_dirs)]
+    res = _body(ctx, body, states + sl)
+    states = res[:len(states)]; outs.append(res[len(states):])
+  if not steps: raise OnnxError(f"node {ctx._where()}: a Scan over an empty sequence is not supported")
+  ys = []
+  for j, (a, d) in enumerate(zip(out_axes, out_dirs)):
+    el = [o[j] for o in (outs[::-1] if d else outs)]
+    ys.append(Tensor.stack(*el, dim=a + el[0].ndim + 1 if a < 0 else a))
+  return states + ys
 
 
 def _function_body(ctx: _Ctx, node, ins):
