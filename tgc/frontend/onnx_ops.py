@@ -357,6 +357,68 @@ def _argmax(ctx, attrs, x):
   if attrs.get('select_last_index', 0): return (x.shape[a] - 1 - fn(x.flip(a), a, keep)).cast(dtypes.int64)
   return fn(x, a, keep).cast(dtypes.int64)
 
+# ---------------------------------------------------------------- recurrent
+
+_RNN_ACT = {'Relu': lambda x, a, b: x.relu(), 'Tanh': lambda x, a, b: x.tanh(), 'Sigmoid': lambda x, a, b: x.sigmoid(),
+            'Affine': lambda x, a, b: x * a + b, 'LeakyRelu': lambda x, a, b: x.leaky_relu(a),
+            'ThresholdedRelu': lambda x, a, b: (x > a).where(x, 0), 'ScaledTanh': lambda x, a, b: (x * b).tanh() * a,
+            'HardSigmoid': lambda x, a, b: (x * a + b).clip(0, 1), 'Elu': lambda x, a, b: (x < 0).where(a * (x.exp() - 1), x),
+            'Softsign': lambda x, a, b: x / (1 + x.abs()), 'Softplus': lambda x, a, b: x.softplus()}
+_RNN_ALPHA = {'LeakyRelu': 0.01, 'ThresholdedRelu': 1.0, 'HardSigmoid': 0.2, 'Elu': 1.0}
+
+@op('RNN', 'GRU', 'LSTM')
+def _rnn(ctx, attrs, x, w, r, b=None, lens=None, h0=None, c0=None, peep=None):
+  """Unrolled over the (static) sequence: per direction, the input projection of all steps at once, then one step
+  per position; past a batch row's sequence_lens its state holds and its output is 0."""
+  kind = ctx.node.op_type
+  ng, nact = {'RNN': (1, 1), 'GRU': (3, 2), 'LSTM': (4, 3)}[kind]
+  hs, layout = attrs.get('hidden_size', w.shape[1] // ng), attrs.get('layout', 0)
+  direction = attrs.get('direction', 'forward')
+  nd = 2 if direction == 'bidirectional' else 1
+  if layout: x, h0, c0 = (None if t is None else t.transpose(0, 1) for t in (x, h0, c0))
+  T, B = x.shape[:2]
+  names = list(attrs.get('activations', {'RNN': ['Tanh'], 'GRU': ['Sigmoid', 'Tanh'], 'LSTM': ['Sigmoid', 'Tanh', 'Tanh']}[kind] * nd))
+  al, be = list(attrs.get('activation_alpha', [])), list(attrs.get('activation_beta', []))
+  for n in names:
+    if n not in _RNN_ACT: raise OnnxError(f"{kind} activation '{n}' is not supported")
+  acts = [(lambda f, a, bb: lambda t: f(t, a, bb))(_RNN_ACT[n], al[i] if i < len(al) else _RNN_ALPHA.get(n, 1.0), be[i] if i < len(be) else (0.5 if n == 'HardSigmoid' else 0.0))
+          for i, n in enumerate(names)]
+  clip = attrs.get('clip')
+  cl = (lambda t: t.clip(-clip, clip)) if clip is not None else (lambda t: t)
+  keep = None if lens is None else (Tensor.arange(T, device=x.device).reshape(T, 1) < lens.cast(dtypes.int64).reshape(1, B)).reshape(T, B, 1)
+  gates = lambda t: [t.shrink((None,) * (t.ndim - 1) + ((k * hs, (k + 1) * hs),)) for k in range(t.shape[-1] // hs)]
+  ys, hl, cl_ = [], [], []
+  for d in range(nd):
+    f, g, hf = (acts[d * nact:(d + 1) * nact] + [None] * 2)[:3]
+    wd, rd = w[d], r[d]
+    bd = b[d] if b is not None else Tensor.zeros(2 * ng * hs, dtype=x.dtype, device=x.device)
+    wb, rb = bd.shrink(((0, ng * hs),)), bd.shrink(((ng * hs, 2 * ng * hs),))
+    xw = x.matmul(wd.T) + wb
+    h = h0[d] if h0 is not None else Tensor.zeros(B, hs, dtype=x.dtype, device=x.device)
+    c = c0[d] if c0 is not None else Tensor.zeros(B, hs, dtype=x.dtype, device=x.device)
+    out = [None] * T
+    for t in (range(T - 1, -1, -1) if direction == 'reverse' or d == 1 else range(T)):
+      if kind == 'RNN': hn = f(cl(xw[t] + h.matmul(rd.T) + rb))
+      elif kind == 'GRU':
+        xz, xr, xh = gates(xw[t]); rz, rr, rh = gates(rd.T); bz, br, bh = gates(rb)
+        z, rg = f(cl(xz + h.matmul(rz) + bz)), f(cl(xr + h.matmul(rr) + br))
+        hh = g(cl(xh + (rg * (h.matmul(rh) + bh) if attrs.get('linear_before_reset', 0) else (rg * h).matmul(rh) + bh)))
+        hn = (1 - z) * hh + z * h
+      else:
+        gi, go, gf, gc = gates(xw[t] + h.matmul(rd.T) + rb)
+        pi, po, pf = gates(peep[d]) if peep is not None else (0, 0, 0)
+        i = f(cl(gi + pi * c))
+        fg = 1 - i if attrs.get('input_forget', 0) else f(cl(gf + pf * c))
+        cn = fg * c + i * g(cl(gc))
+        hn = f(cl(go + po * cn)) * hf(cn)
+        c = cn if keep is None else keep[t].where(cn, c)
+      out[t] = hn if keep is None else keep[t].where(hn, 0)
+      h = hn if keep is None else keep[t].where(hn, h)
+    ys.append(Tensor.stack(*out)); hl.append(h); cl_.append(c)
+  y, yh, yc = Tensor.stack(*ys, dim=1), Tensor.stack(*hl), Tensor.stack(*cl_)
+  if layout: y, yh, yc = y.permute(2, 0, 1, 3), yh.transpose(0, 1), yc.transpose(0, 1)
+  return (y, yh, yc) if kind == 'LSTM' else (y, yh)
+
 # ---------------------------------------------------------------- movement
 
 @op('Reshape')
