@@ -32,7 +32,9 @@ FAST = ['test_add_bcast', 'test_sub_example', 'test_mul_bcast', 'test_div_exampl
         'test_reversesequence_time', 'test_isinf', 'test_isnan', 'test_bitwise_and_i32_2d', 'test_bitwise_not_2d',
         'test_maxpool_with_argmax_2d_precomputed_pads', 'test_resize_upsample_scales_cubic', 'test_batchnorm_example_training_mode',
         'test_convtranspose_output_shape', 'test_loop11', 'test_scan9_sum', 'test_range_float_type_positive_delta_expanded',
-        'test_simple_rnn_defaults', 'test_gru_defaults', 'test_lstm_defaults']
+        'test_simple_rnn_defaults', 'test_gru_defaults', 'test_lstm_defaults',
+        'test_quantizelinear_axis', 'test_dequantizelinear_blocked', 'test_qlinearmatmul_2D_uint8_float32', 'test_qlinearconv', 'test_matmulinteger',
+        'test_convinteger_with_padding']
 
 def exclusions() -> list[str]:
   out = []

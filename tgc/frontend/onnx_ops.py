@@ -357,6 +357,57 @@ def _argmax(ctx, attrs, x):
   if attrs.get('select_last_index', 0): return (x.shape[a] - 1 - fn(x.flip(a), a, keep)).cast(dtypes.int64)
   return fn(x, a, keep).cast(dtypes.int64)
 
+# ---------------------------------------------------------------- quantization
+
+def _qparam(v, x, axis, block=0):
+  """A scale or zero point broadcast to x: a scalar, one per index of axis (1-D), or one per block along axis."""
+  if v.numel() == 1: return v.reshape(())
+  a = _axis(axis, x.ndim)
+  if not block: return v.reshape(tuple(-1 if i == a else 1 for i in range(x.ndim)))
+  return v.repeat_interleave(block, a).shrink(tuple((0, x.shape[a]) if i == a else None for i in range(x.ndim)))
+
+def _saturate(q: Tensor, dt) -> Tensor: return q.round().clip(*D.min_max(dt)).cast(dt)  # ONNX rounds half to even
+
+@op('QuantizeLinear')
+def _quantize(ctx, attrs, x, scale, zp=None):
+  dt = zp.dtype if zp is not None else ctx.dtype(attrs['output_dtype']) if attrs.get('output_dtype') else dtypes.uint8
+  if not dt.is_int: raise OnnxError(f"QuantizeLinear to {dt} is not supported (integer outputs only)")
+  a, blk = attrs.get('axis', 1), attrs.get('block_size', 0)
+  if attrs.get('precision'): x, scale = x.cast(ctx.dtype(attrs['precision'])), scale.cast(ctx.dtype(attrs['precision']))
+  q = (x / _qparam(scale, x, a, blk)).round()
+  return _saturate(q + _qparam(zp, x, a, blk).cast(q.dtype) if zp is not None else q, dt)
+
+@op('DequantizeLinear')
+def _dequantize(ctx, attrs, x, scale, zp=None):
+  a, blk = attrs.get('axis', 1), attrs.get('block_size', 0)
+  dx = x.cast(dtypes.float32) - (_qparam(zp, x, a, blk).cast(dtypes.float32) if zp is not None else 0)
+  return (dx * _qparam(scale, x, a, blk)).cast(ctx.dtype(attrs['output_dtype']) if attrs.get('output_dtype') else scale.dtype)
+
+def _zp_sub(t, zp, axis=None):
+  """t in int32 less its zero point (a scalar, or 1-D along axis)."""
+  t = t.cast(dtypes.int32)
+  if zp is None: return t
+  return t - (zp.cast(dtypes.int32).reshape(()) if zp.numel() == 1 else _qparam(zp, t, axis).cast(dtypes.int32))
+
+@op('MatMulInteger')
+def _matmul_integer(ctx, attrs, a, b, azp=None, bzp=None): return _zp_sub(a, azp, -2).matmul(_zp_sub(b, bzp, -1))
+
+@op('ConvInteger')
+def _conv_integer(ctx, attrs, x, w, xzp=None, wzp=None):
+  return _conv(ctx, attrs, _zp_sub(x, xzp), _zp_sub(w, wzp, 0))  # the zero point pads: 0 once subtracted
+
+@op('QLinearMatMul')
+def _qlinear_matmul(ctx, attrs, a, asc, azp, b, bsc, bzp, ysc, yzp=None):
+  acc = _zp_sub(a, azp, -2).matmul(_zp_sub(b, bzp, -1)).cast(dtypes.float32)
+  y = acc * (asc.cast(dtypes.float32) * bsc.cast(dtypes.float32) / ysc.cast(dtypes.float32))
+  return _saturate(y + yzp.cast(dtypes.float32) if yzp is not None else y, yzp.dtype if yzp is not None else a.dtype)
+
+@op('QLinearConv')
+def _qlinear_conv(ctx, attrs, x, xsc, xzp, w, wsc, wzp, ysc, yzp=None, b=None):
+  acc = _conv(ctx, attrs, _zp_sub(x, xzp), _zp_sub(w, wzp, 0), b).cast(dtypes.float32)
+  y = acc * (xsc * _qparam(wsc, acc, 1) / ysc)
+  return _saturate(y + yzp.cast(dtypes.float32) if yzp is not None else y, yzp.dtype if yzp is not None else x.dtype)
+
 # ---------------------------------------------------------------- recurrent
 
 _RNN_ACT = {'Relu': lambda x, a, b: x.relu(), 'Tanh': lambda x, a, b: x.tanh(), 'Sigmoid': lambda x, a, b: x.sigmoid(),
