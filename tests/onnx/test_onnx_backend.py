@@ -34,7 +34,7 @@ FAST = ['test_add_bcast', 'test_sub_example', 'test_mul_bcast', 'test_div_exampl
         'test_convtranspose_output_shape', 'test_loop11', 'test_scan9_sum', 'test_range_float_type_positive_delta_expanded',
         'test_simple_rnn_defaults', 'test_gru_defaults', 'test_lstm_defaults',
         'test_quantizelinear_axis', 'test_dequantizelinear_blocked', 'test_qlinearmatmul_2D_uint8_float32', 'test_qlinearconv', 'test_matmulinteger',
-        'test_convinteger_with_padding']
+        'test_convinteger_with_padding', 'test_gridsample_bicubic_align_corners_0_additional_1']
 
 def exclusions() -> list[str]:
   out = []

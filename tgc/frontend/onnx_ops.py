@@ -714,10 +714,14 @@ def _trilu(ctx, attrs, x, k=None):
   mask = np.triu(np.ones((r, c), bool), kk) if attrs.get('upper', 1) else np.tril(np.ones((r, c), bool), kk)
   return ctx.const(mask).where(x, Tensor._const(0, x.shape, x.dtype, x.device))
 
+# the cubic convolution kernel (Keys) at a distance in [0, 1] and in [1, 2]: numpy arrays or Tensors
+def _cubic_near(d, A): return ((A + 2) * d - (A + 3)) * d * d + 1
+def _cubic_far(d, A): return ((A * d - 5 * A) * d + 8 * A) * d - 4 * A
+
 def _cubic(A):
-  def w(t):  # the cubic convolution kernel at distance t
+  def w(t):
     t = np.abs(t)
-    return np.where(t <= 1, ((A + 2) * t - (A + 3)) * t * t + 1, np.where(t < 2, ((A * t - 5 * A) * t + 8 * A) * t - 4 * A, 0.0))
+    return np.where(t <= 1, _cubic_near(t, A), np.where(t < 2, _cubic_far(t, A), 0.0))
   return w
 
 def _resize_coeffs(mode, nmode, A, antialias):
@@ -802,3 +806,48 @@ def _resize(ctx, attrs, x, *rest):
     y = y.cast(x.dtype)
     x = y.transpose(a, -1) if a != x.ndim - 1 else y
   return x
+
+
+def _gs_reflect(x: Tensor, lo: float, hi: float) -> Tensor:
+  """x folded back into [lo, hi] by reflections at the borders (GridSample's reflection padding)."""
+  rng = hi - lo
+  if rng <= 0: return x * 0 + lo
+  def fold(dx, near, far, sgn):
+    n = (dx / rng).trunc(); r = dx - n * rng
+    return (n - (n / 2).floor() * 2 == 0).where(near + sgn * r, far - sgn * r)
+  return (x < lo).where(fold(lo - x, lo, hi, 1), (x > hi).where(fold(x - hi, hi, lo, -1), x))
+
+def _gs_weights(g: Tensor, n: int, mode: str, pad: str, align: bool) -> Tensor:
+  """(N, *out, n): the weight of each input position of one spatial axis at each output, as ONNX's reference samples."""
+  x = (g + 1) / 2 * (n - 1) if align else ((g + 1) * n - 1) / 2
+  lo, hi = (0.0, n - 1.0) if align else (-0.5, n - 0.5)
+  if mode == 'nearest': x = x.round()  # half to even, as PyTorch
+  if pad == 'border': x = ((x < lo) | (x > hi)).where(x.clip(0, n - 1), x)
+  elif pad == 'reflection': x = _gs_reflect(x, lo, hi)
+  if mode == 'nearest': taps = [(x.trunc(), 1.0)]
+  else:
+    x0 = x.floor(); t = x - x0
+    taps = [(x0, 1 - t), (x0 + 1, t)] if mode == 'linear' else \
+           [(x0 - 1, _cubic_far(t + 1, -0.75)), (x0, _cubic_near(t, -0.75)), (x0 + 1, _cubic_near(1 - t, -0.75)), (x0 + 2, _cubic_far(2 - t, -0.75))]
+  ar, w = Tensor.arange(n, device=g.device).cast(g.dtype), None
+  for i, c in taps:
+    if pad == 'border': i = i.clip(0, n - 1)
+    elif pad == 'reflection': i = _gs_reflect(i, lo, hi).trunc()
+    k = (i.unsqueeze(-1) == ar).where(c.unsqueeze(-1) if isinstance(c, Tensor) else c, 0)  # (zeros padding: no match outside)
+    w = k if w is None else w + k
+  return w
+
+@op('GridSample')
+def _grid_sample(ctx, attrs, x, grid):
+  """Separable: one (N, outputs, n) weight matrix per spatial axis, contracted with x one axis at a time."""
+  mode = {'bilinear': 'linear', 'bicubic': 'cubic'}.get(attrs.get('mode', 'linear'), attrs.get('mode', 'linear'))
+  pad, align = attrs.get('padding_mode', 'zeros'), bool(attrs.get('align_corners', 0))
+  if mode not in ('nearest', 'linear', 'cubic'): raise OnnxError(f"GridSample mode '{mode}' is not supported")
+  N, C, dims, out = x.shape[0], x.shape[1], x.shape[2:], grid.shape[1:-1]
+  nd, o = len(dims), math.prod(out)
+  g = grid.cast(dtypes.float32).reshape(N, o, nd)
+  ws = [_gs_weights(g.shrink((None, None, (nd - 1 - i, nd - i))).reshape(N, o), n, mode, pad, align) for i, n in enumerate(dims)]
+  y = x.cast(dtypes.float32).reshape(N, -1, dims[-1]).matmul(ws[-1].transpose(1, 2)).reshape(N, C, *dims[:-1], o)
+  for i in range(nd - 2, -1, -1):
+    y = (y * ws[i].transpose(1, 2).reshape(N, 1, *(1,) * i, dims[i], o)).sum(2 + i)
+  return y.reshape(N, C, *out).cast(x.dtype)
