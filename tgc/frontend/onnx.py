@@ -9,7 +9,7 @@ import os, re
 import numpy as np
 from tgc.tensor import Tensor, _Node, _toposort, _build_module, _dense_value
 from tgc.ir import dtypes as D
-from tgc.frontend.onnx_ops import OPS, OnnxError
+from tgc.frontend.onnx_ops import OPS, OnnxError, EMPTY
 
 INLINE_MAX = 16  # constants with at most this many elements print inline; larger ones are weights
 
@@ -105,8 +105,8 @@ def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
   out = {}
   for i in model.graph.input:
     if i.name in inits: continue
+    if not i.type.HasField('tensor_type'): continue  # a sequence or an optional: its values give its shapes (trace)
     if i.name in shapes: out[i.name] = tuple(shapes[i.name]); continue
-    if not i.type.HasField('tensor_type'): raise OnnxError(f"graph input '{i.name}' is not a tensor")
     dims = []
     for k, d in enumerate(i.type.tensor_type.shape.dim):
       if d.HasField('dim_value') and d.dim_value >= 0: dims.append(d.dim_value)
@@ -119,20 +119,34 @@ def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
 
 
 def trace(model, shapes: dict | None = None, device: str | None = None, feeds: dict | None = None):
-  """Run the graph on placeholders (holding `feeds` where given): (inputs {name: Tensor}, outputs [(name, Tensor)],
-  names {leaf node: name}, the inputs whose values the result was specialised to)."""
+  """Run the graph on placeholders (holding `feeds` where given): (inputs {key: Tensor}, outputs [(name, value)],
+  names {leaf node: name}, the inputs whose values the result was specialised to). A key is an input's name, or
+  (name, i) for element i of a sequence input; a value is a Tensor, a list of them (a sequence) or EMPTY."""
   from tgc.tensor import _canon_device
   dev = _canon_device(device)
   opset = opset_of(model)
   g = model.graph
   vals: dict[str, Tensor] = {}
   inputs, names = {}, {}
+  def place(key, label, dt, value):
+    t = inputs[key] = Tensor(value, dtype=dt, device=dev)
+    names[t.node] = label
+    return t
   elem = {i.name: i.type.tensor_type.elem_type for i in g.input}
   for name, shp in input_shapes(model, shapes).items():
     dt = _dtype(elem[name])
-    t = Tensor(np.zeros(shp, dt.np) if feeds is None else feeds[name], dtype=dt, device=dev)
-    inputs[name] = vals[name] = t; names[t.node] = name
-  ctx = _Ctx(opset, dev, {t.node: k for k, t in inputs.items()}, feeds is not None)
+    vals[name] = place(name, name, dt, np.zeros(shp, dt.np) if feeds is None else feeds[name])
+  inits = {i.name for i in g.initializer}
+  for i in g.input:  # sequences and optionals: placeholders for the values fed (a list, an array or None)
+    if i.name in inits or i.type.HasField('tensor_type'): continue
+    if feeds is None: raise OnnxError(f"graph input '{i.name}' is a {i.type.WhichOneof('value').replace('_type', '')}: tgc takes one only in the Python callable, from the values it is called with")
+    v, tp = feeds.get(i.name), i.type.optional_type.elem_type if i.type.HasField('optional_type') else i.type
+    if v is None: vals[i.name] = EMPTY; continue
+    if tp.HasField('sequence_type'):
+      dt = _dtype(tp.sequence_type.elem_type.tensor_type.elem_type)
+      vals[i.name] = [place((i.name, k), f"{i.name}_{k}", dt, a) for k, a in enumerate(v)]
+    else: vals[i.name] = place(i.name, i.name, _dtype(tp.tensor_type.elem_type), v)
+  ctx = _Ctx(opset, dev, {t.node: k if isinstance(k, str) else k[0] for k, t in inputs.items()}, feeds is not None)
   ctx.names = names
   _run_graph(ctx, g, vals)
   outputs = []
@@ -178,7 +192,7 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
     outs = outs if isinstance(outs, tuple) else (outs,)
     for n, t in zip(node.output, outs):
       if n and t is not None: vals[n] = t
-      if n and t is not None and t.node.realized and t.node not in ctx.names: ctx.names[t.node] = n  # a Constant's weight: its output's name
+      if n and isinstance(t, Tensor) and t.node.realized and t.node not in ctx.names: ctx.names[t.node] = n  # a Constant's weight: its output's name
 
 
 def _if(ctx: _Ctx, attrs: dict, cond):
@@ -297,15 +311,24 @@ def _ident(name: str, used: set) -> str:
   return s
 
 
+def _flat(outputs):
+  """The output Tensors in order (a sequence's elements in turn; an empty optional none), and each output's slice of them."""
+  flat, where = [], []
+  for _, v in outputs:
+    ts = [] if v is EMPTY else v if isinstance(v, list) else [v]
+    where.append((len(flat), len(flat) + len(ts), isinstance(v, list), v is EMPTY)); flat += ts
+  return flat, where
+
 def _roots(outputs):
   # a graph output that is a buffer itself (an Identity of an input or a weight) is copied, so that every result is computed
-  return [t.contiguous() if t.node.realized else t for _, t in outputs]
+  return [t.contiguous() if t.node.realized else t for t in _flat(outputs)[0]]
 
 
 def build(model, shapes: dict | None = None, device: str | None = None, name: str = 'main', feeds: dict | None = None):
   """(module, leaves, inputs, weights, specialised): the func.func whose arguments are the graph inputs, then the
   weights; weights maps argument name -> numpy array (what the `.npz` beside the `.tgc` holds)."""
   inputs, outputs, names, by_value = trace(model, shapes, device, feeds)
+  if not _flat(outputs)[0]: raise OnnxError("the graph computes no tensor (its outputs are empty sequences or optionals)")
   m, leaves = _build_module([t.node for t in _roots(outputs)], name)
   fn = m.functions('func.func')[0]
   used, weights = set(), {}
@@ -318,12 +341,12 @@ def build(model, shapes: dict | None = None, device: str | None = None, name: st
     a.hint = _ident(names.get(leaf, 'cst'), used)
     if leaf not in innodes: weights[a.hint] = leaf.buf.numpy().reshape(leaf.shape)
   m.verify()
-  return m, leaves, inputs, weights, by_value
+  return m, leaves, inputs, weights, by_value, _flat(outputs)[1]
 
 
 def import_text(model, shapes: dict | None = None) -> tuple[str, dict]:
   """(the module's text, its weights by argument name)."""
-  m, _, _, weights, _ = build(read_model(model), shapes)
+  m, _, _, weights, _, _ = build(read_model(model), shapes)
   return m.print(), weights
 
 
@@ -339,17 +362,19 @@ class OnnxModel:
 
   def compile(self, feeds: dict):
     """The compiled function for these inputs' shapes (and the values of those a shape depends on)."""
-    shapes = {k: v.shape for k, v in feeds.items()}
-    key = (tuple(sorted(shapes.items())), tuple((k, feeds[k].tobytes()) for k in sorted(self._by_value)))
+    shapes = {k: v.shape for k, v in feeds.items() if isinstance(v, np.ndarray)}
+    form = lambda v: v.shape if isinstance(v, np.ndarray) else v if v is None else tuple(a.shape for a in v)
+    raw = lambda v: v.tobytes() if isinstance(v, np.ndarray) else b'' if v is None else b'|'.join(a.tobytes() for a in v)
+    key = (tuple(sorted((k, form(v)) for k, v in feeds.items())), tuple((k, raw(feeds[k])) for k in sorted(self._by_value)))
     if key not in self._compiled:
       from tgc.compiler import compile_module
-      m, leaves, inputs, _, used = build(self.model, {**self.shapes, **shapes}, self.device, feeds=feeds)
+      m, leaves, inputs, _, used, where = build(self.model, {**self.shapes, **shapes}, self.device, feeds=feeds)
       if used - self._by_value:
         self._by_value |= used
         return self.compile(feeds)
       fn = compile_module(m, self.device)
       pos = {t.node: k for k, t in inputs.items()}
-      self._compiled[key] = (fn, [pos.get(l) for l in leaves], [l.buf for l in leaves], {k: t.dtype for k, t in inputs.items()})
+      self._compiled[key] = (fn, [pos.get(l) for l in leaves], [l.buf for l in leaves], {k: t.dtype for k, t in inputs.items()}, where)
     return self._compiled[key]
 
   def __call__(self, *arrays, **named):
@@ -357,11 +382,14 @@ class OnnxModel:
     feeds = dict(zip(self.input_names, arrays)); feeds.update(named)
     missing = [n for n in self.input_names if n not in feeds]
     if missing: raise OnnxError(f"missing inputs: {', '.join(missing)}")
-    feeds = {k: np.asarray(v, order='C') for k, v in feeds.items()}  # (ascontiguousarray would make a 0-d input 1-d)
-    fn, which, bufs, dts = self.compile(feeds)
-    args = [b if k is None else Buffer.from_numpy(b.device, feeds[k].astype(dts[k].np).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
-    outs = fn.run(args)
-    return [o.numpy().reshape(t.shape) for o, t in zip(outs, fn.result_types)]
+    # (ascontiguousarray would make a 0-d input 1-d); a list is a sequence, None an empty optional
+    arr = lambda v: np.asarray(v, order='C')
+    feeds = {k: None if v is None else [arr(a) for a in v] if isinstance(v, (list, tuple)) else arr(v) for k, v in feeds.items()}
+    fn, which, bufs, dts, where = self.compile(feeds)
+    fed = lambda k: feeds[k] if isinstance(k, str) else feeds[k[0]][k[1]]
+    args = [b if k is None else Buffer.from_numpy(b.device, fed(k).astype(dts[k].np).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
+    outs = [o.numpy().reshape(t.shape) for o, t in zip(fn.run(args), fn.result_types)]
+    return [None if empty else outs[a:b] if seq else outs[a] for a, b, seq, empty in where]
 
 
 def load(src, shapes: dict | None = None, device: str | None = None) -> OnnxModel:

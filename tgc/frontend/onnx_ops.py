@@ -13,6 +13,11 @@ from tgc.ir import dtypes as D
 class OnnxError(TgcError):
   """A model tgc cannot import: malformed, an unsupported op, dtype or shape."""
 
+class _Empty:
+  """The value of an optional that holds nothing."""
+  def __repr__(self): return 'EMPTY'
+EMPTY = _Empty()
+
 OPS: dict = {}
 def op(*names):
   def deco(fn):
@@ -356,6 +361,85 @@ def _argmax(ctx, attrs, x):
   fn = Tensor.argmax if ctx.node.op_type == 'ArgMax' else Tensor.argmin
   if attrs.get('select_last_index', 0): return (x.shape[a] - 1 - fn(x.flip(a), a, keep)).cast(dtypes.int64)
   return fn(x, a, keep).cast(dtypes.int64)
+
+# ---------------------------------------------------------------- sequences and optionals
+# a sequence is a Python list of Tensors; an optional holding nothing is EMPTY
+
+def _seq(t, what):
+  if not isinstance(t, list): raise OnnxError(f"{what} expects a sequence, got {'an empty optional' if t is EMPTY else 'a tensor'}")
+  return t
+
+def _pos(ctx, p, n, end):
+  """A sequence position from its tensor (negatives from the end), or `end` where it is absent."""
+  if p is None: return end
+  i = ctx.ints(p)[0]
+  if not -n <= i <= n: raise OnnxError(f"sequence position {i} is out of range for a sequence of {n}")
+  return i + n if i < 0 else i
+
+@op('SequenceConstruct')
+def _seq_construct(ctx, attrs, *xs): return list(xs)
+
+@op('SequenceEmpty')
+def _seq_empty(ctx, attrs): return []
+
+@op('SequenceLength')
+def _seq_length(ctx, attrs, s): return ctx.const(np.array(len(_seq(s, 'SequenceLength')), np.int64))
+
+@op('SequenceAt')
+def _seq_at(ctx, attrs, s, p):
+  s = _seq(s, 'SequenceAt')
+  i = _pos(ctx, p, len(s), None)
+  if i == len(s): raise OnnxError(f"SequenceAt position {i} is out of range for a sequence of {len(s)}")
+  return s[i]
+
+@op('SequenceInsert')
+def _seq_insert(ctx, attrs, s, t, p=None):
+  s = list(_seq(s, 'SequenceInsert'))
+  s.insert(_pos(ctx, p, len(s), len(s)), t)
+  return s
+
+@op('SequenceErase')
+def _seq_erase(ctx, attrs, s, p=None):
+  s = list(_seq(s, 'SequenceErase'))
+  i = _pos(ctx, p, len(s), len(s) - 1)
+  if not 0 <= i < len(s): raise OnnxError(f"SequenceErase position {i} is out of range for a sequence of {len(s)}")
+  del s[i]
+  return s
+
+@op('ConcatFromSequence')
+def _concat_from_seq(ctx, attrs, s):
+  s = _seq(s, 'ConcatFromSequence')
+  if not s: raise OnnxError("ConcatFromSequence of an empty sequence")
+  if attrs.get('new_axis', 0): return Tensor.stack(*s, dim=_axis(attrs['axis'], s[0].ndim + 1))
+  return _concat(ctx, attrs, *s)
+
+@op('SplitToSequence')
+def _split_to_seq(ctx, attrs, x, split=None):
+  a = _axis(attrs.get('axis', 0), x.ndim)
+  if split is None:  # pieces of 1, their axis dropped unless keepdims
+    return [p if attrs.get('keepdims', 1) else p.squeeze(a) for p in x.split(1, a)]
+  sz = ctx.ints(split)
+  return list(x.split(sz[0] if split.ndim == 0 else sz, a))
+
+@op('SequenceMap')
+def _seq_map(ctx, attrs, *ins):
+  """The body once per element of the first sequence (the other sequences' element alike, tensors whole)."""
+  from tgc.frontend.onnx import _body
+  n = len(_seq(ins[0], 'SequenceMap'))
+  if any(isinstance(t, list) and len(t) != n for t in ins): raise OnnxError("SequenceMap's sequences differ in length")
+  res = [_body(ctx, attrs['body'], [t[i] if isinstance(t, list) else t for t in ins]) for i in range(n)]
+  return tuple([r[j] for r in res] for j in range(len(attrs['body'].output)))
+
+@op('Optional')
+def _optional(ctx, attrs, x=None): return EMPTY if x is None else x
+
+@op('OptionalHasElement')
+def _optional_has(ctx, attrs, x=None): return ctx.const(np.array(x is not None and x is not EMPTY))
+
+@op('OptionalGetElement')
+def _optional_get(ctx, attrs, x):
+  if x is EMPTY: raise OnnxError("OptionalGetElement of an empty optional")
+  return x
 
 # ---------------------------------------------------------------- quantization
 
