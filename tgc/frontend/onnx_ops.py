@@ -492,6 +492,66 @@ def _qlinear_conv(ctx, attrs, x, xsc, xzp, w, wsc, wzp, ysc, yzp=None, b=None):
   y = acc * (xsc * _qparam(wsc, acc, 1) / ysc)
   return _saturate(y + yzp.cast(dtypes.float32) if yzp is not None else y, yzp.dtype if yzp is not None else x.dtype)
 
+# ---------------------------------------------------------------- signal
+
+def _dft_last(ctx, re, im, L, inverse=False, onesided=False, window=None):
+  """The DFT of re + i*im along the last axis (cut or zero-padded to L), as products with static cos/sin matrices:
+  forward (onesided: the first L//2+1 frequencies), inverse (divided by L), or inverse onesided (irfft: real out)."""
+  n = re.shape[-1]
+  if inverse and onesided: n = min(n, L // 2 + 1)
+  else: n = min(n, L)
+  cut = lambda t: t if t is None or t.shape[-1] == n else t.shrink((None,) * (t.ndim - 1) + ((0, n),))
+  re, im = cut(re), cut(im)
+  rows = np.arange(n)[:, None]
+  cols = np.arange(L // 2 + 1 if onesided and not inverse else L)[None, :]
+  th = 2 * np.pi * ((rows * cols) % L) / L
+  c, sn = np.cos(th), np.sin(th)
+  if window is not None: c, sn = c * window[:n, None], sn * window[:n, None]
+  if inverse and onesided:  # the conjugate half counts twice, but for the 0 and L/2 frequencies
+    w = np.where((rows == 0) | (2 * rows == L), 1.0, 2.0) / L
+    c, sn = c * w, sn * w
+  elif inverse: c, sn = c / L, sn / L
+  mm = lambda t, m: t.matmul(ctx.const(m.astype(np.float32)))
+  if im is None: ore, oim = mm(re, c), mm(re, -sn if not inverse else sn)
+  elif not inverse: ore, oim = mm(re, c) + mm(im, sn), mm(im, c) - mm(re, sn)
+  else: ore, oim = mm(re, c) - mm(im, sn), mm(re, sn) + mm(im, c)
+  return ore, (None if inverse and onesided else oim)
+
+def _complex_parts(x):
+  """(real, imaginary or None) of a signal whose last axis holds 1 (real) or 2 (real, imaginary) values."""
+  xf = x.cast(dtypes.float32)
+  part = lambda k: xf.shrink((None,) * (x.ndim - 1) + ((k, k + 1),)).reshape(x.shape[:-1])
+  return part(0), part(1) if x.shape[-1] == 2 else None
+
+@op('DFT')
+def _dft(ctx, attrs, x, length=None, axis=None):
+  a = _axis(ctx.ints(axis)[0] if axis is not None else attrs.get('axis', 1 if ctx.opset < 20 else -2), x.ndim)
+  inv, one = bool(attrs.get('inverse', 0)), bool(attrs.get('onesided', 0))
+  n = x.shape[a]
+  L = ctx.ints(length)[0] if length is not None and length.numel() else 2 * (n - 1) if inv and one else n
+  re, im = (t if t is None else t.transpose(a, -1) for t in _complex_parts(x))
+  ore, oim = _dft_last(ctx, re, im, L, inv, one)
+  y = ore.unsqueeze(-1) if oim is None else ore.stack(oim, dim=-1)
+  return y.transpose(a, -2).cast(x.dtype)
+
+@op('STFT')
+def _stft(ctx, attrs, x, step, window=None, length=None):
+  """Frames every frame_step samples, each weighted by the window, then a forward DFT of frame_length."""
+  fl = ctx.ints(length)[0] if length is not None else window.shape[0] if window is not None else x.shape[-2]
+  st = ctx.ints(step)[0]
+  w = ctx.array(window).astype(np.float64) if window is not None else np.ones(fl)
+  frames = lambda t: t if t is None else t.unfold(1, w.shape[0], st)  # (batch, frames, window)
+  re, im = (frames(t) for t in _complex_parts(x))
+  ore, oim = _dft_last(ctx, re, im, fl, onesided=bool(attrs.get('onesided', 1)), window=w)
+  return ore.stack(oim, dim=-1).cast(x.dtype)
+
+@op('BitCast')
+def _bitcast(ctx, attrs, x):
+  dt = ctx.dtype(attrs['to'])
+  if dtypes.bool in (x.dtype, dt) and (x.dtype if dt == dtypes.bool else dt).itemsize == 1:
+    return x.cast(dt)  # a bool is the byte 0 or 1 (whatever tgc stores it as): the cast keeps its bits
+  return x.bitcast(dt)
+
 # ---------------------------------------------------------------- recurrent
 
 _RNN_ACT = {'Relu': lambda x, a, b: x.relu(), 'Tanh': lambda x, a, b: x.tanh(), 'Sigmoid': lambda x, a, b: x.sigmoid(),
