@@ -83,7 +83,10 @@ def _bad_models(tmp_path):
   seq_in = h.make_model(h.make_graph([h.make_node('ConcatFromSequence', ['s'], ['y'], axis=0)], 'g',
     [h.make_tensor_sequence_value_info('s', T.FLOAT, [2])], [h.make_tensor_value_info('y', T.FLOAT, [None])]), opset_imports=[h.make_opsetid('', 13)])
   return [(str(garbage), [], 'not a valid ONNX model'), (endless, [], "node 'lp' (Loop): Loop runs past 4096 iterations"),
-          (seq_in, [], "graph input 's' is a sequence: tgc takes one only in the Python callable"), (str(tmp_path / 'missing.onnx'), [], 'no such file'),
+          (seq_in, [], "graph input 's' is a sequence: tgc takes one only in the Python callable"),
+          (h.make_model(h.make_graph([h.make_node('Foo', ['x'], ['y'], name='f', domain='com.example')], 'g', [h.make_tensor_value_info('x', T.FLOAT, [2])],
+            [h.make_tensor_value_info('y', T.FLOAT, [2])]), opset_imports=[h.make_opsetid('', 13), h.make_opsetid('com.example', 1)]), [],
+           "op com.example.Foo (opset 1) is not supported by tgc: only the domains '', 'ai.onnx.preview'"), (str(tmp_path / 'missing.onnx'), [], 'no such file'),
           (unsupported, [], "node 'im0': op ImageDecoder (opset 20) is not supported"), (mlp(), [], "dimension 0 is symbolic ('N')"),
           (strings, [], 'dtype STRING is not supported'), (mlp(), ['y=1x8'], "'y', which is not a graph input")]
 

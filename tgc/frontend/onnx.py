@@ -12,6 +12,7 @@ from tgc.ir import dtypes as D
 from tgc.frontend.onnx_ops import OPS, OnnxError, EMPTY
 
 INLINE_MAX = 16  # constants with at most this many elements print inline; larger ones are weights
+DOMAINS = ('', 'ai.onnx.preview', 'ai.onnx.preview.training', 'ai.onnx.ml')  # the op sets tgc takes ops from
 
 def _onnx():
   try: import onnx
@@ -147,7 +148,7 @@ def trace(model, shapes: dict | None = None, device: str | None = None, feeds: d
       vals[i.name] = [place((i.name, k), f"{i.name}_{k}", dt, a) for k, a in enumerate(v)]
     else: vals[i.name] = place(i.name, i.name, _dtype(tp.tensor_type.elem_type), v)
   ctx = _Ctx(opset, dev, {t.node: k if isinstance(k, str) else k[0] for k, t in inputs.items()}, feeds is not None)
-  ctx.names = names
+  ctx.names, ctx.domains = names, {('' if o.domain == 'ai.onnx' else o.domain): o.version for o in model.opset_import}
   _run_graph(ctx, g, vals)
   outputs = []
   for o in g.output:
@@ -168,15 +169,16 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
     t = ctx.const(onnx.numpy_helper.to_array(init))
     if t.node.op == 'BUFFER': ctx.names[t.node] = init.name
     vals[init.name] = t
-  opset = ctx.opset
   for node in g.node:
     ctx.node, ctx.vals = node, vals
-    if node.domain not in ('', 'ai.onnx'):
-      raise OnnxError(f"node '{node.name}': op {node.domain}.{node.op_type} (opset {opset}) is not supported by tgc: only the default domain is")
-    fn = OPS.get(node.op_type)
-    fn = {'If': _if, 'Loop': _loop, 'Scan': _scan}.get(node.op_type, fn)
+    dom = '' if node.domain == 'ai.onnx' else node.domain
+    opset = ctx.domains.get(dom, 1)
+    if dom not in DOMAINS:
+      raise OnnxError(f"node '{node.name}': op {node.domain}.{node.op_type} (opset {opset}) is not supported by tgc: only the domains {', '.join(repr(d) for d in DOMAINS)} are")
+    fn = OPS.get(f"{dom}.{node.op_type}" if dom else node.op_type)
+    fn = {'If': _if, 'Loop': _loop, 'Scan': _scan}.get(node.op_type, fn) if not dom else fn
     if fn is None and _function_body(ctx, node, None) is not None: fn = _expand
-    if fn is None: raise OnnxError(f"node '{node.name}': op {node.op_type} (opset {opset}) is not supported by tgc")
+    if fn is None: raise OnnxError(f"node '{node.name}': op {node.domain + '.' if dom else ''}{node.op_type} (opset {opset}) is not supported by tgc")
     ins = []
     for n in node.input:
       if n and n not in vals: raise OnnxError(f"node '{node.name}' ({node.op_type}) uses '{n}', which no node or input defines")
@@ -266,7 +268,7 @@ def _scan_rows(ctx, body, states, xs, in_axes, in_dirs, out_axes, out_dirs):
 def _function_body(ctx: _Ctx, node, ins):
   """The FunctionProto that ONNX defines node's op by, if any (what the node tests' _expanded variants inline)."""
   onnx = _onnx()
-  try: schema = onnx.defs.get_schema(node.op_type, ctx.opset, node.domain)
+  try: schema = onnx.defs.get_schema(node.op_type, ctx.domains.get(node.domain, ctx.opset), node.domain)
   except Exception: return None
   if schema.has_function: return schema.function_body
   if not schema.has_context_dependent_function: return None
@@ -284,7 +286,7 @@ def _expand(ctx: _Ctx, attrs: dict, *ins):
   fp = _function_body(ctx, node, ins)
   if fp is None or fp is True: raise OnnxError(f"node '{node.name}': op {node.op_type} (opset {ctx.opset}) is not supported by tgc")
   given = {a.name: a for a in node.attribute}
-  schema = onnx.defs.get_schema(node.op_type, ctx.opset, node.domain)
+  schema = onnx.defs.get_schema(node.op_type, ctx.domains.get(node.domain, ctx.opset), node.domain)
   defaults = {k: a.default_value for k, a in schema.attributes.items() if a.default_value.type}
   defaults.update({a.name: a for a in fp.attribute_proto})
   body = onnx.GraphProto()

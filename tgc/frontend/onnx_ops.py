@@ -552,6 +552,56 @@ def _bitcast(ctx, attrs, x):
     return x.cast(dt)  # a bool is the byte 0 or 1 (whatever tgc stores it as): the cast keeps its bits
   return x.bitcast(dt)
 
+# ---------------------------------------------------------------- training (ai.onnx.preview.training)
+# each updates n tensors at once: inputs R (learning rate), T (iteration), then the n Xs, the n Gs and the states
+
+def _groups(xs, k):
+  n = len(xs) // k
+  return [xs[i * n:(i + 1) * n] for i in range(k)]
+
+@op('ai.onnx.preview.training.Adagrad')
+def _adagrad(ctx, attrs, r, t, *xs):
+  eps, decay, nc = (_float_attr(attrs, k, 0.0) for k in ('epsilon', 'decay_factor', 'norm_coefficient'))
+  lr = r / (1 + t.cast(r.dtype) * decay)
+  new_x, new_h = [], []
+  for x, g, h in zip(*_groups(xs, 3)):
+    g = g + nc * x
+    h = h + g * g
+    new_x.append(x - lr * g / (h.sqrt() + eps)); new_h.append(h)
+  return tuple(new_x + new_h)
+
+@op('ai.onnx.preview.training.Momentum')
+def _momentum(ctx, attrs, r, t, *xs):
+  a, b, nc = (_float_attr(attrs, k, 0.0) for k in ('alpha', 'beta', 'norm_coefficient'))
+  bt = (t > 0).where(b, 1.0)  # the gradient counts whole at the first iteration
+  new_x, new_v = [], []
+  for x, g, v in zip(*_groups(xs, 3)):
+    g = g + nc * x
+    v = a * v + bt * g
+    new_x.append(x - r * (g + a * v if attrs.get('mode', 'standard') == 'nesterov' else v)); new_v.append(v)
+  return tuple(new_x + new_v)
+
+@op('ai.onnx.preview.training.Adam')
+def _adam(ctx, attrs, r, t, *xs):
+  a, b = _float_attr(attrs, 'alpha', 0.9), _float_attr(attrs, 'beta', 0.999)
+  eps, nc, post = (_float_attr(attrs, k, 0.0) for k in ('epsilon', 'norm_coefficient', 'norm_coefficient_post'))
+  tf = t.cast(dtypes.float32)
+  lr = (t > 0).where(r * (1 - Tensor.full((), b, device=r.device).pow(tf)).sqrt() / (1 - Tensor.full((), a, device=r.device).pow(tf)), r)  # bias correction past step 0
+  new_x, new_v, new_h = [], [], []
+  for x, g, v, h in zip(*_groups(xs, 4)):
+    g = g + nc * x
+    v, h = a * v + (1 - a) * g, b * h + (1 - b) * g * g
+    new_x.append((1 - post) * (x - lr * v / (h.sqrt() + eps))); new_v.append(v); new_h.append(h)
+  return tuple(new_x + new_v + new_h)
+
+# ---------------------------------------------------------------- ai.onnx.ml
+
+@op('ai.onnx.ml.Binarizer')
+def _binarizer(ctx, attrs, x): return (x > _float_attr(attrs, 'threshold', 0.0)).cast(x.dtype)
+
+@op('ai.onnx.ml.ArrayFeatureExtractor')
+def _array_feature_extractor(ctx, attrs, x, idx): return x[(slice(None),) * (x.ndim - 1) + (idx.reshape(-1),)]
+
 # ---------------------------------------------------------------- recurrent
 
 _RNN_ACT = {'Relu': lambda x, a, b: x.relu(), 'Tanh': lambda x, a, b: x.tanh(), 'Sigmoid': lambda x, a, b: x.sigmoid(),
