@@ -221,6 +221,42 @@ def _conv_t(ctx, attrs, x, w, b=None):
       pads[i], pads[i + nk] = lo, tot - lo
   return conv_transpose(x, w, b, s, pads, d, attrs.get('group', 1), opad)
 
+@op('Col2Im')
+def _col2im(ctx, attrs, x, image_shape, block_shape):
+  """The adjoint of im2col: a grouped ConvTranspose whose one-hot weight puts each of the block's offsets in place."""
+  img, blk = ctx.ints(image_shape), ctx.ints(block_shape)
+  nk, K = len(blk), math.prod(blk)
+  d, s = attrs.get('dilations', [1] * nk), attrs.get('strides', [1] * nk)
+  p = list(attrs.get('pads', [0] * 2 * nk))
+  L = [(img[i] + p[i] + p[i + nk] - d[i] * (blk[i] - 1) - 1) // s[i] + 1 for i in range(nk)]
+  C = x.shape[1] // K
+  w = np.zeros((C * K, 1, *blk), np.float32)
+  w[(np.arange(C * K),) + (0,) + np.unravel_index(np.arange(C * K) % K, blk)] = 1
+  full = [(L[i] - 1) * s[i] + d[i] * (blk[i] - 1) + 1 for i in range(nk)]  # what the windows cover; the rest is zeros
+  y = conv_transpose(x.reshape(x.shape[0], C * K, *L), ctx.const(w.astype(x.dtype.np)), None, s, [0] * 2 * nk, d, C, [0] * nk)
+  y = y.pad(((0, 0), (0, 0)) + tuple((0, img[i] + p[i] + p[i + nk] - full[i]) for i in range(nk)))
+  return y.shrink(((0, y.shape[0]), (0, C)) + tuple((p[i], p[i] + img[i]) for i in range(nk)))
+
+@op('Det')
+def _det(ctx, attrs, x):
+  """Gaussian elimination with partial pivoting, unrolled over the (static) size: the product of the pivots, its sign
+  flipped per row swap. A row swap is a rank-2 update by one-hot rows, so it stays in the graph."""
+  n = x.shape[-1]
+  a, det = x.cast(dtypes.float32), None
+  ar = Tensor.arange(n, device=x.device)
+  for k in range(n):
+    col = a.shrink((None,) * (a.ndim - 1) + ((k, k + 1),)).reshape(*a.shape[:-1])  # column k
+    p = (ar >= k).where(col.abs(), -1).argmax(-1, keepdim=True)  # the largest pivot candidate at or below k
+    ep, ek = (ar == p).cast(a.dtype), (ar == k).cast(a.dtype)
+    rp, rk = (ep.unsqueeze(-1) * a).sum(-2), a[..., k, :]
+    a = a + ek.unsqueeze(-1) * (rp - rk).unsqueeze(-2) + ep.unsqueeze(-1) * (rk - rp).unsqueeze(-2)
+    piv = a[..., k, k]
+    f = ((ar > k).cast(a.dtype) * a[..., :, k] / (piv == 0).where(1, piv).unsqueeze(-1)).unsqueeze(-1)
+    a = a - f * a[..., k, :].unsqueeze(-2)
+    term = (p.reshape(piv.shape) == k).where(piv, -piv)
+    det = term if det is None else det * term
+  return (det if det is not None else Tensor.ones(*x.shape[:-2], device=x.device)).cast(x.dtype)
+
 def _channel(t, nd): return t.reshape(1, -1, *(1,) * (nd - 2))
 
 @op('BatchNormalization')
