@@ -9,6 +9,7 @@ import os, re
 import numpy as np
 from tgc.tensor import Tensor, _Node, _toposort, _build_module, _dense_value
 from tgc.ir import dtypes as D
+from tgc.errors import TgcError
 from tgc.frontend.onnx_ops import OPS, OnnxError, EMPTY
 
 INLINE_MAX = 16  # constants with at most this many elements print inline; larger ones are weights
@@ -186,11 +187,10 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
     while ins and ins[-1] is None: ins.pop()
     try: outs = fn(ctx, _attrs(node), *ins)
     except OnnxError: raise
-    except (TypeError, KeyError) as e: raise OnnxError(f"node '{node.name}' ({node.op_type}, opset {opset}): bad inputs or attributes: {e}") from None
-    except Exception as e:
-      from tgc.errors import TgcError
-      if isinstance(e, TgcError): raise OnnxError(f"node '{node.name}' ({node.op_type}, opset {opset}): {e}") from None
-      raise
+    except TgcError as e: raise OnnxError(f"node '{node.name}' ({node.op_type}, opset {opset}): {e}") from None
+    except (TypeError, KeyError, IndexError, ValueError, AttributeError, ZeroDivisionError) as e:
+      # a missing attribute or input, an empty shape or axis tensor, a sequence where a tensor goes: the model's fault
+      raise OnnxError(f"node '{node.name}' ({node.op_type}, opset {opset}): bad inputs or attributes: {type(e).__name__}: {e}") from None
     outs = outs if isinstance(outs, tuple) else (outs,)
     for n, t in zip(node.output, outs):
       if n and t is not None: vals[n] = t
