@@ -37,7 +37,7 @@ FAST = ['test_add_bcast', 'test_sub_example', 'test_mul_bcast', 'test_div_exampl
         'test_convinteger_with_padding', 'test_gridsample_bicubic_align_corners_0_additional_1', 'test_identity_sequence', 'test_identity_opt',
         'test_sequence_insert_at_back', 'test_split_to_sequence_1', 'test_sequence_map_add_2_sequences', 'test_optional_has_element_empty_optional_input',
         'test_dft', 'test_stft', 'test_bitcast_float32_to_int32', 'test_adam', 'test_adagrad', 'test_momentum', 'test_flexattention',
-        'test_ai_onnx_ml_binarizer', 'test_ai_onnx_ml_array_feature_extractor', 'test_col2im', 'test_det_nd']
+        'test_ai_onnx_ml_binarizer', 'test_ai_onnx_ml_array_feature_extractor', 'test_col2im', 'test_det_nd', 'test_tensorscatter_circular']
 
 def exclusions() -> list[str]:
   out = []

@@ -786,6 +786,16 @@ def _scatter_elements(ctx, attrs, x, idx, upd):
   if red == 'none': return x.scatter(attrs.get('axis', 0), idx, upd)
   return x.scatter_reduce(attrs.get('axis', 0), idx, upd, _SCATTER_REDUCE[red])
 
+@op('TensorScatter')
+def _tensor_scatter(ctx, attrs, cache, upd, write=None):
+  """The update written into the cache along axis from each batch row's write index (wrapping round if circular)."""
+  a = _axis(attrs.get('axis', -2), cache.ndim)
+  shape = lambda d: tuple(-1 if i == d else 1 for i in range(cache.ndim))
+  pos = Tensor.arange(upd.shape[a], device=cache.device).reshape(shape(a))
+  if write is not None: pos = pos + write.cast(dtypes.int64).reshape(shape(0))
+  if attrs.get('mode', 'linear') == 'circular': pos = pos % cache.shape[a]
+  return cache.scatter(a, pos.expand(*upd.shape), upd)
+
 def _nd_index(x, idx, b=0):
   """The flat position of each index tuple (idx's last axis) among x's axes b..b+k, negatives from the end."""
   k = idx.shape[-1]
