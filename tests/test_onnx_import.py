@@ -70,12 +70,24 @@ def test_tools_import_opt_run(tmp_path):
 
 def _bad_models(tmp_path):
   garbage = tmp_path / 'garbage.onnx'; garbage.write_bytes(b'\x08\x07not a model at all\xff\xff')
-  unsupported = h.make_model(h.make_graph([h.make_node('Hardmax', ['x'], ['y'], name='hm0')], 'g',
-    [h.make_tensor_value_info('x', T.FLOAT, [2, 3])], [h.make_tensor_value_info('y', T.FLOAT, [2, 3])]), opset_imports=[h.make_opsetid('', 13)])
+  unsupported = h.make_model(h.make_graph([h.make_node('ImageDecoder', ['x'], ['y'], name='im0')], 'g',
+    [h.make_tensor_value_info('x', T.UINT8, [8])], [h.make_tensor_value_info('y', T.UINT8, [2, 2, 3])]), opset_imports=[h.make_opsetid('', 20)])
   strings = h.make_model(h.make_graph([h.make_node('Identity', ['x'], ['y'])], 'g',
     [h.make_tensor_value_info('x', T.STRING, [2])], [h.make_tensor_value_info('y', T.STRING, [2])]), opset_imports=[h.make_opsetid('', 13)])
-  return [(str(garbage), [], 'not a valid ONNX model'), (str(tmp_path / 'missing.onnx'), [], 'no such file'),
-          (unsupported, [], "node 'hm0': op Hardmax (opset 13) is not supported"), (mlp(), [], "dimension 0 is symbolic ('N')"),
+  body = h.make_graph([h.make_node('Identity', ['c'], ['co']), h.make_node('Add', ['v', 'v'], ['vo'])], 'b',
+    [h.make_tensor_value_info('i', T.INT64, []), h.make_tensor_value_info('c', T.BOOL, []), h.make_tensor_value_info('v', T.FLOAT, [1])],
+    [h.make_tensor_value_info('co', T.BOOL, []), h.make_tensor_value_info('vo', T.FLOAT, [1])])
+  endless = h.make_model(h.make_graph([h.make_node('Constant', [], ['t'], value=h.make_tensor('t', T.BOOL, [], [True])),
+    h.make_node('Loop', ['', 't', 'x'], ['y'], body=body, name='lp')], 'g', [h.make_tensor_value_info('x', T.FLOAT, [1])],
+    [h.make_tensor_value_info('y', T.FLOAT, [1])]), opset_imports=[h.make_opsetid('', 13)])
+  seq_in = h.make_model(h.make_graph([h.make_node('ConcatFromSequence', ['s'], ['y'], axis=0)], 'g',
+    [h.make_tensor_sequence_value_info('s', T.FLOAT, [2])], [h.make_tensor_value_info('y', T.FLOAT, [None])]), opset_imports=[h.make_opsetid('', 13)])
+  return [(str(garbage), [], 'not a valid ONNX model'), (endless, [], "node 'lp' (Loop): Loop runs past 4096 iterations"),
+          (seq_in, [], "graph input 's' is a sequence: tgc takes one only in the Python callable"),
+          (h.make_model(h.make_graph([h.make_node('Foo', ['x'], ['y'], name='f', domain='com.example')], 'g', [h.make_tensor_value_info('x', T.FLOAT, [2])],
+            [h.make_tensor_value_info('y', T.FLOAT, [2])]), opset_imports=[h.make_opsetid('', 13), h.make_opsetid('com.example', 1)]), [],
+           "op com.example.Foo (opset 1) is not supported by tgc: only the domains '', 'ai.onnx.preview'"), (str(tmp_path / 'missing.onnx'), [], 'no such file'),
+          (unsupported, [], "node 'im0': op ImageDecoder (opset 20) is not supported"), (mlp(), [], "dimension 0 is symbolic ('N')"),
           (strings, [], 'dtype STRING is not supported'), (mlp(), ['y=1x8'], "'y', which is not a graph input")]
 
 

@@ -171,7 +171,8 @@ def test_attention_einsum():
   close(Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True), F.scaled_dot_product_attention(T(q), T(k), T(v), is_causal=True))
   a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
   for f, ops in (('ij,jk->ik', (a, b)), ('ij->ji', (a,)), ('ij->', (a,)), ('ij,jk', (a, b)), ('bij,bjk->bik', (q, k.transpose(0, 2, 1))),
-                 ('ii->i', (a[:3, :3],)), ('i,j->ij', (a[0], b[0]))):
+                 ('ii->i', (a[:3, :3],)), ('i,j->ij', (a[0], b[0])), ('...ii->...i', (q[:, :, :4],)), ('...ij,jk', (q, rng.standard_normal((8, 3)).astype(np.float32))),
+                 ('b...,b...->...', (q, k)), ('->', (np.float32(3),))):
     close(Tensor.einsum(f, *[Tensor(o) for o in ops]), torch.einsum(f, *[T(o) for o in ops]), 1e-4)
 
 @pytest.mark.parametrize('stride,padding,output_padding,groups', [(1, 0, 0, 1), (2, 1, 1, 1), (2, 0, 0, 2)])

@@ -470,7 +470,14 @@ class TensorAPI:
     lhs, _, out = formula.replace(' ', '').partition('->')
     ins = lhs.split(',')
     if len(ins) != len(operands): raise ArgumentError(f"einsum {formula!r} names {len(ins)} operands, got {len(operands)}")
-    if '->' not in formula: out = ''.join(sorted(c for c in set(lhs) - {','} if lhs.count(c) == 1))
+    if '...' in formula:  # the broadcast axes '...' stand for become letters the formula does not use, right-aligned
+      free = [c for c in 'ABCDEFGHIJKLMNOPQRSTUVWXYZ' if c not in formula]
+      nell = max(t.ndim - len(s.replace('...', '')) for s, t in zip(ins, operands) if '...' in s)
+      ins = [s.replace('...', ''.join(free[nell - (t.ndim - len(s.replace('...', ''))):nell])) for s, t in zip(ins, operands)]
+      ell = ''.join(free[:nell])
+      lhs = ','.join(ins)
+      out = out.replace('...', ell) if '->' in formula else ell + ''.join(sorted(c for c in set(lhs) - {','} - set(ell) if lhs.count(c) == 1))
+    elif '->' not in formula: out = ''.join(sorted(c for c in set(lhs) - {','} if lhs.count(c) == 1))
     letters = sorted(set(lhs) - {','})
     sizes = {}
     for s, t in zip(ins, operands):

@@ -9,9 +9,11 @@ import os, re
 import numpy as np
 from tgc.tensor import Tensor, _Node, _toposort, _build_module, _dense_value
 from tgc.ir import dtypes as D
-from tgc.frontend.onnx_ops import OPS, OnnxError
+from tgc.errors import TgcError
+from tgc.frontend.onnx_ops import OPS, OnnxError, EMPTY
 
 INLINE_MAX = 16  # constants with at most this many elements print inline; larger ones are weights
+DOMAINS = ('', 'ai.onnx.preview', 'ai.onnx.preview.training', 'ai.onnx.ml')  # the op sets tgc takes ops from
 
 def _onnx():
   try: import onnx
@@ -136,8 +138,8 @@ def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
   out = {}
   for i in model.graph.input:
     if i.name in inits: continue
+    if not i.type.HasField('tensor_type'): continue  # a sequence or an optional: its values give its shapes (trace)
     if i.name in shapes: out[i.name] = tuple(shapes[i.name]); continue
-    if not i.type.HasField('tensor_type'): raise OnnxError(f"graph input '{i.name}' is not a tensor")
     dims = []
     for k, d in enumerate(i.type.tensor_type.shape.dim):
       if d.HasField('dim_value') and d.dim_value >= 0: dims.append(d.dim_value)
@@ -150,21 +152,35 @@ def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
 
 
 def trace(model, shapes: dict | None = None, device: str | None = None, feeds: dict | None = None):
-  """Run the graph on placeholders (holding `feeds` where given): (inputs {name: Tensor}, outputs [(name, Tensor)],
-  names {leaf node: name}, the inputs whose values the result was specialised to)."""
+  """Run the graph on placeholders (holding `feeds` where given): (inputs {key: Tensor}, outputs [(name, value)],
+  names {leaf node: name}, the inputs whose values the result was specialised to). A key is an input's name, or
+  (name, i) for element i of a sequence input; a value is a Tensor, a list of them (a sequence) or EMPTY."""
   from tgc.tensor import _canon_device
   dev = _canon_device(device)
   opset = opset_of(model)
   g = model.graph
   vals: dict[str, Tensor] = {}
   inputs, names = {}, {}
+  def place(key, label, dt, value):
+    t = inputs[key] = _tensor(value, dt, dev)
+    names[t.node] = label
+    return t
   elem = {i.name: i.type.tensor_type.elem_type for i in g.input}
   for name, shp in input_shapes(model, shapes).items():
     dt = _dtype(elem[name])
-    t = _tensor(np.zeros(shp, dt.np) if feeds is None else feeds[name], dt, dev)
-    inputs[name] = vals[name] = t; names[t.node] = name
-  ctx = _Ctx(opset, dev, {t.node: k for k, t in inputs.items()}, feeds is not None)
-  ctx.names = names
+    vals[name] = place(name, name, dt, np.zeros(shp, dt.np) if feeds is None else feeds[name])
+  inits = {i.name for i in g.initializer}
+  for i in g.input:  # sequences and optionals: placeholders for the values fed (a list, an array or None)
+    if i.name in inits or i.type.HasField('tensor_type'): continue
+    if feeds is None: raise OnnxError(f"graph input '{i.name}' is a {i.type.WhichOneof('value').replace('_type', '')}: tgc takes one only in the Python callable, from the values it is called with")
+    v, tp = feeds.get(i.name), i.type.optional_type.elem_type if i.type.HasField('optional_type') else i.type
+    if v is None: vals[i.name] = EMPTY; continue
+    if tp.HasField('sequence_type'):
+      dt = _dtype(tp.sequence_type.elem_type.tensor_type.elem_type)
+      vals[i.name] = [place((i.name, k), f"{i.name}_{k}", dt, a) for k, a in enumerate(v)]
+    else: vals[i.name] = place(i.name, i.name, _dtype(tp.tensor_type.elem_type), v)
+  ctx = _Ctx(opset, dev, {t.node: k if isinstance(k, str) else k[0] for k, t in inputs.items()}, feeds is not None)
+  ctx.names, ctx.domains = names, {('' if o.domain == 'ai.onnx' else o.domain): o.version for o in model.opset_import}
   _run_graph(ctx, g, vals)
   outputs = []
   for o in g.output:
@@ -185,15 +201,16 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
     t = ctx.const(onnx.numpy_helper.to_array(init))
     if t.node.op == 'BUFFER': ctx.names[t.node] = init.name
     vals[init.name] = t
-  opset = ctx.opset
   for node in g.node:
     ctx.node, ctx.vals = node, vals
-    if node.domain not in ('', 'ai.onnx'):
-      raise OnnxError(f"node '{node.name}': op {node.domain}.{node.op_type} (opset {opset}) is not supported by tgc: only the default domain is")
-    fn = OPS.get(node.op_type)
-    if node.op_type == 'If': fn = _if
+    dom = '' if node.domain == 'ai.onnx' else node.domain
+    opset = ctx.domains.get(dom, 1)
+    if dom not in DOMAINS:
+      raise OnnxError(f"node '{node.name}': op {node.domain}.{node.op_type} (opset {opset}) is not supported by tgc: only the domains {', '.join(repr(d) for d in DOMAINS)} are")
+    fn = OPS.get(f"{dom}.{node.op_type}" if dom else node.op_type)
+    fn = {'If': _if, 'Loop': _loop, 'Scan': _scan}.get(node.op_type, fn) if not dom else fn
     if fn is None and _function_body(ctx, node, None) is not None: fn = _expand
-    if fn is None: raise OnnxError(f"node '{node.name}': op {node.op_type} (opset {opset}) is not supported by tgc")
+    if fn is None: raise OnnxError(f"node '{node.name}': op {node.domain + '.' if dom else ''}{node.op_type} (opset {opset}) is not supported by tgc")
     ins = []
     for n in node.input:
       if n and n not in vals: raise OnnxError(f"node '{node.name}' ({node.op_type}) uses '{n}', which no node or input defines")
@@ -201,30 +218,88 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
     while ins and ins[-1] is None: ins.pop()
     try: outs = fn(ctx, _attrs(node), *ins)
     except OnnxError: raise
-    except (TypeError, KeyError) as e: raise OnnxError(f"node '{node.name}' ({node.op_type}, opset {opset}): bad inputs or attributes: {e}") from None
-    except Exception as e:
-      from tgc.errors import TgcError
-      if isinstance(e, TgcError): raise OnnxError(f"node '{node.name}' ({node.op_type}, opset {opset}): {e}") from None
-      raise
+    except TgcError as e: raise OnnxError(f"node '{node.name}' ({node.op_type}, opset {opset}): {e}") from None
+    except (TypeError, KeyError, IndexError, ValueError, AttributeError, ZeroDivisionError) as e:
+      # a missing attribute or input, an empty shape or axis tensor, a sequence where a tensor goes: the model's fault
+      raise OnnxError(f"node '{node.name}' ({node.op_type}, opset {opset}): bad inputs or attributes: {type(e).__name__}: {e}") from None
     outs = outs if isinstance(outs, tuple) else (outs,)
     for n, t in zip(node.output, outs):
       if n and t is not None: vals[n] = t
-      if n and t is not None and t.node.realized and t.node not in ctx.names: ctx.names[t.node] = n  # a Constant's weight: its output's name
+      if n and isinstance(t, Tensor) and t.node.realized and t.node not in ctx.names: ctx.names[t.node] = n  # a Constant's weight: its output's name
 
 
 def _if(ctx: _Ctx, attrs: dict, cond):
-  branch = attrs['then_branch' if bool(ctx.array(cond).reshape(-1)[0]) else 'else_branch']
+  return tuple(_body(ctx, attrs['then_branch' if bool(ctx.array(cond).reshape(-1)[0]) else 'else_branch'], []))
+
+
+LOOP_MAX = 4096  # iterations a Loop may unroll to
+
+def _body(ctx: _Ctx, g, ins: list) -> list:
+  """Subgraph g traced on the values ins bound to its inputs (in order); it sees the enclosing graph's values too."""
   sub = dict(ctx.vals)
-  node = ctx.node
-  _run_graph(ctx, branch, sub)
-  ctx.node = node
-  return tuple(sub[o.name] for o in branch.output)
+  sub.update({i.name: t for i, t in zip(g.input, ins) if i.name})
+  node, outer = ctx.node, ctx.vals
+  _run_graph(ctx, g, sub)
+  ctx.node, ctx.vals = node, outer
+  return [sub[o.name] for o in g.output]
+
+
+def _loop(ctx: _Ctx, attrs: dict, m=None, cond=None, *carried):
+  """A Loop unrolled at import time: its trip count and every iteration's condition must be known then."""
+  from tgc.tensor import Tensor
+  body = attrs['body']
+  n = int(ctx.array(m).reshape(-1)[0]) if m is not None else None
+  go = bool(ctx.array(cond).reshape(-1)[0]) if cond is not None else True
+  carried, scans, it = list(carried), [], 0
+  while go and (n is None or it < n):
+    if it == LOOP_MAX: raise OnnxError(f"node {ctx._where()}: Loop runs past {LOOP_MAX} iterations; tgc unrolls loops at import")
+    outs = _body(ctx, body, [ctx.const(np.array(it, np.int64)), ctx.const(np.array(go))] + carried)
+    go = bool(ctx.array(outs[0]).reshape(-1)[0])
+    carried, it = outs[1:1 + len(carried)], it + 1
+    scans.append(outs[1 + len(carried):])
+  k = len(body.output) - 1 - len(carried)
+  if k and not scans: raise OnnxError(f"node {ctx._where()}: a Loop with scan outputs that runs no iteration is not supported")
+  return tuple(carried) + tuple(Tensor.stack(*[s[j] for s in scans]) for j in range(k))
+
+
+def _scan(ctx: _Ctx, attrs: dict, *ins):
+  """A Scan unrolled at import time over its scan inputs' static length (opset 8's batch axis: one scan per batch row)."""
+  from tgc.tensor import Tensor
+  body, nin = attrs['body'], attrs['num_scan_inputs']
+  if ctx.opset < 9:
+    lens, ins = ins[0], ins[1:]
+    nst = len(ins) - nin
+    rows = [_scan_rows(ctx, body, [t[b] for t in ins[:nst]], [t[b] for t in ins[nst:]], [0] * nin, [0] * nin,
+                       [0] * (len(body.output) - nst), [0] * (len(body.output) - nst)) for b in range(ins[0].shape[0])]
+    if lens is not None and any(v != ins[nst].shape[1] for v in ctx.ints(lens)):
+      raise OnnxError(f"node {ctx._where()}: Scan sequence_lens shorter than the scan inputs are not supported")
+    return tuple(Tensor.stack(*[r[j] for r in rows]) for j in range(len(body.output)))
+  nst, nout = len(ins) - nin, len(body.output) - (len(ins) - nin)
+  return tuple(_scan_rows(ctx, body, list(ins[:nst]), list(ins[nst:]), attrs.get('scan_input_axes', [0] * nin),
+                          attrs.get('scan_input_directions', [0] * nin), attrs.get('scan_output_axes', [0] * nout), attrs.get('scan_output_directions', [0] * nout)))
+
+
+def _scan_rows(ctx, body, states, xs, in_axes, in_dirs, out_axes, out_dirs):
+  from tgc.tensor import Tensor
+  in_axes = [a + x.ndim if a < 0 else a for a, x in zip(in_axes, xs)]
+  steps = xs[0].shape[in_axes[0]]
+  outs = []
+  for t in range(steps):
+    sl = [x[(slice(None),) * a + (steps - 1 - t if d else t,)] for x, a, d in zip(xs, in_axes, in_dirs)]
+    res = _body(ctx, body, states + sl)
+    states = res[:len(states)]; outs.append(res[len(states):])
+  if not steps: raise OnnxError(f"node {ctx._where()}: a Scan over an empty sequence is not supported")
+  ys = []
+  for j, (a, d) in enumerate(zip(out_axes, out_dirs)):
+    el = [o[j] for o in (outs[::-1] if d else outs)]
+    ys.append(Tensor.stack(*el, dim=a + el[0].ndim + 1 if a < 0 else a))
+  return states + ys
 
 
 def _function_body(ctx: _Ctx, node, ins):
   """The FunctionProto that ONNX defines node's op by, if any (what the node tests' _expanded variants inline)."""
   onnx = _onnx()
-  try: schema = onnx.defs.get_schema(node.op_type, ctx.opset, node.domain)
+  try: schema = onnx.defs.get_schema(node.op_type, ctx.domains.get(node.domain, ctx.opset), node.domain)
   except Exception: return None
   if schema.has_function: return schema.function_body
   if not schema.has_context_dependent_function: return None
@@ -242,7 +317,7 @@ def _expand(ctx: _Ctx, attrs: dict, *ins):
   fp = _function_body(ctx, node, ins)
   if fp is None or fp is True: raise OnnxError(f"node '{node.name}': op {node.op_type} (opset {ctx.opset}) is not supported by tgc")
   given = {a.name: a for a in node.attribute}
-  schema = onnx.defs.get_schema(node.op_type, ctx.opset, node.domain)
+  schema = onnx.defs.get_schema(node.op_type, ctx.domains.get(node.domain, ctx.opset), node.domain)
   defaults = {k: a.default_value for k, a in schema.attributes.items() if a.default_value.type}
   defaults.update({a.name: a for a in fp.attribute_proto})
   body = onnx.GraphProto()
@@ -269,15 +344,24 @@ def _ident(name: str, used: set) -> str:
   return s
 
 
+def _flat(outputs):
+  """The output Tensors in order (a sequence's elements in turn; an empty optional none), and each output's slice of them."""
+  flat, where = [], []
+  for _, v in outputs:
+    ts = [] if v is EMPTY else v if isinstance(v, list) else [v]
+    where.append((len(flat), len(flat) + len(ts), isinstance(v, list), v is EMPTY)); flat += ts
+  return flat, where
+
 def _roots(outputs):
   # a graph output that is a buffer itself (an Identity of an input or a weight) is copied, so that every result is computed
-  return [t.contiguous() if t.node.realized else t for _, t in outputs]
+  return [t.contiguous() if t.node.realized else t for t in _flat(outputs)[0]]
 
 
 def build(model, shapes: dict | None = None, device: str | None = None, name: str = 'main', feeds: dict | None = None):
   """(module, leaves, inputs, weights, specialised): the func.func whose arguments are the graph inputs, then the
   weights; weights maps argument name -> numpy array (what the `.npz` beside the `.tgc` holds)."""
   inputs, outputs, names, by_value = trace(model, shapes, device, feeds)
+  if not _flat(outputs)[0]: raise OnnxError("the graph computes no tensor (its outputs are empty sequences or optionals)")
   m, leaves = _build_module([t.node for t in _roots(outputs)], name)
   fn = m.functions('func.func')[0]
   used, weights = set(), {}
@@ -290,12 +374,12 @@ def build(model, shapes: dict | None = None, device: str | None = None, name: st
     a.hint = _ident(names.get(leaf, 'cst'), used)
     if leaf not in innodes: weights[a.hint] = leaf.buf.numpy().reshape(leaf.shape)
   m.verify()
-  return m, leaves, inputs, weights, by_value
+  return m, leaves, inputs, weights, by_value, _flat(outputs)[1]
 
 
 def import_text(model, shapes: dict | None = None) -> tuple[str, dict]:
   """(the module's text, its weights by argument name)."""
-  m, _, _, weights, _ = build(read_model(model), shapes)
+  m, _, _, weights, _, _ = build(read_model(model), shapes)
   return m.print(), weights
 
 
@@ -311,17 +395,19 @@ class OnnxModel:
 
   def compile(self, feeds: dict):
     """The compiled function for these inputs' shapes (and the values of those a shape depends on)."""
-    shapes = {k: v.shape for k, v in feeds.items()}
-    key = (tuple(sorted(shapes.items())), tuple((k, feeds[k].tobytes()) for k in sorted(self._by_value)))
+    shapes = {k: v.shape for k, v in feeds.items() if isinstance(v, np.ndarray)}
+    form = lambda v: v.shape if isinstance(v, np.ndarray) else v if v is None else tuple(a.shape for a in v)
+    raw = lambda v: v.tobytes() if isinstance(v, np.ndarray) else b'' if v is None else b'|'.join(a.tobytes() for a in v)
+    key = (tuple(sorted((k, form(v)) for k, v in feeds.items())), tuple((k, raw(feeds[k])) for k in sorted(self._by_value)))
     if key not in self._compiled:
       from tgc.compiler import compile_module
-      m, leaves, inputs, _, used = build(self.model, {**self.shapes, **shapes}, self.device, feeds=feeds)
+      m, leaves, inputs, _, used, where = build(self.model, {**self.shapes, **shapes}, self.device, feeds=feeds)
       if used - self._by_value:
         self._by_value |= used
         return self.compile(feeds)
       fn = compile_module(m, self.device)
       pos = {t.node: k for k, t in inputs.items()}
-      self._compiled[key] = (fn, [pos.get(l) for l in leaves], [l.buf for l in leaves], {k: t.dtype for k, t in inputs.items()})
+      self._compiled[key] = (fn, [pos.get(l) for l in leaves], [l.buf for l in leaves], {k: t.dtype for k, t in inputs.items()}, where)
     return self._compiled[key]
 
   def __call__(self, *arrays, **named):
@@ -329,11 +415,14 @@ class OnnxModel:
     feeds = dict(zip(self.input_names, arrays)); feeds.update(named)
     missing = [n for n in self.input_names if n not in feeds]
     if missing: raise OnnxError(f"missing inputs: {', '.join(missing)}")
-    feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
-    fn, which, bufs, dts = self.compile(feeds)
-    args = [b if k is None else Buffer.from_numpy(b.device, _storage(feeds[k], dts[k]).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
-    outs = fn.run(args)
-    return [_result(o.numpy(), t.dtype).reshape(t.shape) for o, t in zip(outs, fn.result_types)]
+    # (ascontiguousarray would make a 0-d input 1-d); a list is a sequence, None an empty optional
+    arr = lambda v: np.asarray(v, order='C')
+    feeds = {k: None if v is None else [arr(a) for a in v] if isinstance(v, (list, tuple)) else arr(v) for k, v in feeds.items()}
+    fn, which, bufs, dts, where = self.compile(feeds)
+    fed = lambda k: feeds[k] if isinstance(k, str) else feeds[k[0]][k[1]]
+    args = [b if k is None else Buffer.from_numpy(b.device, _storage(fed(k), dts[k]).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
+    outs = [_result(o.numpy(), t.dtype).reshape(t.shape) for o, t in zip(fn.run(args), fn.result_types)]
+    return [None if empty else outs[a:b] if seq else outs[a] for a, b, seq, empty in where]
 
 
 def load(src, shapes: dict | None = None, device: str | None = None) -> OnnxModel:
