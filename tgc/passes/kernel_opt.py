@@ -269,7 +269,6 @@ class KernelOpt(Pass):
              'processor': (str, 'auto', 'the device kind the tiles are chosen for: cpu | gpu | auto (by target; OpenCL on a CPU: cpu)'),
              'cpu': (str, 'host', 'the CPU whose registers and cache CPU tiles fit: host (this machine) | avx512 | avx2 | sse | neon'),
              'local_memory': (int, 0, "the shared memory a work-group may take, in bytes: the device's (0: the target's default)"),
-             'local_memory': (int, 0, "the shared memory a work-group may take, in bytes: the device's (0: the target's default)"),
              'beam': (int, 2, 'search: beam width'),
              'budget': (float, 10.0, 'search: seconds per kernel at most')}
   def run(self, m: Module):
