@@ -11,9 +11,11 @@ def test_the_registered_targets():
   assert sorted(TARGETS) == ['c', 'cuda', 'llvm', 'metal', 'opencl']
   assert [t.name for t in TARGETS.values() if t.is_cpu] == ['llvm', 'c']
   assert get_target('cuda').tensor_cores.dims == (16, 8, 16) and get_target('llvm').tensor_cores is None
-  assert (get_target('llvm').upcast(), get_target('c').upcast(), get_target('opencl').upcast(), get_target('opencl').upcast('cpu')) == (16, 8, 4, 16)
+  assert (get_target('llvm').upcast(), get_target('c').upcast(), get_target('opencl').upcast(), get_target('opencl').upcast('cpu')) == (16, 8, 4, 8)
   # on a CPU the machine's vector register decides, at most what the language makes (C: 8)
   assert [get_target(n).upcast('auto', 8) for n in ('llvm', 'c', 'opencl')] == [8, 8, 4] and get_target('opencl').upcast('cpu', 8) == 8
+  # OpenCL on PoCL: at most 32 bytes a vector (its builtins' registers), whatever the CPU's
+  assert [get_target('opencl').upcast('cpu', 16, isz) for isz in (1, 2, 4, 8)] == [16, 16, 8, 4]
   with pytest.raises(dataclasses.FrozenInstanceError): get_target('llvm').max_upcast = 8
 
 

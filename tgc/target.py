@@ -43,6 +43,7 @@ class Target:
   fp_contract: bool = False       # optimised kernels are marked `contract`: mul+add may fuse into fma
   async_copy: bool = False        # uop.copy_async: SMEM's stages fill shared memory without holding registers
   device: str | None = None       # the runtime device kernel-opt's search times candidates on (None: no search)
+  max_vector_bytes: int = 0       # the widest vector kernel-opt makes, in bytes, whatever the device (0: no cap)
 
   def __post_init__(self):
     if self.processor not in ('cpu', 'gpu'): raise TgcError(f"target '{self.name}': processor must be cpu or gpu, got '{self.processor}'")
@@ -52,12 +53,13 @@ class Target:
   @property
   def max_local_memory(self) -> int: return max(self.local_memory, self.local_memory_optin)
 
-  def upcast(self, processor: str = 'auto', cpu_lanes: int = 16) -> int:
+  def upcast(self, processor: str = 'auto', cpu_lanes: int = 16, itemsize: int = 4) -> int:
     """The widest vector for a device of that kind (auto: the language's own): on a CPU, one of its vector
     registers (`cpu_lanes`, from tgc.host), at most what a CPU language itself makes; a GPU language on a CPU
-    (OpenCL on PoCL) gets the CPU's registers, a CPU language is never asked for a GPU's."""
-    if self.is_cpu: return min(cpu_lanes, self.max_upcast)
-    return cpu_lanes if processor == 'cpu' else self.max_upcast
+    (OpenCL on PoCL) gets the CPU's registers, a CPU language is never asked for a GPU's; never more than
+    max_vector_bytes of `itemsize`-byte lanes."""
+    lanes = min(cpu_lanes, self.max_upcast) if self.is_cpu else cpu_lanes if processor == 'cpu' else self.max_upcast
+    return min(lanes, max(1, self.max_vector_bytes // itemsize)) if self.max_vector_bytes else lanes
 
 
 TARGETS: dict[str, Target] = {}
@@ -87,8 +89,10 @@ register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_mat
 register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=4, aligned_vectors=True, max_threads=256,
                        local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=4, device='CUDA', fp_contract=True, async_copy=True,  # float4 is its widest vector
                        tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True)))  # mma.sync m16n8k16
+# (PoCL's OpenCL C builtins are built for 256-bit vectors: on an AVX-512 host, an AMD EPYC here, a float16 vload or
+# sqrt and a double8 vstore abort its LLVM ("Do not know how to scalarize this operator's operand"))
 register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,
-                       device='OPENCL'))
+                       device='OPENCL', max_vector_bytes=32))
 register_target(Target('metal', 'gpu', 'tgc.emit.metal:render_metal', max_upcast=4, aligned_vectors=True, max_threads=256,
                        local_memory=32 << 10, devectorize=4))  # no device here: emission only
 
