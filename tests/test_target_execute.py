@@ -485,3 +485,65 @@ def test_opencl_smem_stages(case, stages):
   (out,) = compile_module(m, 'OPENCL')(*args)
   want = f(a.astype(np.float64), b.astype(np.float64)) if case != 'epilogue' else np.maximum((a * 2 + 1.0) @ b * 0.5, 0)
   np.testing.assert_allclose(out.astype(np.float64), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('stages', [0, 2, 3])
+@pytest.mark.parametrize('opts', [(('local', 3, 4), ('local', 1, 4)), (('upcast', 2, 2), ('local', 4, 4), ('local', 1, 4))])
+def test_opencl_smem_conv(opts, stages):
+  """SMEM on a padded conv (three reduce loops: channels, the window's rows and columns): the input's tile is copied
+  element by element where its mask cuts a row (a vector copy gated by its first element's mask lost the rest), and
+  a ring of stages runs the three loops as one range whose step decomposes into each axis's index."""
+  from tgc.tensor import _build_module
+  from tgc.compiler import compile_module
+  from tgc.passes.manager import PassManager, parse_pipeline
+  from tgc.passes.pipelines import lower_to_uop_steps
+  from tgc.passes.schedule import Opt
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  rng = np.random.default_rng(7)
+  x, w = rng.standard_normal((2, 8, 12, 12)).astype(np.float32), rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+  tx, tw = tgc.Tensor(x, device='OPENCL'), tgc.Tensor(w, device='OPENCL')
+  m, leaves = _build_module([tx.conv2d(tw, padding=1).node], 'f')
+  steps = lower_to_uop_steps('opencl', False, 'gpu')
+  cut = next(i for i, s in enumerate(steps) if s.startswith('linearize'))
+  PassManager(parse_pipeline(','.join(steps[:cut]))).run(m)
+  (k,) = [k for k in m.functions('kernel.func') if k.sym_name.startswith('r_')]
+  k.attrs['opts'] = tuple(Opt(*o) for o in opts) + (Opt('smem', 0, stages), Opt('smem', 1, stages))
+  PassManager(parse_pipeline(','.join(steps[cut:]))).run(m)
+  (fn,) = [f for f in m.functions('uop.func') if f.sym_name == k.sym_name]
+  names = [o.name for o in fn.body.ops]
+  assert 'uop.define_local' in names and names.count('uop.range') == (1 if stages else 3), names
+  (out,) = compile_module(m, 'OPENCL')(*[x if l is tx.node else w for l in leaves])
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+  np.testing.assert_allclose(out, np.einsum('bchwij,ocij->bohw', win, w.astype(np.float64)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('case', ['nchw_nhwc', 'nhwc_nchw', 'pad_nhwc', 'pad_odd', 'matrix'])
+def test_opencl_gpu_transpose(case):
+  """A GPU layout change takes a square register tile a thread: vector loads along the load's contiguous axis and
+  vector stores along the store's (linearize gathers each store vector from the lane combinations), the padded
+  conv input's row padded up to the tile; lowered for a GPU work-group and run on OpenCL against numpy."""
+  from tgc.tensor import _build_module
+  from tgc.compiler import compile_module
+  from tgc.passes.manager import PassManager, parse_pipeline
+  from tgc.passes.pipelines import lower_to_uop_steps
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  rng = np.random.default_rng(8)
+  shape, f, ref = {'nchw_nhwc': ((2, 16, 8, 24), lambda t: t.permute(0, 2, 3, 1), lambda a: a.transpose(0, 2, 3, 1)),
+                   'nhwc_nchw': ((2, 8, 24, 16), lambda t: t.permute(0, 3, 1, 2), lambda a: a.transpose(0, 3, 1, 2)),
+                   'pad_nhwc': ((2, 16, 14, 14), lambda t: t.pad(((0, 0), (0, 0), (1, 1), (1, 1))).permute(0, 2, 3, 1),
+                                lambda a: np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1))).transpose(0, 2, 3, 1)),
+                   'pad_odd': ((2, 8, 20, 20), lambda t: t.pad(((0, 0), (0, 0), (1, 1), (1, 1))).permute(0, 2, 3, 1),  # rows of 22: padded to 24
+                               lambda a: np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1))).transpose(0, 2, 3, 1)),
+                   'matrix': ((40, 64), lambda t: t.T, lambda a: a.T)}[case]
+  a = rng.standard_normal(shape).astype(np.float32)
+  ta = tgc.Tensor(a, device='OPENCL')
+  m, _ = _build_module([f(ta).contiguous().node], 'f')
+  PassManager(parse_pipeline(','.join(lower_to_uop_steps('opencl', False, 'gpu')))).run(m)
+  (fn,) = m.functions('uop.func')
+  stores = [o for o in fn.body.ops if o.name == 'uop.store']
+  assert stores and all(isinstance(o.operands[2].type, I.VecType) for o in stores), [o.operands[2].type for o in stores]
+  (out,) = compile_module(m, 'OPENCL')(a)
+  np.testing.assert_array_equal(out, ref(a))

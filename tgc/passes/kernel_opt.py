@@ -49,7 +49,8 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   ks = Schedule(k, (), t)
   if not ks.full: return opts
   loads = [op for op in k.body.ops if op.name == 'kernel.load']
-  vec = max_upcast or t.upcast(processor, cpu.lanes(max((op.buf.type.dtype.itemsize for op in loads), default=4)))
+  vec = max_upcast or t.upcast(processor, cpu.lanes(max((op.buf.type.dtype.itemsize for op in loads), default=4)),
+                               max(op.buf.type.dtype.itemsize for op in loads + [ks.store]))
 
   def apply(o):
     nonlocal ks
@@ -64,22 +65,25 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     ax = ks.kinds.index(role) - 1
     while ax >= 0 and ks.kinds[ax] in ('upcast', 'local'): ax -= 1
     return ax if ax >= 0 and ks.kinds[ax] == 'global' else None
-  # a conv on tensor cores (several reduce axes; tc on the first, its input channels): a warp takes 2 tiles of m by 4
-  # of n, a block 8x2 warps along the other global axes (the output's columns and rows, which share the weights'
-  # tile), both operands staged: on an H100 a 3x3 f16 conv (32x64x56x56) ran at 32 TFLOP/s so, 14.9 with the direct
-  # conv's tiles (a sweep of 32 shapes)
+  # a conv on tensor cores (several reduce axes; tc on the first, its input channels): a warp takes 2 tiles of m by 8
+  # of n (32x64), a block 4x2 warps along the other global axes (the output's columns and rows, which share the
+  # weights' tile), a step of the reduce loops 4 tiles deep, and both operands go through a ring of shared-memory
+  # stages (the reduce loops run as one range): on an H100 a 3x3 f16 conv (32x64x56x56) ran its conv kernel in 69 us
+  # so, 169 us with 2x4 tiles, 8x2 warps and one buffer a step of 16 (a sweep of 11 shapes)
   if t.tensor_cores is not None and len(red) > 1 and tc_applies(k, Opt('tc', red[0], 0), t.name):
     apply(Opt('tc', red[0], 0))
-    for role, amts in (('tcn', (4, 2)), ('tcm', (2,))):
+    for role, amts in (('tcn', (8, 4, 2)), ('tcm', (2,))):
       ax = tile_grid(role)
       if ax is not None: next((a for a in amts if ks.full[ax] % a == 0 and apply(Opt('upcast', ax, a))), None)
     done: list = []
-    for amts in ((8, 4, 2), (2,)):
+    for amts in ((4, 2), (2,)):
       other = [a for a in ks.axes('global') if a not in (tile_grid('tcm'), tile_grid('tcn')) and a not in done]
       if other and next((a for a in amts if ks.full[other[-1]] % a == 0 and apply(Opt('local', other[-1], a))), None): done.append(other[-1])
+    r = ks.axes('reduce')
+    if r: next((u for u in (4, 2) if ks.full[r[0]] % u == 0 and apply(Opt('unroll', r[0], u))), None)
     for i, op in enumerate(op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)):
       if ks.tile_bytes(op) <= smem_budget: apply(Opt('smem', i, 0))
-    return opts
+    return stage_ring(ks, opts, t, smem_budget)
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples;
   # sizes the tiles do not divide are padded first (PADTO: a 4095 f16 matmul ran at 0.2 TFLOP/s without tensor cores)
   pads = tc_padding(ks, t) if t.tensor_cores is not None and len(red) == 1 else None
@@ -204,6 +208,19 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
       if all(ks.strides(op)[ax] in (1, 0) for op in loads + [ks.store]) and ks.strides(ks.store)[ax] == 1:
         for amt in (vec, 8, 4, 2):
           if amt <= vec and ks.full[ax] % amt == 0 and apply(Opt('upcast', ax, amt)): break
+      # GPU layout change (a load contiguous along another axis than the store's: a transpose): a thread takes a
+      # square tile of 16 bytes by 16 bytes, read as vectors along the load's axis and written as vectors along the
+      # store's (linearize gathers the lanes), so that a warp reads and writes whole sectors (an H100 moved a conv's
+      # NCHW -> NHWC copy at 0.6 TB/s with scalar accesses along one of them)
+      elif gpu and allow_local and ks.strides(ks.store)[ax] == 1 and loads:
+        a = next((g for g in reversed(glob) if g != ax and any(ks.strides(op)[g] == 1 for op in loads)), None)
+        width = 16 // max(op.buf.type.dtype.itemsize for op in loads + [ks.store])
+        if a is not None and width >= 2:
+          n = ks.full[a]  # (a padded 58-wide row is padded to 64, if that wastes at most an eighth)
+          if n % width and -(-n // width) * width - n <= n // 8: apply(Opt('padto', a, width))
+          next((u for u in (width, width // 2, 2) if ks.full[a] % u == 0 and apply(Opt('upcast', a, u))), None)
+          ax = ks.axes('global')[-1]  # (the store's axis, moved by the split before it)
+          next((u for u in (width, width // 2, 2) if ks.full[ax] % u == 0 and apply(Opt('upcast', ax, u))), None)
   # GPU: local dims on the global axes; an elementwise kernel takes the widest work-group along its innermost axis
   # (whole 128-byte lines per warp, fewer blocks to schedule), a tiled one squarer groups (reuse in the caches)
   if allow_local:

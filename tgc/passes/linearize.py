@@ -264,10 +264,7 @@ class Lowerer:
     staged = [op for op in self.smem if op in inside]
     loop_idx = {**idx, **{a: b.const(0) for a in range(len(full)) if self.kinds[a] == 'reduce'}}
     if staged: self.stage_tiles(staged, loop_idx)
-    ranges = []
-    for a in range(len(full)):
-      if self.kinds[a] == 'reduce' and full[a] > 1:
-        rr = b.open_range(b.const(0), b.const(full[a])); ranges.append(rr); loop_idx[a] = rr
+    ranges = self.open_reduce_loops(loop_idx, bool(staged))
     for r in reduces:
       for acc in accs[r].values(): acc.op.operands = [acc.op.operands[0]] + ranges
     if staged: self.stage_step(staged, loop_idx)
@@ -354,9 +351,7 @@ class Lowerer:
     staged = [op for op in self.smem if op in ca or op in cb]
     loop_idx, ranges = {**self.idx, **{a: zero for a in range(len(full)) if kinds[a] == 'reduce'}}, []
     if staged: self.stage_tiles(staged, loop_idx)
-    for a in range(len(full)):
-      if kinds[a] == 'reduce' and full[a] > 1:
-        rr = b.open_range(zero, b.const(full[a])); ranges.append(rr); loop_idx[a] = rr
+    ranges = self.open_reduce_loops(loop_idx, bool(staged))
     for acc in accs: acc.op.operands = [init] + ranges
     if staged: self.stage_step(staged, loop_idx)
     def fragment(v, chain, tile, at):  # the factor at each (m, n, k) position of this lane, as one vector
@@ -505,7 +500,8 @@ class Lowerer:
       v = b.emit('const', [], dt, {'value': op.attrs['value']})
       self.vals[op.results[0]] = {c: v for c in combos}
     elif name == 'kernel.store':
-      for c in combos: self.store(op, idx, lane_axes, c)
+      if not self.store_across(op, idx, lane_axes):
+        for c in combos: self.store(op, idx, lane_axes, c)
     elif name == 'kernel.reduce': raise AssertionError("reduce handled by its region")
     elif hasattr(op, 'opname'):
       res = {}
@@ -544,10 +540,8 @@ class Lowerer:
     a multiple of the vector width (w, else the kernel's) for every value of the variables in it (CPUs and OpenCL's
     vloadN don't care)."""
     if not self.t.aligned_vectors: return True
-    from tgc.passes.uop_simplify import terms
-    ts, k = terms(i, {})
-    w = w or self.W
-    return k % w == 0 and all(coef % w == 0 for coef, _ in ts)
+    from tgc.passes.uop_simplify import multiple_of
+    return multiple_of(i, w or self.W)
 
   def stage_tiles(self, loads, idx):
     """SMEM, before the reduce loop: shared memory for each load's tiles (a ring of `stages` of them) and, with
@@ -564,10 +558,37 @@ class Lowerer:
       b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # at the top (OpenCL allows no other place)
       self.tiles[op] = (buf, strides, slot)
     if S > 1:
-      r = next(a for a, kd in enumerate(self.kinds) if kd == 'reduce' and self.full[a] > 1)
-      for step in range(min(S - 1, self.full[r])):
-        self.copy_tiles(loads, {**idx, r: b.const(step)}, b.const(step))
+      for step in range(min(S - 1, self.reduce_steps())):
+        self.copy_tiles(loads, {**idx, **self.reduce_point(b.const(step))}, b.const(step))
         if self.t.async_copy: b.emit('async_commit', [], None, pure=False)
+
+  def open_reduce_loops(self, loop_idx: dict, staged: bool) -> list:
+    """The reduce loops (their ranges), each axis's index into loop_idx. A ring of stages runs ahead along one
+    counter: there, several reduce loops (a conv's channels and its window's rows and columns) are one range whose
+    step decomposes into each axis's index."""
+    b, full = self.b, self.full
+    loops = [a for a, kd in enumerate(self.kinds) if kd == 'reduce' and full[a] > 1]
+    if staged and self.sched.stages > 1 and len(loops) > 1:
+      ranges = [b.open_range(b.const(0), b.const(self.reduce_steps()))]
+      loop_idx.update(self.reduce_point(ranges[0]))
+    else:
+      ranges = []
+      for a in loops:
+        ranges.append(b.open_range(b.const(0), b.const(full[a]))); loop_idx[a] = ranges[-1]
+    self.step = ranges[0] if len(ranges) == 1 else None
+    return ranges
+
+  def reduce_steps(self) -> int:
+    return math.prod(self.full[a] for a, kd in enumerate(self.kinds) if kd == 'reduce' and self.full[a] > 1)
+
+  def reduce_point(self, step) -> dict:
+    """The reduce axes' indices at `step` of the reduce loops taken as one range (the last axis fastest)."""
+    b, loops = self.b, [a for a, kd in enumerate(self.kinds) if kd == 'reduce' and self.full[a] > 1]
+    point = {}
+    for a in reversed(loops):
+      point[a] = step if a == loops[0] else b.mod(step, b.const(self.full[a]))
+      if a != loops[0]: step = b.idiv(step, b.const(self.full[a]))
+    return point
 
   def stage_step(self, loads, idx):
     """SMEM, at the top of a step of the reduce loop. One buffer: the work-group copies the step's tiles between two
@@ -581,15 +602,14 @@ class Lowerer:
       self.copy_tiles(loads, idx, self.slot)
       b.emit('barrier', [], None, pure=False)
       return
-    r = next(a for a, kd in enumerate(self.kinds) if kd == 'reduce' and self.full[a] > 1)
     if self.t.async_copy: b.emit('async_wait', [], None, {'pending': S - 2}, pure=False)
     b.emit('barrier', [], None, pure=False)
-    ahead = b.add(idx[r], b.const(S - 1))
-    b.open_if(b.lt(ahead, b.const(self.full[r])))
-    self.copy_tiles(loads, {**idx, r: ahead}, b.mod(ahead, b.const(S)))
+    ahead = b.add(self.step, b.const(S - 1))
+    b.open_if(b.lt(ahead, b.const(self.reduce_steps())))
+    self.copy_tiles(loads, {**idx, **self.reduce_point(ahead)}, b.mod(ahead, b.const(S)))
     b.close_if()
     if self.t.async_copy: b.emit('async_commit', [], None, pure=False)
-    self.slot = b.mod(idx[r], b.const(S))
+    self.slot = b.mod(self.step, b.const(S))
 
   def copy_tiles(self, loads, idx, slot):
     """The work-group copies the tile of each load that its threads' lanes read in the step at `idx`
@@ -616,8 +636,9 @@ class Lowerer:
         for a, st in strides.items(): pos = b.add(pos, b.mul(coords[a], b.const(st)))
         return [coords[a] if a in coords else idx[a] if kinds[a] in ('global', 'reduce') and full[a] > 1 else b.const(0) for a in range(len(full))], pos
       # 16 bytes a copy where the tile's fastest axis is contiguous and the addresses aligned, else 8 or 4; a PADTO
-      # bound along that axis must not cut a copy in two (the first element's mask gates all of it)
-      fast = axes[-1] if axes and rs[axes[-1]] == 1 else None
+      # bound along that axis must not cut a copy in two (the first element's mask gates all of it), nor may the
+      # view's own mask (a padded conv input's edge), so a mask that varies along it makes the copies scalar
+      fast = axes[-1] if axes and rs[axes[-1]] == 1 and self.views[op].real_strides()[axes[-1]] == 1 else None
       cuts = [size for terms, size in self.padded.values() if (fast, 1) in terms]
       cw = next((w for w in (16 // dt.itemsize, 8 // dt.itemsize, 4 // dt.itemsize) if w > 1 and fast is not None and full[fast] % w == 0
                  and all(c % w == 0 for c in cuts) and self.aligned(self.views[op].to_indexed(at(tid, w)[0], b)[0], w)), 1)
@@ -717,6 +738,28 @@ class Lowerer:
       i, _ = self.index(op, idx, lane_axes, c, l)
       x = b.emit('gep', [v], dt, {'index': l}) if isinstance(v.type, VecType) else v
       put(i, x, pad_gate(l))
+
+
+  def store_across(self, op, idx, lane_axes) -> bool:
+    """A store contiguous along an upcast axis other than the vector axis (a transpose whose loads are vectors along
+    another axis): each vector lane's values along that axis, gathered from the lane combinations, are one vector
+    store. False where this does not apply (then each combination stores on its own)."""
+    b, dt = self.b, op.value.type
+    rs = self.views[op].real_strides()
+    s = next((a for a in lane_axes if rs[a] == 1 and self.full[a] in VEC_WIDTHS), None)
+    if s is None or self.sched.store_bounds or (self.vec is not None and self.W > 1 and self.kinds[self.vec] != 'upcast'): return False
+    n, j = self.full[s], lane_axes.index(s)
+    firsts = [c for c in self.combos(lane_axes) if c[j] == 0]
+    if not all(self.aligned(self.index(op, idx, lane_axes, c, l)[0], n) for c in firsts[:1] for l in range(self.W)): return False
+    for c in firsts:
+      for l in range(self.W):
+        xs = []
+        for k in range(n):
+          v = self.vals[op.value][c[:j] + (k,) + c[j + 1:]]
+          xs.append(b.emit('gep', [v], dt, {'index': l}) if isinstance(v.type, VecType) else v)
+        i, _ = self.index(op, idx, lane_axes, c, l)
+        b.emit('store', [self.buf[op.buf], i, b.emit('vectorize', xs, VecType(n, dt))], None, pure=False)
+    return True
 
 
 def linearize_kernel(k: Operation, target: str = 'llvm') -> Operation:

@@ -17,7 +17,7 @@ actions) and gives the inner part a kind:
   smem     not a split: load number `axis` (of the loads under the reduce, in order) is staged through shared
            memory: per step of the reduce loop the work-group copies the tile its threads' lanes read, then reads that;
            `amt` stages (2 or more; 0 is one buffer) keep a ring of tiles, the copies running that many steps ahead
-           (asynchronously where the target can), which needs the reduce loop to be one range
+           (asynchronously where the target can); several reduce loops (a conv's) then run as one range
 
 kernel-opt's heuristics and search look at a Schedule to choose actions; linearize lowers one. An `opts` attribute
 written by hand replays exactly, and an action that does not apply is an OptError naming the kernel.
@@ -120,8 +120,8 @@ def apply_opts(full, out, kinds, views, opts, tile=None, zero_pad_reduce=False):
     full, out, kinds = _split(full, out, kinds, views, ax, outer, inner, {'upcast': 'upcast', 'local': 'local', 'unroll': 'unroll', 'group': 'group'}.get(name))
     if name == 'grouptop': kinds[ax:ax + 2] = ['group', 'reduce']
     padded = _split_padded(padded, ax, inner)
-  if max(smem.values(), default=1) > 1 and sum(1 for a, kd in enumerate(kinds) if kd == 'reduce' and full[a] > 1) != 1:
-    raise OptError("smem: stages need the reduce loop to be one range (its other axes unrolled)")
+  if max(smem.values(), default=1) > 1 and not any(kd == 'reduce' and full[a] > 1 for a, kd in enumerate(kinds)):
+    raise OptError("smem: stages need a reduce loop to run ahead along")
   return tuple(full), tuple(out), kinds, views, padded, smem
 
 

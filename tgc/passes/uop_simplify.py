@@ -48,6 +48,21 @@ def _build(rw, op, ts, const, t):
   return acc
 
 
+def split_divmod(x: Value, c: int, memo):
+  """x as c * q + r with 0 <= r < c for every value of its variables: (q's terms, q's constant, r's terms, r's
+  constant), or None. Each coefficient splits into its multiple of c and the rest (101*kx over 100: kx to each
+  side), so a window's column offset (ox + kx) stays apart from its rows when that rest stays below c."""
+  if bounds(x, memo)[0] < 0: return None
+  ts, k = terms(x, memo)
+  if any(bounds(a, memo)[0] < 0 or kk < 0 for kk, a in ts): return None
+  q = [(kk // c, a) for kk, a in ts if kk // c]
+  r = [(kk % c, a) for kk, a in ts if kk % c]
+  kq, kr = divmod(k, c)
+  rlo = kr + sum(kk * bounds(a, memo)[0] for kk, a in r)
+  rhi = kr + sum(kk * bounds(a, memo)[1] for kk, a in r)
+  return (q, kq, r, kr) if 0 <= rlo and rhi < c else None
+
+
 def simplify_divmod(op, rw, memo):
   t = op.results[0].type
   if not isinstance(t, D.DType) or not t.is_int: return None
@@ -57,18 +72,27 @@ def simplify_divmod(op, rw, memo):
   lo, hi = bounds(x, memo)
   if lo < 0: return None
   if hi < c: return x if op.opname == 'mod' else make_const(rw, op, 0, t)
-  ts, k = terms(x, memo)
-  if any(bounds(a, memo)[0] < 0 or kk < 0 for kk, a in ts): return None
-  # each coefficient splits into its multiple of c and the rest (101*kx over 100: kx to each side), so a window's
-  # column offset (ox + kx) stays apart from its rows when that rest stays below c
-  q = [(kk // c, a) for kk, a in ts if kk // c]
-  r = [(kk % c, a) for kk, a in ts if kk % c]
-  kq, kr = divmod(k, c)
-  rlo = kr + sum(kk * bounds(a, memo)[0] for kk, a in r)
-  rhi = kr + sum(kk * bounds(a, memo)[1] for kk, a in r)
-  if not (0 <= rlo and rhi < c) or not q and not kq: return None
+  split = split_divmod(x, c, memo)
+  if split is None or not split[0] and not split[1]: return None
+  q, kq, r, kr = split
   if op.opname == 'idiv': return _build(rw, op, q, kq, t)
   return _build(rw, op, r, kr, t)
+
+
+def multiple_of(v: Value, w: int, memo=None) -> bool:
+  """Whether the integer expression v is a multiple of w for every value of its variables: a sum of terms, each a
+  multiple by its coefficient or by its atom (x % m with m and x multiples of w; x // c whose quotient, as
+  split_divmod takes it apart, is one: a view's index through a reshape)."""
+  memo = {} if memo is None else memo
+  ts, k = terms(v, memo)
+  def atom(a):
+    op, opn = a.op, getattr(a.op, 'opname', None)
+    c = const_value(op.operands[1]) if opn in ('mod', 'idiv') and op.operands[1].op is not None and op.operands[1].op.name == 'uop.const' else None
+    if not c or c <= 0: return False
+    if opn == 'mod': return c % w == 0 and multiple_of(op.operands[0], w, memo)
+    split = split_divmod(op.operands[0], c, memo)
+    return split is not None and split[1] % w == 0 and all(kk % w == 0 or atom(x) for kk, x in split[0])
+  return k % w == 0 and all(kk % w == 0 or atom(a) for kk, a in ts)
 
 
 def simplify_cmp(op, rw, memo):
