@@ -1160,7 +1160,7 @@ class Tensor(TensorAPI):
       x = self._pad2d(pads)
       # the padded input is copied once (a small kernel) so that the conv kernel reads it with no masks: its loads are
       # then plain broadcasts into the register tile, as a matmul's are
-      if channels_last and any(pads): x = x.contiguous()
+      if (channels_last or not t.is_cpu) and any(pads): x = x.contiguous()
     x = x._pool(HW, stride, dilation)  # (bs, groups*cin, *oyx, *HW)
     rcout, oyx = cout // groups, x.shape[2:-len(HW)]
     nd, nk = len(oyx), len(HW)

@@ -132,10 +132,11 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   if gpu and red and out_points <= 2048:
     for amt in (256, 64, 16):
       if ks.full[red[-1]] % amt == 0 and apply(Opt('grouptop', red[-1], amt)): break
-  # GPU matmul-like kernels (one reduce over the product of two loads, each broadcast along some axis) stage both
-  # operands through shared memory (SMEM): on an H100 a 4096 f32 matmul ran at 34.9 TFLOP/s with 8 rows x 4 columns
-  # a thread, UNROLL 8 and 16x8 work-groups (fma on), 21.5 with the best tiles without it (sweeps of 40 and 11 shapes)
-  matmul_like = gpu and allow_local and len(red) == 1 and len(loads) == 2 and \
+  # GPU matmul-like kernels (a reduce over the product of two loads, each broadcast along some axis: a matmul, a conv
+  # over its channels and window) stage both operands through shared memory (SMEM): on an H100 a 4096 f32 matmul ran
+  # at 34.9 TFLOP/s with 8 rows x 4 columns a thread, UNROLL 8 and 16x8 work-groups (fma on), 21.5 with the best tiles
+  # without it (sweeps of 40 and 11 shapes); an f32 3x3 conv kernel (32x64x56x56) in 265 us so, 490 without
+  matmul_like = gpu and allow_local and len(red) >= 1 and len(loads) == 2 and \
     all(any(st == 0 and n > 1 for st, n in zip(ks.strides(op), ks.full)) for op in loads)
   staged = stage and matmul_like and t.local_memory > 0
   if matmul_like:  # sizes the GPU tiles below do not divide are padded first (a 4095 f32 matmul ran in 1-thread blocks)
@@ -173,7 +174,8 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
         done = {a + (a > best[0]) for a in done} | {best[0], best[0] + 1}  # the split's two parts are used
     red = ks.axes('reduce')
     if red:
-      r = red[-1]
+      # (staged: the reduce axis a long step divides, a conv's input channels rather than its window's columns)
+      r = next((a for a in reversed(red) if ks.full[a] % (4 * unroll) == 0), red[-1]) if staged else red[-1]
       s = ks.full[r]
       cur = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('upcast', 'unroll'))
       plain = not any(kd == 'upcast' for kd in ks.kinds)
