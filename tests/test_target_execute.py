@@ -547,3 +547,21 @@ def test_opencl_gpu_transpose(case):
   assert stores and all(isinstance(o.operands[2].type, I.VecType) for o in stores), [o.operands[2].type for o in stores]
   (out,) = compile_module(m, 'OPENCL')(a)
   np.testing.assert_array_equal(out, ref(a))
+
+
+def test_tensor_core_row_padding(monkeypatch):
+  """On a target with tensor cores, an f16 matmul whose rows are not a multiple of 8 bytes (k or n odd) copies its
+  operands with rows padded to 16 bytes and cuts the result's padding off: the graph built as for cuda, then run on
+  the CPU, still equals numpy's; rows of a multiple of 8 bytes (n = 700) get no copies."""
+  import tgc.compiler as C
+  from tgc.target import get_target
+  from tgc.tensor import _build_module
+  rng = np.random.default_rng(9)
+  for sa, sb, pads in (((20, 37), (37, 30), 2), ((2, 5, 9), (2, 9, 3), 2), ((8, 16), (16, 700), 0)):
+    a, b = rng.standard_normal(sa).astype(np.float16), rng.standard_normal(sb).astype(np.float16)
+    with monkeypatch.context() as mp:
+      mp.setattr(C, 'device_target', lambda d, dev=None: get_target('cuda'))
+      out = tgc.Tensor(a, device='CPU') @ tgc.Tensor(b, device='CPU')
+    mod, _ = _build_module([out.node], 'mm')
+    assert str(mod).count('tensor.pad') == pads and out.shape == sa[:-1] + sb[-1:], str(mod)
+    np.testing.assert_allclose(out.numpy().astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=2e-2)

@@ -356,3 +356,21 @@ def test_real_strides_of_a_window_over_padded_rows():
   vs = ViewStack((pad, View.create((2, 96, 5, 5), (500, 1, 500, 101))))  # oy, ox, ky, kx over the flat (6, 5, 100)
   assert vs.real_strides(ignore_valid=True) == (96, 1, 96, 1)
   assert vs.real_strides()[1] is None  # the padding's mask depends on the column
+
+
+def test_mask_aligned():
+  """mask_aligned(axis, w): whether a vector of w along the axis, gated by its first element's validity, is exact (the
+  validity the same across each aligned group of w), for every value of the other axes the mask depends on."""
+  plain = ViewStack.from_shape((4, 16))
+  assert plain.mask_aligned(1, 8) and plain.mask_aligned(0, 4)
+  end = plain.pad(((0, 0), (0, 8)))  # a row of 16 padded to 24 (PADTO): groups of 8 (or 4) stay whole, of 16 do not fit
+  assert end.mask_aligned(1, 8) and end.mask_aligned(1, 4) and not end.mask_aligned(1, 16)
+  edge = plain.pad(((0, 0), (1, 3)))  # a conv input's edge: the first group holds the pad and 3 values
+  assert not edge.mask_aligned(1, 4) and not edge.mask_aligned(1, 2) and edge.mask_aligned(0, 4)
+  rows = plain.pad(((1, 3), (0, 0)))  # a mask along the other axis only
+  assert rows.mask_aligned(1, 8) and rows.mask_aligned(1, 16)
+  # a window over a padded row (the mask depends on the window's column too): the sliding offset breaks the groups
+  win = ViewStack((edge.views[0], View.create((4, 16, 3), (20, 1, 1))))
+  assert not win.mask_aligned(1, 4)
+  # the axis does not divide into groups
+  assert not plain.mask_aligned(1, 3)

@@ -635,13 +635,12 @@ class Lowerer:
         pos = base
         for a, st in strides.items(): pos = b.add(pos, b.mul(coords[a], b.const(st)))
         return [coords[a] if a in coords else idx[a] if kinds[a] in ('global', 'reduce') and full[a] > 1 else b.const(0) for a in range(len(full))], pos
-      # 16 bytes a copy where the tile's fastest axis is contiguous and the addresses aligned, else 8 or 4; a PADTO
-      # bound along that axis must not cut a copy in two (the first element's mask gates all of it), nor may the
-      # view's own mask (a padded conv input's edge), so a mask that varies along it makes the copies scalar
-      fast = axes[-1] if axes and rs[axes[-1]] == 1 and self.views[op].real_strides()[axes[-1]] == 1 else None
-      cuts = [size for terms, size in self.padded.values() if (fast, 1) in terms]
+      # 16 bytes a copy where the tile's fastest axis is contiguous and the addresses aligned, else 8 or 4; the
+      # first element's mask gates all of it, so no mask may cut a copy in two (a PADTO bound, a padded conv input's
+      # edge: the view's validity must be the same across each aligned group)
+      fast = axes[-1] if axes and rs[axes[-1]] == 1 else None
       cw = next((w for w in (16 // dt.itemsize, 8 // dt.itemsize, 4 // dt.itemsize) if w > 1 and fast is not None and full[fast] % w == 0
-                 and all(c % w == 0 for c in cuts) and self.aligned(self.views[op].to_indexed(at(tid, w)[0], b)[0], w)), 1)
+                 and self.views[op].mask_aligned(fast, w) and self.aligned(self.views[op].to_indexed(at(tid, w)[0], b)[0], w)), 1)
       copy_async = self.t.async_copy and self.sched.stages > 1 and cw * dt.itemsize in (4, 8, 16)
       n = math.prod(full[a] for a in axes) // cw
       for j in range(-(-n // T)):

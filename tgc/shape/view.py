@@ -370,6 +370,27 @@ class ViewStack:
       else: out.append(idx.terms.get(i, 0))
     return tuple(out)
 
+  def mask_aligned(self, axis: int, w: int, limit: int = 1 << 20) -> bool:
+    """Whether the validity is the same across each aligned group of w along `axis`, for every value of the other
+    axes it depends on (then a w-wide vector gated by its first element's validity is exact). Evaluated on those
+    axes' values (their corners and neighbours where all of them would be more than `limit` points)."""
+    import numpy as np
+    if self.shape[axis] % w: return False
+    sb = _SymBuilder(self.shape)
+    _, valid = self.to_indexed([sb.var(i) for i in range(len(self.shape))], sb)
+    if axis not in valid.vars: return True
+    others = sorted(a for a in valid.vars if a != axis)
+    full = math.prod(self.shape[a] for a in others) * self.shape[axis] <= limit
+    vals = {a: np.arange(self.shape[a]) if full else np.unique(np.clip([0, 1, 2, self.shape[a] - 3, self.shape[a] - 2, self.shape[a] - 1], 0, self.shape[a] - 1))
+            for a in others}
+    vals[axis] = np.arange(self.shape[axis])
+    order = others + [axis]
+    idxs = [0] * len(self.shape)
+    for i, a in enumerate(order): idxs[a] = vals[a].reshape([-1 if j == i else 1 for j in range(len(order))])
+    _, ok = self.to_indexed(idxs, IntBuilder())
+    ok = np.broadcast_to(ok, [len(vals[a]) for a in order]).reshape(-1, self.shape[axis] // w, w)
+    return bool((ok == ok[..., :1]).all())
+
 
 class IntBuilder:
   """Evaluates index expressions on Python ints or numpy integer arrays (elementwise)."""
