@@ -164,7 +164,13 @@ def test_tensor_core_flops_are_counted():
   assert count_flops(f) * points == 2 * M * N * K
 
 
+def _softmax(a):
+  e = np.exp(a - a.max(1, keepdims=True)); return e / e.sum(1, keepdims=True)
+
+
 @pytest.mark.parametrize('case', ['matmul_odd', 'matmul_f16', 'matmul_4095', 'rowsum_odd', 'sum_odd', 'softmax', 'max_short_rows',
+                                  'softmax_big', 'softmax_odd', 'softmax_short_rows', 'softmax_cols', 'log_softmax', 'layernorm', 'var_f64',
+                                  'sum_i32', 'argmax', 'softmax_f16',
                                   'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
                                   'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc'])
 def test_gpu_heuristic_shapes(case):
@@ -181,6 +187,17 @@ def test_gpu_heuristic_shapes(case):
     'sum_odd': (lambda a: a.sum(), (r((1 << 20) + 3),), lambda a: a.sum(), 1e-4),
     'softmax': (lambda a: a.softmax(axis=1), (r(37, 4096),), lambda a: np.exp(a - a.max(1, keepdims=True)) / np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True), 1e-5),
     'max_short_rows': (lambda a: a.max(axis=1), (r(4096, 128),), lambda a: a.max(axis=1), 0),
+    # one kernel: the reduces in stages and the rows' epilogue (warp shuffles, 1 to 8 warps a group; rows no warp divides)
+    'softmax_big': (lambda a: a.softmax(axis=1), (r(513, 8192),), _softmax, 1e-5),
+    'softmax_odd': (lambda a: a.softmax(axis=1), (r(33, 1000),), _softmax, 1e-5),
+    'softmax_short_rows': (lambda a: a.softmax(axis=1), (r(3000, 64),), _softmax, 1e-5),
+    'softmax_cols': (lambda a: a.softmax(axis=0), (r(4096, 48),), lambda a: _softmax(a.T).T, 1e-5),
+    'log_softmax': (lambda a: a.log_softmax(axis=1), (r(256, 2048),), lambda a: np.log(_softmax(a)), 1e-5),
+    'layernorm': (lambda a: a.layernorm(), (r(300, 768),), lambda a: (a - a.mean(1, keepdims=True)) / np.sqrt(a.var(1, keepdims=True) + 1e-5), 1e-4),
+    'var_f64': (lambda a: a.var(axis=1), (r(64, 4096, dt=np.float64),), lambda a: a.var(1, ddof=1), 1e-9),
+    'sum_i32': (lambda a: a.sum(axis=1), (rng.integers(-1000, 1000, (100, 4096)).astype(np.int32),), lambda a: a.sum(1), 0),
+    'argmax': (lambda a: a.argmax(axis=1), (r(100, 4096),), lambda a: a.argmax(1), 0),
+    'softmax_f16': (lambda a: a.softmax(axis=1), (r(128, 4096, dt=np.float16),), _softmax, 2e-3),
     # staged through shared memory (smem): square, transposed, with an epilogue, batched, on tensor cores
     'matmul_smem': (lambda a, b: a @ b, (r(256, 192), r(192, 384)), lambda a, b: a @ b, 1e-4),
     'matmul_smem_t': (lambda a, b: a.T @ b, (r(192, 256), r(192, 128)), lambda a, b: a.T @ b, 1e-4),

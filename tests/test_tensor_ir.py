@@ -64,15 +64,21 @@ def test_seed_fusion(noopt):
   assert len(kernels(a + b)) == 1
   assert len(kernels(a * b + c)) == 1
   assert len(kernels(a.sum(0))) == 1
-  assert len(kernels(a.softmax())) == 2  # max and exp-sum in one kernel (two stores), then the division
-  assert len(kernels(a.softmax(0))) == 2
-  assert len(kernels(a.var(axis=1))) == 1  # the mean, then the squares about it: one kernel that stores both
+  assert len(kernels(a.softmax())) == 1  # max, exp-sum in stages of one kernel, the division its epilogue
+  assert len(kernels(a.softmax(0))) == 1
+  assert len(kernels(a.var(axis=1))) == 1  # the mean, then the squares about it: one kernel
+  assert len(kernels(a.layernorm())) == 1  # mean, variance and the normalised rows
+  assert len(kernels(a.log_softmax())) == 1
   assert len(kernels((a @ b).relu().sum(1))) <= 2
   an, bn, cn = a.numpy(), b.numpy(), c.numpy()
   np.testing.assert_allclose((a * b + c).numpy(), an * bn + cn, rtol=1e-6)
   np.testing.assert_allclose(a.sum(0).numpy(), an.sum(0), rtol=1e-6)
   e = np.exp(an - an.max(1, keepdims=True))
   np.testing.assert_allclose(a.softmax().numpy(), e / e.sum(1, keepdims=True), rtol=1e-5)
+  e0 = np.exp(an - an.max(0, keepdims=True))
+  np.testing.assert_allclose(a.softmax(0).numpy(), e0 / e0.sum(0, keepdims=True), rtol=1e-5)
+  xc = an - an.mean(1, keepdims=True)
+  np.testing.assert_allclose(a.layernorm().numpy(), xc / np.sqrt((xc * xc).mean(1, keepdims=True) + 1e-5), rtol=1e-4, atol=1e-5)
 
 def test_compile_cache():
   T._COMPILED.clear()

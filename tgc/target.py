@@ -44,6 +44,8 @@ class Target:
   async_copy: bool = False        # uop.copy_async: SMEM's stages fill shared memory without holding registers
   device: str | None = None       # the runtime device kernel-opt's search times candidates on (None: no search)
   max_vector_bytes: int = 0       # the widest vector kernel-opt makes, in bytes, whatever the device (0: no cap)
+  warp_size: int = 0              # threads of a warp that exchange registers (uop.shuffle_xor: GROUP's partials meet
+                                  # in registers, then once in shared memory); 0: no shuffles
 
   def __post_init__(self):
     if self.processor not in ('cpu', 'gpu'): raise TgcError(f"target '{self.name}': processor must be cpu or gpu, got '{self.processor}'")
@@ -87,7 +89,7 @@ register_target(Target('llvm', 'cpu', 'tgc.emit.llvm:render_llvm_module', max_up
                        transcendentals='exp2+log2', fp_contract=True, device='CPU'))  # polynomials vectorise, libm calls do not
 register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_matmul=True, fp_contract=True, device='C'))
 register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=4, aligned_vectors=True, max_threads=256,
-                       local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=4, device='CUDA', fp_contract=True, async_copy=True,  # float4 is its widest vector
+                       local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=4, device='CUDA', fp_contract=True, async_copy=True, warp_size=32,  # float4 is its widest vector
                        tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True)))  # mma.sync m16n8k16
 # (PoCL's OpenCL C builtins are built for 256-bit vectors: on an AVX-512 host, an AMD EPYC here, a float16 vload or
 # sqrt and a double8 vstore abort its LLVM ("Do not know how to scalarize this operator's operand"))

@@ -32,15 +32,20 @@ class KernelFuncOp(Operation):
         raise op.error("is not allowed in a kernel.func: its body is the kernel's AST (kernel ops but alloc and launch)")
     stores = [op for op in self.body.ops if op.name == 'kernel.store']
     if not stores: raise self.error(f"@{self.sym_name} stores nothing")
-    out = stores[0].view.shape
-    for st in stores[1:]:
-      if st.view.shape != out: raise st.error(f"view shape {list(st.view.shape)} differs from the first store's {list(out)}")
     reduces = [op for op in self.body.ops if op.name == 'kernel.reduce']
+    axes = tuple(reduces[0].axes) if reduces else ()
+    # a reduce kernel stores at the stored shape (1 along the reduced axes) what comes after its reduces, and may
+    # also store at its iteration shape (an epilogue after the reduces: softmax's exp(x - max) / sum)
+    at_full = lambda st: any(st.view.shape[a] != 1 for a in axes if a < len(st.view.shape))
+    reduced = [st for st in stores if not at_full(st)]
+    out = (reduced or stores)[0].view.shape
+    for st in reduced[1:]:
+      if st.view.shape != out: raise st.error(f"view shape {list(st.view.shape)} differs from the first store's {list(out)}")
     for op in reduces:
-      if tuple(op.axes) != tuple(reduces[0].axes): raise op.error(f"reduces axes {list(op.axes)}, another reduce of the kernel {list(reduces[0].axes)}: a kernel's reduces share their axes")
+      if tuple(op.axes) != axes: raise op.error(f"reduces axes {list(op.axes)}, another reduce of the kernel {list(axes)}: a kernel's reduces share their axes")
       for a in op.axes:
         if not 0 <= a < len(out): raise op.error(f"axis {a} is out of range for the iteration rank {len(out)}")
-        if out[a] != 1: raise op.error(f"reduced axis {a} must have size 1 in the stored view, got {out[a]}")
+    if not reduced: out = tuple(1 if i in axes else n for i, n in enumerate(out))
     full = None
     for op in self.body.ops:
       if op.name != 'kernel.load': continue
@@ -51,12 +56,19 @@ class KernelFuncOp(Operation):
         if full is None: full = sh
         elif sh != full: raise op.error(f"view shape {list(sh)} differs from the kernel's iteration shape {list(full)}")
         if any(o != f and o != 1 for o, f in zip(out, sh)): raise op.error(f"view shape {list(sh)} does not reduce to the stored shape {list(out)}")
+    for st in stores:
+      sh = st.view.shape
+      if len(sh) != len(out): raise st.error(f"view rank {len(sh)} differs from the kernel's iteration rank {len(out)}")
+      if st in reduced: continue
+      if full is None: full = sh
+      if sh != full: raise st.error(f"view shape {list(sh)} differs from the kernel's iteration shape {list(full)}")
+      if any(o != f and o != 1 for o, f in zip(out, sh)): raise st.error(f"view shape {list(sh)} does not reduce to the stored shape {list(out)}")
     if reduces:  # a value read at the iteration shape reaches the stored shape only through a reduce
       below: set = set()
       for op in self.body.ops:
         if op.name == 'kernel.reduce': continue
         if (op.name == 'kernel.load' and op.view.shape != out) or any(v in below for v in op.operands): below.update(op.results)
-      for st in stores:
+      for st in reduced:
         if st.value in below: raise st.error(f"stores a value of the iteration shape {list(full or out)}: a reduce kernel stores what comes after its reduce")
 
 

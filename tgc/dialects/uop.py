@@ -286,6 +286,23 @@ class EndIfOp(Operation):
   FORMAT = ''
 
 
+class ShuffleXorOp(Operation):
+  """Each lane of a warp (a SIMD group: the target's warp_size consecutive threads of a work-group) gets the value of
+  the lane whose index is its own xor `mask` (CUDA's __shfl_xor_sync): a butterfly of these reduces across a warp in
+  registers. Collective, like uop.wmma: every lane of the warp takes part, none under a condition the others skip."""
+  name = 'uop.shuffle_xor'
+  OPERANDS = ('value',)
+  ATTRS = {'mask': 'int'}
+  TRAITS = frozenset()  # collective: never merged with another or moved under an if
+  FORMAT = '$value, $mask : type($result)'
+  def verify(self):
+    t = self.value.type
+    if isinstance(t, VecType) or not isinstance(t, DType) or t.itemsize not in (4, 8) or t is D.bool_:
+      raise self.error(f"shuffles a 32- or 64-bit scalar, got {t}")
+    if self.results[0].type != t: raise self.error(f"gives the value's type {t}, got {self.results[0].type}")
+    if not 0 < self.mask < 1024: raise self.error(f"mask must be 1 to 1023, got {self.mask}")
+
+
 class BarrierOp(Operation):
   name = 'uop.barrier'
   RESULTS = 0

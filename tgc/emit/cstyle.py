@@ -97,6 +97,9 @@ class Lang:
   def wmma_helper(self, dims, a: VecType, b: VecType, c: VecType) -> str | None:
     """The name of a function (defined in the prelude) for a uop.wmma of these dims and fragment types; None: none."""
     return None
+  def shuffle_xor(self, x: str, mask: int, dt: D.DType) -> str | None:
+    """A uop.shuffle_xor of x; None: the target has none."""
+    return None
   def ldmatrix_helper(self, count: int, trans: int, t: VecType) -> str | None:
     """The name of a function (defined in the prelude) for a uop.ldmatrix; None: the target has no such read."""
     return None
@@ -485,6 +488,12 @@ class KernelRenderer:
       dt = elem(op.operands[0].type) if nm in alu.COMPARE else elem(t)
       if nm == 'where': dt = elem(t)
       self.vec_or_scalar(op, lambda i: self.alu(nm, dt, [self.lane(v, i) for v in op.operands], op), 'alu')
+    elif nm == 'shuffle_xor':
+      e = L.shuffle_xor(self.get(op.value), op.attrs['mask'], t)
+      if e is None: raise self.err(op, f"is not supported by the {L.name} target")
+      name = self.fresh('shf')
+      self.emit(f"{L.vtype(t)} {name} = {e};")
+      self.set_name(res, name)
     elif nm == 'ldmatrix':
       fn = L.ldmatrix_helper(op.attrs['count'], op.attrs['trans'], t)
       if fn is None: raise self.err(op, f"is not supported by the {L.name} target")

@@ -37,6 +37,10 @@ def is_matvec(k: Operation, ks: Schedule, r: int) -> bool:
   return not bcast(a) and bcast(x) and ks.strides(a)[r] == 1
 
 
+# a thread's share of a row (after GROUP) that kernels in stages keep whole in registers, at most this many steps
+STAGE_UNROLL = 8
+
+
 def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
               processor: str = 'auto', cpu: CPUFacts | None = None, stage: bool = True, local_memory: int = 0) -> list[Record]:
   # the register tiles, reductions and loop order follow the processor; work-groups follow the target (an OpenCL
@@ -126,6 +130,12 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
             for n in (8, 4, 2):
               if amt * n <= t.max_threads and ks.full[ax] % n == 0 and apply(Opt('local', ax, n)): amt *= n; break
             if amt >= 128: break
+          # stages (softmax's max, then its sum of exp(x - max), then its epilogue x / sum at the iteration shape): a
+          # thread's share of a row short enough for registers is unrolled whole, so that every stage reads the same
+          # loads (x once from memory, not once a stage)
+          rest = ks.axes('reduce')
+          stages = sum(op.name == 'kernel.reduce' for op in k.body.ops) + bool(ks.full_stores)
+          if stages > 1 and rest and ks.full[rest[0]] <= STAGE_UNROLL: apply(Opt('unroll', rest[0], 0))
           return opts
   out_points = math.prod(ks.full[i] for i in glob) if glob else 1
   # GPU: a reduce whose output cannot fill the device gets the work-group to share it (GROUPTOP)

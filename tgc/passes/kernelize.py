@@ -196,6 +196,40 @@ class Scheduler:
         self.fused[m] = s
         if not any(m in readers(r) for r in roots if r is not s and r is not m) and m not in readers(None):
           self.unstored.add(m)  # no one else reads it: the kernel computes it and stores nothing of it
+    # an elementwise kernel over a reduce kernel's iteration shape that reads its results only as broadcasts along
+    # the reduced axes (softmax's exp(x - max) / sum) is that kernel's epilogue: one kernel reads x once from memory
+    # and stores at both shapes, as the last stage of its loop
+    for s in roots:
+      if s.type.numel == 0 or s in self.fused or s in self.fused.values() or self._has_reduce(s): continue
+      reads = self.reads(s.op.operands)
+      reds = [m for m in reads if m in self.R and _reduce_under(m) is not None]
+      kern = {self.fused.get(m, m) for m in reds}
+      if len(kern) != 1: continue
+      t = kern.pop()
+      red = self.kernel_reduce(t)
+      if red is None or red.src.type.shape != s.type.shape or t.type.numel == 0: continue
+      group = [t] + [m for m, k_ in self.fused.items() if k_ is t]
+      want = lambda m: ViewStack.from_shape(m.type.shape).expand(s.type.shape).simplify()
+      if any(any(o.name not in ('tensor.reshape', 'tensor.expand') for o in p) or _path_views(m.type.shape, p) != want(m)
+             for m in group if m in reads for p in reads[m]): continue
+      if any(_reduce_under(m) is None or _reduce_under(m).src.type.shape != s.type.shape or tuple(sorted(_reduce_under(m).axes)) != tuple(sorted(red.axes)) for m in group): continue
+      # no kernel between the two reads what the epilogue's kernel now computes later
+      if any(self.order[t.op] < self.order[r.op] < self.order[s.op] and any(m in readers(r) for m in group) for r in roots): continue
+      for m in group:
+        self.fused[m] = s
+        if not any(m in readers(r) for r in roots if r is not s and r not in group) and m not in readers(None): self.unstored.add(m)
+        else: self.unstored.discard(m)
+
+  def _has_reduce(self, v: Value) -> bool:
+    """Whether computing v (down to buffers) takes a reduce."""
+    seen, stack = set(), [v]
+    while stack:
+      u = stack.pop()
+      if u in seen or u.op is None or (u in self.R and u is not v): continue
+      seen.add(u)
+      if u.op.name == 'tensor.reduce': return True
+      stack += u.op.operands
+    return False
 
   def _reduce_escapes(self, r: Value) -> set[Value]:
     """Where the reduce's result, through elementwise ops (and reshapes: store views), reaches a movement op or
@@ -295,6 +329,11 @@ class _KernelBuilder:
     self.after: list[Operation] = []       # loads outside the reduce: they walk the stored shape
     self.out_shape = root.type.shape
     self.const_loads = False                # splat constants below the reduce are read from host buffers
+    # an epilogue: an elementwise root at the iteration shape of the reduces it computes (choose_fusions)
+    base = _reduce_under(self.also[0]) if self.also else None
+    self.epilogue = base is not None and root.op.name != 'tensor.reduce' and not sched._has_reduce(root) and \
+      root.type.shape == base.src.type.shape
+    if self.epilogue: self.full, self.axes = base.src.type.shape, tuple(sorted(base.axes))
 
   def name(self):
     shape = self.final_shape
@@ -369,13 +408,14 @@ class _KernelBuilder:
 
   def build(self):
     root = self.root
-    val = self.emit(root, (), False)
+    val = self.emit(root, (), self.epilogue)
     if self.axes and all(ld in self.after for ld in self.loads):
       # a reduce over constants only: nothing would give the loop its size; read the constant from a host buffer
       self.__init__(self.s, root)
       self.const_loads = True
       val = self.emit(root, (), False)
-    out = self.out_shape  # the reduce's output shape; the root may be a reshape of it
+    # the reduce's output shape (the root may be a reshape of it); an epilogue's root is stored at the iteration shape
+    out = tuple(1 if i in self.axes else n for i, n in enumerate(self.full)) if self.epilogue else self.out_shape
     full = self.full if self.full is not None else out
     if full == ():  # scalar kernels iterate over one point
       full, out = (1,), (1,)
@@ -383,7 +423,7 @@ class _KernelBuilder:
     for ld in self.after:
       if ld.attrs['view'].shape != out: ld.attrs['view'] = ld.attrs['view'].reshape(out).simplify()
     outs = [(root, val)] + [(m, self.inlined[m]) for m in self.also if m not in self.s.unstored]
-    store_vs = [ViewStack.from_shape(v.type.shape).reshape(out).simplify() for v, _ in outs]
+    store_vs = [ViewStack.from_shape(v.type.shape).reshape(full if v is root and self.epilogue else out).simplify() for v, _ in outs]
     full, out, store_vs = self.merge_dims(full, out, store_vs)
     self.final_shape = full
     out_args = [Value(BufType(v.type.shape, v.type.dtype)) for v, _ in outs]
@@ -410,7 +450,7 @@ class _KernelBuilder:
           m = vs.reshape(tgt)
           if len(m.views) != len(vs.views): ok = False; break
           new_views.append(m)
-        sm = [vs.reshape(no) for vs in store_vs]
+        sm = [vs.reshape(nf if vs.shape == full else no) for vs in store_vs]
         if ok and all(len(a.views) == len(b.views) for a, b in zip(sm, store_vs)):
           for ld, vs in zip(self.loads, new_views): ld.attrs['view'] = vs
           store_vs = sm

@@ -231,14 +231,45 @@ class Lowerer:
     for r in reduces:
       stage[r] = 1 + max((stage[q] for q in feeding([r.src]) if q in stage), default=-1)
     stages = [[r for r in reduces if stage[r] == i] for i in range(max(stage.values(), default=-1) + 1)]
+    # stores at the iteration shape (an epilogue after the reduces: softmax's exp(x - max) / sum) run in one more
+    # stage, a loop over the reduce axes as the reduces' own; every thread of a GROUP then needs the results
+    epilogue = [op for op in self.sched.full_stores if reduces]
     for i, st in enumerate(stages):
-      self.lower_reduce_region(st, below, max(ops.index(r) for r in st), set(r for q in stages[:i] for r in q), i == len(stages) - 1)
+      self.lower_reduce_region(st, below, max(ops.index(r) for r in st), set(r for q in stages[:i] for r in q), i == len(stages) - 1 and not epilogue)
+    rest = [op for op in ops[last_reduce + 1:] if op not in epilogue]
+    if epilogue:  # (what only the epilogue's stores read is computed in its stage alone)
+      for_stores = feeding([op.value for op in rest if op.name == 'kernel.store'])
+      rest = [op for op in rest if op.name == 'kernel.store' or op in for_stores]
+    if epilogue:
+      self.lower_epilogue(epilogue, below, set(reduces))
+      if self.sched.axes('group') and any(op.name == 'kernel.store' for op in rest):  # stores at the stored shape: the group's first thread
+        b.open_if(b.alu('cmpeq', self.group_index(), b.const(0))); self.open_ifs += 1
     # what the ops after the reduce use from before it (a constant, a load invariant along the reduce) is
     # computed again after the loop: the values made inside the range are not visible past its end
-    need = feeding([v for op in ops[last_reduce + 1:] for v in op.operands], stop=set(reduces))
+    need = feeding([v for op in rest for v in op.operands], stop=set(reduces))
     for n, op in enumerate(ops):
-      if n <= last_reduce and op not in need: continue
+      if (n <= last_reduce and op not in need) or (n > last_reduce and op not in rest): continue
       self.lower_op(op, above, self.lanes_above, above=True)
+
+  def lower_epilogue(self, stores, idx, done):
+    """The stores at the iteration shape after the reduces: a loop over the reduce axes (each thread of a GROUP its
+    share) recomputing what they store from the loads (those a thread's unrolled share already read are the same
+    values: no second read) and the reduces' results."""
+    b, ops = self.b, self.ops_list
+    inside = feeding([st.value for st in stores], stop=done)
+    loop_idx = {**idx, **{a: b.const(0) for a in range(len(self.full)) if self.kinds[a] == 'reduce'}}
+    ranges = self.open_reduce_loops(loop_idx, False)
+    for op in ops:
+      if op in inside and op.name != 'kernel.reduce': self.lower_op(op, loop_idx, self.lanes_below, above=False)
+    for st in stores: self.lower_op(st, loop_idx, self.lanes_below, above=False)
+    for r in reversed(ranges): b.close_range(r)
+
+  def group_index(self):
+    """A thread's index within its GROUP (the group axes' linear index, the last fastest)."""
+    b, e, st = self.b, self.b.const(0), 1
+    for i in reversed([i for i in range(len(self.full)) if self.kinds[i] == 'group' and self.full[i] > 1]):
+      e = b.add(e, b.mul(self.idx[i], b.const(st))); st *= self.full[i]
+    return e
 
   def lower_reduce_region(self, reduces, idx, last_reduce, done=frozenset(), final=True):
     b, ops, full = self.b, self.ops_list, self.full
@@ -439,6 +470,10 @@ class Lowerer:
     gl, ll = lin(grp, {}), lin([i for i in loc if i not in grp], {})
     base = lambda g: b.mul(b.add(b.mul(ll, b.const(G)), g), b.const(lanes))
     lane_of = lambda v, l: b.emit('gep', [v], v.type.dtype, {'index': l}) if isinstance(v.type, VecType) else v
+    WS = self.t.warp_size
+    if WS and len(grp) == 1 and loc[-1] == grp[0] and len(loc) <= MAX_GLOBAL_DIMS and G % WS == 0 and \
+        all(r.results[0].type.itemsize in (4, 8) and r.results[0].type is not D.bool_ for r in reduces):
+      return self.warp_reduce(reduces, cu, W, final, G, gl, ll, lanes, lane_of)
     for r in reduces:
       dt = r.results[0].type
       self.n_locals += 1
@@ -482,6 +517,55 @@ class Lowerer:
         vt = self.vals[r.results[0]][c].type
         res[c] = parts[(ci, 0)] if not isinstance(vt, VecType) else b.emit('vectorize', [parts[(ci, l)] for l in range(W)], vt)
       self.vals[r.results[0]] = res
+
+  def warp_reduce(self, reduces, cu, W, final, G, gl, ll, lanes, lane_of):
+    """GROUP where the group is the work-group's fastest dim (lidx0) and a whole number of warps: each warp folds its
+    partials in registers (a butterfly of uop.shuffle_xor: every lane ends with the warp's result), then, with
+    several warps, their results meet in shared memory (one barrier) and every thread folds those few. All threads
+    hold the result; after the last reduce only the group's first thread goes on."""
+    b, WS = self.b, self.t.warp_size
+    res = {r: {} for r in reduces}
+    for r in reduces:
+      dt = r.results[0].type
+      for ci, c in enumerate(cu):
+        for l in range(W):
+          v = lane_of(self.vals[r.results[0]][c], l)
+          m = WS // 2
+          while m >= 1:
+            v = b.emit(r.kind, [v, b.emit('shuffle_xor', [v], dt, {'mask': m}, pure=False)], dt); m //= 2
+          res[r][ci, l] = v
+    nw = G // WS
+    if nw > 1:  # the warps' results: lane 0 of each writes its slot, and every thread reads its group's
+      warp, first = b.idiv(gl, b.const(WS)), b.alu('cmpeq', b.mod(gl, b.const(WS)), b.const(0))
+      slot = lambda w, j: b.add(b.mul(b.add(b.mul(ll, b.const(nw)), w), b.const(lanes)), b.const(j))
+      for r in reduces:
+        self.n_locals += 1
+        r._tmp = b.emit('define_local', [], PtrType(r.results[0].type, True), {'sym': f'temp{self.n_locals - 1}', 'size': self.group_rows() * nw * lanes}, pure=False)
+      b.open_if(first)
+      for r in reduces:
+        for (ci, l), v in res[r].items(): b.emit('store', [r._tmp, slot(warp, ci * W + l), v], None, pure=False)
+      b.close_if()
+      b.emit('barrier', [], None, pure=False)
+      for r in reduces:
+        dt = r.results[0].type
+        for (ci, l) in res[r]:
+          parts = [b.emit('load', [r._tmp, slot(b.const(w), ci * W + l)], dt, pure=False) for w in range(nw)]
+          while len(parts) > 1:
+            parts = [b.emit(r.kind, [parts[i], parts[i + 1]], dt) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+          res[r][ci, l] = parts[0]
+    for r in reduces:
+      out = {}
+      for ci, c in enumerate(cu):
+        vt = self.vals[r.results[0]][c].type
+        out[c] = res[r][ci, 0] if not isinstance(vt, VecType) else b.emit('vectorize', [res[r][ci, l] for l in range(W)], vt)
+      self.vals[r.results[0]] = out
+    if final:
+      b.open_if(b.alu('cmpeq', gl, b.const(0)))
+      self.open_ifs += 1
+
+  def group_rows(self) -> int:
+    """The outputs a work-group computes at once: its local dims other than GROUP's."""
+    return math.prod(n for n, kd in zip(self.full, self.kinds) if kd == 'local')
 
   def broadcast(self, v, t):
     if v.type == t: return v
@@ -528,7 +612,9 @@ class Lowerer:
     raise AssertionError("lane combination mismatch")
 
   def index(self, op, idx, lane_axes, c, lane=0):
-    return self.views[op].to_indexed(self.at(idx, lane_axes, c, lane), self.b)
+    vs = self.views[op]  # (an axis of size 1, a reduce axis of a view at the stored shape, has index 0 in any stage)
+    at = [self.b.const(0) if n == 1 else e for e, n in zip(self.at(idx, lane_axes, c, lane), vs.shape)]
+    return vs.to_indexed(at, self.b)
 
   def vec_stride(self, op):
     if self.vec is None or self.W == 1: return 0
@@ -725,7 +811,8 @@ class Lowerer:
     gate = pad_gate(0)
     def put(i, x, g):
       b.emit('store', [buf, i, x] + ([g] if g is not None and b.cval(g) != 1 else []), None, pure=False)
-    vec_here = self.vec is not None and self.W > 1 and self.kinds[self.vec] == 'upcast'
+    # (the vector axis is an unrolled reduce axis in an epilogue's stores at the iteration shape)
+    vec_here = self.vec is not None and self.W > 1 and self.views[op].shape[self.vec] > 1
     if not vec_here:
       i, _ = self.index(op, idx, lane_axes, c); put(i, v, gate); return
     st = self.vec_stride(op)

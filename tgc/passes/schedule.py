@@ -156,11 +156,16 @@ class Schedule:
   def __init__(self, k: Operation, opts=None, target: Target | None = None):
     ops = k.body.ops
     self.k = k
-    self.store = next(op for op in ops if op.name == 'kernel.store')
     reduces = [op for op in ops if op.name == 'kernel.reduce']
-    out = self.store.view.shape
     axes = tuple(reduces[0].axes) if reduces else ()
-    full = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out), None)
+    # the stores at the stored shape (1 along the reduced axes), then those at the iteration shape (an epilogue)
+    stores = [op for op in ops if op.name == 'kernel.store']
+    self.full_stores = [op for op in stores if any(op.view.shape[a] != 1 for a in axes)]
+    self.stores = [op for op in stores if op not in self.full_stores] + self.full_stores
+    self.store = self.stores[0]
+    out = tuple(1 if i in axes else n for i, n in enumerate(self.store.view.shape))
+    full = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out), None) or \
+      (self.full_stores[0].view.shape if self.full_stores else None)
     if full is None:
       if reduces and any(out[a] != 1 for a in axes): raise TgcError(f"@{k.sym_name}: a reduce with no load to give its size")
       full = out  # nothing loaded at a larger shape: the reduce (if any) is over size-1 axes, one point
