@@ -17,3 +17,23 @@ def _default_device(request):
   tgc.Device.DEFAULT = dev
   yield dev
   tgc.Device._default = old
+
+
+_unavailable: dict = {}
+
+def device_unavailable(dev: str):
+  """Why `dev` cannot run on this machine (its TgcError), or None."""
+  if dev not in _unavailable:
+    try: tgc.Device[dev]; _unavailable[dev] = None
+    except tgc.TgcError as e: _unavailable[dev] = str(e)
+  return _unavailable[dev]
+
+
+@pytest.fixture(autouse=True)
+def _device_available(request):
+  """A test run on a named device (a `dev` parameter) that this machine cannot open is skipped with the reason
+  (tests/run_all.py reports skips apart from passes)."""
+  cs = getattr(request.node, 'callspec', None)
+  dev = cs.params.get('dev') if cs is not None else None
+  why = device_unavailable(dev) if isinstance(dev, str) and dev.isupper() else None
+  if why: pytest.skip(why)

@@ -71,6 +71,12 @@ class OpenCLDevice(BaseDevice):
     self.ctx = cl.Context([self.device])
     self.queue = cl.CommandQueue(self.ctx)
     self._programs: dict[str, object] = {}
+    # a platform whose compiler cannot target this machine (PoCL 3.0's LLVM 14 on a CPU newer than it knows asks
+    # for target CPU 'generic' and fails every build) is unavailable, said once, not a failure of every kernel
+    try: cl.Program(self.ctx, "__kernel void probe(__global int* a) { a[0] = 1; }").build()
+    except cl.Error as e:
+      why = next((ln.strip() for ln in str(e).splitlines() if 'error' in ln.lower() and 'clBuildProgram' not in ln), str(e).splitlines()[0])
+      raise TgcError(f"OPENCL device unavailable: {self.platform.name} cannot build a kernel for {self.device.name.strip()}: {why}") from None
     super().__init__(OpenCLAllocator(self))
 
   def build(self, src: str):
