@@ -170,7 +170,7 @@ def _softmax(a):
 
 @pytest.mark.parametrize('case', ['matmul_odd', 'matmul_f16', 'matmul_4095', 'rowsum_odd', 'sum_odd', 'softmax', 'max_short_rows',
                                   'softmax_big', 'softmax_odd', 'softmax_short_rows', 'softmax_cols', 'log_softmax', 'layernorm', 'var_f64',
-                                  'sum_i32', 'argmax', 'softmax_f16',
+                                  'sum_i32', 'argmax', 'softmax_f16', 'softmax_rows1000',
                                   'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
                                   'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc'])
 def test_gpu_heuristic_shapes(case):
@@ -198,6 +198,7 @@ def test_gpu_heuristic_shapes(case):
     'sum_i32': (lambda a: a.sum(axis=1), (rng.integers(-1000, 1000, (100, 4096)).astype(np.int32),), lambda a: a.sum(1), 0),
     'argmax': (lambda a: a.argmax(axis=1), (r(100, 4096),), lambda a: a.argmax(1), 0),
     'softmax_f16': (lambda a: a.softmax(axis=1), (r(128, 4096, dt=np.float16),), _softmax, 2e-3),
+    'softmax_rows1000': (lambda a: a.softmax(axis=1), (r(4096, 1000),), _softmax, 1e-5),  # GROUP 8, 32 rows a work-group
     # staged through shared memory (smem): square, transposed, with an epilogue, batched, on tensor cores
     'matmul_smem': (lambda a, b: a @ b, (r(256, 192), r(192, 384)), lambda a, b: a @ b, 1e-4),
     'matmul_smem_t': (lambda a, b: a.T @ b, (r(192, 256), r(192, 128)), lambda a, b: a.T @ b, 1e-4),

@@ -123,11 +123,12 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     st = [ks.strides(op)[r] for op in loads]
     if 1 in st and all(x in (0, 1) for x in st) and ks.full[r] >= 128:
       if ks.full[r] % (vec * 32) == 0: apply(Opt('unroll', r, vec))
-      for amt in (t.max_threads, 128, 64, 32):
+      # (rows no warp divides, 1000 long: 8 or 16 threads a row, and rows enough a work-group to fill it)
+      for amt in (t.max_threads, 128, 64, 32, 16, 8):
         if amt <= t.max_threads and ks.full[r] % amt == 0 and apply(Opt('group', r, amt)):
           # short rows: several outputs per work-group, so that a block still has 128 threads or more
           for ax in reversed(ks.axes('global')):
-            for n in (8, 4, 2):
+            for n in (32, 16, 8, 4, 2):
               if amt * n <= t.max_threads and ks.full[ax] % n == 0 and apply(Opt('local', ax, n)): amt *= n; break
             if amt >= 128: break
           # stages (softmax's max, then its sum of exp(x - max), then its epilogue x / sum at the iteration shape): a
