@@ -26,13 +26,14 @@ WORKS = {  # name: (input shapes, dtype, function, flops)
   'matmul f16': ([(4096, 4096)] * 2, 'float16', lambda a, b: a @ b, 2 * 4096 ** 3),
   'matmul bf16': ([(4096, 4096)] * 2, 'bfloat16', lambda a, b: a @ b, 2 * 4096 ** 3),
   'matmul f32': ([(4096, 4096)] * 2, 'float32', lambda a, b: a @ b, 2 * 4096 ** 3),
+  'conv2d f16': ([(32, 64, 56, 56), (64, 64, 3, 3)], 'float16', lambda x, w: x.conv2d(w, padding=1), 2 * 32 * 64 * 56 * 56 * 64 * 9),
 }
 
 
 def kernel_of(work: str, device: str):
   """The workload's one reduce kernel (its heuristic opts in place) and the target."""
   shapes, dt, f, _ = WORKS[work]
-  xs = [Tensor.empty(*s, dtype=dt) for s in shapes]
+  xs = [Tensor.empty(*s, dtype=dt, device=device) for s in shapes]  # (on the device: conv2d's form follows its target)
   m, _ = _build_module([f(*xs).node], 'f')
   t = device_target(device)
   lm = getattr(get_device(device), 'local_memory', 0)  # the device's shared memory, as compile_module passes it
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
   base = list(k.attrs.get('opts', ()))
   if args.opts: cands = [base] + [parse_opts(s) for s in args.opts]
   else:  # the tile sweep: warp tiles (upcast), warps a block (local), the k step (unroll) and the stages
-    cands = variants(base, {'upcast': (4, 8), 'local': (2, 4), 'unroll': (2, 4), 'smem': (3, 4)})
+    cands = variants(base, {'upcast': (2, 4, 8) if 'conv' in args.work else (4, 8), 'local': (2, 4), 'unroll': (2, 4), 'smem': (3, 4)})
     cands = [base] + [c for c in cands if c != base]
   flops = WORKS[args.work][3]
   rows = []

@@ -172,7 +172,7 @@ def _softmax(a):
                                   'softmax_big', 'softmax_odd', 'softmax_short_rows', 'softmax_cols', 'log_softmax', 'layernorm', 'var_f64',
                                   'sum_i32', 'argmax', 'softmax_f16', 'softmax_rows1000',
                                   'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
-                                  'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc'])
+                                  'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc', 'conv_tc_strided'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -211,6 +211,9 @@ def test_gpu_heuristic_shapes(case):
     'matmul_tc_small_odd': (lambda a, b: a @ b, (r(17, 33, dt=np.float16), r(33, 9, dt=np.float16)), lambda a, b: a @ b, 2e-2),
     # a half conv the heuristic puts on tensor cores (tc on the input channels; m, n its batch and output channels)
     'conv_tc': (lambda x, w: x.conv2d(w, padding=1), (r(16, 32, 12, 12, dt=np.float16), r(16, 32, 3, 3, dt=np.float16)), _conv_ref, 2e-2),
+    # im2col and a batched matmul on tensor cores: strides, dilation, a window wider than tall, uneven padding
+    'conv_tc_strided': (lambda x, w: x.conv2d(w, stride=(2, 1), padding=(1, 2), dilation=2), (r(16, 32, 13, 9, dt=np.float16), r(8, 32, 3, 5, dt=np.float16)),
+                        lambda x, w: _torch_conv(x, w, stride=(2, 1), padding=(1, 2), dilation=2), 2e-2),
   }[case]
   out = f(*[tgc.Tensor(a, device='CUDA') for a in args]).numpy()
   want = ref(*[a.astype(np.float64) for a in args])
@@ -273,6 +276,11 @@ def _conv_tc_module(device):
   k.attrs['opts'] = (Opt('tc', next(op for op in k.body.ops if op.name == 'kernel.reduce').axes[0], 0),)
   PassManager(parse_pipeline(','.join(steps[cut:]))).run(m)
   return m, [x if l is tx.node else w for l in leaves], _conv_ref(x.astype(np.float64), w.astype(np.float64))
+
+
+def _torch_conv(x, w, **kw):
+  import torch
+  return torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), **kw).numpy()
 
 
 def _conv_ref(x, w):
