@@ -106,3 +106,34 @@ def test_backend_interface():
   x = RNG.standard_normal((3, 8)).astype(np.float32)
   out = fe.prepare(mlp()).run([x])
   np.testing.assert_allclose(out[0], mlp_ref(x), rtol=1e-4, atol=1e-6)
+
+
+def test_repeated_constants_are_splats():
+  """A constant holding one value repeated (a Mul's scale of shape [1], ConstantOfShape's fill) prints as a splat
+  `tensor.const`, not a weight; values compare by bits, so [0.0, -0.0] stays dense (1 / it is [inf, -inf])."""
+  nodes = [h.make_node('Constant', [], ['s'], value=numpy_helper.from_array(np.full([1], 0.25, np.float32))),
+           h.make_node('Constant', [], ['big'], value=numpy_helper.from_array(np.full([64], 3.0, np.float32))),
+           h.make_node('Constant', [], ['z'], value=numpy_helper.from_array(np.array([0.0, -0.0], np.float32))),
+           h.make_node('Mul', ['x', 's'], ['a']), h.make_node('Add', ['a', 'big'], ['y']), h.make_node('Reciprocal', ['z'], ['r'])]
+  g = h.make_graph(nodes, 'g', [h.make_tensor_value_info('x', T.FLOAT, [64])],
+                   [h.make_tensor_value_info('y', T.FLOAT, [64]), h.make_tensor_value_info('r', T.FLOAT, [2])])
+  model = h.make_model(g, opset_imports=[h.make_opsetid('', 13)])
+  text, weights = fe.import_text(model, {})
+  assert weights == {} and 'tensor.const 0.25 : tensor<1xf32>' in text and 'tensor.const 3.0 : tensor<64xf32>' in text, text
+  assert 'tensor.const [0.0, -0.0] : tensor<2xf32>' in text, text
+  x = RNG.standard_normal(64).astype(np.float32)
+  y, r = tgc.onnx.load(model)(x)
+  np.testing.assert_allclose(y, x * 0.25 + 3.0, rtol=1e-6)
+  assert list(r) == [np.inf, -np.inf]
+
+
+@pytest.mark.parametrize('stride,group', [(1, 1), (2, 1), (1, 2)])
+def test_pointwise_conv_matches_numpy(stride, group):
+  """1x1 convs (the stride-1 ungrouped ones are a matmul over the pixels, NCHW as computed) with a bias, then Relu."""
+  x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((2, 6, 5, 7), (8, 6 // group, 1, 1), (8,)))
+  nodes = [h.make_node('Conv', ['x', 'w', 'b'], ['c'], strides=[stride, stride], group=group), h.make_node('Relu', ['c'], ['y'])]
+  g = h.make_graph(nodes, 'g', [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))], [h.make_tensor_value_info('y', T.FLOAT, None)],
+                   [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(b, 'b')])
+  xs = x[:, :, ::stride, ::stride].reshape(2, group, 6 // group, *x[:, :, ::stride, ::stride].shape[2:])
+  ref = np.einsum('ngchw,gkc->ngkhw', xs, w.reshape(group, 8 // group, 6 // group)).reshape(2, 8, *xs.shape[3:]) + b[:, None, None]
+  np.testing.assert_allclose(tgc.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]))(x)[0], np.maximum(ref, 0), rtol=1e-5, atol=1e-5)

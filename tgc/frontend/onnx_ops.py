@@ -203,7 +203,14 @@ def _conv_params(ctx, attrs, x, k):
 def _conv(ctx, attrs, x, w, b=None):
   k = w.shape[2:]
   s, d, pads = _conv_params(ctx, attrs, x, k)
-  nk = len(k)  # conv2d's padding (flat from the last axis, as torch's F.pad): its CPU form then copies the padded input
+  nk = len(k)
+  if all(v == 1 for v in k + s) and not any(pads) and attrs.get('group', 1) == 1:
+    # a pointwise conv: W @ x over the pixels, so the result is NCHW as computed (conv2d's channels-last result is
+    # read back transposed by the kernel after it) and the ops after it fuse into the matmul's kernel
+    n, ci = x.shape[:2]
+    y = w.reshape(w.shape[0], ci).matmul(x.reshape(n, ci, math.prod(x.shape[2:]))).reshape(n, w.shape[0], *x.shape[2:])
+    return y if b is None else y + _channel(b, y.ndim)
+  # conv2d's padding (flat from the last axis, as torch's F.pad): its CPU form then copies the padded input
   flat = [p for i in reversed(range(nk)) for p in (pads[i], pads[i + nk])]  # once instead of masking every read
   return x.conv2d(w, b, stride=s, dilation=d, groups=attrs.get('group', 1), padding=flat)
 
