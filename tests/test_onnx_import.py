@@ -137,3 +137,38 @@ def test_pointwise_conv_matches_numpy(stride, group):
   xs = x[:, :, ::stride, ::stride].reshape(2, group, 6 // group, *x[:, :, ::stride, ::stride].shape[2:])
   ref = np.einsum('ngchw,gkc->ngkhw', xs, w.reshape(group, 8 // group, 6 // group)).reshape(2, 8, *xs.shape[3:]) + b[:, None, None]
   np.testing.assert_allclose(tgc.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]))(x)[0], np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
+
+
+def _one_node(op, x, inits=(), opset=13, **attrs):
+  g = h.make_graph([h.make_node(op, ['x'] + [n for n, _ in inits], ['y'], **attrs)], 'g', [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))],
+                   [h.make_tensor_value_info('y', T.FLOAT, None)], [numpy_helper.from_array(v, n) for n, v in inits])
+  return h.make_model(g, opset_imports=[h.make_opsetid('', opset)])
+
+
+@pytest.mark.parametrize('m', [1000, 1024])
+def test_matmul_by_a_constant_weight_in_panels(m):
+  """A big constant right operand is packed into column panels at import on the CPU (padded to whole panels where
+  16 does not divide its columns, the result cut back)."""
+  x, w = RNG.standard_normal((2, 5, 120)).astype(np.float32), RNG.standard_normal((120, m)).astype(np.float32)
+  model = _one_node('MatMul', x, [('W', w)])
+  _, weights = fe.import_text(model, {})
+  assert list(weights) == ['W_panels'] and weights['W_panels'].shape == (-(-m // 16), 120, 16)
+  np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], x @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('op,opset,shape,axis', [('Softmax', 13, (3, 1000), -1), ('LogSoftmax', 13, (3, 1000), -1),
+                                                 ('Softmax', 11, (2, 3, 100), 1), ('Softmax', 13, (3, 1024), -1)])
+def test_softmax_over_a_long_odd_axis(op, opset, shape, axis):
+  """A long softmax axis that the vector width does not divide is computed padded with -inf and cut back: the
+  values are softmax's (a row with -inf entries, one all -inf but one, included)."""
+  x = RNG.standard_normal(shape).astype(np.float32) * 4
+  x[0, ..., :7] = -np.inf; x[1, ..., 1:] = -np.inf
+  x2 = x.reshape(shape[0], -1) if opset < 13 else x
+  ref = np.exp(x2 - x2.max(-1, keepdims=True))
+  ref = ref / ref.sum(-1, keepdims=True)
+  with np.errstate(divide='ignore'): ref = (np.log(ref) if op == 'LogSoftmax' else ref).reshape(shape)
+  model = _one_node(op, x, opset=opset, axis=axis)
+  n = x2.shape[-1]
+  text = fe.import_text(model, {})[0]
+  assert ('tensor.pad' in text) == bool(n % 16) and f'x{n + -n % 16}xf32>' in text  # computed padded on the CPU
+  np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], ref, rtol=1e-5, atol=1e-6)

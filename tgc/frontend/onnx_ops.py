@@ -182,8 +182,29 @@ def _gelu(ctx, attrs, x):
 
 # ---------------------------------------------------------------- linear algebra and nn
 
+def _cpu_panel(ctx) -> int:
+  """The columns of a CPU matmul's panels (tensor-decompose's pack), which are also the f32 vector width there; 0 on
+  targets that do not pack."""
+  from tgc.compiler import device_target
+  from tgc.passes.tensor_decompose import PACK
+  return PACK if device_target(ctx.device).pack_matmul else 0
+
 @op('MatMul')
-def _matmul(ctx, attrs, a, b): return a.matmul(b)
+def _matmul(ctx, attrs, a, b):
+  from tgc.passes.tensor_decompose import PACK_MIN
+  vec = _cpu_panel(ctx)
+  if vec and a.ndim >= 2 and b.ndim == 2 and a.dtype == b.dtype == dtypes.float32 and b.numel() >= PACK_MIN and ctx.is_const(b):
+    # a constant weight: the CPU matmul copies its right operand into column panels (k, 16) on every call, and only
+    # where 16 divides its columns (PP-OCR's 6625 classes ran at 24 GFLOP/s unpacked); here the weight is padded to
+    # whole panels and packed once, at import, and the product over the panels is the matmul's own composition
+    k, m = b.shape
+    p = -(-m // vec)
+    w = np.pad(ctx.array(b), ((0, 0), (0, p * vec - m))).reshape(k, p, vec).transpose(1, 0, 2)
+    wp = ctx.const(np.ascontiguousarray(w))
+    ctx.names[wp.node] = ctx.names.get(b.node, 'weight') + '_panels'
+    r = (a.reshape(*a.shape[:-1], 1, k, 1) * wp).sum(-2).reshape(*a.shape[:-1], p * vec)
+    return r.shrink(tuple((0, s) for s in r.shape[:-1]) + ((0, m),)) if p * vec != m else r
+  return a.matmul(b)
 
 @op('Gemm')
 def _gemm(ctx, attrs, a, b, c=None):
@@ -374,9 +395,21 @@ def _gap(ctx, attrs, x): return x.mean(tuple(range(2, x.ndim)), keepdim=True)
 @op('GlobalMaxPool')
 def _gmp(ctx, attrs, x): return x.max(tuple(range(2, x.ndim)), keepdim=True)
 
+SOFTMAX_PAD_MIN = 256  # a softmax axis at least this long is padded to whole vectors (_softmax)
+
 @op('Softmax', 'LogSoftmax')
 def _softmax(ctx, attrs, x):
-  fn = Tensor.softmax if ctx.node.op_type == 'Softmax' else Tensor.log_softmax
+  def fn(x, axis):
+    f = Tensor.softmax if ctx.node.op_type == 'Softmax' else Tensor.log_softmax
+    a, vec = _axis(axis, x.ndim), _cpu_panel(ctx)
+    n = x.shape[a] if x.ndim else 0
+    if not vec or a != x.ndim - 1 or n < SOFTMAX_PAD_MIN or n % vec == 0 or not x.dtype.is_float: return f(x, axis)
+    # CPU kernels vectorise an axis only where the vector width divides it: a softmax over PP-OCR's 6625 classes
+    # ran its exps one at a time (1.5 ms of the recogniser's 14). It runs on the axis padded to whole vectors with
+    # -inf (added as a constant row: exp gives 0 there, so the max and the sum are unchanged) and is cut back.
+    row = np.zeros(n + -n % vec, x.dtype.np); row[n:] = -np.inf
+    y = f(x.pad(((0, 0),) * a + ((0, -n % vec),)) + ctx.const(row), a).contiguous()
+    return y.shrink(tuple((0, s) for s in x.shape))
   if ctx.opset < 13: return _coerce2d(fn, x, attrs.get('axis', 1))
   return fn(x, attrs.get('axis', -1))
 
