@@ -127,16 +127,31 @@ def test_repeated_constants_are_splats():
   assert list(r) == [np.inf, -np.inf]
 
 
-@pytest.mark.parametrize('stride,group', [(1, 1), (2, 1), (1, 2)])
-def test_pointwise_conv_matches_numpy(stride, group):
-  """1x1 convs (the stride-1 ungrouped ones are a matmul over the pixels, NCHW as computed) with a bias, then Relu."""
-  x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((2, 6, 5, 7), (8, 6 // group, 1, 1), (8,)))
+@pytest.mark.parametrize('shape,stride,group,const', [((2, 6, 5, 7), 1, 1, True), ((1, 6, 4, 4), 1, 1, True), ((2, 6, 5, 7), 1, 1, False),
+                                                     ((2, 6, 5, 7), 2, 1, True), ((2, 6, 5, 7), 1, 2, True)])
+def test_pointwise_conv_matches_numpy(shape, stride, group, const):
+  """1x1 convs with a bias, then Relu: W @ x over 16 pixels, x^T @ W^T (W^T packed at import) over 35, conv2d for a
+  weight fed as an input, a stride or groups."""
+  x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in (shape, (8, 6 // group, 1, 1), (8,)))
   nodes = [h.make_node('Conv', ['x', 'w', 'b'], ['c'], strides=[stride, stride], group=group), h.make_node('Relu', ['c'], ['y'])]
-  g = h.make_graph(nodes, 'g', [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))], [h.make_tensor_value_info('y', T.FLOAT, None)],
+  ins = [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))] + ([] if const else [h.make_tensor_value_info('w', T.FLOAT, list(w.shape))])
+  g = h.make_graph(nodes, 'g', ins, [h.make_tensor_value_info('y', T.FLOAT, None)], ([numpy_helper.from_array(w, 'w')] if const else []) + [numpy_helper.from_array(b, 'b')])
+  xs = x[:, :, ::stride, ::stride]
+  xs = xs.reshape(shape[0], group, 6 // group, *xs.shape[2:])
+  ref = np.einsum('ngchw,gkc->ngkhw', xs, w.reshape(group, 8 // group, 6 // group)).reshape(shape[0], 8, *xs.shape[3:]) + b[:, None, None]
+  f = tgc.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]))
+  np.testing.assert_allclose((f(x) if const else f(x, w))[0], np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('k,bias', [((2, 2), True), ((2, 3), False)])
+def test_conv_transpose_with_kernel_equal_to_stride(k, bias):
+  """ConvTranspose whose windows tile the output (kernel = stride, no pads): one input pixel times one tap each."""
+  x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((2, 5, 3, 4), (5, 3, *k), (3,)))
+  g = h.make_graph([h.make_node('ConvTranspose', ['x', 'w'] + (['b'] if bias else []), ['y'], strides=list(k))], 'g',
+                   [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))], [h.make_tensor_value_info('y', T.FLOAT, None)],
                    [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(b, 'b')])
-  xs = x[:, :, ::stride, ::stride].reshape(2, group, 6 // group, *x[:, :, ::stride, ::stride].shape[2:])
-  ref = np.einsum('ngchw,gkc->ngkhw', xs, w.reshape(group, 8 // group, 6 // group)).reshape(2, 8, *xs.shape[3:]) + b[:, None, None]
-  np.testing.assert_allclose(tgc.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]))(x)[0], np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
+  ref = np.einsum('nchw,cdab->ndhawb', x, w).reshape(2, 3, 3 * k[0], 4 * k[1]) + (b[:, None, None] if bias else 0)
+  np.testing.assert_allclose(tgc.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]))(x)[0], ref, rtol=1e-5, atol=1e-5)
 
 
 def _one_node(op, x, inits=(), opset=13, **attrs):

@@ -189,21 +189,23 @@ def _cpu_panel(ctx) -> int:
   from tgc.passes.tensor_decompose import PACK
   return PACK if device_target(ctx.device).pack_matmul else 0
 
+def _panel_matmul(ctx, a: Tensor, w: np.ndarray, name: str) -> Tensor:
+  """a @ w for a constant weight w (k, m) on the CPU: the CPU matmul copies its right operand into column panels
+  (k, 16) on every call, and only where 16 divides its columns (PP-OCR's 6625 classes ran at 24 GFLOP/s unpacked);
+  here the weight is padded to whole panels and packed once, at import, and the product over the panels is the
+  matmul's own composition."""
+  vec, (k, m) = _cpu_panel(ctx), w.shape
+  p = -(-m // vec)
+  wp = ctx.const(np.ascontiguousarray(np.pad(w, ((0, 0), (0, p * vec - m))).reshape(k, p, vec).transpose(1, 0, 2)))
+  ctx.names[wp.node] = name + '_panels'
+  r = (a.reshape(*a.shape[:-1], 1, k, 1) * wp).sum(-2).reshape(*a.shape[:-1], p * vec)
+  return r.shrink(tuple((0, s) for s in r.shape[:-1]) + ((0, m),)) if p * vec != m else r
+
 @op('MatMul')
 def _matmul(ctx, attrs, a, b):
   from tgc.passes.tensor_decompose import PACK_MIN
-  vec = _cpu_panel(ctx)
-  if vec and a.ndim >= 2 and b.ndim == 2 and a.dtype == b.dtype == dtypes.float32 and b.numel() >= PACK_MIN and ctx.is_const(b):
-    # a constant weight: the CPU matmul copies its right operand into column panels (k, 16) on every call, and only
-    # where 16 divides its columns (PP-OCR's 6625 classes ran at 24 GFLOP/s unpacked); here the weight is padded to
-    # whole panels and packed once, at import, and the product over the panels is the matmul's own composition
-    k, m = b.shape
-    p = -(-m // vec)
-    w = np.pad(ctx.array(b), ((0, 0), (0, p * vec - m))).reshape(k, p, vec).transpose(1, 0, 2)
-    wp = ctx.const(np.ascontiguousarray(w))
-    ctx.names[wp.node] = ctx.names.get(b.node, 'weight') + '_panels'
-    r = (a.reshape(*a.shape[:-1], 1, k, 1) * wp).sum(-2).reshape(*a.shape[:-1], p * vec)
-    return r.shrink(tuple((0, s) for s in r.shape[:-1]) + ((0, m),)) if p * vec != m else r
+  if _cpu_panel(ctx) and a.ndim >= 2 and b.ndim == 2 and a.dtype == b.dtype == dtypes.float32 and b.numel() >= PACK_MIN and ctx.is_const(b):
+    return _panel_matmul(ctx, a, ctx.array(b), ctx.names.get(b.node, 'weight'))
   return a.matmul(b)
 
 @op('Gemm')
@@ -225,12 +227,19 @@ def _conv(ctx, attrs, x, w, b=None):
   k = w.shape[2:]
   s, d, pads = _conv_params(ctx, attrs, x, k)
   nk = len(k)
-  if all(v == 1 for v in k + s) and not any(pads) and attrs.get('group', 1) == 1:
-    # a pointwise conv: W @ x over the pixels, so the result is NCHW as computed (conv2d's channels-last result is
-    # read back transposed by the kernel after it) and the ops after it fuse into the matmul's kernel
-    n, ci = x.shape[:2]
-    y = w.reshape(w.shape[0], ci).matmul(x.reshape(n, ci, math.prod(x.shape[2:]))).reshape(n, w.shape[0], *x.shape[2:])
-    return y if b is None else y + _channel(b, y.ndim)
+  vec = _cpu_panel(ctx)
+  if vec and all(v == 1 for v in k + s) and not any(pads) and attrs.get('group', 1) == 1 and x.dtype == w.dtype == dtypes.float32:
+    # a pointwise conv on the CPU is a matmul over the pixels. W @ x (vectors along the pixels) gives the result NCHW
+    # as computed, so the ops after it fuse into its kernel (conv2d's channels-last result is read back transposed,
+    # one element at a time, by the kernel after it): where half a vector divides the pixels (PP-OCR rec's 1x40 maps:
+    # 71 us, where the channels-last form's transposing kernel took 208 us for the swish after it). Else x^T @ W^T,
+    # vectors along the output channels, W^T packed at import (det's 10x10 maps: 740 -> 210 us plus a 50 us transpose)
+    n, ci, P, co = *x.shape[:2], math.prod(x.shape[2:]), w.shape[0]
+    if P % (vec // 2) == 0 or ctx.is_const(w):
+      if P % (vec // 2) == 0: y = w.reshape(co, ci).matmul(x.reshape(n, ci, P))
+      else: y = _panel_matmul(ctx, x.reshape(n, ci, P).permute(0, 2, 1), ctx.array(w).reshape(co, ci).T, ctx.names.get(w.node, 'weight')).permute(0, 2, 1)
+      y = y.reshape(n, co, *x.shape[2:])
+      return y if b is None else y + _channel(b, y.ndim)
   # conv2d's padding (flat from the last axis, as torch's F.pad): its CPU form then copies the padded input
   flat = [p for i in reversed(range(nk)) for p in (pads[i], pads[i + nk])]  # once instead of masking every read
   return x.conv2d(w, b, stride=s, dilation=d, groups=attrs.get('group', 1), padding=flat)
@@ -247,6 +256,17 @@ def _conv_t(ctx, attrs, x, w, b=None):
       tot = s[i] * (sp[i] - 1) + opad[i] + ((k[i] - 1) * d[i] + 1) - out[i]
       lo = tot // 2 if attrs.get('auto_pad', 'NOTSET') == 'SAME_UPPER' else tot - tot // 2  # the odd one at the end but for SAME_UPPER
       pads[i], pads[i + nk] = lo, tot - lo
+  k = w.shape[2:]
+  if _cpu_panel(ctx) and tuple(k) == s and nk == 2 and set(d) == {1} and not any(pads) and not any(opad) and attrs.get('group', 1) == 1:
+    # windows that tile the output without overlap (kernel = stride): each output pixel is one input pixel times one
+    # weight tap, a product summed over the input channels straight into the output's layout, where the general
+    # form dilates the input with zeros first (a 24x321x321 copy that took PP-OCR det 3.4 ms, then a 2x2 conv). The
+    # input is stored first: read once per output channel and tap, its producers (a batch norm, an activation)
+    # would be recomputed for each (1.2 ms -> 0.27 ms + a 0.15 ms copy in det)
+    (n, ci, H, W), co = x.shape, w.shape[1]
+    y = (x.contiguous().reshape(n, ci, 1, H, 1, W, 1) * w.reshape(1, ci, co, 1, k[0], 1, k[1])).sum(1)
+    y = y.reshape(n, co, H * k[0], W * k[1])
+    return y if b is None else y + _channel(b, 4)
   return conv_transpose(x, w, b, s, pads, d, attrs.get('group', 1), opad)
 
 @op('Col2Im')
