@@ -205,7 +205,7 @@ def _panel_matmul(ctx, a: Tensor, w: np.ndarray, name: str) -> Tensor:
 def _matmul(ctx, attrs, a, b):
   from tgc.passes.tensor_decompose import PACK_MIN
   if _cpu_panel(ctx) and a.ndim >= 2 and b.ndim == 2 and a.dtype == b.dtype == dtypes.float32 and b.numel() >= PACK_MIN and ctx.is_const(b):
-    return _panel_matmul(ctx, a, ctx.array(b), ctx.names.get(b.node, 'weight'))
+    return _panel_matmul(ctx, a, ctx.array(b), ctx.node.input[1])
   return a.matmul(b)
 
 @op('Gemm')
@@ -237,7 +237,7 @@ def _conv(ctx, attrs, x, w, b=None):
     n, ci, P, co = *x.shape[:2], math.prod(x.shape[2:]), w.shape[0]
     if P % (vec // 2) == 0 or ctx.is_const(w):
       if P % (vec // 2) == 0: y = w.reshape(co, ci).matmul(x.reshape(n, ci, P))
-      else: y = _panel_matmul(ctx, x.reshape(n, ci, P).permute(0, 2, 1), ctx.array(w).reshape(co, ci).T, ctx.names.get(w.node, 'weight')).permute(0, 2, 1)
+      else: y = _panel_matmul(ctx, x.reshape(n, ci, P).permute(0, 2, 1), ctx.array(w).reshape(co, ci).T, ctx.node.input[1]).permute(0, 2, 1)
       y = y.reshape(n, co, *x.shape[2:])
       return y if b is None else y + _channel(b, y.ndim)
   # conv2d's padding (flat from the last axis, as torch's F.pad): its CPU form then copies the padded input
