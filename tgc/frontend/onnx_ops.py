@@ -423,7 +423,7 @@ def _softmax(ctx, attrs, x):
     f = Tensor.softmax if ctx.node.op_type == 'Softmax' else Tensor.log_softmax
     a, vec = _axis(axis, x.ndim), _cpu_panel(ctx)
     n = x.shape[a] if x.ndim else 0
-    if not vec or a != x.ndim - 1 or n < SOFTMAX_PAD_MIN or n % vec == 0 or not x.dtype.is_float: return f(x, axis)
+    if not vec or a != x.ndim - 1 or n < SOFTMAX_PAD_MIN or n % vec == 0 or x.dtype != dtypes.float32: return f(x, axis)
     # CPU kernels vectorise an axis only where the vector width divides it: a softmax over PP-OCR's 6625 classes
     # ran its exps one at a time (1.5 ms of the recogniser's 14). It runs on the axis padded to whole vectors with
     # -inf (added as a constant row: exp gives 0 there, so the max and the sum are unchanged) and is cut back.
