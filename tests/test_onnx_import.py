@@ -106,3 +106,84 @@ def test_backend_interface():
   x = RNG.standard_normal((3, 8)).astype(np.float32)
   out = fe.prepare(mlp()).run([x])
   np.testing.assert_allclose(out[0], mlp_ref(x), rtol=1e-4, atol=1e-6)
+
+
+def test_repeated_constants_are_splats():
+  """A constant holding one value repeated (a Mul's scale of shape [1], ConstantOfShape's fill) prints as a splat
+  `tensor.const`, not a weight; values compare by bits, so [0.0, -0.0] stays dense (1 / it is [inf, -inf])."""
+  nodes = [h.make_node('Constant', [], ['s'], value=numpy_helper.from_array(np.full([1], 0.25, np.float32))),
+           h.make_node('Constant', [], ['big'], value=numpy_helper.from_array(np.full([64], 3.0, np.float32))),
+           h.make_node('Constant', [], ['z'], value=numpy_helper.from_array(np.array([0.0, -0.0], np.float32))),
+           h.make_node('Mul', ['x', 's'], ['a']), h.make_node('Add', ['a', 'big'], ['y']), h.make_node('Reciprocal', ['z'], ['r'])]
+  g = h.make_graph(nodes, 'g', [h.make_tensor_value_info('x', T.FLOAT, [64])],
+                   [h.make_tensor_value_info('y', T.FLOAT, [64]), h.make_tensor_value_info('r', T.FLOAT, [2])])
+  model = h.make_model(g, opset_imports=[h.make_opsetid('', 13)])
+  text, weights = fe.import_text(model, {})
+  assert weights == {} and 'tensor.const 0.25 : tensor<1xf32>' in text and 'tensor.const 3.0 : tensor<64xf32>' in text, text
+  assert 'tensor.const [0.0, -0.0] : tensor<2xf32>' in text, text
+  x = RNG.standard_normal(64).astype(np.float32)
+  y, r = tgc.onnx.load(model)(x)
+  np.testing.assert_allclose(y, x * 0.25 + 3.0, rtol=1e-6)
+  assert list(r) == [np.inf, -np.inf]
+
+
+@pytest.mark.parametrize('shape,stride,group,const', [((2, 6, 5, 7), 1, 1, True), ((1, 6, 4, 4), 1, 1, True), ((2, 6, 5, 7), 1, 1, False),
+                                                     ((2, 6, 5, 7), 2, 1, True), ((2, 6, 5, 7), 1, 2, True)])
+def test_pointwise_conv_matches_numpy(shape, stride, group, const):
+  """1x1 convs with a bias, then Relu: W @ x over 16 pixels, x^T @ W^T (W^T packed at import) over 35, conv2d for a
+  weight fed as an input, a stride or groups."""
+  x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in (shape, (8, 6 // group, 1, 1), (8,)))
+  nodes = [h.make_node('Conv', ['x', 'w', 'b'], ['c'], strides=[stride, stride], group=group), h.make_node('Relu', ['c'], ['y'])]
+  ins = [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))] + ([] if const else [h.make_tensor_value_info('w', T.FLOAT, list(w.shape))])
+  g = h.make_graph(nodes, 'g', ins, [h.make_tensor_value_info('y', T.FLOAT, None)], ([numpy_helper.from_array(w, 'w')] if const else []) + [numpy_helper.from_array(b, 'b')])
+  xs = x[:, :, ::stride, ::stride]
+  xs = xs.reshape(shape[0], group, 6 // group, *xs.shape[2:])
+  ref = np.einsum('ngchw,gkc->ngkhw', xs, w.reshape(group, 8 // group, 6 // group)).reshape(shape[0], 8, *xs.shape[3:]) + b[:, None, None]
+  f = tgc.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]))
+  np.testing.assert_allclose((f(x) if const else f(x, w))[0], np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('k,bias', [((2, 2), True), ((2, 3), False)])
+def test_conv_transpose_with_kernel_equal_to_stride(k, bias):
+  """ConvTranspose whose windows tile the output (kernel = stride, no pads): one input pixel times one tap each."""
+  x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((2, 5, 3, 4), (5, 3, *k), (3,)))
+  g = h.make_graph([h.make_node('ConvTranspose', ['x', 'w'] + (['b'] if bias else []), ['y'], strides=list(k))], 'g',
+                   [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))], [h.make_tensor_value_info('y', T.FLOAT, None)],
+                   [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(b, 'b')])
+  ref = np.einsum('nchw,cdab->ndhawb', x, w).reshape(2, 3, 3 * k[0], 4 * k[1]) + (b[:, None, None] if bias else 0)
+  np.testing.assert_allclose(tgc.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]))(x)[0], ref, rtol=1e-5, atol=1e-5)
+
+
+def _one_node(op, x, inits=(), opset=13, **attrs):
+  g = h.make_graph([h.make_node(op, ['x'] + [n for n, _ in inits], ['y'], **attrs)], 'g', [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))],
+                   [h.make_tensor_value_info('y', T.FLOAT, None)], [numpy_helper.from_array(v, n) for n, v in inits])
+  return h.make_model(g, opset_imports=[h.make_opsetid('', opset)])
+
+
+@pytest.mark.parametrize('m', [1000, 1024])
+def test_matmul_by_a_constant_weight_in_panels(m):
+  """A big constant right operand is packed into column panels at import on the CPU (padded to whole panels where
+  16 does not divide its columns, the result cut back)."""
+  x, w = RNG.standard_normal((2, 5, 120)).astype(np.float32), RNG.standard_normal((120, m)).astype(np.float32)
+  model = _one_node('MatMul', x, [('W', w)])
+  _, weights = fe.import_text(model, {})
+  assert list(weights) == ['W_panels'] and weights['W_panels'].shape == (-(-m // 16), 120, 16)
+  np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], x @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('op,opset,shape,axis', [('Softmax', 13, (3, 1000), -1), ('LogSoftmax', 13, (3, 1000), -1),
+                                                 ('Softmax', 11, (2, 3, 100), 1), ('Softmax', 13, (3, 1024), -1)])
+def test_softmax_over_a_long_odd_axis(op, opset, shape, axis):
+  """A long softmax axis that the vector width does not divide is computed padded with -inf and cut back: the
+  values are softmax's (a row with -inf entries, one all -inf but one, included)."""
+  x = RNG.standard_normal(shape).astype(np.float32) * 4
+  x[0, ..., :7] = -np.inf; x[1, ..., 1:] = -np.inf
+  x2 = x.reshape(shape[0], -1) if opset < 13 else x
+  ref = np.exp(x2 - x2.max(-1, keepdims=True))
+  ref = ref / ref.sum(-1, keepdims=True)
+  with np.errstate(divide='ignore'): ref = (np.log(ref) if op == 'LogSoftmax' else ref).reshape(shape)
+  model = _one_node(op, x, opset=opset, axis=axis)
+  n = x2.shape[-1]
+  text = fe.import_text(model, {})[0]
+  assert ('tensor.pad' in text) == bool(n % 16) and f'x{n + -n % 16}xf32>' in text  # computed padded on the CPU
+  np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], ref, rtol=1e-5, atol=1e-6)

@@ -1,6 +1,6 @@
 """Real models with trained weights vs onnxruntime, within 1e-4 relative (of the output's largest magnitude).
 
-Slow (the CNN compiles ~50 kernels): runs with TGC_ONNX=models or TGC_ONNX=all (docs/onnx.md); needs the wheels
+Slow (the CNNs compile 100-150 kernels each): runs with TGC_ONNX=models or TGC_ONNX=all (docs/onnx.md); needs the wheels
 rapidocr-onnxruntime and silero-vad (pip install --no-deps) and onnxruntime."""
 import os
 import numpy as np

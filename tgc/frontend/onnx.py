@@ -97,6 +97,11 @@ class _Ctx:
     if arr.dtype.kind not in 'biuf': raise OnnxError(f"node {self._where()}: constant of numpy dtype {arr.dtype} is not supported")
     from tgc.tensor import to_dtype
     dt = to_dtype(arr.dtype)
+    flat = arr.reshape(-1).view(f'u{arr.dtype.itemsize}')  # (by bits: -0.0 is not 0.0, a NaN is itself)
+    if arr.size and dt is not D.bf16 and (flat == flat[0]).all():
+      # one value repeated (a Mul's scale of shape [1], ConstantOfShape): a splat, which the kernels inline as a
+      # literal, where a dense constant is a buffer each kernel loads
+      return Tensor._const(arr.reshape(-1)[0].item(), arr.shape, dt, self.device)
     if 0 < arr.size <= INLINE_MAX and dt is not D.bf16:
       return Tensor(_Node('const', (), {'value': _dense_value(arr, dt)}, tuple(arr.shape), dt, self.device))
     return Tensor(arr, device=self.device)
@@ -108,7 +113,9 @@ class _Ctx:
         self.used |= {self.placeholders[n] for n in _toposort([t.node]) if n in self.placeholders}
         return t.numpy().reshape(t.shape)
       raise OnnxError(f"node {self._where()}: a shape or an index depends on the values of the graph inputs; tgc specialises shapes at import time")
-    if t.node.op == 'const' and isinstance(t.node.attrs['value'], tuple): return np.array(t.node.attrs['value'], t.dtype.np).reshape(t.shape)
+    if t.node.op == 'const':
+      v = t.node.attrs['value']
+      return np.array(v, t.dtype.np).reshape(t.shape) if isinstance(v, tuple) else np.full(t.shape, v, t.dtype.np)
     return t.numpy().reshape(t.shape)
   def ints(self, t: Tensor) -> list[int]: return [int(v) for v in self.array(t).reshape(-1)]
   def _where(self): return f"'{self.node.name or '?'}' ({self.node.op_type})"
