@@ -36,3 +36,50 @@ def test_shape_dtype_view_constant_miss():
   assert _compiles(lambda: got.append((Tensor(a) * 3).numpy())) == 1  # another baked-in constant
   np.testing.assert_allclose(got[1], a * 3, rtol=1e-6)
   assert _compiles(lambda: (Tensor(_f32(4, 6)) * 3).numpy()) == 0
+
+def test_leaf_identity_is_part_of_the_key():
+  # the same ops over the same shapes: which leaf feeds which operand tells the graphs apart
+  a, b = _f32(4, 4), _f32(4, 4)
+  ta, tb = Tensor(a), Tensor(b)
+  np.testing.assert_allclose(((ta - tb) + (tb - ta)).numpy(), np.zeros((4, 4), np.float32), atol=1e-6)
+  got = []
+  assert _compiles(lambda: got.append(((ta - tb) + (ta - tb)).numpy())) == 1
+  np.testing.assert_allclose(got[0], 2 * (a - b), rtol=1e-5)
+  assert _compiles(lambda: got.append((ta + ta).numpy())) == 1
+  np.testing.assert_allclose(got[1], 2 * a, rtol=1e-6)
+  assert _compiles(lambda: got.append((tb + ta).numpy())) == 1  # (a + b made above: the operands' order is its own)
+  assert _compiles(lambda: got.append((Tensor(b) + Tensor(a)).numpy())) == 0
+  np.testing.assert_allclose(got[3], b + a, rtol=1e-6)
+
+def test_signed_zero_and_nan_constants_miss():
+  a = _f32(4, 4)
+  (Tensor(a) * 0.0).numpy()
+  got = []
+  assert _compiles(lambda: got.append((Tensor(a) * -0.0).numpy())) == 1
+  np.testing.assert_array_equal(np.signbit(got[0]), np.signbit(a * np.float32(-0.0)))
+
+def test_key_numbers_leaves_as_build_module_does():
+  # random graphs with shared nodes and several roots: _graph_key's leaves are _build_module's arguments, in order,
+  # and the function realized from them computes what numpy does
+  rng = np.random.default_rng(3)
+  ops = [lambda x, y: x + y, lambda x, y: x * y, lambda x, y: x - y, lambda x, y: (x < y).where(x, y)]
+  for _ in range(30):
+    arrs = [_f32(3) for _ in range(4)]
+    pool = [(Tensor(a), a) for a in arrs]
+    for _ in range(12):
+      (x, xa), (y, ya) = (pool[i] for i in rng.integers(0, len(pool), 2))
+      f = ops[rng.integers(0, len(ops))]
+      pool.append((f(x, y), f(xa, ya) if f is not ops[3] else np.where(xa < ya, xa, ya)))
+    picks = pool[-3:] + [pool[int(rng.integers(4, len(pool) - 3))]]
+    roots = list(dict.fromkeys(t.node for t, _ in picks if not t.node.realized))
+    _, leaves = T._graph_key(roots)
+    assert leaves == T._build_module(roots)[1]
+    Tensor.realize(*[t for t, _ in picks])
+    for t, a in picks: np.testing.assert_allclose(t.numpy(), a, rtol=1e-5)
+
+def test_a_host_constant_result_is_a_copy_per_call():
+  # the plan makes a host constant's Buffer once; each realization returns its own copy (through a reshape too)
+  a, b = (Tensor.arange(5).reshape(5, 1).realize() for _ in range(2))
+  assert a.node.buf is not b.node.buf
+  np.testing.assert_array_equal(a.numpy(), np.arange(5).reshape(5, 1))
+  np.testing.assert_array_equal(b.numpy(), np.arange(5).reshape(5, 1))

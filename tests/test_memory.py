@@ -67,10 +67,11 @@ def test_host_device_bytes_in_use_flat():
   assert float(y[0].item()) == 2 + 200 * 2  # y starts at 2; each step adds 2
 
 
-def test_intermediates_go_back_to_the_allocator_after_their_last_launch():
-  dev = opencl()
+@pytest.mark.parametrize('device', ['CPU', 'OPENCL'])
+def test_intermediates_go_back_to_the_allocator_after_their_last_launch(device):
+  dev = opencl() if device == 'OPENCL' else get_device(device)
   n = 1 << 18
-  x = Tensor(np.ones(n, np.float32), device='OPENCL')
+  x = Tensor(np.ones(n, np.float32), device=device)
   y = x
   for _ in range(12): y = (y + 1).contiguous()  # 12 kernels, 11 intermediates
   base = dev.allocator.stats()

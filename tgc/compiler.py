@@ -23,8 +23,14 @@ def device_target(device: str | None, dev=None) -> Target:
   t = getattr(dev, 'target', None) or 'llvm'
   return t if isinstance(t, Target) else get_target(t)
 
+# every CompiledFunction.run reads DEBUG: os.environ.get costs half a microsecond (a KeyError inside it while DEBUG is
+# unset), a look in the dict behind it a tenth of that (os.environ updates that dict: setting DEBUG takes effect at once)
+try: _ENV, _DEBUG = os.environ._data, os.environ.encodekey('DEBUG')
+except AttributeError: _ENV, _DEBUG = None, None
+
 def debug_level() -> int:
-  try: return int(os.environ.get('DEBUG', '0') or 0)
+  v = _ENV.get(_DEBUG) if _ENV is not None else os.environ.get('DEBUG')
+  try: return int(v or 0)  # (int takes the dict's bytes too)
   except ValueError: return 0
 
 
@@ -75,88 +81,81 @@ class Kernel:
     self.flops_per_point = flops_per_point
 
 
-ALLOC, CONST, RESHAPE, LAUNCH, RETURN = 'alloc', 'const', 'reshape', 'launch', 'return'
-
-def _from_const(v) -> bool:
-  while v.op is not None and v.op.name == 'tensor.reshape': v = v.op.operands[0]
-  return v.op is not None and v.op.name == 'tensor.const'
-
-
 class CompiledFunction:
   """A compiled func.func on one device. `run(buffers)` runs its host schedule on Buffers of the device and
   returns the result Buffers (launches queued, nothing copied); calling it with numpy arrays (one per argument)
   copies them in and returns a tuple of numpy arrays."""
   def __init__(self, host: Operation, kernels: dict[str, Kernel], device: str, out=None):
-    from tgc.runtime import get_device
+    from tgc.runtime import get_device, Buffer
     self.host, self.kernels, self.device, self.out = host, kernels, device, out
-    self.dev = get_device(device)
+    self.dev, self._Buffer = get_device(device), Buffer
     self.arg_types = [a.type for a in host.body.args]
     self.result_types = host.result_types
     self.name = host.attrs['sym_name']
     self.plan = None
 
   def _plan(self):
-    """The host schedule as a list of steps over numbered slots, made once: a call only walks it. Host constants
-    become device Buffers here, once. After each step, the slots it used for the last time are dropped: an
-    intermediate buffer goes back to the allocator as soon as its last launch is queued."""
+    """The host schedule made once into what a call does: per launch (kernel, its launcher, the slots of its
+    buffers, the buffers allocated just before it, the slots dropped after it), the slots of the results (and
+    whether each is a host constant's, which results get a copy of), and the slots after the arguments as a call
+    starts them (the host constants' Buffers, made here once). A reshape is its operand's slot: buffers are flat.
+    After each launch the slots it used for the last time are dropped: an intermediate buffer goes back to the
+    allocator as soon as its last launch is queued."""
     from tgc.runtime import Buffer
-    slot = {a: i for i, a in enumerate(self.host.body.args)}
-    steps, uses = [], []
+    args = self.host.body.args
+    slot = {a: i for i, a in enumerate(args)}
+    tail, consts, launches, allocs, ret = [], set(), [], [], None
     for op in self.host.body.ops:
       n = op.name
-      if n == 'func.return':  # a host constant (or a view of one) is made once: results get a copy of it
-        steps.append((RETURN, [(slot[v], _from_const(v)) for v in op.operands])); uses.append([slot[v] for v in op.operands]); continue
+      if n == 'func.return': ret = [(slot[v], slot[v] in consts) for v in op.operands]; break
       if n == 'kernel.launch':
-        idx = [slot[v] for v in op.operands]
-        steps.append((LAUNCH, self.kernels[op.attrs['callee']], idx)); uses.append(idx)
+        k = self.kernels[op.attrs['callee']]
+        launches.append((k, k.program.launcher(), tuple(slot[v] for v in op.operands), tuple(allocs))); allocs = []
         continue
       r = op.results[0]
-      slot[r] = len(slot)
+      if n == 'tensor.reshape': slot[r] = slot[op.operands[0]]; continue
+      slot[r] = len(args) + len(tail)
       t = r.type
-      if n == 'kernel.alloc': steps.append((ALLOC, slot[r], t.numel, t.dtype)); uses.append([])
-      elif n == 'tensor.const':
-        arr = host_const(op)
-        steps.append((CONST, slot[r], Buffer.from_numpy(self.device, arr.reshape(-1), t.dtype))); uses.append([])
-      elif n == 'tensor.reshape': steps.append((RESHAPE, slot[r], slot[op.operands[0]])); uses.append([slot[op.operands[0]]])
+      if n == 'kernel.alloc': tail.append(None); allocs.append((slot[r], t.numel, t.dtype))  # every kernel writes all of its output
+      elif n == 'tensor.const': tail.append(Buffer.from_numpy(self.device, host_const(op).reshape(-1), t.dtype)); consts.add(slot[r])
       else: raise TgcError(f"host op '{n}' cannot run")
+    if ret is None: raise TgcError("host schedule without func.return")
+    if allocs: launches.append((None, None, (), tuple(allocs)))  # (allocations no launch writes: results all the same)
     last = {}
-    for i, u in enumerate(uses):
-      for s_ in u: last[s_] = i
-    drops = [[] for _ in steps]
+    for i, (_, _, idx, _) in enumerate(launches):
+      for s_ in idx: last[s_] = i
+    drops = [[] for _ in launches]
+    owned = {s_ for _, _, _, al in launches for s_, _, _ in al} - {s_ for s_, _ in ret}  # (arguments are the caller's)
     for s_, i in last.items():
-      if steps[i][0] is not RETURN: drops[i].append(s_)
-    return [st + (tuple(d),) for st, d in zip(steps, drops)], len(slot)
+      if s_ in owned: drops[i].append(s_)
+    return [st + (tuple(d),) for st, d in zip(launches, drops)], ret, tail
 
   def run(self, bufs: list, check: bool = True) -> list:
     """Run the host schedule on Buffers of this function's device (one per argument); the result Buffers.
     check=False leaves out the arguments' checks: for callers whose cache key already fixes their sizes, dtypes
     and device (the eager Tensor path)."""
-    from tgc.runtime import Buffer
     if check:
       if len(bufs) != len(self.arg_types): raise TgcError(f"@{self.name} takes {len(self.arg_types)} arguments, got {len(bufs)}")
       for i, (t, b) in enumerate(zip(self.arg_types, bufs)):
         if b.size != t.numel or b.dtype is not t.dtype or b.device != self.device:
           raise TgcError(f"argument #{i} of @{self.name} is {b!r}, expected {t} on {self.device}")
     if self.plan is None: self.plan = self._plan()
-    steps, nslots = self.plan
-    env = list(bufs) + [None] * (nslots - len(bufs))
-    dbg = debug_level()
-    for st in steps:
-      kind = st[0]
-      if kind is LAUNCH:
-        k, idx = st[1], st[2]
-        args = [env[i].arg for i in idx]
-        if dbg >= 2 or profile.active is not None:
-          dt = k.program.timed_launch(args)
-          if profile.active is not None: profile.active.append((k.name, dt))
-          if dbg >= 2: self._log_launch(k, [env[i] for i in idx], dt)
-        else: k.program.launch(args)
-      elif kind is ALLOC: env[st[1]] = Buffer(self.dev, st[2], st[3])  # every kernel writes all of its output
-      elif kind is RESHAPE: env[st[1]] = env[st[2]]  # buffers are flat: a reshape is the same memory
-      elif kind is CONST: env[st[1]] = st[2]  # made once; kernels never write their inputs
-      else: return [env[i].copy_to(self.device) if shared else env[i] for i, shared in st[1]]
-      for i in st[-1]: env[i] = None
-    raise TgcError("host schedule without func.return")
+    launches, ret, tail = self.plan
+    env = [*bufs, *tail]
+    timed = profile.active is not None or debug_level() >= 2
+    alloc, dev = self._Buffer, self.dev
+    for k, launch, idx, allocs, drops in launches:
+      for s, n, dt in allocs: env[s] = alloc(dev, n, dt)
+      if timed and k is not None: self._timed_launch(k, [env[i] for i in idx])
+      elif launch is not None: launch([env[i].arg for i in idx])
+      for s in drops: env[s] = None
+    return [env[i].copy_to(self.device) if shared else env[i] for i, shared in ret]
+
+  def _timed_launch(self, k: Kernel, bufs: list) -> None:
+    """DEBUG=2 and tgc.compiler.profile: launch and wait, record the device time, print the launch line."""
+    dt = k.program.timed_launch([b.arg for b in bufs])
+    if profile.active is not None: profile.active.append((k.name, dt))
+    if debug_level() >= 2: self._log_launch(k, bufs, dt)
 
   def __call__(self, *args):
     """numpy arrays in (copied to the device; used in place on host devices), a tuple of numpy arrays out."""

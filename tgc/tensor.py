@@ -160,52 +160,74 @@ def _build_module(roots: list[_Node], name: str = 'main'):
   return Module([fn]), leaves
 
 
+_PLAIN = (int, str, bool, type(None))
+
 def _freeze(x):
   """An attribute value as a hashable key that tells apart what the IR tells apart (-0.0 from 0.0, NaN payloads)."""
   t = type(x)
   if t is int or t is str: return x
-  if isinstance(x, float): return ('f', struct.pack('<d', x))
-  if isinstance(x, dict): return tuple((k, _freeze(v)) for k, v in x.items())
-  if isinstance(x, (list, tuple)):  # (shapes and axes, the most common: plain ints as they are)
-    return tuple(x) if all(type(v) is int for v in x) else tuple(_freeze(v) for v in x)
+  if t is float: return ('f', _pack_d(x))
+  if t is dict: return tuple([(k, v if type(v) in _PLAIN else _freeze(v)) for k, v in x.items()])
+  if t is tuple or t is list:  # (shapes and axes, the most common: plain ints as they are)
+    for v in x:
+      if type(v) is not int: return tuple([_freeze(v) for v in x])
+    return tuple(x)
+  if isinstance(x, float): return ('f', _pack_d(x))
+  if isinstance(x, dict): return tuple([(k, _freeze(v)) for k, v in x.items()])
+  if isinstance(x, (list, tuple)): return tuple([_freeze(v) for v in x])
   return x
+
+_pack_d = struct.Struct('<d').pack
 
 
 def _graph_key(roots: list[_Node]):
   """The structure of the graph computing `roots` (everything its func.func's text holds, without printing it):
-  the compile cache's key; and the realized leaves in argument order, as _build_module numbers them."""
+  the compile cache's key; and the realized leaves in argument order, as _build_module numbers them. One pass in
+  _toposort's order (depth first, sources in order, each node after its sources): a node is numbered once its
+  sources are."""
   ids, entries, leaves = {}, [], []
-  for n in _toposort(roots):
-    ids[n] = len(ids)
-    if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name))
-    else:
-      if n.entry is None: n.entry = (n.op, _freeze(n.attrs), n.shape, n.dtype.name)
-      entries.append((n.entry, tuple(ids[s] for s in n.srcs)))
-  return (tuple(entries), tuple(ids[r] for r in roots)), leaves
+  for r in roots:
+    stack = [r]
+    while stack:
+      n = stack.pop()
+      if n in ids: continue
+      srcs = n.srcs
+      if srcs:
+        todo = [s for s in srcs if s not in ids]
+        if todo:  # (its sources first, the first on top; it comes back after them)
+          stack.append(n); todo.reverse(); stack += todo; continue
+      ids[n] = len(entries)
+      if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name)); continue
+      e = n.entry
+      if e is None: e = n.entry = (n.op, _freeze(n.attrs), n.shape, n.dtype.name)
+      entries.append((e, tuple([ids[s] for s in srcs])))
+  return (tuple(entries), tuple([ids[r] for r in roots])), leaves
 
 
 _COMPILED: dict[tuple, Any] = {}  # (graph key, device) -> CompiledFunction
 
 def _realize_nodes(nodes) -> None:
-  todo = list(dict.fromkeys(n for n in nodes if not n.realized))
+  if len(nodes) == 1: todo = [] if nodes[0].op == 'BUFFER' else nodes  # (one tensor: every eager call)
+  else: todo = list(dict.fromkeys(n for n in nodes if n.op != 'BUFFER'))
+  by_dev: dict[str, list[_Node]] = {}
   for n in todo:
     # nothing to compute: an empty result (its contents are unspecified) or no elements at all.
     # (An `empty` root also makes kernelize loop forever: tests/repro/kernelize_empty_result_hangs.tgc.)
-    if math.prod(n.shape) == 0 or n.op == 'empty':
+    if n.op == 'empty' or 0 in n.shape:
       n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, Buffer.from_numpy(n.device, np.zeros(math.prod(n.shape), n.dtype.np), n.dtype)
-  by_dev: dict[str, list[_Node]] = {}
-  for n in todo:
-    if not n.realized: by_dev.setdefault(n.device, []).append(n)
+    else: by_dev.setdefault(n.device, []).append(n)
   for dev, group in by_dev.items():
     key, leaves = _graph_key(group)
     fn = _COMPILED.get((key, dev))
     if fn is None:
       from tgc.compiler import compile_module  # (here, not per call: the hit path skips the import machinery)
-      m, _ = _build_module(group)
+      m, args = _build_module(group)
+      if args != leaves: raise TgcError("internal: _graph_key and _build_module number the leaves differently")
       m.verify()
       fn = _COMPILED[key, dev] = compile_module(m, dev)
     outs = fn.run([l.buf for l in leaves], check=False)  # (the key holds each leaf's shape and dtype, and the device)
-    for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, o
+    # after the launches (queued: on a GPU this overlaps them): the computed nodes become leaves of their results
+    for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf, n.entry = 'BUFFER', (), None, o, None
     _autograd.record(('realize', fn, leaves, group))  # a jit's first call records what it computes
 
 
@@ -370,7 +392,7 @@ class Tensor(TensorAPI):
   # ---- results
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`, in the same function when on one device); returns self."""
-    _realize_nodes([self.node] + [o.node for o in others])
+    _realize_nodes([self.node, *[o.node for o in others]] if others else [self.node])
     return self
 
   def numpy(self) -> np.ndarray:

@@ -37,7 +37,6 @@ class Allocator:
 
   def alloc(self, nbytes: int):
     """A block of at least `nbytes` (from the cache when one of that size is there)."""
-    nbytes = int(nbytes)
     blocks = self.cache.get(nbytes)
     if blocks:
       h = blocks.pop(); self.cached -= nbytes
@@ -49,12 +48,11 @@ class Allocator:
         except MemoryError as e: raise self.out_of_memory(nbytes, e) from None
       self.allocs += 1
     self.in_use += nbytes
-    self.peak = max(self.peak, self.in_use)
+    if self.in_use > self.peak: self.peak = self.in_use
     return h
 
   def free(self, handle, nbytes: int) -> None:
     """Give a block back: kept for reuse (device allocators), or released (host memory, numpy's to manage)."""
-    nbytes = int(nbytes)
     self.in_use -= nbytes
     if self.cache_blocks:
       self.cache[nbytes].append(handle); self.cached += nbytes
@@ -118,12 +116,11 @@ class Buffer:
     if isinstance(device, str):  # a name, or the device object itself (the host schedule's allocations: no import)
       from tgc.runtime import get_device
       device = get_device(device)
-    dev = device
-    self.device, self.size, self.dtype = dev.name, int(size), dtype
-    self.nbytes = self.size * dtype.itemsize
-    self.allocator: Allocator = dev.allocator
-    self.handle = self.allocator.alloc(self.nbytes)
-    self.arg = self.allocator._arg(self.handle)
+    self.allocator = al = device.allocator
+    self.device, self.size, self.dtype = device.name, int(size), dtype
+    self.nbytes = n = self.size * dtype.itemsize
+    self.handle = h = al.alloc(n)
+    self.arg = al._arg(h)
     self.owned, self._view = True, None
 
   @staticmethod
@@ -183,8 +180,10 @@ class Buffer:
     if h is not None and self.owned: self.allocator.free(h, self.nbytes)
 
   def __del__(self):
-    if getattr(self, 'handle', None) is None: return
-    try: self.free()
+    try: h = self.handle
+    except AttributeError: return  # (its allocation failed)
+    if h is None or not self.owned: return
+    try: self.allocator.free(h, self.nbytes)  # (free() without its bookkeeping: the object is going away)
     except Exception:
       if not sys.is_finalizing(): raise  # at exit the device may already be closed
 
