@@ -6,7 +6,7 @@ constants) on the device's Buffers. DEBUG levels print each stage, as tinygrad's
 launch's device time (CUDA events on CUDA; elsewhere the host's clock around a launch and a synchronize).
 """
 from __future__ import annotations
-import importlib, math, os, sys, time
+import copy, importlib, math, operator, os, sys, time
 from tgc.errors import TgcError
 from tgc.ir.core import Module, Operation
 from tgc.ir.types import TensorType
@@ -94,41 +94,66 @@ class CompiledFunction:
     self.name = host.attrs['sym_name']
     self.plan = None
 
-  def _plan(self):
-    """The host schedule made once into what a call does: per launch (kernel, its launcher, the slots of its
-    buffers, the buffers allocated just before it, the slots dropped after it), the slots of the results (and
-    whether each is a host constant's, which results get a copy of), and the slots after the arguments as a call
-    starts them (the host constants' Buffers, made here once). A reshape is its operand's slot: buffers are flat.
-    After each launch the slots it used for the last time are dropped: an intermediate buffer goes back to the
-    allocator as soon as its last launch is queued."""
+  def _plan(self, fixed: dict | None = None):
+    """The host schedule made once into what a call does, over numbered slots (the arguments first) that hold
+    launch arguments (Buffer.arg): per launch (kernel, its launcher, what picks its arguments from the slots, the
+    result Buffers allocated before it, the intermediate blocks allocated before it and those freed after it); the
+    results (slot, and whether it was made here: those results are copies); the slots after the arguments as a call
+    starts them, and the Buffers made here. A reshape is its operand's slot (buffers are flat); a host constant is
+    a Buffer made here, once. A block is allocated just before the first launch that uses it, and an intermediate
+    one goes back to the allocator after its last launch is queued. Intermediates are bare blocks of the allocator,
+    not Buffers: nothing outside a call sees them. `fixed` (argument number -> Buffer): those arguments are these
+    Buffers for good; the launches that read nothing else (nor what other launches write) run here, once."""
     from tgc.runtime import Buffer
-    args = self.host.body.args
-    slot = {a: i for i, a in enumerate(args)}
-    tail, consts, launches, allocs, ret = [], set(), [], [], None
+    nargs = len(self.host.body.args)
+    slot = {a: i for i, a in enumerate(self.host.body.args)}
+    nbytes = [a.type.numel * a.type.dtype.itemsize for a in self.host.body.args]
+    tail, made, sizes, launches, ret = [], set(), {}, [], None
     for op in self.host.body.ops:
       n = op.name
-      if n == 'func.return': ret = [(slot[v], slot[v] in consts) for v in op.operands]; break
-      if n == 'kernel.launch':
-        k = self.kernels[op.attrs['callee']]
-        launches.append((k, k.program.launcher(), tuple(slot[v] for v in op.operands), tuple(allocs))); allocs = []
-        continue
+      if n == 'func.return': ret = [slot[v] for v in op.operands]; break
+      if n == 'kernel.launch': launches.append((self.kernels[op.attrs['callee']], tuple(slot[v] for v in op.operands))); continue
       r = op.results[0]
       if n == 'tensor.reshape': slot[r] = slot[op.operands[0]]; continue
-      slot[r] = len(args) + len(tail)
+      slot[r] = nargs + len(tail)
       t = r.type
-      if n == 'kernel.alloc': tail.append(None); allocs.append((slot[r], t.numel, t.dtype))  # every kernel writes all of its output
-      elif n == 'tensor.const': tail.append(Buffer.from_numpy(self.device, host_const(op).reshape(-1), t.dtype)); consts.add(slot[r])
+      nbytes.append(t.numel * t.dtype.itemsize)
+      if n == 'kernel.alloc': tail.append(None); sizes[slot[r]] = (t.numel, t.dtype)  # every kernel writes all of its output
+      elif n == 'tensor.const': tail.append(Buffer.from_numpy(self.device, host_const(op).reshape(-1), t.dtype)); made.add(slot[r])
       else: raise TgcError(f"host op '{n}' cannot run")
     if ret is None: raise TgcError("host schedule without func.return")
-    if allocs: launches.append((None, None, (), tuple(allocs)))  # (allocations no launch writes: results all the same)
-    last = {}
-    for i, (_, _, idx, _) in enumerate(launches):
-      for s_ in idx: last[s_] = i
-    drops = [[] for _ in launches]
-    owned = {s_ for _, _, _, al in launches for s_, _, _ in al} - {s_ for s_, _ in ret}  # (arguments are the caller's)
-    for s_, i in last.items():
-      if s_ in owned: drops[i].append(s_)
-    return [st + (tuple(d),) for st, d in zip(launches, drops)], ret, tail
+    if fixed:  # (an ONNX model's weight re-layouts: a transposed or permuted weight is made once)
+      env, known, kept = [fixed[i].arg if i in fixed else None for i in range(nargs)] + [b and b.arg for b in tail], set(fixed) | made, []
+      for k, idx in launches:
+        out = {idx[i] for i in k.program.written}
+        if set(idx) - out <= known and all(s_ in sizes and env[s_] is None for s_ in out):
+          for s_ in out:
+            tail[s_ - nargs] = b = Buffer(self.dev, *sizes[s_]); env[s_] = b.arg
+          self._launch(k, [env[i] for i in idx], [nbytes[i] for i in idx])
+          known |= out; made |= out
+        else: kept.append((k, idx))
+      launches = kept
+    first, last = {}, {}
+    for i, (_, idx) in enumerate(launches):
+      for s_ in idx: first.setdefault(s_, i); last[s_] = i
+    news, tmps, frees = ([[] for _ in range(len(launches) + 1)] for _ in range(3))
+    for s_, (n, dt) in sizes.items():
+      if s_ in made: continue
+      i = first.get(s_, len(launches))  # (the last: results no launch writes, all the same)
+      if s_ in ret: news[i].append((s_, n, dt))
+      elif i < len(launches): tmps[i].append((s_, nbytes[s_])); frees[last[s_]].append((s_, nbytes[s_]))
+    pick = lambda idx: operator.itemgetter(*idx) if len(idx) > 1 else lambda env, i=idx[0]: (env[i],)
+    steps = [(k, k.program.launcher(), pick(idx), idx, tuple(a), tuple(t), tuple(f)) for (k, idx), a, t, f in zip(launches, news, tmps, frees)]
+    if news[-1]: steps.append((None, None, None, (), tuple(news[-1]), (), ()))
+    return steps, [(s_, s_ in made) for s_ in ret], [b and b.arg for b in tail], tail, nbytes
+
+  def specialize(self, fixed: dict) -> 'CompiledFunction':
+    """This function with the arguments numbered in `fixed` bound to those Buffers for good (an ONNX model's
+    weights): what depends on them alone is computed now, once, and a call runs the rest. A call still passes every
+    argument; the fixed ones must be the same Buffers."""
+    f = copy.copy(self)
+    f.plan = self._plan(fixed)
+    return f
 
   def run(self, bufs: list, check: bool = True) -> list:
     """Run the host schedule on Buffers of this function's device (one per argument); the result Buffers.
@@ -140,22 +165,35 @@ class CompiledFunction:
         if b.size != t.numel or b.dtype is not t.dtype or b.device != self.device:
           raise TgcError(f"argument #{i} of @{self.name} is {b!r}, expected {t} on {self.device}")
     if self.plan is None: self.plan = self._plan()
-    launches, ret, tail = self.plan
-    env = [*bufs, *tail]
+    steps, ret, tail, held, nbytes = self.plan
+    env, out, tmp = [*[b.arg for b in bufs], *tail], {}, {}
     timed = profile.active is not None or debug_level() >= 2
-    alloc, dev = self._Buffer, self.dev
-    for k, launch, idx, allocs, drops in launches:
-      for s, n, dt in allocs: env[s] = alloc(dev, n, dt)
-      if timed and k is not None: self._timed_launch(k, [env[i] for i in idx])
-      elif launch is not None: launch([env[i].arg for i in idx])
-      for s in drops: env[s] = None
-    return [env[i].copy_to(self.device) if shared else env[i] for i, shared in ret]
+    dev, al = self.dev, self.dev.allocator
+    Buffer, alloc, free, arg = self._Buffer, al.alloc, al.free, al._arg
+    try:
+      for k, launch, pick, idx, news, tmps, frees in steps:
+        for s, n, dt in news:
+          b = out[s] = Buffer(dev, n, dt); env[s] = b.arg
+        for s, nb in tmps:
+          h = tmp[s] = alloc(nb); env[s] = arg(h)
+        if timed and k is not None: self._launch(k, pick(env), [nbytes[i] for i in idx])
+        elif launch is not None: launch(pick(env))
+        for s, nb in frees: free(tmp.pop(s), nb)
+    except BaseException:
+      for s, h in tmp.items(): free(h, nbytes[s])  # (a failed launch: the blocks still go back)
+      raise
+    res = []
+    for s, copied in ret:
+      b = out[s] if s in out else bufs[s] if s < len(bufs) else held[s - len(bufs)]
+      res.append(b.copy_to(self.device) if copied else b)
+    return res
 
-  def _timed_launch(self, k: Kernel, bufs: list) -> None:
-    """DEBUG=2 and tgc.compiler.profile: launch and wait, record the device time, print the launch line."""
-    dt = k.program.timed_launch([b.arg for b in bufs])
+  def _launch(self, k: Kernel, args, nbytes: list) -> None:
+    """One launch the slow way: timed (launch and wait) for DEBUG=2, which prints it, and tgc.compiler.profile."""
+    if profile.active is None and debug_level() < 2: return k.program.launch(list(args))
+    dt = k.program.timed_launch(list(args))
     if profile.active is not None: profile.active.append((k.name, dt))
-    if debug_level() >= 2: self._log_launch(k, bufs, dt)
+    if debug_level() >= 2: self._log_launch(k, nbytes, dt)
 
   def __call__(self, *args):
     """numpy arrays in (copied to the device; used in place on host devices), a tuple of numpy arrays out."""
@@ -176,14 +214,14 @@ class CompiledFunction:
     outs = self.run(bufs)
     return tuple(b.as_numpy().reshape(t.shape) for b, t in zip(outs, self.result_types))
 
-  def _log_launch(self, k: Kernel, bufs, dt):
+  def _log_launch(self, k: Kernel, sizes: list, dt):
     st = GLOBAL_STATS
     st.kernels += 1
-    nbytes = sum(b.nbytes for b in bufs)
+    nbytes = sum(sizes)
     flops = k.flops_per_point * k.points
     st.ops += flops; st.bytes += nbytes; st.time += dt
     out = self.out or sys.stdout
-    out.write(f"*** {self.device:<7s} {st.kernels:4d} {k.name:<26s} arg {len(bufs):2d} mem {nbytes / 1e9:6.2f} GB "
+    out.write(f"*** {self.device:<7s} {st.kernels:4d} {k.name:<26s} arg {len(sizes):2d} mem {nbytes / 1e9:6.2f} GB "
               f"tm {dt * 1e6:9.2f}us/{st.time * 1e3:9.2f}ms ({flops / max(dt, 1e-9) / 1e9:9.2f} GFLOPS {nbytes / max(dt, 1e-9) / 1e9:6.1f} GB/s)\n")
 
 

@@ -110,9 +110,9 @@ class HostKernelProgram(Program):
     run_split(self._cfn, args, start, end, self.nbytes)
 
   def launcher(self):
-    cfn, g0, nbytes = self._cfn, self.global_size[0], self.nbytes
-    if nbytes >= PARALLEL_MIN_BYTES: return lambda args: run_split(cfn, args, 0, g0, nbytes)
-    return lambda args: cfn(*args, 0, g0)  # (one thread: the call itself)
+    if self.nbytes >= PARALLEL_MIN_BYTES: return self.launch  # (threads: the hand-off costs more than the checks)
+    cfn, g0 = self._cfn, self.global_size[0]
+    return lambda args: cfn(*args, 0, g0)
 
 
 class CPUProgram(HostKernelProgram):
@@ -132,9 +132,10 @@ class CPUProgram(HostKernelProgram):
     stats['launches'] += 1  # (the CPU device's counter: C launches are not its)
 
   def launcher(self):
-    f = super().launcher()
+    if self.nbytes >= PARALLEL_MIN_BYTES: return self.launch
+    cfn, g0 = self._cfn, self.global_size[0]
     def launch(args):
-      f(args); stats['launches'] += 1
+      cfn(*args, 0, g0); stats['launches'] += 1
     return launch
 
 
