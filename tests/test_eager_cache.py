@@ -73,7 +73,7 @@ def test_key_numbers_leaves_as_build_module_does():
     picks = pool[-3:] + [pool[int(rng.integers(4, len(pool) - 3))]]
     roots = list(dict.fromkeys(t.node for t, _ in picks if not t.node.realized))
     _, leaves = T._graph_key(roots)
-    assert leaves == T._build_module(roots)[1]
+    assert leaves == T._build_module(roots)[1] and T._graph_key(roots) == T._graph_key_deep(roots)
     Tensor.realize(*[t for t, _ in picks])
     for t, a in picks: np.testing.assert_allclose(t.numpy(), a, rtol=1e-5)
 
@@ -83,3 +83,14 @@ def test_a_host_constant_result_is_a_copy_per_call():
   assert a.node.buf is not b.node.buf
   np.testing.assert_array_equal(a.numpy(), np.arange(5).reshape(5, 1))
   np.testing.assert_array_equal(b.numpy(), np.arange(5).reshape(5, 1))
+
+def test_a_graph_deeper_than_the_recursion_limit():
+  # _graph_key recurses and falls back to its loop past Python's recursion limit: the same key, the same leaves
+  import sys
+  a = _f32(4)
+  x = Tensor(a)
+  for _ in range(sys.getrecursionlimit() + 200): x = x * 1.0 + 1.0
+  key, leaves = T._graph_key([x.node])
+  assert (key, leaves) == T._graph_key_deep([x.node]) and leaves == T._build_module([x.node])[1]
+  y = Tensor(a) * 2 - Tensor(a)  # (and a shallow one: both ways agree)
+  assert T._graph_key([y.node]) == T._graph_key_deep([y.node])

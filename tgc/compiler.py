@@ -17,11 +17,16 @@ def device_target(device: str | None, dev=None) -> Target:
   open the device). Every device names one (tgc.runtime.device.BaseDevice: llvm unless it says otherwise)."""
   from tgc.runtime import Device, DEVICES
   name = Device.canonicalize(device)
-  if dev is None and name in DEVICES:
-    mod, cls = DEVICES[name].split(':')
-    dev = getattr(importlib.import_module(mod), cls)
+  if dev is None and name in DEVICES:  # (graph building asks per conv and matmul: the class looked up once per path)
+    path = DEVICES[name]
+    dev = _CLASSES.get(path)
+    if dev is None:
+      mod, cls = path.split(':')
+      dev = _CLASSES[path] = getattr(importlib.import_module(mod), cls)
   t = getattr(dev, 'target', None) or 'llvm'
   return t if isinstance(t, Target) else get_target(t)
+
+_CLASSES: dict[str, type] = {}
 
 # every CompiledFunction.run reads DEBUG: os.environ.get costs half a microsecond (a KeyError inside it while DEBUG is
 # unset), a look in the dict behind it a tenth of that (os.environ updates that dict: setting DEBUG takes effect at once)

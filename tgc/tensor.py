@@ -183,8 +183,30 @@ _pack_d = struct.Struct('<d').pack
 def _graph_key(roots: list[_Node]):
   """The structure of the graph computing `roots` (everything its func.func's text holds, without printing it):
   the compile cache's key; and the realized leaves in argument order, as _build_module numbers them. One pass in
-  _toposort's order (depth first, sources in order, each node after its sources): a node is numbered once its
-  sources are."""
+  _toposort's order (depth first, sources in order, each node after its sources), recursive: half the time of
+  the loop with a stack below, which takes graphs deeper than Python's recursion limit."""
+  ids, entries, leaves = {}, [], []
+  try:
+    for r in roots:
+      if r not in ids: _visit(r, ids, entries, leaves)
+  except RecursionError: return _graph_key_deep(roots)
+  return (tuple(entries), tuple([ids[r] for r in roots])), leaves
+
+def _visit(n, ids, entries, leaves):
+  # (a module function, not a closure: a closure that calls itself is a reference cycle, which would keep the
+  # graph's buffers until the garbage collector runs)
+  srcs = n.srcs
+  for s in srcs:
+    if s not in ids: _visit(s, ids, entries, leaves)
+  ids[n] = len(entries)
+  if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name)); return
+  e = n.entry
+  if e is None: e = n.entry = (n.op, _freeze(n.attrs), n.shape, n.dtype.name)
+  entries.append((e, tuple([ids[s] for s in srcs])))
+
+
+def _graph_key_deep(roots: list[_Node]):
+  """_graph_key without recursion: a node is numbered once its sources are."""
   ids, entries, leaves = {}, [], []
   for r in roots:
     stack = [r]
@@ -251,9 +273,13 @@ def _const_value(v, dt: DType):
     lo, hi = _D.min_max(dt)
     return (int(v) - lo) % (hi - lo + 1) + lo
   f = float(v)
-  if math.isfinite(f):
-    with np.errstate(over='ignore'): f = float(_D.round_to(np.float64(f), dt))
-  return f
+  if dt is _D.f64 or not math.isfinite(f): return f
+  if dt is _D.f32:  # (the C cast struct does rounds to nearest even as numpy's does; beyond float32's range it raises)
+    try: return _unpack_f(_pack_f(f))[0]
+    except OverflowError: pass
+  with np.errstate(over='ignore'): return float(_D.round_to(np.float64(f), dt))
+
+_pack_f, _unpack_f = struct.Struct('<f').pack, struct.Struct('<f').unpack
 
 def _dense_value(arr: np.ndarray, dt: DType):
   if dt.is_bool: conv = lambda x: int(bool(x))
@@ -269,8 +295,10 @@ def _to_storage(arr: np.ndarray, dt: DType) -> np.ndarray:
     return np.asarray(arr, dtype=dt.np, order='C')  # (the device buffer made from it is the copy)
 
 def _shape_arg(shape) -> tuple[int, ...]:
-  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  if all(type(s) is int for s in shape): return tuple(shape)  # the common case, without the checks below
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = shape[0]
+  for s in shape:
+    if type(s) is not int: break
+  else: return tuple(shape)  # the common case, without the checks below
   out = []
   for s in shape:
     if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
@@ -279,6 +307,13 @@ def _shape_arg(shape) -> tuple[int, ...]:
   return tuple(out)
 
 def _broadcast_shape(*shapes) -> tuple[int, ...]:
+  if len(shapes) == 2 and len(shapes[0]) == len(shapes[1]):  # (a binary op's: size by size)
+    r = []
+    for x, y in zip(*shapes):
+      if x == y or y == 1: r.append(x)
+      elif x == 1: r.append(y)
+      else: break
+    else: return tuple(r)
   out = tuple(shapes[0]) if shapes else ()
   for sh in shapes[1:]:  # pairwise, right-aligned: equal sizes or a 1 on either side
     if sh == out: continue
@@ -298,6 +333,7 @@ def _pairs(arg, ndim, what):
   out = []
   for p in arg:
     if p is None: out.append(None); continue
+    if type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int: out.append(p); continue
     if not isinstance(p, (tuple, list)) or len(p) != 2 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in p):
       raise ShapeError(f"{what} needs (a, b) integer pairs, got {arg!r}")
     out.append((int(p[0]), int(p[1])))
@@ -308,6 +344,8 @@ _LN_2 = math.log(2)
 
 
 # ---------------------------------------------------------------- Tensor
+
+_tensor_new = object.__new__
 
 class Tensor(TensorAPI):
   """A lazy tensor. `Tensor(data, dtype=None, device=None)` from a list, a scalar or a numpy array."""
@@ -372,21 +410,29 @@ class Tensor(TensorAPI):
     dev = nodes[0].device if nodes else self.node.device
     for n in nodes[1:]:
       if n.device != dev: raise DeviceError(f"tensors on different devices: {dev} and {n.device}")
-    t = Tensor.__new__(Tensor)  # (what Tensor(node) does, without its argument dispatch: this is every op's path)
+    t = _tensor_new(Tensor)  # (what Tensor(node) does, without its argument dispatch: this is every op's path)
     t.node = _Node(op, nodes, attrs, shape if type(shape) is tuple else tuple(shape), dtype, dev)
     return t
 
   @staticmethod
   def _const(value, shape, dtype: DType, device: str) -> Tensor:
-    return Tensor(_Node('const', (), {'value': _const_value(value, dtype)}, tuple(shape), dtype, device))
+    t = _tensor_new(Tensor)
+    t.node = _Node('const', (), {'value': _const_value(value, dtype)}, shape if type(shape) is tuple else tuple(shape), dtype, device)
+    return t
 
   def _c(self, value, dtype: DType | None = None) -> Tensor:
     """A splat constant of this tensor's shape and device."""
     return Tensor._const(value, self.shape, dtype or self.dtype, self.device)
 
-  def _unop(self, op: str) -> Tensor: return self._new(op, (self,), self.shape, self.dtype)
+  def _unop(self, op: str) -> Tensor:
+    n, t = self.node, _tensor_new(Tensor)
+    t.node = _Node(op, (n,), None, n.shape, n.dtype, n.device)
+    return t
   def _binop(self, op: str, y: Tensor) -> Tensor:
-    return self._new(op, (self, y), self.shape, _D.bool_ if op.startswith('cmp') else self.dtype)
+    n, m, t = self.node, y.node, _tensor_new(Tensor)
+    if m.device != n.device: raise DeviceError(f"tensors on different devices: {n.device} and {m.device}")
+    t.node = _Node(op, (n, m), None, n.shape, _D.bool_ if op.startswith('cmp') else n.dtype, n.device)
+    return t
   def _float(self) -> Tensor: return self if self.dtype.is_float else self.cast(_D.f32)
 
   # ---- results
@@ -529,11 +575,12 @@ class Tensor(TensorAPI):
   def _broadcasted(self, y, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x = self
     if isinstance(y, Tensor):
-      if y.device != x.device: raise DeviceError(f"tensors on different devices: {x.device} and {y.device}")
-      if match_dtype:
-        dt = least_upper_dtype(x.dtype, y.dtype)
+      xn, yn = x.node, y.node
+      if yn.device != xn.device: raise DeviceError(f"tensors on different devices: {xn.device} and {yn.device}")
+      if match_dtype and xn.dtype is not yn.dtype:
+        dt = least_upper_dtype(xn.dtype, yn.dtype)
         x, y = x.cast(dt), y.cast(dt)
-      if x.shape != y.shape:
+      if x.node.shape != y.node.shape:
         shape = _broadcast_shape(x.shape, y.shape)
         x, y = x._broadcast_to(shape), y._broadcast_to(shape)
     elif _is_scalar(y):
@@ -758,16 +805,21 @@ class Tensor(TensorAPI):
   # ---- movement
   def reshape(self, *shape) -> Tensor:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-    shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+    if None in shape: shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     shape = _shape_arg(shape)
-    if shape.count(-1) > 1: raise ShapeError(f"reshape to {shape}: only one size can be -1")
-    if any(s < -1 for s in shape): raise ShapeError(f"reshape to {shape}: negative size")
-    if -1 in shape:
+    if shape == self.shape: return self  # (the shape it has: nothing below can fail)
+    n = self.node
+    if shape and min(shape) < 0:
+      if shape.count(-1) > 1: raise ShapeError(f"reshape to {shape}: only one size can be -1")
+      if min(shape) < -1: raise ShapeError(f"reshape to {shape}: negative size")
       known = math.prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known: raise ShapeError(f"cannot reshape {self.shape} to {shape}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    if math.prod(shape) != self.numel(): raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
-    return self if shape == self.shape else self._new('reshape', (self,), shape, self.dtype)
+      if shape == n.shape: return self
+    if math.prod(shape) != math.prod(n.shape): raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
+    t = _tensor_new(Tensor)
+    t.node = _Node('reshape', (n,), None, shape, n.dtype, n.device)
+    return t
   view = reshape
 
   def _axis(self, a, ndim: int | None = None) -> int:
@@ -780,7 +832,8 @@ class Tensor(TensorAPI):
 
   def permute(self, *order) -> Tensor:
     if len(order) == 1 and isinstance(order[0], (tuple, list)): order = tuple(order[0])
-    o = tuple(self._axis(a) for a in order)
+    nd = self.ndim
+    o = tuple([a if type(a) is int and 0 <= a < nd else self._axis(a) for a in order])
     if sorted(o) != list(range(self.ndim)): raise AxisError(f"permute order {order} is not a permutation of the axes of shape {self.shape}")
     if o == tuple(range(self.ndim)): return self
     return self._new('permute', (self,), tuple(self.shape[i] for i in o), self.dtype, {'order': o})
@@ -842,12 +895,15 @@ class Tensor(TensorAPI):
     return inside.where(r, value)
 
   def shrink(self, arg) -> Tensor:
-    bounds = _pairs(arg, self.ndim, 'shrink')
-    bounds = [(0, s) if b is None else b for b, s in zip(bounds, self.shape)]
-    for i, ((lo, hi), s) in enumerate(zip(bounds, self.shape)):
+    shape = self.shape
+    bounds = _pairs(arg, len(shape), 'shrink')
+    bounds = tuple([(0, s) if b is None else b for b, s in zip(bounds, shape)])
+    out, same = [], True
+    for i, ((lo, hi), s) in enumerate(zip(bounds, shape)):
       if not 0 <= lo <= hi <= s: raise ShapeError(f"shrink bounds ({lo}, {hi}) of axis {i} are outside [0, {s}] for shape {self.shape}")
-    if all(b == (0, s) for b, s in zip(bounds, self.shape)): return self
-    return self._new('shrink', (self,), tuple(hi - lo for lo, hi in bounds), self.dtype, {'bounds': tuple(bounds)})
+      out.append(hi - lo); same = same and lo == 0 and hi == s
+    if same: return self
+    return self._new('shrink', (self,), tuple(out), self.dtype, {'bounds': bounds})
 
   def flip(self, axis=None) -> Tensor:
     if axis is None: axis = tuple(range(self.ndim))
@@ -902,6 +958,7 @@ class Tensor(TensorAPI):
   # ---- reductions
   def _axes(self, axis) -> tuple[int, ...]:
     if axis is None: return tuple(range(self.ndim))
+    if type(axis) is int and self.ndim: return (self._axis(axis),)  # (one axis: softmax's, a sum's)
     axs = [self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
     if len(set(axs)) != len(axs): raise AxisError(f"repeated axis in {axis} for shape {self.shape}")
     return tuple(sorted(a for a in axs if self.ndim))
@@ -910,7 +967,7 @@ class Tensor(TensorAPI):
     axes = self._axes(axis)
     keep = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if not axes: ret = self
-    elif any(self.shape[i] == 0 for i in axes):
+    elif 0 in self.shape and any(self.shape[i] == 0 for i in axes):
       if kind == 'max' and not self.dtype.is_float and not self.dtype.is_bool: raise ShapeError(f"max of an empty axis of shape {self.shape}")
       ret = Tensor._const({'add': 0, 'mul': 1, 'max': 0 if self.dtype.is_bool else -math.inf}[kind], keep, self.dtype, self.device)  # any() of nothing is False
     else: ret = self._new('reduce', (self,), keep, self.dtype, {'kind': kind, 'axes': axes})
