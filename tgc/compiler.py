@@ -141,16 +141,16 @@ class CompiledFunction:
     first, last = {}, {}
     for i, (_, idx) in enumerate(launches):
       for s_ in idx: first.setdefault(s_, i); last[s_] = i
-    news, tmps, frees = ([[] for _ in range(len(launches) + 1)] for _ in range(3))
+    allocs, frees, fresh = [[] for _ in range(len(launches) + 1)], [[] for _ in launches], {}
     for s_, (n, dt) in sizes.items():
       if s_ in made: continue
       i = first.get(s_, len(launches))  # (the last: results no launch writes, all the same)
-      if s_ in ret: news[i].append((s_, n, dt))
-      elif i < len(launches): tmps[i].append((s_, nbytes[s_])); frees[last[s_]].append((s_, nbytes[s_]))
+      if s_ in ret: allocs[i].append((s_, nbytes[s_])); fresh[s_] = (n, dt)
+      elif i < len(launches): allocs[i].append((s_, nbytes[s_])); frees[last[s_]].append((s_, nbytes[s_]))
     pick = lambda idx: operator.itemgetter(*idx) if len(idx) > 1 else lambda env, i=idx[0]: (env[i],)
-    steps = [(k, k.program.launcher(), pick(idx), idx, tuple(a), tuple(t), tuple(f)) for (k, idx), a, t, f in zip(launches, news, tmps, frees)]
-    if news[-1]: steps.append((None, None, None, (), tuple(news[-1]), (), ()))
-    return steps, [(s_, s_ in made) for s_ in ret], [b and b.arg for b in tail], tail, nbytes
+    steps = [(k, k.program.launcher(), pick(idx), idx, tuple(a), tuple(f)) for (k, idx), a, f in zip(launches, allocs, frees)]
+    if allocs[-1]: steps.append((None, None, None, (), tuple(allocs[-1]), ()))
+    return steps, [(s_, s_ in made) for s_ in ret], fresh, [b and b.arg for b in tail], tail, nbytes
 
   def specialize(self, fixed: dict) -> 'CompiledFunction':
     """This function with the arguments numbered in `fixed` bound to those Buffers for good (an ONNX model's
@@ -170,23 +170,24 @@ class CompiledFunction:
         if b.size != t.numel or b.dtype is not t.dtype or b.device != self.device:
           raise TgcError(f"argument #{i} of @{self.name} is {b!r}, expected {t} on {self.device}")
     if self.plan is None: self.plan = self._plan()
-    steps, ret, tail, held, nbytes = self.plan
-    env, out, tmp = [*[b.arg for b in bufs], *tail], {}, {}
+    steps, ret, fresh, tail, held, nbytes = self.plan
+    env, blk = [*[b.arg for b in bufs], *tail], {}
     timed = profile.active is not None or debug_level() >= 2
     dev, al = self.dev, self.dev.allocator
-    Buffer, alloc, free, arg = self._Buffer, al.alloc, al.free, al._arg
+    alloc, free, arg = al.alloc, al.free, al._arg
     try:
-      for k, launch, pick, idx, news, tmps, frees in steps:
-        for s, n, dt in news:
-          b = out[s] = Buffer(dev, n, dt); env[s] = b.arg
-        for s, nb in tmps:
-          h = tmp[s] = alloc(nb); env[s] = arg(h)
+      for k, launch, pick, idx, allocs, frees in steps:
+        for s, nb in allocs:
+          h = blk[s] = alloc(nb); env[s] = arg(h)
         if timed and k is not None: self._launch(k, pick(env), [nbytes[i] for i in idx])
         elif launch is not None: launch(pick(env))
-        for s, nb in frees: free(tmp.pop(s), nb)
+        for s, nb in frees: free(blk.pop(s), nb)
     except BaseException:
-      for s, h in tmp.items(): free(h, nbytes[s])  # (a failed launch: the blocks still go back)
+      for s, h in blk.items(): free(h, nbytes[s])  # (a failed launch: the blocks still go back)
       raise
+    # after the launches (queued: a GPU runs them meanwhile), the results' blocks become Buffers
+    adopt = self._Buffer.adopt
+    out = {s: adopt(dev, *fresh[s], h, env[s]) for s, h in blk.items()}
     res = []
     for s, copied in ret:
       b = out[s] if s in out else bufs[s] if s < len(bufs) else held[s - len(bufs)]

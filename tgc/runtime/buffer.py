@@ -124,6 +124,15 @@ class Buffer:
     self.owned, self._view = True, None
 
   @staticmethod
+  def adopt(dev, size: int, dtype: DType, handle, arg) -> 'Buffer':
+    """The Buffer of a block that device object `dev`'s allocator gave for `size` elements of dtype (with its launch
+    argument): the host schedule allocates a result before its launch and makes its Buffer after the launches."""
+    b = object.__new__(Buffer)
+    b.device, b.size, b.dtype, b.allocator = dev.name, size, dtype, dev.allocator
+    b.nbytes, b.handle, b.arg, b.owned, b._view = size * dtype.itemsize, handle, arg, True, None
+    return b
+
+  @staticmethod
   def from_numpy(device: str, arr: np.ndarray, dtype: DType | None = None) -> 'Buffer':
     """A Buffer holding a copy of `arr` (in its storage dtype: bf16 as uint16 bits)."""
     from tgc.ir import dtypes as D
