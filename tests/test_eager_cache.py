@@ -94,3 +94,50 @@ def test_a_graph_deeper_than_the_recursion_limit():
   assert (key, leaves) == T._graph_key_deep([x.node]) and leaves == T._build_module([x.node])[1]
   y = Tensor(a) * 2 - Tensor(a)  # (and a shallow one: both ways agree)
   assert T._graph_key([y.node]) == T._graph_key_deep([y.node])
+
+def _direct(name, *args, **kw): return getattr(Tensor, name).__wrapped__(*args, **kw)
+
+def test_graph_templates_make_the_graph_the_method_makes():
+  # the second call of a templated method replays its recorded nodes: the same graph (key and leaves) as the
+  # method's own code makes, and the same numbers
+  x, w, b = Tensor(_f32(2, 3, 6, 6)), Tensor(_f32(4, 3, 3, 3)), Tensor(_f32(4))
+  calls = [('conv2d', (x, w, b), {'padding': 1}), ('conv2d', (x, w), {'stride': 2}), ('softmax', (x,), {}), ('log_softmax', (x, 1), {}),
+           ('max_pool2d', (x,), {'return_indices': True}), ('avg_pool2d', (x, (3, 3)), {'padding': 1}), ('layernorm', (x,), {}),
+           ('matmul', (x, Tensor(_f32(6, 5))), {}), ('logsumexp', (x, 2), {'keepdim': True})]
+  for name, args, kw in calls:
+    for _ in range(2): got = getattr(Tensor, name)(*args, **kw)
+    want = _direct(name, *args, **kw)
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    assert T._graph_key([t.node for t in got]) == T._graph_key([t.node for t in want]), name
+    for g, e in zip(got, want): np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
+
+def test_graph_templates_tell_signatures_apart():
+  a, b = _f32(7, 7), _f32(7, 7)
+  ta, tb = Tensor(a), Tensor(b)
+  np.testing.assert_allclose((ta @ ta).numpy(), a @ a, rtol=1e-5)  # (one tensor twice: a template of its own)
+  np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-5)
+  np.testing.assert_allclose((tb @ ta).numpy(), b @ a, rtol=1e-5)
+  a = a[:4, :4]
+  np.testing.assert_allclose(Tensor(a.astype(np.float16)).softmax(0).numpy().astype(np.float32), Tensor(a).softmax(0).numpy(), atol=2e-3)
+  e = np.exp(a - a.max(0, keepdims=True))
+  np.testing.assert_allclose(Tensor(a).softmax(0).numpy(), e / e.sum(0, keepdims=True), rtol=1e-5)
+  m = Tensor(a).layernorm(eps=0.5).numpy(); y = a - a.mean(-1, keepdims=True)
+  np.testing.assert_allclose(m, y / np.sqrt((y * y).mean(-1, keepdims=True) + 0.5), rtol=1e-5)
+  np.testing.assert_allclose(Tensor(a).layernorm(eps=2.0).numpy(), y / np.sqrt((y * y).mean(-1, keepdims=True) + 2.0), rtol=1e-5)
+
+def test_a_graph_template_is_not_made_from_a_leaf_made_inside():
+  # matmul of a list makes a leaf of it inside: nothing is recorded, and each call uses its own list
+  a = _f32(3, 3)
+  for k in range(3):
+    m = [[float(k + i + j) for j in range(3)] for i in range(3)]
+    np.testing.assert_allclose(Tensor(a).matmul(m).numpy(), a @ np.array(m, np.float32), rtol=1e-5)
+
+def test_gradients_through_replayed_graphs():
+  x = Tensor(_f32(2, 3, 5, 5), requires_grad=True)
+  w = Tensor(_f32(4, 3, 3, 3), requires_grad=True)
+  grads = []
+  for _ in range(2):
+    x.grad = w.grad = None
+    x.conv2d(w, padding=1).softmax(1).sum().backward()
+    grads.append((x.grad.numpy(), w.grad.numpy()))
+  for g, h in zip(*grads): np.testing.assert_allclose(g, h, rtol=1e-5, atol=1e-6)
