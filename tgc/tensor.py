@@ -120,7 +120,7 @@ class _Node:
   __slots__ = ('op', 'srcs', 'attrs', 'shape', 'dtype', 'device', 'buf', 'entry', '__weakref__')
   def __init__(self, op: str, srcs: tuple, attrs, shape: tuple, dtype: DType, device: str, buf=None):
     self.op, self.srcs, self.attrs, self.shape, self.dtype, self.device, self.buf = op, srcs, attrs, shape, dtype, device, buf
-    self.entry = None  # its part of _graph_key, made once (a node does not change until it is realized)
+    self.entry = None  # its part of _graph_key (_entry), made once (a node does not change until it is realized)
     if _RECORD is not None and _RECORD[0] == get_ident(): _RECORD[1].append(self)
   @property
   def realized(self) -> bool: return self.op == 'BUFFER'
@@ -170,7 +170,7 @@ def _template(made: list, ins, out):
   steps = []
   for n in made:
     if n.op == 'BUFFER' or any(id(s_) not in pos for s_ in n.srcs): return None
-    steps.append((n.op, tuple([pos[id(s_)] for s_ in n.srcs]), n.attrs, n.shape, n.dtype, n.device, (n.op, _freeze(n.attrs), n.shape, n.dtype.name)))
+    steps.append((n.op, tuple([pos[id(s_)] for s_ in n.srcs]), n.attrs, n.shape, n.dtype, n.device, _entry(n)))
   outs = out if isinstance(out, tuple) else (out,)
   if not all(isinstance(o, Tensor) and id(o.node) in pos for o in outs): return None
   return steps, tuple([pos[id(o.node)] for o in outs]), isinstance(out, tuple)
@@ -244,6 +244,14 @@ def _freeze(x):
 
 _pack_d = struct.Struct('<d').pack
 
+_ENTRIES: dict[tuple, int] = {}  # a node's (op, attributes, shape, dtype) -> its number: keys hash and compare numbers
+_NUMBERS = itertools.count()  # (next() is one atomic step: two threads never get one number)
+
+def _entry(n: _Node) -> int:
+  e = (n.op, _freeze(n.attrs), n.shape, n.dtype.name)
+  i = _ENTRIES.get(e)
+  return _ENTRIES.setdefault(e, next(_NUMBERS)) if i is None else i
+
 
 def _graph_key(roots: list[_Node]):
   """The structure of the graph computing `roots` (everything its func.func's text holds, without printing it):
@@ -266,7 +274,7 @@ def _visit(n, ids, entries, leaves):
   ids[n] = len(entries)
   if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name)); return
   e = n.entry
-  if e is None: e = n.entry = (n.op, _freeze(n.attrs), n.shape, n.dtype.name)
+  if e is None: e = n.entry = _entry(n)
   entries.append((e, tuple([ids[s] for s in srcs])))
 
 
@@ -286,7 +294,7 @@ def _graph_key_deep(roots: list[_Node]):
       ids[n] = len(entries)
       if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name)); continue
       e = n.entry
-      if e is None: e = n.entry = (n.op, _freeze(n.attrs), n.shape, n.dtype.name)
+      if e is None: e = n.entry = _entry(n)
       entries.append((e, tuple([ids[s] for s in srcs])))
   return (tuple(entries), tuple([ids[r] for r in roots])), leaves
 
