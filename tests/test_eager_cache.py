@@ -103,7 +103,9 @@ def test_graph_templates_make_the_graph_the_method_makes():
   x, w, b = Tensor(_f32(2, 3, 6, 6)), Tensor(_f32(4, 3, 3, 3)), Tensor(_f32(4))
   calls = [('conv2d', (x, w, b), {'padding': 1}), ('conv2d', (x, w), {'stride': 2}), ('softmax', (x,), {}), ('log_softmax', (x, 1), {}),
            ('max_pool2d', (x,), {'return_indices': True}), ('avg_pool2d', (x, (3, 3)), {'padding': 1}), ('layernorm', (x,), {}),
-           ('matmul', (x, Tensor(_f32(6, 5))), {}), ('logsumexp', (x, 2), {'keepdim': True})]
+           ('matmul', (x, Tensor(_f32(6, 5))), {}), ('logsumexp', (x, 2), {'keepdim': True}), ('sum', (x,), {'axis': (1, 2)}),
+           ('mean', (x, 1), {}), ('max', (x,), {}), ('min', (x, 3), {'keepdim': True}), ('var', (x,), {'axis': 0}), ('std', (x,), {}),
+           ('prod', (x, 2), {}), ('sum', (Tensor(_f32(3, 4).astype(np.float16)),), {'dtype': 'float32'})]
   for name, args, kw in calls:
     for _ in range(2): got = getattr(Tensor, name)(*args, **kw)
     want = _direct(name, *args, **kw)

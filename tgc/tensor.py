@@ -248,7 +248,8 @@ _ENTRIES: dict[tuple, int] = {}  # a node's (op, attributes, shape, dtype) -> it
 _NUMBERS = itertools.count()  # (next() is one atomic step: two threads never get one number)
 
 def _entry(n: _Node) -> int:
-  e = (n.op, _freeze(n.attrs), n.shape, n.dtype.name)
+  a = n.attrs
+  e = (n.op, None if a is None else _freeze(a), n.shape, n.dtype.name)
   i = _ENTRIES.get(e)
   return _ENTRIES.setdefault(e, next(_NUMBERS)) if i is None else i
 
@@ -1046,23 +1047,28 @@ class Tensor(TensorAPI):
     else: ret = self._new('reduce', (self,), keep, self.dtype, {'kind': kind, 'axes': axes})
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
+  @_graph_template
   def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else _sum_acc(self.dtype)
     ret = self.cast(acc)._reduce('add', axis, keepdim)
     return ret.cast(self.dtype) if dtype is None and self.dtype.is_float and self.dtype.itemsize < 4 else ret
 
+  @_graph_template
   def prod(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else _sum_acc(self.dtype)
     ret = self.cast(acc)._reduce('mul', axis, keepdim)
     return ret.cast(self.dtype) if dtype is None and self.dtype.is_float and self.dtype.itemsize < 4 else ret
 
+  @_graph_template
   def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce('max', axis, keepdim)
 
   def _inverse(self) -> Tensor:
     return -self if self.dtype.is_float else self.logical_not() if self.dtype.is_bool else ~self
 
+  @_graph_template
   def min(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse().max(axis, keepdim)._inverse()
 
+  @_graph_template
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
     out = self.dtype if self.dtype.is_float else _D.f32
     axes = self._axes(axis)
@@ -1070,12 +1076,14 @@ class Tensor(TensorAPI):
     s = self.sum(axis, keepdim)
     return (s.div(n) if n else s.cast(_upper_float(s.dtype)) * math.nan).cast(out)
 
+  @_graph_template
   def var(self, axis=None, keepdim: bool = False, correction=1) -> Tensor:
     axes = self._axes(axis)
     n = math.prod(self.shape[i] for i in axes)
     sq = (self - self.mean(axes, keepdim=True)).square()
     return sq.sum(axes, keepdim).div(max(0, n - correction))
 
+  @_graph_template
   def std(self, axis=None, keepdim: bool = False, correction=1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
 
   def argmax(self, axis=None, keepdim: bool = False) -> Tensor:
