@@ -116,9 +116,9 @@ def test_graph_templates_make_the_graph_the_method_makes():
 def test_graph_templates_tell_signatures_apart():
   a, b = _f32(7, 7), _f32(7, 7)
   ta, tb = Tensor(a), Tensor(b)
-  np.testing.assert_allclose((ta @ ta).numpy(), a @ a, rtol=1e-5)  # (one tensor twice: a template of its own)
-  np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-5)
-  np.testing.assert_allclose((tb @ ta).numpy(), b @ a, rtol=1e-5)
+  np.testing.assert_allclose((ta @ ta).numpy(), a @ a, rtol=1e-5, atol=1e-5)  # (one tensor twice: a template of its own)
+  np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose((tb @ ta).numpy(), b @ a, rtol=1e-5, atol=1e-5)
   a = a[:4, :4]
   np.testing.assert_allclose(Tensor(a.astype(np.float16)).softmax(0).numpy().astype(np.float32), Tensor(a).softmax(0).numpy(), atol=2e-3)
   e = np.exp(a - a.max(0, keepdims=True))
