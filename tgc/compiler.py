@@ -101,14 +101,15 @@ class CompiledFunction:
 
   def _plan(self, fixed: dict | None = None):
     """The host schedule made once into what a call does, over numbered slots (the arguments first) that hold
-    launch arguments (Buffer.arg): per launch (kernel, its launcher, what picks its arguments from the slots, the
-    result Buffers allocated before it, the intermediate blocks allocated before it and those freed after it); the
-    results (slot, and whether it was made here: those results are copies); the slots after the arguments as a call
-    starts them, and the Buffers made here. A reshape is its operand's slot (buffers are flat); a host constant is
-    a Buffer made here, once. A block is allocated just before the first launch that uses it, and an intermediate
-    one goes back to the allocator after its last launch is queued. Intermediates are bare blocks of the allocator,
-    not Buffers: nothing outside a call sees them. `fixed` (argument number -> Buffer): those arguments are these
-    Buffers for good; the launches that read nothing else (nor what other launches write) run here, once."""
+    launch arguments (Buffer.arg). Per launch: the kernel, its launcher, what picks its arguments from the slots, its
+    slots, the blocks allocated just before it (for the slots it is the first to use) and the intermediate blocks
+    freed after it (their last use). Then the results (slot, and whether it was made here: those results are
+    copies), the results' (size, dtype) by slot (their blocks become Buffers after the last launch), the slots after
+    the arguments as a call starts them, the Buffers made here and every slot's bytes. A reshape is its operand's
+    slot (buffers are flat); a host constant is a Buffer made here, once. Intermediates are bare blocks of the
+    allocator, not Buffers: nothing outside a call sees them, and one goes back to the allocator as soon as its
+    last launch is queued. `fixed` (argument number -> Buffer): those arguments are these Buffers for good; the
+    launches that read nothing else (nor what other launches write) run here, once."""
     from tgc.runtime import Buffer
     nargs = len(self.host.body.args)
     slot = {a: i for i, a in enumerate(self.host.body.args)}
