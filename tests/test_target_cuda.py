@@ -318,3 +318,25 @@ def test_conv_on_tensor_cores_on_gpu():
   m, args, ref = _conv_tc_module('CUDA')
   (out,) = compile_module(m, 'CUDA')(*args)
   np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())
+
+
+def test_launcher_is_what_prepared_async_call_launches():
+  # pycuda's Function.prepared_async_call(grid, block, stream, *args, shared_size=s) ends in
+  # func._launch_kernel(grid, block, pack(func.arg_format, *args), s, stream); the host plan's launcher makes that call
+  # directly (the format compiled once). Checked on stand-ins: this machine has no GPU.
+  import struct, types
+  from tgc.runtime.cuda import CUDAProgram
+  class Error(Exception): pass
+  calls = []
+  def launch_kernel(grid, block, buf, shared, stream):
+    if shared < 0: raise Error('launch failed')
+    calls.append((grid, block, bytes(buf), shared, stream))
+  prg = object.__new__(CUDAProgram)
+  prg.name, prg.grid, prg.block, prg.shared = 'k', (4, 2, 1), (128, 1, 1), 4096
+  prg.func = types.SimpleNamespace(arg_format='PPP', _launch_kernel=launch_kernel)
+  prg.device = types.SimpleNamespace(stream='stream', cuda=types.SimpleNamespace(Error=Error))
+  args = (0x7f0000001000, 0x7f0000002000, 2**64 - 256)
+  prg.launcher()(args)
+  assert calls == [((4, 2, 1), (128, 1, 1), struct.pack('PPP', *args), 4096, 'stream')]
+  prg.shared = -1
+  with pytest.raises(tgc.TgcError, match="cuda: @k: launch failed"): prg.launcher()(args)

@@ -6,7 +6,7 @@ constants) on the device's Buffers. DEBUG levels print each stage, as tinygrad's
 launch's device time (CUDA events on CUDA; elsewhere the host's clock around a launch and a synchronize).
 """
 from __future__ import annotations
-import importlib, math, os, sys, time
+import copy, importlib, math, operator, os, sys, time
 from tgc.errors import TgcError
 from tgc.ir.core import Module, Operation
 from tgc.ir.types import TensorType
@@ -17,14 +17,25 @@ def device_target(device: str | None, dev=None) -> Target:
   open the device). Every device names one (tgc.runtime.device.BaseDevice: llvm unless it says otherwise)."""
   from tgc.runtime import Device, DEVICES
   name = Device.canonicalize(device)
-  if dev is None and name in DEVICES:
-    mod, cls = DEVICES[name].split(':')
-    dev = getattr(importlib.import_module(mod), cls)
+  if dev is None and name in DEVICES:  # (graph building asks per conv and matmul: the class looked up once per path)
+    path = DEVICES[name]
+    dev = _CLASSES.get(path)
+    if dev is None:
+      mod, cls = path.split(':')
+      dev = _CLASSES[path] = getattr(importlib.import_module(mod), cls)
   t = getattr(dev, 'target', None) or 'llvm'
   return t if isinstance(t, Target) else get_target(t)
 
+_CLASSES: dict[str, type] = {}
+
+# every CompiledFunction.run reads DEBUG: os.environ.get costs half a microsecond (a KeyError inside it while DEBUG is
+# unset), a look in the dict behind it a tenth of that (os.environ updates that dict: setting DEBUG takes effect at once)
+try: _ENV, _DEBUG = os.environ._data, os.environ.encodekey('DEBUG')
+except AttributeError: _ENV, _DEBUG = None, None
+
 def debug_level() -> int:
-  try: return int(os.environ.get('DEBUG', '0') or 0)
+  v = _ENV.get(_DEBUG) if _ENV is not None else os.environ.get('DEBUG')
+  try: return int(v or 0)  # (int takes the dict's bytes too)
   except ValueError: return 0
 
 
@@ -75,88 +86,121 @@ class Kernel:
     self.flops_per_point = flops_per_point
 
 
-ALLOC, CONST, RESHAPE, LAUNCH, RETURN = 'alloc', 'const', 'reshape', 'launch', 'return'
-
-def _from_const(v) -> bool:
-  while v.op is not None and v.op.name == 'tensor.reshape': v = v.op.operands[0]
-  return v.op is not None and v.op.name == 'tensor.const'
-
-
 class CompiledFunction:
   """A compiled func.func on one device. `run(buffers)` runs its host schedule on Buffers of the device and
   returns the result Buffers (launches queued, nothing copied); calling it with numpy arrays (one per argument)
   copies them in and returns a tuple of numpy arrays."""
   def __init__(self, host: Operation, kernels: dict[str, Kernel], device: str, out=None):
-    from tgc.runtime import get_device
+    from tgc.runtime import get_device, Buffer
     self.host, self.kernels, self.device, self.out = host, kernels, device, out
-    self.dev = get_device(device)
+    self.dev, self._Buffer = get_device(device), Buffer
     self.arg_types = [a.type for a in host.body.args]
     self.result_types = host.result_types
     self.name = host.attrs['sym_name']
     self.plan = None
 
-  def _plan(self):
-    """The host schedule as a list of steps over numbered slots, made once: a call only walks it. Host constants
-    become device Buffers here, once. After each step, the slots it used for the last time are dropped: an
-    intermediate buffer goes back to the allocator as soon as its last launch is queued."""
+  def _plan(self, fixed: dict | None = None):
+    """The host schedule made once into what a call does, over numbered slots (the arguments first) that hold
+    launch arguments (Buffer.arg). Per launch: the kernel, its launcher, what picks its arguments from the slots, its
+    slots, the blocks allocated just before it (for the slots it is the first to use) and the intermediate blocks
+    freed after it (their last use). Then the results (slot, and whether it was made here: those results are
+    copies), the results' (size, dtype) by slot (their blocks become Buffers after the last launch), the slots after
+    the arguments as a call starts them, the Buffers made here and every slot's bytes. A reshape is its operand's
+    slot (buffers are flat); a host constant is a Buffer made here, once. Intermediates are bare blocks of the
+    allocator, not Buffers: nothing outside a call sees them, and one goes back to the allocator as soon as its
+    last launch is queued. `fixed` (argument number -> Buffer): those arguments are these Buffers for good; the
+    launches that read nothing else (nor what other launches write) run here, once."""
     from tgc.runtime import Buffer
+    nargs = len(self.host.body.args)
     slot = {a: i for i, a in enumerate(self.host.body.args)}
-    steps, uses = [], []
+    nbytes = [a.type.numel * a.type.dtype.itemsize for a in self.host.body.args]
+    tail, made, sizes, launches, ret = [], set(), {}, [], None
     for op in self.host.body.ops:
       n = op.name
-      if n == 'func.return':  # a host constant (or a view of one) is made once: results get a copy of it
-        steps.append((RETURN, [(slot[v], _from_const(v)) for v in op.operands])); uses.append([slot[v] for v in op.operands]); continue
-      if n == 'kernel.launch':
-        idx = [slot[v] for v in op.operands]
-        steps.append((LAUNCH, self.kernels[op.attrs['callee']], idx)); uses.append(idx)
-        continue
+      if n == 'func.return': ret = [slot[v] for v in op.operands]; break
+      if n == 'kernel.launch': launches.append((self.kernels[op.attrs['callee']], tuple(slot[v] for v in op.operands))); continue
       r = op.results[0]
-      slot[r] = len(slot)
+      if n == 'tensor.reshape': slot[r] = slot[op.operands[0]]; continue
+      slot[r] = nargs + len(tail)
       t = r.type
-      if n == 'kernel.alloc': steps.append((ALLOC, slot[r], t.numel, t.dtype)); uses.append([])
-      elif n == 'tensor.const':
-        arr = host_const(op)
-        steps.append((CONST, slot[r], Buffer.from_numpy(self.device, arr.reshape(-1), t.dtype))); uses.append([])
-      elif n == 'tensor.reshape': steps.append((RESHAPE, slot[r], slot[op.operands[0]])); uses.append([slot[op.operands[0]]])
+      nbytes.append(t.numel * t.dtype.itemsize)
+      if n == 'kernel.alloc': tail.append(None); sizes[slot[r]] = (t.numel, t.dtype)  # every kernel writes all of its output
+      elif n == 'tensor.const': tail.append(Buffer.from_numpy(self.device, host_const(op).reshape(-1), t.dtype)); made.add(slot[r])
       else: raise TgcError(f"host op '{n}' cannot run")
-    last = {}
-    for i, u in enumerate(uses):
-      for s_ in u: last[s_] = i
-    drops = [[] for _ in steps]
-    for s_, i in last.items():
-      if steps[i][0] is not RETURN: drops[i].append(s_)
-    return [st + (tuple(d),) for st, d in zip(steps, drops)], len(slot)
+    if ret is None: raise TgcError("host schedule without func.return")
+    if fixed:  # (an ONNX model's weight re-layouts: a transposed or permuted weight is made once)
+      env, known, kept = [fixed[i].arg if i in fixed else None for i in range(nargs)] + [b and b.arg for b in tail], set(fixed) | made, []
+      for k, idx in launches:
+        out = {idx[i] for i in k.program.written}
+        if set(idx) - out <= known and all(s_ in sizes and env[s_] is None for s_ in out):
+          for s_ in out:
+            tail[s_ - nargs] = b = Buffer(self.dev, *sizes[s_]); env[s_] = b.arg
+          self._launch(k, [env[i] for i in idx], [nbytes[i] for i in idx])
+          known |= out; made |= out
+        else: kept.append((k, idx))
+      launches = kept
+    first, last = {}, {}
+    for i, (_, idx) in enumerate(launches):
+      for s_ in idx: first.setdefault(s_, i); last[s_] = i
+    allocs, frees, fresh = [[] for _ in range(len(launches) + 1)], [[] for _ in launches], {}
+    for s_, (n, dt) in sizes.items():
+      if s_ in made: continue
+      i = first.get(s_, len(launches))  # (the last: results no launch writes, all the same)
+      if s_ in ret: allocs[i].append((s_, nbytes[s_])); fresh[s_] = (n, dt)
+      elif i < len(launches): allocs[i].append((s_, nbytes[s_])); frees[last[s_]].append((s_, nbytes[s_]))
+    pick = lambda idx: operator.itemgetter(*idx) if len(idx) > 1 else lambda env, i=idx[0]: (env[i],)
+    steps = [(k, k.program.launcher(), pick(idx), idx, tuple(a), tuple(f)) for (k, idx), a, f in zip(launches, allocs, frees)]
+    if allocs[-1]: steps.append((None, None, None, (), tuple(allocs[-1]), ()))
+    return steps, [(s_, s_ in made) for s_ in ret], fresh, [b and b.arg for b in tail], tail, nbytes
+
+  def specialize(self, fixed: dict) -> 'CompiledFunction':
+    """This function with the arguments numbered in `fixed` bound to those Buffers for good (an ONNX model's
+    weights): what depends on them alone is computed now, once, and a call runs the rest. A call still passes every
+    argument; the fixed ones must be the same Buffers."""
+    f = copy.copy(self)
+    f.plan = self._plan(fixed)
+    return f
 
   def run(self, bufs: list, check: bool = True) -> list:
     """Run the host schedule on Buffers of this function's device (one per argument); the result Buffers.
     check=False leaves out the arguments' checks: for callers whose cache key already fixes their sizes, dtypes
     and device (the eager Tensor path)."""
-    from tgc.runtime import Buffer
     if check:
       if len(bufs) != len(self.arg_types): raise TgcError(f"@{self.name} takes {len(self.arg_types)} arguments, got {len(bufs)}")
       for i, (t, b) in enumerate(zip(self.arg_types, bufs)):
         if b.size != t.numel or b.dtype is not t.dtype or b.device != self.device:
           raise TgcError(f"argument #{i} of @{self.name} is {b!r}, expected {t} on {self.device}")
     if self.plan is None: self.plan = self._plan()
-    steps, nslots = self.plan
-    env = list(bufs) + [None] * (nslots - len(bufs))
-    dbg = debug_level()
-    for st in steps:
-      kind = st[0]
-      if kind is LAUNCH:
-        k, idx = st[1], st[2]
-        args = [env[i].arg for i in idx]
-        if dbg >= 2 or profile.active is not None:
-          dt = k.program.timed_launch(args)
-          if profile.active is not None: profile.active.append((k.name, dt))
-          if dbg >= 2: self._log_launch(k, [env[i] for i in idx], dt)
-        else: k.program.launch(args)
-      elif kind is ALLOC: env[st[1]] = Buffer(self.dev, st[2], st[3])  # every kernel writes all of its output
-      elif kind is RESHAPE: env[st[1]] = env[st[2]]  # buffers are flat: a reshape is the same memory
-      elif kind is CONST: env[st[1]] = st[2]  # made once; kernels never write their inputs
-      else: return [env[i].copy_to(self.device) if shared else env[i] for i, shared in st[1]]
-      for i in st[-1]: env[i] = None
-    raise TgcError("host schedule without func.return")
+    steps, ret, fresh, tail, held, nbytes = self.plan
+    env, blk = [*[b.arg for b in bufs], *tail], {}
+    timed = profile.active is not None or debug_level() >= 2
+    dev, al = self.dev, self.dev.allocator
+    alloc, free, arg = al.alloc, al.free, al._arg
+    try:
+      for k, launch, pick, idx, allocs, frees in steps:
+        for s, nb in allocs:
+          h = blk[s] = alloc(nb); env[s] = arg(h)
+        if timed and k is not None: self._launch(k, pick(env), [nbytes[i] for i in idx])
+        elif launch is not None: launch(pick(env))
+        for s, nb in frees: free(blk.pop(s), nb)
+    except BaseException:
+      for s, h in blk.items(): free(h, nbytes[s])  # (a failed launch: the blocks still go back)
+      raise
+    # after the launches (queued: a GPU runs them meanwhile), the results' blocks become Buffers
+    adopt = self._Buffer.adopt
+    out = {s: adopt(dev, *fresh[s], h, env[s]) for s, h in blk.items()}
+    res = []
+    for s, copied in ret:
+      b = out[s] if s in out else bufs[s] if s < len(bufs) else held[s - len(bufs)]
+      res.append(b.copy_to(self.device) if copied else b)
+    return res
+
+  def _launch(self, k: Kernel, args, nbytes: list) -> None:
+    """One launch the slow way: timed (launch and wait) for DEBUG=2, which prints it, and tgc.compiler.profile."""
+    if profile.active is None and debug_level() < 2: return k.program.launch(list(args))
+    dt = k.program.timed_launch(list(args))
+    if profile.active is not None: profile.active.append((k.name, dt))
+    if debug_level() >= 2: self._log_launch(k, nbytes, dt)
 
   def __call__(self, *args):
     """numpy arrays in (copied to the device; used in place on host devices), a tuple of numpy arrays out."""
@@ -177,14 +221,14 @@ class CompiledFunction:
     outs = self.run(bufs)
     return tuple(b.as_numpy().reshape(t.shape) for b, t in zip(outs, self.result_types))
 
-  def _log_launch(self, k: Kernel, bufs, dt):
+  def _log_launch(self, k: Kernel, sizes: list, dt):
     st = GLOBAL_STATS
     st.kernels += 1
-    nbytes = sum(b.nbytes for b in bufs)
+    nbytes = sum(sizes)
     flops = k.flops_per_point * k.points
     st.ops += flops; st.bytes += nbytes; st.time += dt
     out = self.out or sys.stdout
-    out.write(f"*** {self.device:<7s} {st.kernels:4d} {k.name:<26s} arg {len(bufs):2d} mem {nbytes / 1e9:6.2f} GB "
+    out.write(f"*** {self.device:<7s} {st.kernels:4d} {k.name:<26s} arg {len(sizes):2d} mem {nbytes / 1e9:6.2f} GB "
               f"tm {dt * 1e6:9.2f}us/{st.time * 1e3:9.2f}ms ({flops / max(dt, 1e-9) / 1e9:9.2f} GFLOPS {nbytes / max(dt, 1e-9) / 1e9:6.1f} GB/s)\n")
 
 

@@ -18,7 +18,8 @@ Choices worth knowing:
 - Autograd (`backward`, `gradient`) is the autodiff pass on the graph's func.func (tgc/autograd.py).
 """
 from __future__ import annotations
-import math, itertools, struct
+import functools, math, itertools, struct
+from threading import get_ident
 from typing import Any, Callable
 import numpy as np
 from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError, ArgumentError
@@ -26,7 +27,7 @@ from tgc.tensor_api import TensorAPI
 from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
 from tgc.ir.types import TensorType
-from tgc.runtime import Buffer
+from tgc.runtime import Buffer, DEVICES
 from tgc import autograd as _autograd
 
 __all__ = ['Tensor', 'dtypes', 'DType', 'least_upper_dtype']
@@ -119,9 +120,73 @@ class _Node:
   __slots__ = ('op', 'srcs', 'attrs', 'shape', 'dtype', 'device', 'buf', 'entry', '__weakref__')
   def __init__(self, op: str, srcs: tuple, attrs, shape: tuple, dtype: DType, device: str, buf=None):
     self.op, self.srcs, self.attrs, self.shape, self.dtype, self.device, self.buf = op, srcs, attrs, shape, dtype, device, buf
-    self.entry = None  # its part of _graph_key, made once (a node does not change until it is realized)
+    self.entry = None  # its part of _graph_key (_entry), made once (a node does not change until it is realized)
+    if _RECORD is not None and _RECORD[0] == get_ident(): _RECORD[1].append(self)
   @property
   def realized(self) -> bool: return self.op == 'BUFFER'
+
+
+_RECORD: tuple | None = None  # (thread id, list): while a graph template records, the _Nodes that thread makes
+
+def _graph_template(fn):
+  """For a method that only builds graph nodes from its tensor arguments (no realize, no host data, no random draws)
+  and whose graph depends only on their shapes, dtypes and devices and on its other arguments' values: the nodes
+  its first call per such signature makes are recorded, and later calls make the same nodes again directly, their
+  cache-key entries made, without the method's Python (a conv2d's 24 nodes cost 70 us through the API). A call
+  whose nodes do not come from its arguments alone (a leaf made inside, a node from elsewhere) records nothing."""
+  cache: dict = {}
+  def sig(a):
+    if isinstance(a, Tensor): n = a.node; return (n.shape, n.dtype, n.device, DEVICES.get(n.device))
+    if isinstance(a, np.generic): return (type(a), a.tobytes())
+    return (type(a), _freeze(a))  # (typed: 1 and True, 0.0 and -0.0 make different graphs)
+  @functools.wraps(fn)
+  def wrapped(*args, **kw):
+    global _RECORD
+    ins = [*args, *kw.values()] if kw else args
+    try:
+      first = {}  # (which arguments are one tensor: x.f(x) is not x.f(y))
+      key = (tuple([sig(a) for a in ins]), tuple(kw), tuple([first.setdefault(id(a.node), i) for i, a in enumerate(ins) if isinstance(a, Tensor)]))
+      tpl = cache.get(key)
+    except TypeError: return fn(*args, **kw)  # (an argument that does not hash)
+    if tpl is not None: return _replay(tpl, ins)
+    outer = _RECORD
+    if outer is not None and outer[0] != get_ident(): return fn(*args, **kw)  # (another thread records)
+    rec = outer if outer is not None else (get_ident(), [])
+    start = len(rec[1])
+    _RECORD = rec
+    try: out = fn(*args, **kw)
+    finally: _RECORD = outer
+    tpl = _template(rec[1][start:], ins, out)
+    if tpl is not None: cache[key] = tpl  # (else the next such call records again: a key holding a list's values stays out)
+    return out
+  return wrapped
+
+def _template(made: list, ins, out):
+  """(the nodes to make: op, sources, attrs, shape, dtype, device, key entry; the outputs), sources and outputs
+  numbered as made (>= 0) or as an argument (~i); None where the nodes do not come from the arguments alone."""
+  pos = {id(n): j for j, n in enumerate(made)}
+  for i, a in enumerate(ins):
+    if isinstance(a, Tensor): pos.setdefault(id(a.node), ~i)
+  steps = []
+  for n in made:
+    if n.op == 'BUFFER' or any(id(s_) not in pos for s_ in n.srcs): return None
+    steps.append((n.op, tuple([pos[id(s_)] for s_ in n.srcs]), n.attrs, n.shape, n.dtype, n.device, _entry(n)))
+  outs = out if isinstance(out, tuple) else (out,)
+  if not all(isinstance(o, Tensor) and id(o.node) in pos for o in outs): return None
+  return steps, tuple([pos[id(o.node)] for o in outs]), isinstance(out, tuple)
+
+def _replay(tpl, ins):
+  steps, outs, many = tpl
+  made = []
+  for op, srcs, attrs, shape, dtype, dev, entry in steps:
+    n = _Node(op, tuple([made[j] if j >= 0 else ins[~j].node for j in srcs]), attrs, shape, dtype, dev)
+    n.entry = entry; made.append(n)
+  res = []
+  for j in outs:  # (an output that is an argument is that Tensor itself)
+    if j >= 0: t = _tensor_new(Tensor); t.node = made[j]
+    else: t = ins[~j]
+    res.append(t)
+  return tuple(res) if many else res[0]
 
 
 def _toposort(roots) -> list[_Node]:
@@ -160,52 +225,105 @@ def _build_module(roots: list[_Node], name: str = 'main'):
   return Module([fn]), leaves
 
 
+_PLAIN = (int, str, bool, type(None))
+
 def _freeze(x):
   """An attribute value as a hashable key that tells apart what the IR tells apart (-0.0 from 0.0, NaN payloads)."""
   t = type(x)
   if t is int or t is str: return x
-  if isinstance(x, float): return ('f', struct.pack('<d', x))
-  if isinstance(x, dict): return tuple((k, _freeze(v)) for k, v in x.items())
-  if isinstance(x, (list, tuple)):  # (shapes and axes, the most common: plain ints as they are)
-    return tuple(x) if all(type(v) is int for v in x) else tuple(_freeze(v) for v in x)
+  if t is float: return ('f', _pack_d(x))
+  if t is dict: return tuple([(k, v if type(v) in _PLAIN else _freeze(v)) for k, v in x.items()])
+  if t is tuple or t is list:  # (shapes and axes, the most common: plain ints as they are)
+    for v in x:
+      if type(v) is not int: return tuple([_freeze(v) for v in x])
+    return tuple(x)
+  if isinstance(x, float): return ('f', _pack_d(x))
+  if isinstance(x, dict): return tuple([(k, _freeze(v)) for k, v in x.items()])
+  if isinstance(x, (list, tuple)): return tuple([_freeze(v) for v in x])
   return x
+
+_pack_d = struct.Struct('<d').pack
+
+_ENTRIES: dict[tuple, int] = {}  # a node's (op, attributes, shape, dtype) -> its number: keys hash and compare numbers
+_NUMBERS = itertools.count()  # (next() is one atomic step: two threads never get one number)
+
+def _entry(n: _Node) -> int:
+  a = n.attrs
+  e = (n.op, None if a is None else _freeze(a), n.shape, n.dtype.name)
+  i = _ENTRIES.get(e)
+  return _ENTRIES.setdefault(e, next(_NUMBERS)) if i is None else i
 
 
 def _graph_key(roots: list[_Node]):
   """The structure of the graph computing `roots` (everything its func.func's text holds, without printing it):
-  the compile cache's key; and the realized leaves in argument order, as _build_module numbers them."""
+  the compile cache's key; and the realized leaves in argument order, as _build_module numbers them. One pass in
+  _toposort's order (depth first, sources in order, each node after its sources), recursive: half the time of
+  the loop with a stack below, which takes graphs deeper than Python's recursion limit."""
   ids, entries, leaves = {}, [], []
-  for n in _toposort(roots):
-    ids[n] = len(ids)
-    if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name))
-    else:
-      if n.entry is None: n.entry = (n.op, _freeze(n.attrs), n.shape, n.dtype.name)
-      entries.append((n.entry, tuple(ids[s] for s in n.srcs)))
-  return (tuple(entries), tuple(ids[r] for r in roots)), leaves
+  try:
+    for r in roots:
+      if r not in ids: _visit(r, ids, entries, leaves)
+  except RecursionError: return _graph_key_deep(roots)
+  return (tuple(entries), tuple([ids[r] for r in roots])), leaves
+
+def _visit(n, ids, entries, leaves):
+  # (a module function, not a closure: a closure that calls itself is a reference cycle, which would keep the
+  # graph's buffers until the garbage collector runs)
+  srcs = n.srcs
+  for s in srcs:
+    if s not in ids: _visit(s, ids, entries, leaves)
+  ids[n] = len(entries)
+  if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name)); return
+  e = n.entry
+  if e is None: e = n.entry = _entry(n)
+  entries.append((e, tuple([ids[s] for s in srcs])))
+
+
+def _graph_key_deep(roots: list[_Node]):
+  """_graph_key without recursion: a node is numbered once its sources are."""
+  ids, entries, leaves = {}, [], []
+  for r in roots:
+    stack = [r]
+    while stack:
+      n = stack.pop()
+      if n in ids: continue
+      srcs = n.srcs
+      if srcs:
+        todo = [s for s in srcs if s not in ids]
+        if todo:  # (its sources first, the first on top; it comes back after them)
+          stack.append(n); todo.reverse(); stack += todo; continue
+      ids[n] = len(entries)
+      if n.op == 'BUFFER': leaves.append(n); entries.append((n.shape, n.dtype.name)); continue
+      e = n.entry
+      if e is None: e = n.entry = _entry(n)
+      entries.append((e, tuple([ids[s] for s in srcs])))
+  return (tuple(entries), tuple([ids[r] for r in roots])), leaves
 
 
 _COMPILED: dict[tuple, Any] = {}  # (graph key, device) -> CompiledFunction
 
 def _realize_nodes(nodes) -> None:
-  todo = list(dict.fromkeys(n for n in nodes if not n.realized))
+  if len(nodes) == 1: todo = [] if nodes[0].op == 'BUFFER' else nodes  # (one tensor: every eager call)
+  else: todo = list(dict.fromkeys(n for n in nodes if n.op != 'BUFFER'))
+  by_dev: dict[str, list[_Node]] = {}
   for n in todo:
     # nothing to compute: an empty result (its contents are unspecified) or no elements at all.
     # (An `empty` root also makes kernelize loop forever: tests/repro/kernelize_empty_result_hangs.tgc.)
-    if math.prod(n.shape) == 0 or n.op == 'empty':
+    if n.op == 'empty' or 0 in n.shape:
       n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, Buffer.from_numpy(n.device, np.zeros(math.prod(n.shape), n.dtype.np), n.dtype)
-  by_dev: dict[str, list[_Node]] = {}
-  for n in todo:
-    if not n.realized: by_dev.setdefault(n.device, []).append(n)
+    else: by_dev.setdefault(n.device, []).append(n)
   for dev, group in by_dev.items():
     key, leaves = _graph_key(group)
     fn = _COMPILED.get((key, dev))
     if fn is None:
       from tgc.compiler import compile_module  # (here, not per call: the hit path skips the import machinery)
-      m, _ = _build_module(group)
+      m, args = _build_module(group)
+      if args != leaves: raise TgcError("internal: _graph_key and _build_module number the leaves differently")
       m.verify()
       fn = _COMPILED[key, dev] = compile_module(m, dev)
     outs = fn.run([l.buf for l in leaves], check=False)  # (the key holds each leaf's shape and dtype, and the device)
-    for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, o
+    # after the launches (queued: on a GPU this overlaps them): the computed nodes become leaves of their results
+    for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf, n.entry = 'BUFFER', (), None, o, None
     _autograd.record(('realize', fn, leaves, group))  # a jit's first call records what it computes
 
 
@@ -229,9 +347,13 @@ def _const_value(v, dt: DType):
     lo, hi = _D.min_max(dt)
     return (int(v) - lo) % (hi - lo + 1) + lo
   f = float(v)
-  if math.isfinite(f):
-    with np.errstate(over='ignore'): f = float(_D.round_to(np.float64(f), dt))
-  return f
+  if dt is _D.f64 or not math.isfinite(f): return f
+  if dt is _D.f32:  # (the C cast struct does rounds to nearest even as numpy's does; beyond float32's range it raises)
+    try: return _unpack_f(_pack_f(f))[0]
+    except OverflowError: pass
+  with np.errstate(over='ignore'): return float(_D.round_to(np.float64(f), dt))
+
+_pack_f, _unpack_f = struct.Struct('<f').pack, struct.Struct('<f').unpack
 
 def _dense_value(arr: np.ndarray, dt: DType):
   if dt.is_bool: conv = lambda x: int(bool(x))
@@ -247,8 +369,10 @@ def _to_storage(arr: np.ndarray, dt: DType) -> np.ndarray:
     return np.asarray(arr, dtype=dt.np, order='C')  # (the device buffer made from it is the copy)
 
 def _shape_arg(shape) -> tuple[int, ...]:
-  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  if all(type(s) is int for s in shape): return tuple(shape)  # the common case, without the checks below
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = shape[0]
+  for s in shape:
+    if type(s) is not int: break
+  else: return tuple(shape)  # the common case, without the checks below
   out = []
   for s in shape:
     if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
@@ -257,6 +381,13 @@ def _shape_arg(shape) -> tuple[int, ...]:
   return tuple(out)
 
 def _broadcast_shape(*shapes) -> tuple[int, ...]:
+  if len(shapes) == 2 and len(shapes[0]) == len(shapes[1]):  # (a binary op's: size by size)
+    r = []
+    for x, y in zip(*shapes):
+      if x == y or y == 1: r.append(x)
+      elif x == 1: r.append(y)
+      else: break
+    else: return tuple(r)
   out = tuple(shapes[0]) if shapes else ()
   for sh in shapes[1:]:  # pairwise, right-aligned: equal sizes or a 1 on either side
     if sh == out: continue
@@ -276,6 +407,7 @@ def _pairs(arg, ndim, what):
   out = []
   for p in arg:
     if p is None: out.append(None); continue
+    if type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int: out.append(p); continue
     if not isinstance(p, (tuple, list)) or len(p) != 2 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in p):
       raise ShapeError(f"{what} needs (a, b) integer pairs, got {arg!r}")
     out.append((int(p[0]), int(p[1])))
@@ -286,6 +418,8 @@ _LN_2 = math.log(2)
 
 
 # ---------------------------------------------------------------- Tensor
+
+_tensor_new = object.__new__
 
 class Tensor(TensorAPI):
   """A lazy tensor. `Tensor(data, dtype=None, device=None)` from a list, a scalar or a numpy array."""
@@ -350,27 +484,35 @@ class Tensor(TensorAPI):
     dev = nodes[0].device if nodes else self.node.device
     for n in nodes[1:]:
       if n.device != dev: raise DeviceError(f"tensors on different devices: {dev} and {n.device}")
-    t = Tensor.__new__(Tensor)  # (what Tensor(node) does, without its argument dispatch: this is every op's path)
+    t = _tensor_new(Tensor)  # (what Tensor(node) does, without its argument dispatch: this is every op's path)
     t.node = _Node(op, nodes, attrs, shape if type(shape) is tuple else tuple(shape), dtype, dev)
     return t
 
   @staticmethod
   def _const(value, shape, dtype: DType, device: str) -> Tensor:
-    return Tensor(_Node('const', (), {'value': _const_value(value, dtype)}, tuple(shape), dtype, device))
+    t = _tensor_new(Tensor)
+    t.node = _Node('const', (), {'value': _const_value(value, dtype)}, shape if type(shape) is tuple else tuple(shape), dtype, device)
+    return t
 
   def _c(self, value, dtype: DType | None = None) -> Tensor:
     """A splat constant of this tensor's shape and device."""
     return Tensor._const(value, self.shape, dtype or self.dtype, self.device)
 
-  def _unop(self, op: str) -> Tensor: return self._new(op, (self,), self.shape, self.dtype)
+  def _unop(self, op: str) -> Tensor:
+    n, t = self.node, _tensor_new(Tensor)
+    t.node = _Node(op, (n,), None, n.shape, n.dtype, n.device)
+    return t
   def _binop(self, op: str, y: Tensor) -> Tensor:
-    return self._new(op, (self, y), self.shape, _D.bool_ if op.startswith('cmp') else self.dtype)
+    n, m, t = self.node, y.node, _tensor_new(Tensor)
+    if m.device != n.device: raise DeviceError(f"tensors on different devices: {n.device} and {m.device}")
+    t.node = _Node(op, (n, m), None, n.shape, _D.bool_ if op.startswith('cmp') else n.dtype, n.device)
+    return t
   def _float(self) -> Tensor: return self if self.dtype.is_float else self.cast(_D.f32)
 
   # ---- results
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`, in the same function when on one device); returns self."""
-    _realize_nodes([self.node] + [o.node for o in others])
+    _realize_nodes([self.node, *[o.node for o in others]] if others else [self.node])
     return self
 
   def numpy(self) -> np.ndarray:
@@ -507,11 +649,12 @@ class Tensor(TensorAPI):
   def _broadcasted(self, y, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x = self
     if isinstance(y, Tensor):
-      if y.device != x.device: raise DeviceError(f"tensors on different devices: {x.device} and {y.device}")
-      if match_dtype:
-        dt = least_upper_dtype(x.dtype, y.dtype)
+      xn, yn = x.node, y.node
+      if yn.device != xn.device: raise DeviceError(f"tensors on different devices: {xn.device} and {yn.device}")
+      if match_dtype and xn.dtype is not yn.dtype:
+        dt = least_upper_dtype(xn.dtype, yn.dtype)
         x, y = x.cast(dt), y.cast(dt)
-      if x.shape != y.shape:
+      if x.node.shape != y.node.shape:
         shape = _broadcast_shape(x.shape, y.shape)
         x, y = x._broadcast_to(shape), y._broadcast_to(shape)
     elif _is_scalar(y):
@@ -736,16 +879,21 @@ class Tensor(TensorAPI):
   # ---- movement
   def reshape(self, *shape) -> Tensor:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-    shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+    if None in shape: shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     shape = _shape_arg(shape)
-    if shape.count(-1) > 1: raise ShapeError(f"reshape to {shape}: only one size can be -1")
-    if any(s < -1 for s in shape): raise ShapeError(f"reshape to {shape}: negative size")
-    if -1 in shape:
+    if shape == self.shape: return self  # (the shape it has: nothing below can fail)
+    n = self.node
+    if shape and min(shape) < 0:
+      if shape.count(-1) > 1: raise ShapeError(f"reshape to {shape}: only one size can be -1")
+      if min(shape) < -1: raise ShapeError(f"reshape to {shape}: negative size")
       known = math.prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known: raise ShapeError(f"cannot reshape {self.shape} to {shape}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    if math.prod(shape) != self.numel(): raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
-    return self if shape == self.shape else self._new('reshape', (self,), shape, self.dtype)
+      if shape == n.shape: return self
+    if math.prod(shape) != math.prod(n.shape): raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
+    t = _tensor_new(Tensor)
+    t.node = _Node('reshape', (n,), None, shape, n.dtype, n.device)
+    return t
   view = reshape
 
   def _axis(self, a, ndim: int | None = None) -> int:
@@ -758,7 +906,8 @@ class Tensor(TensorAPI):
 
   def permute(self, *order) -> Tensor:
     if len(order) == 1 and isinstance(order[0], (tuple, list)): order = tuple(order[0])
-    o = tuple(self._axis(a) for a in order)
+    nd = self.ndim
+    o = tuple([a if type(a) is int and 0 <= a < nd else self._axis(a) for a in order])
     if sorted(o) != list(range(self.ndim)): raise AxisError(f"permute order {order} is not a permutation of the axes of shape {self.shape}")
     if o == tuple(range(self.ndim)): return self
     return self._new('permute', (self,), tuple(self.shape[i] for i in o), self.dtype, {'order': o})
@@ -820,12 +969,15 @@ class Tensor(TensorAPI):
     return inside.where(r, value)
 
   def shrink(self, arg) -> Tensor:
-    bounds = _pairs(arg, self.ndim, 'shrink')
-    bounds = [(0, s) if b is None else b for b, s in zip(bounds, self.shape)]
-    for i, ((lo, hi), s) in enumerate(zip(bounds, self.shape)):
+    shape = self.shape
+    bounds = _pairs(arg, len(shape), 'shrink')
+    bounds = tuple([(0, s) if b is None else b for b, s in zip(bounds, shape)])
+    out, same = [], True
+    for i, ((lo, hi), s) in enumerate(zip(bounds, shape)):
       if not 0 <= lo <= hi <= s: raise ShapeError(f"shrink bounds ({lo}, {hi}) of axis {i} are outside [0, {s}] for shape {self.shape}")
-    if all(b == (0, s) for b, s in zip(bounds, self.shape)): return self
-    return self._new('shrink', (self,), tuple(hi - lo for lo, hi in bounds), self.dtype, {'bounds': tuple(bounds)})
+      out.append(hi - lo); same = same and lo == 0 and hi == s
+    if same: return self
+    return self._new('shrink', (self,), tuple(out), self.dtype, {'bounds': bounds})
 
   def flip(self, axis=None) -> Tensor:
     if axis is None: axis = tuple(range(self.ndim))
@@ -880,6 +1032,7 @@ class Tensor(TensorAPI):
   # ---- reductions
   def _axes(self, axis) -> tuple[int, ...]:
     if axis is None: return tuple(range(self.ndim))
+    if type(axis) is int and self.ndim: return (self._axis(axis),)  # (one axis: softmax's, a sum's)
     axs = [self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
     if len(set(axs)) != len(axs): raise AxisError(f"repeated axis in {axis} for shape {self.shape}")
     return tuple(sorted(a for a in axs if self.ndim))
@@ -888,29 +1041,34 @@ class Tensor(TensorAPI):
     axes = self._axes(axis)
     keep = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if not axes: ret = self
-    elif any(self.shape[i] == 0 for i in axes):
+    elif 0 in self.shape and any(self.shape[i] == 0 for i in axes):
       if kind == 'max' and not self.dtype.is_float and not self.dtype.is_bool: raise ShapeError(f"max of an empty axis of shape {self.shape}")
       ret = Tensor._const({'add': 0, 'mul': 1, 'max': 0 if self.dtype.is_bool else -math.inf}[kind], keep, self.dtype, self.device)  # any() of nothing is False
     else: ret = self._new('reduce', (self,), keep, self.dtype, {'kind': kind, 'axes': axes})
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
+  @_graph_template
   def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else _sum_acc(self.dtype)
     ret = self.cast(acc)._reduce('add', axis, keepdim)
     return ret.cast(self.dtype) if dtype is None and self.dtype.is_float and self.dtype.itemsize < 4 else ret
 
+  @_graph_template
   def prod(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else _sum_acc(self.dtype)
     ret = self.cast(acc)._reduce('mul', axis, keepdim)
     return ret.cast(self.dtype) if dtype is None and self.dtype.is_float and self.dtype.itemsize < 4 else ret
 
+  @_graph_template
   def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce('max', axis, keepdim)
 
   def _inverse(self) -> Tensor:
     return -self if self.dtype.is_float else self.logical_not() if self.dtype.is_bool else ~self
 
+  @_graph_template
   def min(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse().max(axis, keepdim)._inverse()
 
+  @_graph_template
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
     out = self.dtype if self.dtype.is_float else _D.f32
     axes = self._axes(axis)
@@ -918,12 +1076,14 @@ class Tensor(TensorAPI):
     s = self.sum(axis, keepdim)
     return (s.div(n) if n else s.cast(_upper_float(s.dtype)) * math.nan).cast(out)
 
+  @_graph_template
   def var(self, axis=None, keepdim: bool = False, correction=1) -> Tensor:
     axes = self._axes(axis)
     n = math.prod(self.shape[i] for i in axes)
     sq = (self - self.mean(axes, keepdim=True)).square()
     return sq.sum(axes, keepdim).div(max(0, n - correction))
 
+  @_graph_template
   def std(self, axis=None, keepdim: bool = False, correction=1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
 
   def argmax(self, axis=None, keepdim: bool = False) -> Tensor:
@@ -949,14 +1109,17 @@ class Tensor(TensorAPI):
     e = m.exp()
     return m, e, e.sum(axis, keepdim=True)
 
+  @_graph_template
   def softmax(self, axis=-1) -> Tensor:
     _, e, ss = self._softmax(axis)
     return e.div(ss)
 
+  @_graph_template
   def log_softmax(self, axis=-1) -> Tensor:
     m, _, ss = self._softmax(axis)
     return m - ss.log()
 
+  @_graph_template
   def logsumexp(self, axis=-1, keepdim: bool = False) -> Tensor:
     x = self._float()
     m = x.max(axis, keepdim=True)
@@ -980,6 +1143,7 @@ class Tensor(TensorAPI):
   # ---- linear algebra
   def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
 
+  @_graph_template
   def matmul(self, w) -> Tensor:
     x = self
     if not isinstance(w, Tensor): w = Tensor(w, device=x.device)
@@ -1025,6 +1189,7 @@ class Tensor(TensorAPI):
     x = self * weight if weight.ndim == 1 else self.matmul(weight)
     return x + bias if bias is not None else x
 
+  @_graph_template
   def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
     y = self - self.mean(axis, keepdim=True)
     return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
@@ -1138,6 +1303,7 @@ class Tensor(TensorAPI):
       out[2 * (n - 1 - j) + 1] += max(0, (o - 1) * s_[j] + d_[j] * (k[j] - 1) + 1 - (i + lo + hi))
     return out
 
+  @_graph_template
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
     """return_indices: also the flat index (in each H*W plane) of each maximum, the first on ties, int64."""
     k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
@@ -1154,6 +1320,7 @@ class Tensor(TensorAPI):
     first = (win == m.reshape(m.shape + (1,) * len(k))).where(idx._broadcast_to(win.shape), big).min(axes)
     return m, first.cast(_D.i64)
 
+  @_graph_template
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
     k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
     st = stride if stride is not None else k
@@ -1169,6 +1336,7 @@ class Tensor(TensorAPI):
     x = self._float()
     return (x._pad2d(pads)._pool(k, st, dilation).sum(axes) / cnt).cast(x.dtype)
 
+  @_graph_template
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """NCHW input, (cout, cin/groups, kh, kw) weight; padding an int, (ph, pw) or torch's flat (left, right, top, bottom)."""
     if self.ndim != weight.ndim or self.ndim < 3: raise ShapeError(f"conv2d: input {self.shape} and weight {weight.shape} need the same rank >= 3")

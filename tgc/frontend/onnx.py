@@ -412,9 +412,12 @@ class OnnxModel:
       if used - self._by_value:
         self._by_value |= used
         return self.compile(feeds)
-      fn = compile_module(m, self.device)
       pos = {t.node: k for k, t in inputs.items()}
-      self._compiled[key] = (fn, [pos.get(l) for l in leaves], [l.buf for l in leaves], {k: t.dtype for k, t in inputs.items()}, where)
+      which, bufs = [pos.get(l) for l in leaves], [l.buf for l in leaves]
+      # the weights are these buffers for every call: what is computed from them alone (a weight transposed or
+      # permuted for its kernel) is computed here, once
+      fn = compile_module(m, self.device).specialize({i: b for i, (k, b) in enumerate(zip(which, bufs)) if k is None})
+      self._compiled[key] = (fn, which, bufs, {k: t.dtype for k, t in inputs.items()}, where)
     return self._compiled[key]
 
   def __call__(self, *arrays, **named):
@@ -427,8 +430,16 @@ class OnnxModel:
     feeds = {k: None if v is None else [arr(a) for a in v] if isinstance(v, (list, tuple)) else arr(v) for k, v in feeds.items()}
     fn, which, bufs, dts, where = self.compile(feeds)
     fed = lambda k: feeds[k] if isinstance(k, str) else feeds[k[0]][k[1]]
-    args = [b if k is None else Buffer.from_numpy(b.device, _storage(fed(k), dts[k]).reshape(-1), dts[k]) for k, b in zip(which, bufs)]
-    outs = [_result(o.numpy(), t.dtype).reshape(t.shape) for o, t in zip(fn.run(args), fn.result_types)]
+    def arg(k, b):
+      v, dt = fed(k), dts[k]
+      # an input in its storage dtype already goes in as it is: on a host device its own memory (kernels only read it)
+      if v.dtype == dt.np and not dt.fmt and not dt.width: return Buffer.wrap(b.device, v.reshape(-1), dt)
+      return Buffer.from_numpy(b.device, _storage(v, dt).reshape(-1), dt)
+    # (no argument checks: the key fixes the inputs' shapes, and each input is its argument's dtype here)
+    res = fn.run([b if k is None else arg(k, b) for k, b in zip(which, bufs)], check=False)
+    # a host device's results are handed out as their own memory (fresh buffers each call; one returned twice is copied)
+    outs = [_result(o.numpy() if any(o is p for p in res[:i]) else o.as_numpy(), t.dtype).reshape(t.shape)
+            for i, (o, t) in enumerate(zip(res, fn.result_types))]
     return [None if empty else outs[a:b] if seq else outs[a] for a, b, seq, empty in where]
 
 

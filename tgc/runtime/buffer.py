@@ -37,7 +37,6 @@ class Allocator:
 
   def alloc(self, nbytes: int):
     """A block of at least `nbytes` (from the cache when one of that size is there)."""
-    nbytes = int(nbytes)
     blocks = self.cache.get(nbytes)
     if blocks:
       h = blocks.pop(); self.cached -= nbytes
@@ -49,12 +48,11 @@ class Allocator:
         except MemoryError as e: raise self.out_of_memory(nbytes, e) from None
       self.allocs += 1
     self.in_use += nbytes
-    self.peak = max(self.peak, self.in_use)
+    if self.in_use > self.peak: self.peak = self.in_use
     return h
 
   def free(self, handle, nbytes: int) -> None:
     """Give a block back: kept for reuse (device allocators), or released (host memory, numpy's to manage)."""
-    nbytes = int(nbytes)
     self.in_use -= nbytes
     if self.cache_blocks:
       self.cache[nbytes].append(handle); self.cached += nbytes
@@ -118,13 +116,21 @@ class Buffer:
     if isinstance(device, str):  # a name, or the device object itself (the host schedule's allocations: no import)
       from tgc.runtime import get_device
       device = get_device(device)
-    dev = device
-    self.device, self.size, self.dtype = dev.name, int(size), dtype
-    self.nbytes = self.size * dtype.itemsize
-    self.allocator: Allocator = dev.allocator
-    self.handle = self.allocator.alloc(self.nbytes)
-    self.arg = self.allocator._arg(self.handle)
+    self.allocator = al = device.allocator
+    self.device, self.size, self.dtype = device.name, int(size), dtype
+    self.nbytes = n = self.size * dtype.itemsize
+    self.handle = h = al.alloc(n)
+    self.arg = al._arg(h)
     self.owned, self._view = True, None
+
+  @staticmethod
+  def adopt(dev, size: int, dtype: DType, handle, arg) -> 'Buffer':
+    """The Buffer of a block that device object `dev`'s allocator gave for `size` elements of dtype (with its launch
+    argument): the host schedule allocates a result before its launch and makes its Buffer after the launches."""
+    b = object.__new__(Buffer)
+    b.device, b.size, b.dtype, b.allocator = dev.name, size, dtype, dev.allocator
+    b.nbytes, b.handle, b.arg, b.owned, b._view = size * dtype.itemsize, handle, arg, True, None
+    return b
 
   @staticmethod
   def from_numpy(device: str, arr: np.ndarray, dtype: DType | None = None) -> 'Buffer':
@@ -143,7 +149,7 @@ class Buffer:
     dev = get_device(device)
     if not isinstance(dev.allocator, HostAllocator): return Buffer.from_numpy(device, arr, dtype)
     b = object.__new__(Buffer)
-    arr = np.require(arr, requirements='C')
+    if not arr.flags.c_contiguous: arr = np.ascontiguousarray(arr)  # (np.require costs a microsecond even when it copies nothing)
     b.device, b.size, b.dtype, b.allocator = dev.name, arr.size, dtype or D.from_numpy(arr.dtype), dev.allocator
     b.nbytes, b.owned = arr.nbytes, False
     b._view = arr.reshape(-1)
@@ -183,8 +189,10 @@ class Buffer:
     if h is not None and self.owned: self.allocator.free(h, self.nbytes)
 
   def __del__(self):
-    if getattr(self, 'handle', None) is None: return
-    try: self.free()
+    try: h = self.handle
+    except AttributeError: return  # (its allocation failed)
+    if h is None or not self.owned: return
+    try: self.allocator.free(h, self.nbytes)  # (free() without its bookkeeping: the object is going away)
     except Exception:
       if not sys.is_finalizing(): raise  # at exit the device may already be closed
 

@@ -107,6 +107,18 @@ class CUDAProgram(Program):
     try: self.func.prepared_async_call(self.grid, self.block, self.device.stream, *args, shared_size=self.shared)
     except self.device.cuda.Error as e: raise TgcError(f"cuda: @{self.name}: {e}") from None
 
+  def launcher(self):
+    # what prepared_async_call does, made once: its argument format as a compiled Struct (pycuda imports its packer
+    # and checks its keywords on every call) and the bound launch of the function (cuLaunchKernel)
+    import struct
+    launch = getattr(self.func, '_launch_kernel', None)  # (pycuda's stateless launch, since CUDA 4)
+    if launch is None: return self.launch
+    pack, grid, block, shared, stream, err = struct.Struct(self.func.arg_format).pack, self.grid, self.block, self.shared, self.device.stream, self.device.cuda.Error
+    def f(args):
+      try: launch(grid, block, pack(*args), shared, stream)
+      except err as e: raise TgcError(f"cuda: @{self.name}: {e}") from None
+    return f
+
   def timed_launch(self, args) -> float:
     """The launch's device time from CUDA events recorded around it on the stream."""
     cuda, stream = self.device.cuda, self.device.stream
