@@ -71,8 +71,11 @@ def _exec_alu(op: str, dt: DType, *src):
       elif op == 'sub': r = src[0] - src[1]
       elif op == 'mul': r = src[0] * src[1]
       elif op == 'fdiv': r = np.divide(src[0], src[1])
-      elif op == 'max': r = np.maximum(src[0], src[1])
-      elif op == 'min': r = np.minimum(src[0], src[1])
+      # a if (a >= b, or a <= b for min, or a is NaN) else b, as every emitter selects: numpy's maximum and minimum
+      # take b on ties where they run on AVX-512 (max(-0.0, 0.0) is 0.0 there, -0.0 elsewhere)
+      elif op in ('max', 'min'):
+        a, b = np.broadcast_arrays(src[0], src[1])
+        r = np.where(((a >= b) if op == 'max' else (a <= b)) | np.isnan(a), a, b)
       elif op == 'mod': r = np.fmod(src[0], src[1])
       elif op == 'idiv': r = np.trunc(np.divide(src[0], src[1]))
       else: raise ValueError(f"'{op}' is not defined on {dt}")

@@ -269,7 +269,8 @@ def pad_to_tiles(ks: Schedule, multiples, tile=None) -> list | None:
   try: m, n = tc_axes(ks.full, ks.kinds, ks.views, tile or (1, 1, 1))
   except OptError: return None
   pads = []
-  for i, (ax, amts) in enumerate(zip((m, n, ks.axes('reduce')[0]), multiples)):
+  # (k only where a reduce loop is left: GROUPTOP may have spread a short one over the work-group)
+  for i, (ax, amts) in enumerate(zip((m, n, *ks.axes('reduce')[:1]), multiples)):
     s = ks.full[ax]
     amt = next((a for a in amts if -(-s // a) * a - s <= s // 8), tile[i] if tile else None)
     if amt and s % amt: pads.append(Opt('padto', ax, amt))
