@@ -88,8 +88,9 @@ def tensor_core_targets() -> list[Target]:
 register_target(Target('llvm', 'cpu', 'tgc.emit.llvm:render_llvm_module', max_upcast=16, pack_matmul=True,
                        transcendentals='exp2+log2', fp_contract=True, device='CPU'))  # polynomials vectorise, libm calls do not
 register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_matmul=True, fp_contract=True, device='C'))
-register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=4, aligned_vectors=True, max_threads=256,
-                       local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=4, device='CUDA', fp_contract=True, async_copy=True, warp_size=32,  # float4 is its widest vector
+# (16 bytes is its widest memory access: a float4, 8 halfs; a wider vector is split into such chunks)
+register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=8, max_vector_bytes=16, aligned_vectors=True, max_threads=256,
+                       local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=8, device='CUDA', fp_contract=True, async_copy=True, warp_size=32,
                        tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True)))  # mma.sync m16n8k16
 # (PoCL's OpenCL C builtins are built for 256-bit vectors: on an AVX-512 host, an AMD EPYC here, a float16 vload or
 # sqrt and a double8 vstore abort its LLVM ("Do not know how to scalarize this operator's operand"))

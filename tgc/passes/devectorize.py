@@ -1,4 +1,5 @@
-"""devectorize: split vector values wider than a target has into chunks of `width` lanes (1: scalars).
+"""devectorize: split vector values wider than a target has into chunks of `width` lanes (1: scalars), and with
+`bytes`, of at most that many bytes (cuda: 16, a float4 or 8 halfs).
 
 Every op on a wide value becomes one op per chunk; loads and stores become loads and stores at
 idx + k*width; accumulators and their phis split alike; `uop.vectorize` regroups its sources and
@@ -13,14 +14,21 @@ from tgc.passes.manager import Pass, PipelineError
 U = lambda n: REGISTRY[f'uop.{n}']
 
 
-def devectorize_function(fn, width: int, stats) -> None:
+def devectorize_function(fn, lanes_max: int, stats, bytes_max: int = 0) -> None:
   out: list = []
   chunks: dict[Value, list[Value]] = {}   # wide value -> its chunks, in lane order
   subst: dict[Value, Value] = {}          # a gep of a wide value -> the chunk lane it names
-  wide = lambda t: isinstance(t, VecType) and t.count > width
-  chunk_t = lambda t: t.dtype if width == 1 else VecType(width, t.dtype)
+  # the lanes a chunk keeps: lanes_max, and no more than bytes_max bytes of the widest element type the function's
+  # vectors have (16: a float4, 8 halfs), one width for every vector so that a cast or a compare meets chunks of its own
+  # width (a kernel of halfs alone keeps 8 lanes, one that casts them to float 4)
+  vts = [v.type for op in fn.body.ops for v in op.results if isinstance(v.type, VecType)]
+  width = min(lanes_max, max(1, bytes_max // max(t.dtype.itemsize for t in vts))) if bytes_max and vts else lanes_max
+  W = lambda t: width
+  wide = lambda t: isinstance(t, VecType) and t.count > W(t)
+  chunk_t = lambda t: t.dtype if W(t) == 1 else VecType(W(t), t.dtype)
   def part(v, k):
     if v not in chunks and wide(v.type):  # a whole wide value (a uop.wmma's result): its chunks are geps of it
+      width = W(v.type)
       lanes = [add('gep', [v], v.type.dtype, {'index': i}, None) for i in range(v.type.count)]
       chunks[v] = lanes if width == 1 else [add('vectorize', lanes[j:j + width], chunk_t(v.type), None, None) for j in range(0, len(lanes), width)]
     return chunks[v][k] if v in chunks else v
@@ -32,6 +40,7 @@ def devectorize_function(fn, width: int, stats) -> None:
   def whole(v):
     if v not in chunks: return v
     if v not in wholes:
+      width = W(v.type)
       lanes = chunks[v] if width == 1 else [add('gep', [c], v.type.dtype, {'index': i}, None) for c in chunks[v] for i in range(width)]
       wholes[v] = add('vectorize', lanes, v.type, None, None)
     return wholes[v]
@@ -47,13 +56,14 @@ def devectorize_function(fn, width: int, stats) -> None:
     if (res in fragments and n in ('uop.vectorize', 'uop.load')) or n == 'uop.ldmatrix':  # (ldmatrix: a fragment by its nature)
       out.append(op); continue
     if n == 'uop.gep' and op.vec in chunks:
-      i = op.attrs['index']
+      i, width = op.attrs['index'], W(op.vec.type)
       src = chunks[op.vec][i // width]
       subst[res] = src if width == 1 else add('gep', [src], res.type, {'index': i % width}, op.loc)
       continue
     vt = res.type if res is not None and wide(res.type) else op.value.type if n == 'uop.store' and wide(op.value.type) else None
     if vt is None:
       out.append(op); continue
+    width = W(vt)
     if vt.count % width: raise PipelineError(f"devectorize: {vt} does not split into chunks of {width}")
     stats['ops split'] += 1
     k_n = vt.count // width
@@ -78,7 +88,9 @@ class Devectorize(Pass):
   name = 'devectorize'
   summary = 'split vectors wider than the target has (width=1: scalars)'
   reads = leaves = 'uop'
-  options = {'width': (int, 1, 'the widest vector kept')}
+  options = {'width': (int, 1, 'the widest vector kept, in lanes'),
+             'bytes': (int, 0, 'the widest vector kept, in bytes, whatever its lanes (0: lanes alone)')}
   def run(self, m):
     if self.width < 1: raise PipelineError(f"devectorize: width must be >= 1, got {self.width}")
-    for fn in m.functions('uop.func'): devectorize_function(fn, self.width, self.stats)
+    if self.bytes < 0: raise PipelineError(f"devectorize: bytes must be >= 0, got {self.bytes}")
+    for fn in m.functions('uop.func'): devectorize_function(fn, self.width, self.stats, self.bytes)

@@ -23,7 +23,7 @@ def lower_to_uop_steps(target: str = 'llvm', noopt: bool | None = None, processo
   if opt: steps.append(f'kernel-opt{{target={t.name}{extra}}}')
   steps += [f'linearize{{target={t.name}}}', 'uop-simplify']
   if opt and t.transcendentals: steps.append(f'decompose-transcendentals{{ops={t.transcendentals}}}')
-  if t.devectorize: steps.append(f'devectorize{{width={t.devectorize}}}')
+  if t.devectorize: steps.append(f'devectorize{{width={t.devectorize}' + (f' bytes={t.max_vector_bytes}' if t.max_vector_bytes else '') + '}')
   return steps + ['cse', 'dce']
 
 
