@@ -36,7 +36,7 @@ class KernelFuncOp(Operation):
     axes = tuple(reduces[0].axes) if reduces else ()
     # a reduce kernel stores at the stored shape (1 along the reduced axes) what comes after its reduces, and may
     # also store at its iteration shape (an epilogue after the reduces: softmax's exp(x - max) / sum)
-    at_full = lambda st: any(st.view.shape[a] != 1 for a in axes if a < len(st.view.shape))
+    at_full = lambda st: any(st.view.shape[a] != 1 for a in axes if 0 <= a < len(st.view.shape))  # (a bad axis: reported below)
     reduced = [st for st in stores if not at_full(st)]
     out = (reduced or stores)[0].view.shape
     for st in reduced[1:]:
