@@ -187,3 +187,34 @@ def test_softmax_over_a_long_odd_axis(op, opset, shape, axis):
   text = fe.import_text(model, {})[0]
   assert ('tensor.pad' in text) == bool(n % 16) and f'x{n + -n % 16}xf32>' in text  # computed padded on the CPU
   np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('e', [np.float32(2.0), np.array([3], np.int64), np.float32(-1.0), np.float32(-2.0), np.float32(0.0),
+                               np.float32(0.5), np.full((2, 1), 2.0, np.float32), np.float32(1.5), np.array([[2.0], [3.0]], np.float32)])
+def test_pow_by_a_constant_exponent(e):
+  """A constant exponent of one value: an integer one is multiplied out, 0.5 is sqrt, with numpy's values at the edges
+  (negative bases to odd and even powers, -0, +-inf, NaN; the sign of a zero too); other exponents take the general
+  power, whose log2 stays in the text (and which is inexact: 3 ** 3 = 27.000002)."""
+  x = np.array([-3, -1.5, -0.0, 0.0, 0.5, 2, np.inf, -np.inf, np.nan, 1e20], np.float32)
+  x = np.stack([x, -x]) if np.shape(e) == (2, 1) and np.unique(e).size > 1 else x
+  g = h.make_graph([h.make_node('Pow', ['x', 'e'], ['y'])], 'g', [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))],
+                   [h.make_tensor_value_info('y', T.FLOAT, None)], [numpy_helper.from_array(np.asarray(e), 'e')])
+  model = h.make_model(g, opset_imports=[h.make_opsetid('', 13)])
+  general = np.unique(e).size > 1 or not (float(np.ravel(e)[0]).is_integer() or np.ravel(e)[0] == 0.5)
+  assert ('tensor.log2' in fe.import_text(model, {})[0]) == general
+  with np.errstate(all='ignore'): ref = np.power(x, np.asarray(e, np.float32))
+  y = tgc.onnx.load(model)(x)[0]
+  assert y.shape == ref.shape and y.dtype == np.float32
+  np.testing.assert_allclose(y, ref, rtol=1e-5 if general else 1e-6)
+  assert general or (np.signbit(y) == np.signbit(ref))[~np.isnan(ref)].all(), (y, ref)
+
+
+def test_pow_of_integers_by_a_constant_exponent():
+  """An integer base to a constant non-negative integer power: multiplied out in its dtype (negative bases keep odd
+  powers' sign)."""
+  x = np.array([-7, -2, -1, 0, 1, 3, 1290], np.int32)
+  for e, ref in ((np.array(3, np.int64), x ** 3), (np.array(0, np.int64), np.ones_like(x)), (np.array([2.0], np.float32), x * x)):
+    g = h.make_graph([h.make_node('Pow', ['x', 'e'], ['y'])], 'g', [h.make_tensor_value_info('x', T.INT32, [7])],
+                     [h.make_tensor_value_info('y', T.INT32, None)], [numpy_helper.from_array(e, 'e')])
+    y = tgc.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid('', 15)]))(x)[0]
+    assert y.dtype == np.int32 and (y == ref).all(), (e, y, ref)
