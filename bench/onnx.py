@@ -115,7 +115,7 @@ def main() -> int:
   providers = ['CUDAExecutionProvider', 'CPUExecutionProvider'] if device == 'CUDA' and 'CUDAExecutionProvider' in ort.get_available_providers() else ['CPUExecutionProvider']
   tiny, tiny_what = (None, '--no-tinygrad') if args.no_tinygrad else start_tinygrad(device)
   print(f"onnxruntime {ort.__version__} on {providers[0]}" + (f" (no CUDAExecutionProvider in {ort.get_available_providers()})" if device == 'CUDA' and providers[0] != 'CUDAExecutionProvider' else ''))
-  print(f"tgc on {device}" + (f", threads {args.threads}" if args.threads else ''))
+  print(f"tgc on {device}" + (f"; every runtime on {args.threads} thread(s)" if args.threads else ''))
   print(tiny_what if tiny else f"tinygrad: not run ({tiny_what})")
   print(f"{'model':<12} {'runtime':<12} {'first call ms':>14} {'steady ms':>10} {'vs ort':>7} {'max err':>8}")
   names = args.models.split(',') if args.models else sorted(MODELS)
@@ -125,7 +125,10 @@ def main() -> int:
       path, feeds = make()
       if path is None: print(f"{name:<12} ({package} is not installed)"); continue
       def ort_call(state={}):
-        if 'sess' not in state: state['sess'] = ort.InferenceSession(path, opts, providers=providers)
+        if 'sess' not in state:
+          state['sess'] = ort.InferenceSession(path, opts, providers=providers)
+          # (onnxruntime falls back to the CPU, with a warning only, where the CUDA provider's libraries do not load)
+          if state['sess'].get_providers()[0] != providers[0]: print(f"# onnxruntime runs {name} on {state['sess'].get_providers()[0]}")
         return state['sess'].run(None, feeds)
       def tgc_call(state={}):
         if 'model' not in state: state['model'] = fe.load(path, device=device)
