@@ -187,3 +187,61 @@ def test_softmax_over_a_long_odd_axis(op, opset, shape, axis):
   text = fe.import_text(model, {})[0]
   assert ('tensor.pad' in text) == bool(n % 16) and f'x{n + -n % 16}xf32>' in text  # computed padded on the CPU
   np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('e', [np.float32(2.0), np.array([3], np.int64), np.float32(-1.0), np.float32(-2.0), np.float32(0.0),
+                               np.float32(0.5), np.full((2, 1), 2.0, np.float32), np.float32(1.5), np.array([[2.0], [3.0]], np.float32)])
+def test_pow_by_a_constant_exponent(e):
+  """A constant exponent of one value: an integer one is multiplied out, 0.5 is sqrt, with numpy's values at the edges
+  (negative bases to odd and even powers, -0, +-inf, NaN; the sign of a zero too); other exponents take the general
+  power, whose log2 stays in the text (and which is inexact: 3 ** 3 = 27.000002)."""
+  x = np.array([-3, -1.5, -0.0, 0.0, 0.5, 2, np.inf, -np.inf, np.nan, 1e20], np.float32)
+  x = np.stack([x, -x]) if np.shape(e) == (2, 1) and np.unique(e).size > 1 else x
+  g = h.make_graph([h.make_node('Pow', ['x', 'e'], ['y'])], 'g', [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))],
+                   [h.make_tensor_value_info('y', T.FLOAT, None)], [numpy_helper.from_array(np.asarray(e), 'e')])
+  model = h.make_model(g, opset_imports=[h.make_opsetid('', 13)])
+  general = np.unique(e).size > 1 or not (float(np.ravel(e)[0]).is_integer() or np.ravel(e)[0] == 0.5)
+  assert ('tensor.log2' in fe.import_text(model, {})[0]) == general
+  with np.errstate(all='ignore'): ref = np.power(x, np.asarray(e, np.float32))
+  y = tgc.onnx.load(model)(x)[0]
+  assert y.shape == ref.shape and y.dtype == np.float32
+  np.testing.assert_allclose(y, ref, rtol=1e-5 if general else 1e-6)
+  assert general or (np.signbit(y) == np.signbit(ref))[~np.isnan(ref)].all(), (y, ref)
+
+
+def test_pow_of_integers_by_a_constant_exponent():
+  """An integer base to a constant non-negative integer power: multiplied out in its dtype (negative bases keep odd
+  powers' sign)."""
+  x = np.array([-7, -2, -1, 0, 1, 3, 1290], np.int32)
+  for e, ref in ((np.array(3, np.int64), x ** 3), (np.array(0, np.int64), np.ones_like(x)), (np.array([2.0], np.float32), x * x)):
+    g = h.make_graph([h.make_node('Pow', ['x', 'e'], ['y'])], 'g', [h.make_tensor_value_info('x', T.INT32, [7])],
+                     [h.make_tensor_value_info('y', T.INT32, None)], [numpy_helper.from_array(e, 'e')])
+    y = tgc.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid('', 15)]))(x)[0]
+    assert y.dtype == np.int32 and (y == ref).all(), (e, y, ref)
+
+
+def _conv_ref(x, w, b, stride, pads):
+  """Conv (no groups, no dilation) in numpy: windows of the zero-padded input times the filters."""
+  nk = w.ndim - 2
+  xp = np.pad(x, ((0, 0), (0, 0)) + tuple((pads[i], pads[i + nk]) for i in range(nk)))
+  win = np.lib.stride_tricks.sliding_window_view(xp, w.shape[2:], axis=tuple(range(2, 2 + nk)))
+  win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)]
+  y = np.einsum('nc' + 'xy'[:nk] + 'ij'[:nk] + ',oc' + 'ij'[:nk] + '->no' + 'xy'[:nk], win, w)
+  return y + b.reshape(1, -1, *(1,) * nk)
+
+
+@pytest.mark.parametrize('x_shape,w_shape,stride,pads,padded', [((1, 1, 70), (30, 1, 16), (8,), (0, 0), 32),   # an STFT-like conv
+                                                                ((2, 12, 1, 9), (60, 12, 1, 3), (1, 1), (0, 1, 0, 1), 64),
+                                                                ((1, 6, 11), (24, 6, 3), (2,), (1, 1), None),  # 24 -> 32: a third more
+                                                                ((1, 6, 11), (32, 6, 3), (1,), (1, 1), None)])
+def test_conv_with_output_channels_padded_to_vectors(x_shape, w_shape, stride, pads, padded):
+  """A constant conv weight whose output channels the CPU vector (16) does not divide is padded with zero filters
+  at import where that adds at most an eighth of the work (30 -> 32, 60 -> 64; not 24 -> 32), the result cut back."""
+  x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))
+  g = h.make_graph([h.make_node('Conv', ['x', 'w', 'b'], ['y'], strides=list(stride), pads=list(pads))], 'g',
+                   [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))], [h.make_tensor_value_info('y', T.FLOAT, None)],
+                   [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(b, 'b')])
+  model = h.make_model(g, opset_imports=[h.make_opsetid('', 13)])
+  _, weights = fe.import_text(model, {})
+  assert (weights['w_padded'].shape == (padded, *w_shape[1:]) and not weights['w_padded'][w_shape[0]:].any()) if padded else 'w' in weights
+  np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], _conv_ref(x, w, b, stride, pads), rtol=1e-4, atol=1e-4)
