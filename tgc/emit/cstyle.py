@@ -208,6 +208,15 @@ class Lang:
                + ("if (r == 0u) return 0; " if f.kind == 'fnuz' else '') + f"return ({B})(s | r);")
       out += [f"{q} float tg_{n}_to_f32({B} b) {{ {dec} }}", f"{q} {B} tg_f32_to_{n}(float f) {{ {enc} }}",
               f"{q} float tg_{n}_round(float f) {{ return tg_{n}_to_f32(tg_f32_to_{n}(f)); }}"]
+    # a float to a 64-bit int as exec_cast defines it (C leaves negatives to unsigned and NaN undefined): truncated,
+    # |t| < 2^63 through int64 (wrapped), t == -2^63 or an unsigned t in [2^63, 2^64] 0x8000000000000000, else 0
+    for need in sorted(x for x in self.needs if isinstance(x, str) and x.startswith('f2int:')):
+      _, sn, dn = need.split(':')
+      S, R, q = self.reg(D.BY_NAME[sn]), self.reg(D.BY_NAME[dn]), self.fn_qual
+      lo, hi = D.min_max(D.BY_NAME[dn])
+      big = f"{1 << 63}{self.int64_sfx[1]}"
+      out.append(f"{q} {R} tg_{sn}_to_{dn}({S} x) {{ {S} t = trunc(x); if (fabs(t) < {float(1 << 63)!r}) return ({R})({self.reg(D.i64)})t; "
+                 f"return (t >= {float(lo)!r} && t <= {float(hi)!r}) ? ({R}){big} : ({R})0; }}")
     return out
   def cast(self, x: str, src: D.DType, dst: D.DType) -> str:
     if src is dst: return x
@@ -218,6 +227,10 @@ class Lang:
       if dst.fmt and (src is D.f64 or src.is_int): x = f"(float)({x})"         # bf16 and f8 round from float32
       if dst.name in self.emulated: return self.wrap(dst, x if dst.fmt or x.startswith('(float)') else f"(float)({x})")
       return f"(({self.reg(dst)})({x}))"
+    if src.is_float and dst.bits == 64:
+      sn = 'f64' if src is D.f64 else 'f32'
+      self.needs.add(f'f2int:{sn}:{dst.name}')
+      return f"tg_{sn}_to_{dst.name}({x})"
     if src.is_float and dst.bits < 64: x = f"(long long)({x})"  # numpy: through int64, wrapped
     return self.wrap(dst, x) if dst.width else f"(({self.reg(dst)})({x}))"
   def prelude(self) -> list[str]:
