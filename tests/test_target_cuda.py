@@ -334,9 +334,35 @@ def test_launcher_is_what_prepared_async_call_launches():
   prg = object.__new__(CUDAProgram)
   prg.name, prg.grid, prg.block, prg.shared = 'k', (4, 2, 1), (128, 1, 1), 4096
   prg.func = types.SimpleNamespace(arg_format='PPP', _launch_kernel=launch_kernel)
-  prg.device = types.SimpleNamespace(stream='stream', cuda=types.SimpleNamespace(Error=Error))
+  made_current = []
+  prg.device = types.SimpleNamespace(stream='stream', cuda=types.SimpleNamespace(Error=Error), make_current=lambda: made_current.append(1))
   args = (0x7f0000001000, 0x7f0000002000, 2**64 - 256)
   prg.launcher()(args)
-  assert calls == [((4, 2, 1), (128, 1, 1), struct.pack('PPP', *args), 4096, 'stream')]
+  assert calls == [((4, 2, 1), (128, 1, 1), struct.pack('PPP', *args), 4096, 'stream')] and not made_current
+  # a failed launch makes tgc's context current (another library's may be) and tries once more, then raises
   prg.shared = -1
   with pytest.raises(tgc.TgcError, match="cuda: @k: launch failed"): prg.launcher()(args)
+  assert made_current == [1]
+
+
+def test_another_context_current():
+  """Another library's CUDA context current on the thread (tinygrad creates its own and sets it current with
+  cuCtxSetCurrent after its calls): tgc's copies, allocations and launches make tgc's context current again and run."""
+  _gpu()
+  import ctypes
+  import pycuda.driver as cuda
+  dev = tgc.Device['CUDA']
+  lib = ctypes.CDLL('libcuda.so.1')
+  set_current = lambda c: lib.cuCtxSetCurrent(ctypes.c_void_p(c.handle))
+  other = cuda.Device(0).make_context(); cuda.Context.pop()  # (made, and not left on pycuda's stack)
+  try:
+    a = np.arange(1 << 16, dtype=np.float32)
+    set_current(other)
+    x = tgc.Tensor(a, device='CUDA')
+    set_current(other)  # between the copy and the launch
+    np.testing.assert_allclose(((x + 1) * 2).numpy(), (a + 1) * 2)
+    set_current(other)
+    np.testing.assert_allclose(x.sum().numpy(), a.sum(), rtol=1e-6)
+  finally:
+    set_current(dev.ctx)
+    other.detach()

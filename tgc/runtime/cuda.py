@@ -20,20 +20,21 @@ class CUDAAllocator(Allocator):
   """cuMemAlloc'd blocks (pycuda DeviceAllocations); copies and launches in the order of the device's stream."""
   def __init__(self, dev: 'CUDADevice'):
     super().__init__(dev.name)
-    self.cuda, self.stream = dev.cuda, dev.stream
+    self.cuda, self.stream, self.current = dev.cuda, dev.stream, dev.make_current
   def _alloc(self, nbytes):
+    self.current()
     try: return self.cuda.mem_alloc(max(nbytes, 4))  # (the driver refuses 0 bytes)
     except self.cuda.MemoryError as e: raise MemoryError(str(e)) from None
-  def _free(self, handle): handle.free()
+  def _free(self, handle): self.current(); handle.free()
   def _copyin(self, handle, arr):
     # from pageable host memory the driver stages the data before the call returns: arr may go away after it
-    self.cuda.memcpy_htod_async(handle, arr, self.stream)
+    self.current(); self.cuda.memcpy_htod_async(handle, arr, self.stream)
   def _copyout(self, arr, handle):
-    self.cuda.memcpy_dtoh_async(arr, handle, self.stream); self.stream.synchronize()
-  def _copy(self, dst, src, nbytes): self.cuda.memcpy_dtod_async(dst, src, nbytes, self.stream)
+    self.current(); self.cuda.memcpy_dtoh_async(arr, handle, self.stream); self.stream.synchronize()
+  def _copy(self, dst, src, nbytes): self.current(); self.cuda.memcpy_dtod_async(dst, src, nbytes, self.stream)
   def _arg(self, handle): return int(handle)
-  def _mem_info(self): return self.cuda.mem_get_info()
-  def synchronize(self): self.stream.synchronize()
+  def _mem_info(self): self.current(); return self.cuda.mem_get_info()
+  def synchronize(self): self.current(); self.stream.synchronize()
 
 
 class CUDADevice(BaseDevice):
@@ -58,8 +59,22 @@ class CUDADevice(BaseDevice):
     # the shared memory a block may ask for (kernel-opt's tiles fit it: compiler.compile_module passes it on)
     self.local_memory = self.dev.get_attribute(cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
     self.stream = cuda.Stream()
+    self._libcuda = None
     self._modules: dict[tuple[str, bool], object] = {}
     super().__init__(CUDAAllocator(self))
+
+  def make_current(self):
+    """Make tgc's context current on this thread where another library's is (tinygrad runs in a context of its own
+    and sets it current: tgc's allocations would land there and its launches fail, 'invalid resource handle'); a
+    driver call to read the current one (pycuda binds no cuCtxSetCurrent)."""
+    lib = self._libcuda
+    if lib is None:
+      import ctypes
+      lib = self._libcuda = ctypes.CDLL('libcuda.so.1')
+      self._cur, self._mine = ctypes.c_void_p(), ctypes.c_void_p(self.ctx.handle)
+      self._cur_ref = ctypes.byref(self._cur)
+    lib.cuCtxGetCurrent(self._cur_ref)
+    if self._cur.value != self._mine.value: lib.cuCtxSetCurrent(self._mine)
 
   def _close(self):
     try:
@@ -74,6 +89,7 @@ class CUDADevice(BaseDevice):
     with _lock:
       m = self._modules.get((src, fmad))
       if m is None:
+        self.make_current()
         # one compiler cache per process: pycuda's shared one races when several processes fill it at once
         cache = os.path.join(tempfile.gettempdir(), f"tgc-pycuda-{os.getpid()}")
         os.makedirs(cache, exist_ok=True)
@@ -104,6 +120,7 @@ class CUDAProgram(Program):
     self._start = self._end = None
 
   def launch(self, args) -> None:
+    self.device.make_current()
     try: self.func.prepared_async_call(self.grid, self.block, self.device.stream, *args, shared_size=self.shared)
     except self.device.cuda.Error as e: raise TgcError(f"cuda: @{self.name}: {e}") from None
 
@@ -114,9 +131,15 @@ class CUDAProgram(Program):
     launch = getattr(self.func, '_launch_kernel', None)  # (pycuda's stateless launch, since CUDA 4)
     if launch is None: return self.launch
     pack, grid, block, shared, stream, err = struct.Struct(self.func.arg_format).pack, self.grid, self.block, self.shared, self.device.stream, self.device.cuda.Error
+    current = self.device.make_current
     def f(args):
       try: launch(grid, block, pack(*args), shared, stream)
-      except err as e: raise TgcError(f"cuda: @{self.name}: {e}") from None
+      except err as e:
+        # (another library's context current: the allocator's calls make ours current again, a launch right after
+        # that library's call finds out here, once)
+        current()
+        try: launch(grid, block, pack(*args), shared, stream)
+        except err: raise TgcError(f"cuda: @{self.name}: {e}") from None
     return f
 
   def timed_launch(self, args) -> float:
