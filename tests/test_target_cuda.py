@@ -366,3 +366,22 @@ def test_another_context_current():
   finally:
     set_current(dev.ctx)
     other.detach()
+
+
+def test_kernels_of_a_function_compile_as_one_module():
+  """compile_module hands the CUDA device all of a function's kernels at once: one nvcc run a module (the kernels
+  allowed fma apart from the others), each program a function of it; results as numpy's."""
+  dev = _gpu()
+  from tgc.tensor import _build_module
+  from tgc.compiler import compile_module
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((64, 300)).astype(np.float32), rng.standard_normal((300, 40)).astype(np.float32)
+  ta, tb = tgc.Tensor(a, device='CUDA'), tgc.Tensor(b, device='CUDA')
+  m, leaves = _build_module([((ta @ tb).relu().softmax(1) + ta.sum()).node], 'f')
+  before = len(dev._modules)
+  fn = compile_module(m, 'CUDA')
+  assert len(fn.kernels) >= 3 and len(dev._modules) - before <= 2
+  (out,) = fn(*[a if l is ta.node else b for l in leaves])
+  x = np.maximum(a.astype(np.float64) @ b, 0)
+  e = np.exp(x - x.max(1, keepdims=True))
+  np.testing.assert_allclose(out, e / e.sum(1, keepdims=True) + a.sum(dtype=np.float64), rtol=1e-4, atol=1e-4)

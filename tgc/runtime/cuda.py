@@ -100,16 +100,25 @@ class CUDADevice(BaseDevice):
 
   def compile(self, fn) -> 'CUDAProgram': return CUDAProgram(self, fn)
 
+  def compile_all(self, fns) -> list:
+    """A function's kernels in one module a compile (those allowed fma and the others apart): nvcc's start-up and
+    the driver's load once, not once a kernel (PP-OCR's classifier, 99 kernels: 58 s on an H100 one by one)."""
+    from tgc.emit.cuda import render_cuda
+    groups: dict[bool, list] = {}
+    for fn in fns: groups.setdefault(bool(fn.attrs.get('contract')), []).append(fn)
+    mods = {fmad: self.module(render_cuda(list(g)), fmad) for fmad, g in groups.items() if len(g) > 1}
+    return [CUDAProgram(self, fn, mods.get(bool(fn.attrs.get('contract')))) for fn in fns]
+
 
 class CUDAProgram(Program):
   """A kernel of a loaded module, prepared once (its argument format), launched asynchronously on the stream."""
-  def __init__(self, dev: CUDADevice, fn):
+  def __init__(self, dev: CUDADevice, fn, module=None):
     from tgc.emit.cuda import render_cuda_kernel
     super().__init__(dev, fn)
     if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"CUDA: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
     from tgc.emit.cuda import dynamic_shared_bytes
-    self.src = render_cuda_kernel(fn)
-    self.func = dev.module(self.src, bool(fn.attrs.get('contract'))).get_function(self.name)
+    if module is None: module = dev.module(render_cuda_kernel(fn), bool(fn.attrs.get('contract')))  # (module: compiled with others)
+    self.func = module.get_function(self.name)
     self.func.prepare('P' * len(self.signature))
     self.shared = dynamic_shared_bytes(fn)
     if self.shared:
