@@ -245,3 +245,35 @@ def test_conv_with_output_channels_padded_to_vectors(x_shape, w_shape, stride, p
   _, weights = fe.import_text(model, {})
   assert (weights['w_padded'].shape == (padded, *w_shape[1:]) and not weights['w_padded'][w_shape[0]:].any()) if padded else 'w' in weights
   np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], _conv_ref(x, w, b, stride, pads), rtol=1e-4, atol=1e-4)
+
+
+def _branch_on_input():
+  """y = x * 2 if rate == 16000 else x * 3: an If on a graph input's value (silero VAD's sample rate)."""
+  two, three = (h.make_graph([h.make_node('Mul', ['x', c], ['o'])], n, [], [h.make_tensor_value_info('o', T.FLOAT, [2, 3])],
+                             [numpy_helper.from_array(np.array(v, np.float32), c)]) for n, c, v in (('two', 'c2', 2.0), ('three', 'c3', 3.0)))
+  nodes = [h.make_node('Equal', ['rate', 'k'], ['cond']), h.make_node('If', ['cond'], ['y'], then_branch=two, else_branch=three)]
+  g = h.make_graph(nodes, 'branch', [h.make_tensor_value_info('x', T.FLOAT, [2, 3]), h.make_tensor_value_info('rate', T.INT64, [])],
+                   [h.make_tensor_value_info('y', T.FLOAT, [2, 3])], [numpy_helper.from_array(np.array(16000, np.int64), 'k')])
+  return h.make_model(g, opset_imports=[h.make_opsetid('', 17)])
+
+
+@pytest.mark.parametrize('rate, factor', [(16000, 2.0), (8000, 3.0)])
+def test_tool_fixes_an_input_value(tmp_path, rate, factor):
+  """A branch on an input's value cannot be taken at import unless the value is given: --input-value makes the input a
+  constant (no longer an argument of the function), and tgc-run then computes the branch it selects."""
+  src, out = tmp_path / 'b.onnx', tmp_path / 'b.tgc'
+  onnx.save(_branch_on_input(), str(src))
+  rc, _, err = tool('import_onnx_main', str(src), '-o', str(out))
+  assert rc == 1 and 'depends on the values of the graph inputs' in err, err
+  rc, _, err = tool('import_onnx_main', str(src), '-o', str(out), '--input-value', f'rate={rate}')
+  assert rc == 0, err
+  assert out.read_text().startswith('func.func @main(%x: tensor<2x3xf32>)')
+  x = RNG.standard_normal((2, 3)).astype(np.float32)
+  np.save(tmp_path / 'x.npy', x)
+  rc, _, err = tool('run_main', str(out), '--input', f'x={tmp_path / "x.npy"}', '--output', str(tmp_path / 'res'))
+  assert rc == 0, err
+  np.testing.assert_allclose(np.load(tmp_path / 'res' / 'result0.npy'), x * factor, rtol=1e-6)
+  for bad, msg in (('rate=abc', 'is not a comma-separated list of numbers'), ('nope=1', "'nope', which is not a graph input"),
+                   ('rate=1,2', '2 values for its shape []')):
+    rc, _, err = tool('import_onnx_main', str(src), '--input-value', bad)
+    assert rc == 1 and msg in err, err

@@ -352,11 +352,14 @@ def import_onnx_main(argv: list[str] | None = None) -> int:
   ap.add_argument('-o', dest='output', default=None, help='output .tgc (weights in the .npz of the same name); default: stdout')
   ap.add_argument('--input-shape', dest='shapes', action='append', default=[], metavar='NAME=1x3x224x224',
                   help='the shape of a graph input, or the size of a symbolic dimension by its name (N=1)')
+  ap.add_argument('--input-value', dest='values', action='append', default=[], metavar='NAME=16000',
+                  help="fix a graph input's value (numbers, comma-separated, or a .npy file): it becomes a constant, so that "
+                       "branches and shapes that read it are taken at import (silero VAD's sample rate)")
   args = ap.parse_args(sys.argv[1:] if argv is None else argv)
   def body():
     import numpy as np
     from tgc.frontend import onnx as fe
-    text, weights = fe.import_text(args.input, dict(fe.parse_shape(s) for s in args.shapes))
+    text, weights = fe.import_text(args.input, dict(fe.parse_shape(s) for s in args.shapes), dict(fe.parse_value(v) for v in args.values))
     write_output(text, args.output)
     if weights:
       if args.output in (None, '-'): sys.stderr.write(f"tgc-import-onnx: {len(weights)} weights not written (give -o FILE.tgc to write FILE.npz)\n")

@@ -5,7 +5,7 @@ placeholder buffers of the specialised shapes, initializers are weight buffers, 
 `tensor.const`s. Values a shape depends on (Shape, Reshape's target, Slice's starts) are computed at import
 time; a shape that depends on the inputs' values cannot be specialised and is an error."""
 from __future__ import annotations
-import os, re
+import math, os, re
 import numpy as np
 from tgc.tensor import Tensor, _Node, _toposort, _build_module, _dense_value
 from tgc.ir import dtypes as D
@@ -84,6 +84,31 @@ def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
   except ValueError: raise OnnxError(f"--input-shape expects NAME=1x3x224x224, got '{spec}'") from None
 
 
+def parse_value(spec: str) -> tuple[str, np.ndarray]:
+  """'NAME=16000', 'NAME=1,2,3' or 'NAME=file.npy' -> (NAME, its values): a graph input fixed at import."""
+  name, sep, text = spec.partition('=')
+  if not sep or not name or not text: raise OnnxError(f"--input-value expects NAME=VALUE[,VALUE...] or NAME=FILE.npy, got '{spec}'")
+  if text.endswith('.npy'):
+    try: return name, np.load(text, allow_pickle=False)
+    except (OSError, ValueError) as e: raise OnnxError(f"--input-value {name}: cannot read '{text}': {e}") from None
+  try: return name, np.array([float(v) if any(c in v for c in '.eEnN') else int(v) for v in text.split(',')])
+  except ValueError: raise OnnxError(f"--input-value {name}: '{text}' is not a comma-separated list of numbers") from None
+
+
+def fixed_inputs(model, values: dict, shapes: dict) -> dict[str, np.ndarray]:
+  """The values of the graph inputs fixed at import ({name: array}), cast to the input's dtype and shaped to its
+  shape (one value fills it)."""
+  elem = {i.name: i.type.tensor_type.elem_type for i in model.graph.input if i.type.HasField('tensor_type')}
+  out = {}
+  for name, v in values.items():
+    if name not in elem: raise OnnxError(f"--input-value names '{name}', which is not a graph input (inputs: {', '.join(elem) or 'none'})")
+    shp = shapes[name]
+    if v.size == 1: v = np.full(shp, v.reshape(-1)[0])
+    elif v.size != math.prod(shp): raise OnnxError(f"--input-value {name}: {v.size} values for its shape {list(shp)}")
+    out[name] = v.reshape(shp).astype(_dtype(elem[name]).np)
+  return out
+
+
 class _Ctx:
   """What an op function sees: the node, the opset, and the import-time values of constant tensors."""
   def __init__(self, opset: int, device: str, placeholders: dict, fed: bool):
@@ -158,7 +183,7 @@ def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
   return out
 
 
-def trace(model, shapes: dict | None = None, device: str | None = None, feeds: dict | None = None):
+def trace(model, shapes: dict | None = None, device: str | None = None, feeds: dict | None = None, values: dict | None = None):
   """Run the graph on placeholders (holding `feeds` where given): (inputs {key: Tensor}, outputs [(name, value)],
   names {leaf node: name}, the inputs whose values the result was specialised to). A key is an input's name, or
   (name, i) for element i of a sequence input; a value is a Tensor, a list of them (a sequence) or EMPTY."""
@@ -173,8 +198,11 @@ def trace(model, shapes: dict | None = None, device: str | None = None, feeds: d
     names[t.node] = label
     return t
   elem = {i.name: i.type.tensor_type.elem_type for i in g.input}
-  for name, shp in input_shapes(model, shapes).items():
+  in_shapes = input_shapes(model, shapes)
+  fixed = fixed_inputs(model, values or {}, in_shapes)  # (constants: the graph's shapes and branches may read them)
+  for name, shp in in_shapes.items():
     dt = _dtype(elem[name])
+    if name in fixed: vals[name] = _tensor(fixed[name], dt, dev); continue
     vals[name] = place(name, name, dt, np.zeros(shp, dt.np) if feeds is None else feeds[name])
   inits = {i.name for i in g.initializer}
   for i in g.input:  # sequences and optionals: placeholders for the values fed (a list, an array or None)
@@ -364,10 +392,11 @@ def _roots(outputs):
   return [t.contiguous() if t.node.realized else t for t in _flat(outputs)[0]]
 
 
-def build(model, shapes: dict | None = None, device: str | None = None, name: str = 'main', feeds: dict | None = None):
-  """(module, leaves, inputs, weights, specialised): the func.func whose arguments are the graph inputs, then the
-  weights; weights maps argument name -> numpy array (what the `.npz` beside the `.tgc` holds)."""
-  inputs, outputs, names, by_value = trace(model, shapes, device, feeds)
+def build(model, shapes: dict | None = None, device: str | None = None, name: str = 'main', feeds: dict | None = None,
+          values: dict | None = None):
+  """(module, leaves, inputs, weights, specialised): the func.func whose arguments are the graph inputs (less those
+  `values` fixes), then the weights; weights maps argument name -> numpy array (what the `.npz` beside the `.tgc` holds)."""
+  inputs, outputs, names, by_value = trace(model, shapes, device, feeds, values)
   if not _flat(outputs)[0]: raise OnnxError("the graph computes no tensor (its outputs are empty sequences or optionals)")
   m, leaves = _build_module([t.node for t in _roots(outputs)], name)
   fn = m.functions('func.func')[0]
@@ -384,9 +413,9 @@ def build(model, shapes: dict | None = None, device: str | None = None, name: st
   return m, leaves, inputs, weights, by_value, _flat(outputs)[1]
 
 
-def import_text(model, shapes: dict | None = None) -> tuple[str, dict]:
-  """(the module's text, its weights by argument name)."""
-  m, _, _, weights, _, _ = build(read_model(model), shapes)
+def import_text(model, shapes: dict | None = None, values: dict | None = None) -> tuple[str, dict]:
+  """(the module's text, its weights by argument name); `values` fixes graph inputs ({name: array}) to constants."""
+  m, _, _, weights, _, _ = build(read_model(model), shapes, values=values)
   return m.print(), weights
 
 
