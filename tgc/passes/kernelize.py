@@ -118,8 +118,23 @@ class Scheduler:
       if _is_leaf(v): has_reduce[v] = False; continue
       hr = op.name == 'tensor.reduce' or any(has_reduce.get(s, False) and s not in self.R for s in op.operands)
       has_reduce[v] = hr
-      if hr and MOVEMENT not in op.TRAITS and v not in self.R and self.eff_uses(v) >= 2: self.R.add(v)
+      if hr and MOVEMENT not in op.TRAITS and v not in self.R and self.eff_uses(v) >= 2 and not self._one_sink(v): self.R.add(v)
     self.choose_fusions()
+
+  def _one_sink(self, v: Value) -> bool:
+    """Whether every use of v joins, through elementwise ops and reshapes alone, in one value that is all that leaves
+    them (HardSwish's r * clip(r + 3, 0, 6) / 6 of a conv's r): that value's kernel computes v once and uses it twice,
+    where a buffer of v would cost a kernel and a round trip through memory."""
+    seen, stack, out = {v}, [v], set()
+    while stack:
+      u = stack.pop()
+      for user in self.users.get(u, []):
+        w = user.results[0] if user.results else None
+        if w is None or w in self.R or not (user.name == 'tensor.reshape' or (ELEMENTWISE in user.TRAITS and hasattr(user, 'opname'))):
+          out.add(u); continue
+        if w not in seen: seen.add(w); stack.append(w)
+      if u in self.R and u is not v: out.add(u)
+    return len(out) == 1 and next(iter(out)) is not v
 
   def _materialize_broadcast_factors(self):
     """A factor of a sum of products that the product reads broadcast RECOMPUTE times or more, and that costs several
