@@ -598,6 +598,63 @@ def test_compile_cache():
   assert cpu.stats['compiles'] - before['compiles'] <= 1 and cpu.stats['cache_hits'] - before['cache_hits'] >= 1
 
 
+def _scaled(name, n, dt='f32', size=None, k=1234.5):
+  """out[g] = in[g] * k over gidx0 < n (k: a constant no other test's kernel has, so that the first compile is fresh)."""
+  sz = f" {{size = {size}}}" if size else ''
+  c = k if dt[0] == 'f' else int(k)
+  return f"""
+uop.func @{name}() attributes {{global_size = [{n}]}} {{
+  %0 = uop.define_global 0{sz} : !uop.ptr<{dt}>
+  %1 = uop.define_global 1{sz} : !uop.ptr<{dt}>
+  %g = uop.special gidx0 {n} : i32
+  %a = uop.load %1[%g] : {dt}
+  %k = uop.const {c} : {dt}
+  %r = uop.mul %a, %k : {dt}
+  uop.store %0[%g], %r : {dt}
+}}"""
+
+
+def test_same_body_other_name_shares_machine_code():
+  """Kernels that differ in name only (a model's repeated blocks) are compiled once, in one batch or across two;
+  each keeps its own program (its name in errors) and both run right."""
+  dev = get_device('CPU')
+  before = cpu.stats['compiles']
+  a, b = dev.compile_all([fn_of(_scaled('blk_a', 8, k=7.25)), fn_of(_scaled('blk_b', 8, k=7.25))])
+  c, = dev.compile_all([fn_of(_scaled('blk_c', 8, k=7.25))])
+  assert cpu.stats['compiles'] - before == 1
+  assert a is not b and a.addr == b.addr == c.addr and (a.name, b.name, c.name) == ('blk_a', 'blk_b', 'blk_c')
+  x = np.arange(8, dtype=np.float32)
+  for p in (a, b, c):
+    out = np.zeros(8, np.float32); p(out, x)
+    np.testing.assert_array_equal(out, x * np.float32(7.25))
+  with pytest.raises(tgc.TgcError, match='@blk_b'): b(np.zeros(8, np.float32), x, x)
+  d, e = dev.compile_all([fn_of(_scaled('blk_d', 8, k=7.5)), fn_of(_scaled('blk_d', 8, k=7.5))])
+  assert d is e and d.addr != a.addr  # (the same name and body: one program)
+
+
+def test_kernels_differing_in_grid_size_or_dtype_do_not_share_a_program():
+  """The machine code is shared by LLVM IR text, but a program is its grid, its buffers' sizes and dtypes: kernels
+  that differ in one of those are distinct programs, each launching its own grid and checking its own buffers."""
+  dev = get_device('CPU')
+  g8, g16 = dev.compile_all([fn_of(_scaled('grid', 8, k=3.5)), fn_of(_scaled('grid', 16, k=3.5))])
+  assert g8 is not g16 and (g8.global_size[0], g16.global_size[0]) == (8, 16)
+  x = np.arange(16, dtype=np.float32)
+  for p, n in ((g8, 8), (g16, 16)):
+    out = np.full(16, -1, np.float32); p(out, x)
+    np.testing.assert_array_equal(out[:n], x[:n] * np.float32(3.5)); assert (out[n:] == -1).all()
+  s8, s16 = dev.compile_all([fn_of(_scaled('sized', 8, size=8, k=3.5)), fn_of(_scaled('sized', 8, size=16, k=3.5))])
+  assert s8 is not s16
+  s8(np.zeros(8, np.float32), x[:8])
+  with pytest.raises(tgc.TgcError, match='declares 16'): s16(np.zeros(8, np.float32), x[:8])
+  i8, u8 = dev.compile_all([fn_of(_scaled('typed', 8, 'i8', k=3)), fn_of(_scaled('typed', 8, 'u8', k=3))])
+  assert i8 is not u8
+  xi, xu = np.arange(-4, 4, dtype=np.int8), np.arange(250, 258, dtype=np.int64).astype(np.uint8)
+  oi, ou = np.zeros(8, np.int8), np.zeros(8, np.uint8)
+  i8(oi, xi); u8(ou, xu)
+  np.testing.assert_array_equal(oi, xi * np.int8(3)); np.testing.assert_array_equal(ou, xu * np.uint8(3))
+  with pytest.raises(tgc.TgcError, match='dtype'): i8(ou, xu)
+
+
 def test_wrong_buffers_raise():
   prg = get_device('CPU').compile(fn_of(R_2))
   good = [np.zeros(1, np.int32), np.array([1, 2], np.int32), np.array([3, 4], np.int32)]

@@ -278,11 +278,13 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
     # an OpenCL device on a CPU: CPU tiles; a CUDA device: SMEM's tiles may take the shared memory it allows
     lower(m, target, out, dbg, getattr(dev, 'processor', 'auto'), getattr(dev, 'local_memory', 0))
   _declare_sizes(m, host)
-  kernels = {}
-  for fn in m.functions('uop.func'):
+  fns = m.functions('uop.func')
+  for fn in fns:
     if dbg >= 4: out.write(_render(fn, target) + '\n')
     if dbg >= 5: out.write(str(fn) + '\n')
-    kernels[fn.attrs['sym_name']] = Kernel(fn, dev.compile(fn), dev_name, count_flops(fn))
+  # all at once where the device can (the CPU: one LLVM module); a device that only has compile() one by one
+  progs = dev.compile_all(fns) if hasattr(dev, 'compile_all') else [dev.compile(fn) for fn in fns]
+  kernels = {fn.attrs['sym_name']: Kernel(fn, p, dev_name, count_flops(fn)) for fn, p in zip(fns, progs)}
   if dbg >= 1: out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
   return CompiledFunction(host, kernels, dev_name, out)
 

@@ -1,11 +1,13 @@
 """The CPU device: LLVM IR from tgc.emit.llvm, JIT-compiled with llvmlite MCJIT, called through ctypes.
 
-Machine code is cached by its LLVM IR text, so an identical kernel is compiled once per process; the
-engines are kept alive for the process (a function pointer outlives nothing it came from). Buffers are host
-memory: a launch passes their addresses and runs before it returns.
+Every kernel is rendered under one symbol name, so its LLVM IR text is its body alone: machine code is cached by
+that text, and kernels that differ in name only (a model's repeated blocks) are compiled once per process. The
+kernels a CompiledFunction needs are compiled together, as one LLVM module (one optimisation and code generation
+run instead of one per kernel). The engines are kept alive for the process (a function pointer outlives nothing
+it came from). Buffers are host memory: a launch passes their addresses and runs before it returns.
 """
 from __future__ import annotations
-import ctypes, os, threading
+import ctypes, hashlib, os, threading
 from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from tgc.errors import TgcError
@@ -15,8 +17,9 @@ from tgc.dialects.uop import buffer_signature, buffer_sizes, launch_dims
 
 _lock = threading.Lock()
 _tm = None
-_jitted: dict[str, int] = {}           # LLVM IR text -> address of its kernel: each text is compiled once
-_cache: dict[tuple, 'CPUProgram'] = {}  # (LLVM IR text, buffer dtypes) -> program (i8 and u8 kernels can share IR)
+SYMBOL = 'kernel'                       # the name every kernel is rendered under (its text is then its body)
+_code: dict[str, int] = {}              # LLVM IR text -> address of its machine code: each text is compiled once
+_cache: dict[tuple, 'CPUProgram'] = {}  # (name, LLVM IR text, dtypes, sizes, grid) -> program (see compile_llvm_all)
 _engines: list = []                     # every MCJIT engine made: never freed while functions may be called
 stats = {'compiles': 0, 'cache_hits': 0, 'launches': 0}
 _pool: ThreadPoolExecutor | None = None
@@ -94,6 +97,29 @@ def jit(ir_text: str, names: list[str]) -> dict[str, int]:
   return {n: ee.get_function_address(n) for n in names}
 
 
+def jit_kernels(texts: list[str]) -> list[int]:
+  """Kernel texts (each an LLVM module defining @kernel) -> the addresses of their machine code, all compiled as one
+  module: LLVM's fixed costs per module (the pass pipeline's set-up, code generation's, an engine) are paid once.
+  Each is parsed and verified alone first, so that a bad kernel's error names it."""
+  import llvmlite.binding as llvm
+  tm = _target_machine()
+  mods, names = [], [f"k{hashlib.sha1(t.encode()).hexdigest()[:24]}" for t in texts]  # (distinct texts: distinct names)
+  for t, n in zip(texts, names):
+    try:
+      mod = llvm.parse_assembly(t); mod.verify()
+    except RuntimeError as e: raise TgcError(f"llvm: the emitted IR does not verify: {e}\n{t}") from None
+    mod.get_function(SYMBOL).name = n
+    mods.append(mod)
+  mod = mods[0]
+  for m in mods[1:]: mod.link_in(m)
+  mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
+  _optimize(mod, tm)
+  ee = llvm.create_mcjit_compiler(mod, tm)
+  ee.finalize_object()
+  _engines.append(ee)
+  return [ee.get_function_address(n) for n in names]
+
+
 class HostKernelProgram(Program):
   """A kernel compiled to host code `_cfn(*pointers, start, end)` that loops over gidx0 in [start, end) itself (the
   CPU's LLVM and the C compiler's): launch runs the whole grid, split across the cores when it moves enough bytes."""
@@ -116,15 +142,10 @@ class HostKernelProgram(Program):
 
 
 class CPUProgram(HostKernelProgram):
-  """One kernel JIT-compiled from LLVM IR."""
-  def __init__(self, device, fn, ir_text: str | None = None):
-    from tgc.emit.llvm import render_llvm
+  """One kernel JIT-compiled from LLVM IR: `src` (the kernel named @kernel), its machine code at `addr`."""
+  def __init__(self, device, fn, src: str, addr: int):
     super().__init__(device, fn)
-    self.src = ir_text if ir_text is not None else render_llvm(fn)
-    addr = _jitted.get(self.src)
-    if addr is None:
-      addr = _jitted[self.src] = jit(self.src, [self.name])[self.name]
-      stats['compiles'] += 1
+    self.src, self.addr = src, addr
     self._cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.signature)), ctypes.c_int32, ctypes.c_int32)(addr)
 
   def launch(self, args, start: int = 0, end: int | None = None) -> None:
@@ -139,18 +160,34 @@ class CPUProgram(HostKernelProgram):
     return launch
 
 
-def compile_llvm(device, fn) -> CPUProgram:
-  """A uop.func -> its compiled program, from the cache when the same kernel was compiled before. The key is
-  everything that changes what a launch does: the LLVM IR, the buffer dtypes (i8 and u8 kernels can share IR),
-  the sizes the buffers are checked against, and the grid (the IR takes the grid range as arguments)."""
+def compile_llvm_all(device, fns: list) -> list[CPUProgram]:
+  """uop.funcs -> their compiled programs. Machine code is shared by LLVM IR text (rendered under one symbol, so two
+  kernels that differ in name only share it; the text holds everything the code depends on but the grid's gidx0
+  range, which each launch passes); the kernels not compiled before are compiled together, as one module. A
+  program is cached by its name and everything a launch checks or runs by: the text, the buffer dtypes (i8 and u8
+  kernels can share a text), the sizes the buffers are checked against, and the grid."""
   from tgc.emit.llvm import render_llvm
-  src = render_llvm(fn)
-  key = (src, tuple(d.name for d in buffer_signature(fn)), tuple(sorted(buffer_sizes(fn).items())), launch_dims(fn))
+  keys = []
+  for fn in fns:
+    src = render_llvm(fn, SYMBOL)
+    keys.append((fn.sym_name, src, tuple(d.name for d in buffer_signature(fn)), tuple(sorted(buffer_sizes(fn).items())), launch_dims(fn)))
   with _lock:
-    prg = _cache.get(key)
-    if prg is not None: stats['cache_hits'] += 1; return prg
-    prg = _cache[key] = CPUProgram(device, fn, src)
-    return prg
+    new = list(dict.fromkeys(k[1] for k in keys if k[1] not in _code))
+    if new:
+      _code.update(zip(new, jit_kernels(new)))
+      stats['compiles'] += len(new)
+    out = []
+    for fn, key in zip(fns, keys):
+      prg = _cache.get(key)
+      if prg is not None: stats['cache_hits'] += 1
+      else: prg = _cache[key] = CPUProgram(device, fn, key[1], _code[key[1]])
+      out.append(prg)
+    return out
+
+
+def compile_llvm(device, fn) -> CPUProgram:
+  """A uop.func -> its compiled program (compile_llvm_all of one)."""
+  return compile_llvm_all(device, [fn])[0]
 
 
 class HostPointerAllocator(HostAllocator):
@@ -166,5 +203,6 @@ class CPUDevice(HostDevice):
   name, target = 'CPU', 'llvm'
   def __init__(self): BaseDevice.__init__(self, HostPointerAllocator(self.name))
   def compile(self, fn) -> CPUProgram: return compile_llvm(self, fn)
+  def compile_all(self, fns: list) -> list[CPUProgram]: return compile_llvm_all(self, fns)
   @property
   def launches(self) -> int: return stats['launches']

@@ -70,6 +70,9 @@ class BaseDevice:
   def __init__(self, allocator: Allocator | None = None):
     self.allocator = allocator or HostAllocator(self.name)
   def compile(self, fn) -> Program: raise NotImplementedError
+  def compile_all(self, fns: list) -> list[Program]:
+    """Every kernel a function needs, compiled at once (a device whose compiler has a cost per call overrides it)."""
+    return [self.compile(fn) for fn in fns]
   def synchronize(self) -> None:
     """Wait until every queued launch and copy has finished."""
     self.allocator.synchronize()
