@@ -1,4 +1,5 @@
 """The LLVM emitter and the CPU runtime, checked against numpy and tgc.ir.alu (and the interpreter)."""
+import os
 import numpy as np
 import pytest
 import llvmlite.binding as llvm
@@ -653,6 +654,133 @@ def test_kernels_differing_in_grid_size_or_dtype_do_not_share_a_program():
   i8(oi, xi); u8(ou, xu)
   np.testing.assert_array_equal(oi, xi * np.int8(3)); np.testing.assert_array_equal(ou, xu * np.uint8(3))
   with pytest.raises(tgc.TgcError, match='dtype'): i8(ou, xu)
+
+
+def _rowsum(n, m=37):
+  """out[g] = sum of in[g*m : g*m + m] over gidx0 < n: each point's result is its own, whichever thread runs it."""
+  return f"""
+uop.func @r_{n}_{m}() attributes {{global_size = [{n}]}} {{
+  %0 = uop.define_global 0 : !uop.ptr<f32>
+  %1 = uop.define_global 1 : !uop.ptr<f32>
+  %g = uop.special gidx0 {n} : i32
+  %c0 = uop.const 0 : i32
+  %cm = uop.const {m} : i32
+  %z = uop.const 0.0 : f32
+  %acc = uop.define_acc %z (%r) : f32
+  %r = uop.range %c0, %cm : i32
+  %b = uop.mul %g, %cm : i32
+  %i = uop.add %b, %r : i32
+  %x = uop.load %1[%i] : f32
+  %s = uop.add %acc, %x : f32
+  %p = uop.phi %acc, %s : f32
+  uop.endrange %r
+  uop.store %0[%g], %p : f32
+}}"""
+
+
+@pytest.mark.parametrize('dev,threads', [('CPU', '2'), ('CPU', '3'), ('CPU', '5'), ('C', '2')])
+def test_split_launch_matches_one_thread_on_odd_grids(dev, threads, monkeypatch):
+  """A launch split across threads (chunks of gidx0 claimed by the caller and the pool's workers; more threads than
+  cores too; the C device's kernels as the CPU's) writes exactly what one thread does, whole grids and partial
+  ranges alike."""
+  monkeypatch.setenv('CPU_THREADS', threads)
+  rng = np.random.default_rng(int(threads))
+  for n in (2, 3, 7, 13, 101, 1000):
+    p = get_device(dev).compile(fn_of(_rowsum(n)))
+    x = rng.standard_normal(n * 37).astype(np.float32)
+    one, split = np.full(n, np.nan, np.float32), np.full(n, np.nan, np.float32)
+    p.split = False; p(one, x)
+    p.split = True; p(split, x)
+    np.testing.assert_array_equal(split, one)
+    np.testing.assert_allclose(one, x.reshape(n, 37).sum(1, dtype=np.float64), rtol=1e-5, atol=1e-5)
+    part = np.full(n, np.nan, np.float32)
+    p(part, x, start=n // 3, end=n)
+    np.testing.assert_array_equal(part[n // 3:], one[n // 3:]); assert np.isnan(part[:n // 3]).all()
+  assert cpu.pool() is not None and cpu.pool().workers >= int(threads) - 1
+
+
+def test_split_launches_from_two_python_threads():
+  """The pool takes one split launch at a time: a launch from another thread meanwhile runs on its own thread, and
+  both are right."""
+  import threading
+  p = get_device('CPU').compile(fn_of(_rowsum(257)))
+  p.split = True
+  x = np.random.default_rng(1).standard_normal(257 * 37).astype(np.float32)
+  ref = np.zeros(257, np.float32); p.split = False; p(ref, x); p.split = True
+  bad = []
+  def work():
+    for _ in range(200):
+      out = np.zeros(257, np.float32); p(out, x)
+      if not np.array_equal(out, ref): bad.append(1)
+  ts = [threading.Thread(target=work) for _ in range(3)]
+  for t in ts: t.start()
+  for t in ts: t.join()
+  assert not bad
+
+
+def test_split_settles_by_timing_and_the_schedule_follows(monkeypatch):
+  """A kernel's first launches are timed (on one thread and split, in turn), then it settles; a host schedule made
+  before takes the settled launcher (Program.launcher_epoch), and results stay right throughout. With CPU_THREADS=1
+  nothing is timed or split."""
+  from tgc.runtime.device import Program
+  text = """func.func @f(%a: tensor<300x200xf32>) -> tensor<300x1xf32> {
+  %r = tensor.reduce add %a [1] : tensor<300x200xf32> -> tensor<300x1xf32>
+  func.return %r : tensor<300x1xf32>
+}"""
+  a = np.random.default_rng(2).standard_normal((300, 200)).astype(np.float32)
+  monkeypatch.setenv('CPU_THREADS', '1')
+  f = tgc.compile(text)
+  progs = [k.program for k in f.kernels.values() if k.program.global_size[0] > 1]
+  assert progs
+  for p in progs: p.split, p.times = None, ([], [])  # (a fresh settling: the program may be cached from before)
+  for _ in range(5): np.testing.assert_allclose(f(a)[0][:, 0], a.sum(1), rtol=1e-4, atol=1e-4)
+  assert all(p.split is None and p.times == ([], []) for p in progs)
+  monkeypatch.setenv('CPU_THREADS', '2')
+  epoch = Program.launcher_epoch
+  for _ in range(2 * cpu.PROBES): np.testing.assert_allclose(f(a)[0][:, 0], a.sum(1), rtol=1e-4, atol=1e-4)
+  assert all(p.split is not None and len(p.times[0]) in (1, cpu.PROBES) for p in progs) and Program.launcher_epoch > epoch
+  np.testing.assert_allclose(f(a)[0][:, 0], a.sum(1), rtol=1e-4, atol=1e-4)
+  assert f._epoch == Program.launcher_epoch  # (the next call took the settled launchers)
+
+
+def test_split_kernel_that_stalls_times_both_ways_again(monkeypatch):
+  """A settled split kernel whose launches come out slower than one thread by half (a worker descheduled mid-chunk
+  by another process) goes back to timing both ways after STALLS such launches; results stay right."""
+  from tgc.runtime.device import Program
+  monkeypatch.setenv('CPU_THREADS', '2')
+  p = get_device('CPU').compile(fn_of(_rowsum(64)))
+  x = np.ones(64 * 37, np.float32)
+  p.split, p.times, p.stalls = True, ([1e-9], [1e-9]), 0  # (one thread "took" a nanosecond: every split launch stalls)
+  epoch = Program.launcher_epoch
+  for i in range(cpu.STALLS):
+    assert p.split is True
+    out = np.zeros(64, np.float32); p(out, x); np.testing.assert_array_equal(out, np.full(64, 37, np.float32))
+  assert p.split is None and p.times == ([], []) and Program.launcher_epoch == epoch + 1
+
+
+@pytest.mark.skipif(not hasattr(os, 'fork'), reason="no fork")
+def test_split_launch_in_a_forked_child():
+  """A forked child has none of the parent's worker threads: its split launches start a pool of their own (with the
+  parent's, a launch would run alone, and a timed settling's wake-up wait for workers that do not exist)."""
+  p = get_device('CPU').compile(fn_of(_rowsum(99)))
+  x = np.arange(99 * 37, dtype=np.float32)
+  ref = np.zeros(99, np.float32); p.split = False; p(ref, x); p.split = True
+  parent = cpu.pool()
+  pid = os.fork()
+  if pid == 0:
+    code = 1
+    try:
+      out = np.zeros(99, np.float32); p(out, x); code = 0 if np.array_equal(out, ref) and cpu.pool() is not parent else 2
+    finally: os._exit(code)
+  _, status = os.waitpid(pid, 0)
+  assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_pool_read_the_machine():
+  """The pool's hand-off costs are measured at its start: positive, finite, and the breakeven follows from them."""
+  import math
+  p = cpu.pool()
+  assert p is not None and 0 < p.post_s < 1 and 0 < p.wake_s < 1 and math.isclose(p.breakeven, p.wake_s + 2 * p.post_s)
 
 
 def test_wrong_buffers_raise():

@@ -29,7 +29,10 @@ def check_buffers(fn, bufs, sig=None, sizes=None) -> list[np.ndarray]:
 
 
 class Program:
-  """One kernel compiled for a device: its buffer signature, declared sizes, launch grid, written buffers."""
+  """One kernel compiled for a device: its buffer signature, declared sizes, launch grid, written buffers.
+  `launcher_epoch` counts the times a program's launcher changed (a CPU kernel settling on one thread or split after
+  its first launches were timed): host schedules made before take the launchers anew."""
+  launcher_epoch = 0
   def __init__(self, device: 'BaseDevice', fn):
     self.device, self.fn, self.name = device, fn, fn.sym_name
     self.signature, self.sizes = buffer_signature(fn), buffer_sizes(fn)
