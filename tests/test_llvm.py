@@ -619,10 +619,10 @@ def test_same_body_other_name_shares_machine_code():
   """Kernels that differ in name only (a model's repeated blocks) are compiled once, in one batch or across two;
   each keeps its own program (its name in errors) and both run right."""
   dev = get_device('CPU')
-  before = cpu.stats['compiles']
+  before = cpu.stats['compiles'] + cpu.stats['disk_hits']
   a, b = dev.compile_all([fn_of(_scaled('blk_a', 8, k=7.25)), fn_of(_scaled('blk_b', 8, k=7.25))])
   c, = dev.compile_all([fn_of(_scaled('blk_c', 8, k=7.25))])
-  assert cpu.stats['compiles'] - before == 1
+  assert cpu.stats['compiles'] + cpu.stats['disk_hits'] - before == 1  # (compiled here, or by an earlier process)
   assert a is not b and a.addr == b.addr == c.addr and (a.name, b.name, c.name) == ('blk_a', 'blk_b', 'blk_c')
   x = np.arange(8, dtype=np.float32)
   for p in (a, b, c):
@@ -654,6 +654,40 @@ def test_kernels_differing_in_grid_size_or_dtype_do_not_share_a_program():
   i8(oi, xi); u8(ou, xu)
   np.testing.assert_array_equal(oi, xi * np.int8(3)); np.testing.assert_array_equal(ou, xu * np.uint8(3))
   with pytest.raises(tgc.TgcError, match='dtype'): i8(ou, xu)
+
+
+_DISK = r"""
+import sys, numpy as np
+sys.path.insert(0, {tests!r})
+from test_llvm import _scaled, fn_of
+from tgc.runtime import get_device, cpu
+progs = get_device('CPU').compile_all([fn_of(_scaled(f'k{{i}}', 16, k=1.5 + i)) for i in range(3)])
+x = np.arange(16, dtype=np.float32)
+for i, p in enumerate(progs):
+  out = np.zeros(16, np.float32); p(out, x); assert np.array_equal(out, x * np.float32(1.5 + i))
+print(cpu.stats['compiles'], cpu.stats['disk_hits'])
+"""
+
+def test_compiled_kernels_are_kept_on_disk(tmp_path):
+  """A batch's object file is kept under $TGC_CACHE/llvm: the next process with the same kernels loads it instead of
+  compiling; a damaged file is compiled anew (and replaced); another codegen_id (LLVM, the CPU, the optimisation) is
+  another file."""
+  import subprocess, sys
+  env = {**os.environ, 'TGC_CACHE': str(tmp_path), 'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(tgc.__file__)), os.environ.get('PYTHONPATH', '')])}
+  run = lambda: tuple(map(int, subprocess.run([sys.executable, '-c', _DISK.format(tests=os.path.dirname(__file__))], env=env, capture_output=True, text=True, check=True).stdout.split()))
+  assert run() == (3, 0)
+  files = list((tmp_path / 'llvm').iterdir())
+  assert len(files) == 1
+  assert run() == (0, 3)
+  files[0].write_bytes(files[0].read_bytes()[:-100])  # (a file cut short)
+  assert run() == (3, 0) and run() == (0, 3)
+  text = "define void @kernel(ptr %a, i32 %s, i32 %e) {\n  store i32 12345, ptr %a\n  ret void\n}\n"
+  import unittest.mock as um
+  with um.patch.dict(os.environ, {'TGC_CACHE': str(tmp_path / 'own')}):
+    n0 = cpu.stats['compiles']; cpu.jit_kernels([text])
+    with um.patch.object(cpu, '_codegen_id', cpu.codegen_id() + ' another CPU'): cpu.jit_kernels([text])
+    cpu.jit_kernels([text])
+  assert cpu.stats['compiles'] - n0 == 2 and len(list((tmp_path / 'own' / 'llvm').iterdir())) == 2
 
 
 def _rowsum(n, m=37):

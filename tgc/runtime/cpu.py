@@ -3,7 +3,7 @@
 Every kernel is rendered under one symbol name, so its LLVM IR text is its body alone: machine code is cached by
 that text, and kernels that differ in name only (a model's repeated blocks) are compiled once per process. The
 kernels a CompiledFunction needs are compiled together, as one LLVM module (one optimisation and code generation
-run instead of one per kernel). The engines are kept alive for the process (a function pointer outlives nothing
+run instead of one per kernel), whose object file is kept on disk for the next process. The engines are kept alive for the process (a function pointer outlives nothing
 it came from). Buffers are host memory: a launch passes their addresses and runs before it returns.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ SYMBOL = 'kernel'                       # the name every kernel is rendered unde
 _code: dict[str, int] = {}              # LLVM IR text -> address of its machine code: each text is compiled once
 _cache: dict[tuple, 'CPUProgram'] = {}  # (name, LLVM IR text, dtypes, sizes, grid) -> program (see compile_llvm_all)
 _engines: list = []                     # every MCJIT engine made: never freed while functions may be called
-stats = {'compiles': 0, 'cache_hits': 0, 'launches': 0}
+stats = {'compiles': 0, 'cache_hits': 0, 'disk_hits': 0, 'launches': 0}  # (compiles, disk_hits: kernel texts)
 _addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
 
 
@@ -77,27 +77,80 @@ def jit(ir_text: str, names: list[str]) -> dict[str, int]:
   return {n: ee.get_function_address(n) for n in names}
 
 
+def cache_dir() -> str | None:
+  """Where compiled kernels are kept between processes: $TGC_CACHE/llvm (default ~/.cache/tgc/llvm), as the C
+  device keeps its libraries; None where it cannot be made."""
+  d = os.path.join(os.environ.get('TGC_CACHE') or os.path.join(os.path.expanduser('~'), '.cache', 'tgc'), 'llvm')
+  try: os.makedirs(d, exist_ok=True)
+  except OSError: return None
+  return d
+
+
+_codegen_id: str | None = None
+
+def codegen_id() -> str:
+  """What machine code depends on besides the IR: LLVM's and llvmlite's versions, the target (triple, CPU, its
+  features: code for another CPU must never load here) and how it is optimised (_optimize's own text)."""
+  global _codegen_id
+  if _codegen_id is None:
+    import inspect, llvmlite, llvmlite.binding as llvm
+    tm = _target_machine()
+    try: opt = inspect.getsource(_optimize)
+    except (OSError, TypeError): opt = '?'
+    _codegen_id = '|'.join([llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)), tm.triple, llvm.get_host_cpu_name(),
+                            llvm.get_host_cpu_features().flatten(), 'opt=2 jit', opt])
+  return _codegen_id
+
+
+def _cached_object(path: str) -> bytes | None:
+  """A cached object file's bytes, if it is whole (its SHA-256 heads it)."""
+  try:
+    with open(path, 'rb') as f: data = f.read()
+  except OSError: return None
+  return data[32:] if len(data) > 32 and hashlib.sha256(data[32:]).digest() == data[:32] else None
+
+
 def jit_kernels(texts: list[str]) -> list[int]:
   """Kernel texts (each an LLVM module defining @kernel) -> the addresses of their machine code, all compiled as one
   module: LLVM's fixed costs per module (the pass pipeline's set-up, code generation's, an engine) are paid once.
-  Each is parsed and verified alone first, so that a bad kernel's error names it."""
+  Each is parsed and verified alone first, so that a bad kernel's error names it. The object file is kept on disk
+  (cache_dir()), named by the hash of the texts and codegen_id(): the next process that needs the same kernels loads
+  it instead of compiling."""
   import llvmlite.binding as llvm
   tm = _target_machine()
-  mods, names = [], [f"k{hashlib.sha1(t.encode()).hexdigest()[:24]}" for t in texts]  # (distinct texts: distinct names)
-  for t, n in zip(texts, names):
-    try:
-      mod = llvm.parse_assembly(t); mod.verify()
-    except RuntimeError as e: raise TgcError(f"llvm: the emitted IR does not verify: {e}\n{t}") from None
-    mod.get_function(SYMBOL).name = n
-    mods.append(mod)
-  mod = mods[0]
-  for m in mods[1:]: mod.link_in(m)
-  mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
-  _optimize(mod, tm)
-  ee = llvm.create_mcjit_compiler(mod, tm)
-  ee.finalize_object()
-  _engines.append(ee)
-  return [ee.get_function_address(n) for n in names]
+  names = [f"k{hashlib.sha1(t.encode()).hexdigest()[:24]}" for t in texts]  # (distinct texts: distinct names)
+  d = cache_dir()
+  path = d and os.path.join(d, hashlib.sha256('\0'.join([codegen_id(), *sorted(texts)]).encode()).hexdigest()[:32] + '.o')
+  obj = path and _cached_object(path)
+  for attempt in range(2):
+    if obj is None:
+      mods = []
+      for t, n in zip(texts, names):
+        try:
+          mod = llvm.parse_assembly(t); mod.verify()
+        except RuntimeError as e: raise TgcError(f"llvm: the emitted IR does not verify: {e}\n{t}") from None
+        mod.get_function(SYMBOL).name = n
+        mods.append(mod)
+      mod = mods[0]
+      for m in mods[1:]: mod.link_in(m)
+      mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
+      _optimize(mod, tm)
+      obj = tm.emit_object(mod)
+      stats['compiles'] += len(texts)
+      if path:
+        try:
+          with open(tmp := f"{path}.{os.getpid()}.{threading.get_ident()}", 'wb') as f: f.write(hashlib.sha256(obj).digest() + obj)
+          os.replace(tmp, path)  # atomic: a concurrent process sees a whole file or none
+        except OSError: pass
+    else: stats['disk_hits'] += len(texts)
+    ee = llvm.create_mcjit_compiler(llvm.parse_assembly(''), tm)
+    ee.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    ee.finalize_object()
+    _engines.append(ee)
+    addrs = [ee.get_function_address(n) for n in names]
+    if all(addrs): return addrs
+    obj = None  # (a cached file without these kernels: compile them)
+  raise TgcError("llvm: compiled kernels are missing from their object file")
 
 
 # ---- running one launch across the cores ----
@@ -539,9 +592,7 @@ def compile_llvm_all(device, fns: list) -> list[CPUProgram]:
     keys.append((fn.sym_name, src, tuple(d.name for d in buffer_signature(fn)), tuple(sorted(buffer_sizes(fn).items())), launch_dims(fn)))
   with _lock:
     new = list(dict.fromkeys(k[1] for k in keys if k[1] not in _code))
-    if new:
-      _code.update(zip(new, jit_kernels(new)))
-      stats['compiles'] += len(new)
+    if new: _code.update(zip(new, jit_kernels(new)))
     out = []
     for fn, key in zip(fns, keys):
       prg = _cache.get(key)
