@@ -492,11 +492,11 @@ class HostKernelProgram(Program):
   Which one is measured, not guessed. The first launch runs on one thread, timed, beside an empty launch (what the
   call itself costs): a kernel under four such calls stays on one thread (without starting the pool), and so does one
   under the pool's breakeven (from a split launch's measured hand-off). Any other alternates split and one-thread
-  launches, timed, PROBES of each, and keeps split where its best time beats one thread's by a tenth (less is noise,
-  and not worth a second core). The turns are interleaved, so that load from other processes falls on both alike, and
-  go call by call alike for every kernel of a call: a call of split turns keeps the workers awake as a call of split
-  kernels does. `split` is None until then, False or True after; settling bumps Program.launcher_epoch, so that host
-  schedules take the settled launcher (no timing left on a one-thread launch)."""
+  launches, timed, PROBES of each, and keeps split where its best time beats one thread's by a twentieth (less is
+  noise, and not worth a second core). The turns are interleaved, so that load from other processes falls on both
+  alike, and go call by call alike for every kernel of a call: a call of split turns keeps the workers awake as a
+  call of split kernels does. `split` is None until then, False or True after; settling bumps
+  Program.launcher_epoch, so that host schedules take the settled launcher (no timing left on a one-thread launch)."""
   _cfn = None
   addr = 0
   def __init__(self, device, fn):
@@ -533,8 +533,9 @@ class HostKernelProgram(Program):
         t = clock(); cfn(*args, 0, 0); call = clock() - t
         if one[0] < 4 * call or pool() is None or one[0] < pool().breakeven: self._settle(False)
     else:
+      pool().split_fn(len(args))  # (compiled on first use for so many buffers: not timed)
       t = clock(); self._run_split(args, 0, g0); split.append(clock() - t)
-      if len(split) == PROBES: one.sort(); self._settle(min(split) < 0.9 * one[0])  # (one[0]: the best, for _split)
+      if len(split) == PROBES: one.sort(); self._settle(min(split) < 0.95 * one[0])  # (one[0]: the best, for _split)
 
   def _settle(self, split: bool | None) -> None:
     self.split = split
