@@ -1,5 +1,5 @@
 """The LLVM emitter and the CPU runtime, checked against numpy and tgc.ir.alu (and the interpreter)."""
-import os
+import os, sys
 import numpy as np
 import pytest
 import llvmlite.binding as llvm
@@ -808,6 +808,28 @@ def test_split_launch_in_a_forked_child():
     finally: os._exit(code)
   _, status = os.waitpid(pid, 0)
   assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux') or len(os.sched_getaffinity(0)) < 2, reason="Linux, 2 CPUs or more")
+def test_worker_moves_off_the_callers_cpu():
+  """A worker that finds itself on the CPU the caller posted its job from (a KVM guest may wake it there, behind the
+  caller's chunks) takes that CPU out of its affinity, keeping the others the process may use (run on a thread of
+  the test's own, whose affinity goes with it)."""
+  import ctypes, threading
+  p = cpu.pool()
+  keep_off = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(p.ee.get_function_address('keep_off_caller'))
+  allowed, libc = os.sched_getaffinity(0), ctypes.CDLL(None)
+  got = {}
+  def run():
+    ctl, arg = ctypes.create_string_buffer(cpu._CTL), ctypes.create_string_buffer(24 + 128)
+    ctypes.memmove(ctypes.addressof(ctl) + 512, p.ctl + 512, 128)  # (the pool's: the CPUs the process may use)
+    ctypes.c_int32.from_address(ctypes.addressof(ctl) + 216).value = 1
+    ctypes.c_int32.from_address(ctypes.addressof(ctl) + 212).value = other = min(allowed - {libc.sched_getcpu()})
+    keep_off(ctypes.addressof(ctl), ctypes.addressof(arg)); got['elsewhere'] = os.sched_getaffinity(0)  # (not its CPU: stays)
+    ctypes.c_int32.from_address(ctypes.addressof(ctl) + 212).value = me = libc.sched_getcpu()
+    keep_off(ctypes.addressof(ctl), ctypes.addressof(arg)); got['same'], got['me'] = os.sched_getaffinity(0), me
+  t = threading.Thread(target=run); t.start(); t.join()
+  assert got['elsewhere'] == allowed and got['same'] == allowed - {got['me']}
 
 
 def test_pool_read_the_machine():
