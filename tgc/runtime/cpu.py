@@ -3,8 +3,9 @@
 Every kernel is rendered under one symbol name, so its LLVM IR text is its body alone: machine code is cached by
 that text, and kernels that differ in name only (a model's repeated blocks) are compiled once per process. The
 kernels a CompiledFunction needs are compiled together, as one LLVM module (one optimisation and code generation
-run instead of one per kernel), whose object file is kept on disk for the next process. The engines are kept alive for the process (a function pointer outlives nothing
-it came from). Buffers are host memory: a launch passes their addresses and runs before it returns.
+run instead of one per kernel), whose object file is kept on disk for the next process. The engines are kept alive
+for the process (a function pointer outlives nothing it came from). Buffers are host memory: a launch passes their
+addresses and runs before it returns; it runs on one thread or split across the cores (see HostKernelProgram).
 """
 from __future__ import annotations
 import ctypes, hashlib, os, sys, threading, time
@@ -249,13 +250,12 @@ out:
   ret void
 }
 
-; a worker thread (pthread_create's start routine; %arg: {ctl, its index, the last job id when it was made: i64 each,
-; a cpu_set_t},
-; not the job word read when the thread gets to run: a job posted before then would be lost): waits for a new job id, spinning, then
-; asleep; helps with the job if its index is below the workers the job wants. The spin yields the core every 64
-; pauses (where the caller shares it: another process took the other core, or more threads than cores, a spinning
-; worker would hold it from the caller for the whole spin) and ends by the clock (yields to a busy thread on the
-; core take time slices: a spin of so many pauses would last as many)
+; a worker thread (pthread_create's start routine; %arg: {ctl, its index, the last job id when it was made (not the
+; job word read when the thread gets to run: a job posted before then would be lost): i64 each, a cpu_set_t}): waits
+; for a new job id, spinning, then asleep; helps with the job if its index is below the workers the job wants. The
+; spin yields the core every 64 pauses (where the caller shares it: another process took the other core, or more
+; threads than cores, a spinning worker would hold it from the caller for the whole spin) and ends by the clock
+; (yields to a busy thread on the core take time slices: a spin of so many pauses would last as many)
 define ptr @worker(ptr %arg) {
 entry:
   %ctl = load ptr, ptr %arg, align 8
@@ -466,7 +466,7 @@ class _Pool:
     self._mem = ctypes.create_string_buffer(_CTL + 8 * MAX_ARGS + 64)  # (alive as long as the pool: the workers read it)
     self.ctl = (ctypes.addressof(self._mem) + 63) & ~63  # the job word and the done count on cache lines of their own
     self.libc = libc = ctypes.CDLL(None)
-    for f in ('pthread_mutex_init', 'pthread_cond_init', 'pthread_create', 'pthread_detach'): getattr(libc, f).argtypes = [ctypes.c_void_p] * (1 if f == 'pthread_detach' else 4 if f == 'pthread_create' else 2)
+    for f, n in (('pthread_mutex_init', 2), ('pthread_cond_init', 2), ('pthread_create', 4), ('pthread_detach', 1)): getattr(libc, f).argtypes = [ctypes.c_void_p] * n
     if libc.pthread_mutex_init(self.ctl + 256, None) or libc.pthread_cond_init(self.ctl + 384, None): raise OSError("pthread init failed")
     addr = self.ee.get_function_address
     self.dispatch = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, *[ctypes.c_int32] * 5)(addr('dispatch'))
@@ -504,7 +504,8 @@ class _Pool:
   def grow(self, n: int) -> None:
     """At least n worker threads."""
     while self.workers < n:
-      arg = (ctypes.c_int64 * 19)(self.ctl, self.workers, ctypes.c_uint64.from_address(self.ctl).value >> 32)  # (and a cpu_set_t: keep_off_caller's; no job is posted meanwhile: the caller holds the pool)
+      # (then a cpu_set_t, keep_off_caller's; no job is posted meanwhile: the caller holds the pool)
+      arg = (ctypes.c_int64 * 19)(self.ctl, self.workers, ctypes.c_uint64.from_address(self.ctl).value >> 32)
       tid = ctypes.c_void_p()
       if self.libc.pthread_create(ctypes.byref(tid), None, self.ee.get_function_address('worker'), arg): break
       self.libc.pthread_detach(tid)
