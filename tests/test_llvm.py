@@ -1,4 +1,5 @@
 """The LLVM emitter and the CPU runtime, checked against numpy and tgc.ir.alu (and the interpreter)."""
+import os, sys
 import numpy as np
 import pytest
 import llvmlite.binding as llvm
@@ -596,6 +597,246 @@ def test_compile_cache():
   p2 = dev.compile(fn_of(MATMUL))  # a new parse of the same text: the same LLVM IR, compiled once
   assert p1 is p2
   assert cpu.stats['compiles'] - before['compiles'] <= 1 and cpu.stats['cache_hits'] - before['cache_hits'] >= 1
+
+
+def _scaled(name, n, dt='f32', size=None, k=1234.5):
+  """out[g] = in[g] * k over gidx0 < n (k: a constant no other test's kernel has, so that the first compile is fresh)."""
+  sz = f" {{size = {size}}}" if size else ''
+  c = k if dt[0] == 'f' else int(k)
+  return f"""
+uop.func @{name}() attributes {{global_size = [{n}]}} {{
+  %0 = uop.define_global 0{sz} : !uop.ptr<{dt}>
+  %1 = uop.define_global 1{sz} : !uop.ptr<{dt}>
+  %g = uop.special gidx0 {n} : i32
+  %a = uop.load %1[%g] : {dt}
+  %k = uop.const {c} : {dt}
+  %r = uop.mul %a, %k : {dt}
+  uop.store %0[%g], %r : {dt}
+}}"""
+
+
+def test_same_body_other_name_shares_machine_code():
+  """Kernels that differ in name only (a model's repeated blocks) are compiled once, in one batch or across two;
+  each keeps its own program (its name in errors) and both run right."""
+  dev = get_device('CPU')
+  before = cpu.stats['compiles'] + cpu.stats['disk_hits']
+  a, b = dev.compile_all([fn_of(_scaled('blk_a', 8, k=7.25)), fn_of(_scaled('blk_b', 8, k=7.25))])
+  c, = dev.compile_all([fn_of(_scaled('blk_c', 8, k=7.25))])
+  assert cpu.stats['compiles'] + cpu.stats['disk_hits'] - before == 1  # (compiled here, or by an earlier process)
+  assert a is not b and a.addr == b.addr == c.addr and (a.name, b.name, c.name) == ('blk_a', 'blk_b', 'blk_c')
+  x = np.arange(8, dtype=np.float32)
+  for p in (a, b, c):
+    out = np.zeros(8, np.float32); p(out, x)
+    np.testing.assert_array_equal(out, x * np.float32(7.25))
+  with pytest.raises(tgc.TgcError, match='@blk_b'): b(np.zeros(8, np.float32), x, x)
+  d, e = dev.compile_all([fn_of(_scaled('blk_d', 8, k=7.5)), fn_of(_scaled('blk_d', 8, k=7.5))])
+  assert d is e and d.addr != a.addr  # (the same name and body: one program)
+
+
+def test_kernels_differing_in_grid_size_or_dtype_do_not_share_a_program():
+  """The machine code is shared by LLVM IR text, but a program is its grid, its buffers' sizes and dtypes: kernels
+  that differ in one of those are distinct programs, each launching its own grid and checking its own buffers."""
+  dev = get_device('CPU')
+  g8, g16 = dev.compile_all([fn_of(_scaled('grid', 8, k=3.5)), fn_of(_scaled('grid', 16, k=3.5))])
+  assert g8 is not g16 and (g8.global_size[0], g16.global_size[0]) == (8, 16)
+  x = np.arange(16, dtype=np.float32)
+  for p, n in ((g8, 8), (g16, 16)):
+    out = np.full(16, -1, np.float32); p(out, x)
+    np.testing.assert_array_equal(out[:n], x[:n] * np.float32(3.5)); assert (out[n:] == -1).all()
+  s8, s16 = dev.compile_all([fn_of(_scaled('sized', 8, size=8, k=3.5)), fn_of(_scaled('sized', 8, size=16, k=3.5))])
+  assert s8 is not s16
+  s8(np.zeros(8, np.float32), x[:8])
+  with pytest.raises(tgc.TgcError, match='declares 16'): s16(np.zeros(8, np.float32), x[:8])
+  i8, u8 = dev.compile_all([fn_of(_scaled('typed', 8, 'i8', k=3)), fn_of(_scaled('typed', 8, 'u8', k=3))])
+  assert i8 is not u8
+  xi, xu = np.arange(-4, 4, dtype=np.int8), np.arange(250, 258, dtype=np.int64).astype(np.uint8)
+  oi, ou = np.zeros(8, np.int8), np.zeros(8, np.uint8)
+  i8(oi, xi); u8(ou, xu)
+  np.testing.assert_array_equal(oi, xi * np.int8(3)); np.testing.assert_array_equal(ou, xu * np.uint8(3))
+  with pytest.raises(tgc.TgcError, match='dtype'): i8(ou, xu)
+
+
+_DISK = r"""
+import sys, numpy as np
+sys.path.insert(0, {tests!r})
+from test_llvm import _scaled, fn_of
+from tgc.runtime import get_device, cpu
+progs = get_device('CPU').compile_all([fn_of(_scaled(f'k{{i}}', 16, k=1.5 + i)) for i in range(3)])
+x = np.arange(16, dtype=np.float32)
+for i, p in enumerate(progs):
+  out = np.zeros(16, np.float32); p(out, x); assert np.array_equal(out, x * np.float32(1.5 + i))
+print(cpu.stats['compiles'], cpu.stats['disk_hits'])
+"""
+
+def test_compiled_kernels_are_kept_on_disk(tmp_path):
+  """A batch's object file is kept under $TGC_CACHE/llvm: the next process with the same kernels loads it instead of
+  compiling; a damaged file is compiled anew (and replaced); another codegen_id (LLVM, the CPU, the optimisation) is
+  another file."""
+  import subprocess, sys
+  env = {**os.environ, 'TGC_CACHE': str(tmp_path), 'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(tgc.__file__)), os.environ.get('PYTHONPATH', '')])}
+  run = lambda: tuple(map(int, subprocess.run([sys.executable, '-c', _DISK.format(tests=os.path.dirname(__file__))], env=env, capture_output=True, text=True, check=True).stdout.split()))
+  assert run() == (3, 0)
+  files = list((tmp_path / 'llvm').iterdir())
+  assert len(files) == 1
+  assert run() == (0, 3)
+  files[0].write_bytes(files[0].read_bytes()[:-100])  # (a file cut short)
+  assert run() == (3, 0) and run() == (0, 3)
+  text = "define void @kernel(ptr %a, i32 %s, i32 %e) {\n  store i32 12345, ptr %a\n  ret void\n}\n"
+  import unittest.mock as um
+  with um.patch.dict(os.environ, {'TGC_CACHE': str(tmp_path / 'own')}):
+    n0 = cpu.stats['compiles']; cpu.jit_kernels([text])
+    with um.patch.object(cpu, '_codegen_id', cpu.codegen_id() + ' another CPU'): cpu.jit_kernels([text])
+    cpu.jit_kernels([text])
+  assert cpu.stats['compiles'] - n0 == 2 and len(list((tmp_path / 'own' / 'llvm').iterdir())) == 2
+
+
+def _rowsum(n, m=37):
+  """out[g] = sum of in[g*m : g*m + m] over gidx0 < n: each point's result is its own, whichever thread runs it."""
+  return f"""
+uop.func @r_{n}_{m}() attributes {{global_size = [{n}]}} {{
+  %0 = uop.define_global 0 : !uop.ptr<f32>
+  %1 = uop.define_global 1 : !uop.ptr<f32>
+  %g = uop.special gidx0 {n} : i32
+  %c0 = uop.const 0 : i32
+  %cm = uop.const {m} : i32
+  %z = uop.const 0.0 : f32
+  %acc = uop.define_acc %z (%r) : f32
+  %r = uop.range %c0, %cm : i32
+  %b = uop.mul %g, %cm : i32
+  %i = uop.add %b, %r : i32
+  %x = uop.load %1[%i] : f32
+  %s = uop.add %acc, %x : f32
+  %p = uop.phi %acc, %s : f32
+  uop.endrange %r
+  uop.store %0[%g], %p : f32
+}}"""
+
+
+@pytest.mark.parametrize('dev,threads', [('CPU', '2'), ('CPU', '3'), ('CPU', '5'), ('C', '2')])
+def test_split_launch_matches_one_thread_on_odd_grids(dev, threads, monkeypatch):
+  """A launch split across threads (chunks of gidx0 claimed by the caller and the pool's workers; more threads than
+  cores too; the C device's kernels as the CPU's) writes exactly what one thread does, whole grids and partial
+  ranges alike."""
+  monkeypatch.setenv('CPU_THREADS', threads)
+  rng = np.random.default_rng(int(threads))
+  for n in (2, 3, 7, 13, 101, 1000):
+    p = get_device(dev).compile(fn_of(_rowsum(n)))
+    x = rng.standard_normal(n * 37).astype(np.float32)
+    one, split = np.full(n, np.nan, np.float32), np.full(n, np.nan, np.float32)
+    p.split = False; p(one, x)
+    p.split = True; p(split, x)
+    np.testing.assert_array_equal(split, one)
+    np.testing.assert_allclose(one, x.reshape(n, 37).sum(1, dtype=np.float64), rtol=1e-5, atol=1e-5)
+    part = np.full(n, np.nan, np.float32)
+    p(part, x, start=n // 3, end=n)
+    np.testing.assert_array_equal(part[n // 3:], one[n // 3:]); assert np.isnan(part[:n // 3]).all()
+  assert cpu.pool() is not None and cpu.pool().workers >= int(threads) - 1
+
+
+def test_split_launches_from_two_python_threads():
+  """The pool takes one split launch at a time: a launch from another thread meanwhile runs on its own thread, and
+  both are right."""
+  import threading
+  p = get_device('CPU').compile(fn_of(_rowsum(257)))
+  p.split = True
+  x = np.random.default_rng(1).standard_normal(257 * 37).astype(np.float32)
+  ref = np.zeros(257, np.float32); p.split = False; p(ref, x); p.split = True
+  bad = []
+  def work():
+    for _ in range(200):
+      out = np.zeros(257, np.float32); p(out, x)
+      if not np.array_equal(out, ref): bad.append(1)
+  ts = [threading.Thread(target=work) for _ in range(3)]
+  for t in ts: t.start()
+  for t in ts: t.join()
+  assert not bad
+
+
+def test_split_settles_by_timing_and_the_schedule_follows(monkeypatch):
+  """A kernel's first launches are timed (on one thread and split, in turn), then it settles; a host schedule made
+  before takes the settled launcher (Program.launcher_epoch), and results stay right throughout. With CPU_THREADS=1
+  nothing is timed or split."""
+  from tgc.runtime.device import Program
+  text = """func.func @f(%a: tensor<300x200xf32>) -> tensor<300x1xf32> {
+  %r = tensor.reduce add %a [1] : tensor<300x200xf32> -> tensor<300x1xf32>
+  func.return %r : tensor<300x1xf32>
+}"""
+  a = np.random.default_rng(2).standard_normal((300, 200)).astype(np.float32)
+  monkeypatch.setenv('CPU_THREADS', '1')
+  f = tgc.compile(text)
+  progs = [k.program for k in f.kernels.values() if k.program.global_size[0] > 1]
+  assert progs
+  for p in progs: p.split, p.times = None, ([], [])  # (a fresh settling: the program may be cached from before)
+  for _ in range(5): np.testing.assert_allclose(f(a)[0][:, 0], a.sum(1), rtol=1e-4, atol=1e-4)
+  assert all(p.split is None and p.times == ([], []) for p in progs)
+  monkeypatch.setenv('CPU_THREADS', '2')
+  epoch = Program.launcher_epoch
+  for _ in range(2 * cpu.PROBES): np.testing.assert_allclose(f(a)[0][:, 0], a.sum(1), rtol=1e-4, atol=1e-4)
+  assert all(p.split is not None and len(p.times[0]) in (1, cpu.PROBES) for p in progs) and Program.launcher_epoch > epoch
+  np.testing.assert_allclose(f(a)[0][:, 0], a.sum(1), rtol=1e-4, atol=1e-4)
+  assert f._epoch == Program.launcher_epoch  # (the next call took the settled launchers)
+
+
+def test_split_kernel_that_stalls_times_both_ways_again(monkeypatch):
+  """A settled split kernel whose launches come out slower than one thread by half (a worker descheduled mid-chunk
+  by another process) goes back to timing both ways after STALLS such launches; results stay right."""
+  from tgc.runtime.device import Program
+  monkeypatch.setenv('CPU_THREADS', '2')
+  p = get_device('CPU').compile(fn_of(_rowsum(64)))
+  x = np.ones(64 * 37, np.float32)
+  p.split, p.times, p.stalls = True, ([1e-9], [1e-9]), 0  # (one thread "took" a nanosecond: every split launch stalls)
+  epoch = Program.launcher_epoch
+  for i in range(cpu.STALLS):
+    assert p.split is True
+    out = np.zeros(64, np.float32); p(out, x); np.testing.assert_array_equal(out, np.full(64, 37, np.float32))
+  assert p.split is None and p.times == ([], []) and Program.launcher_epoch == epoch + 1
+
+
+@pytest.mark.skipif(not hasattr(os, 'fork'), reason="no fork")
+def test_split_launch_in_a_forked_child():
+  """A forked child has none of the parent's worker threads: its split launches start a pool of their own (with the
+  parent's, a launch would run alone, and a timed settling's wake-up wait for workers that do not exist)."""
+  p = get_device('CPU').compile(fn_of(_rowsum(99)))
+  x = np.arange(99 * 37, dtype=np.float32)
+  ref = np.zeros(99, np.float32); p.split = False; p(ref, x); p.split = True
+  parent = cpu.pool()
+  pid = os.fork()
+  if pid == 0:
+    code = 1
+    try:
+      out = np.zeros(99, np.float32); p(out, x); code = 0 if np.array_equal(out, ref) and cpu.pool() is not parent else 2
+    finally: os._exit(code)
+  _, status = os.waitpid(pid, 0)
+  assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux') or len(os.sched_getaffinity(0)) < 2, reason="Linux, 2 CPUs or more")
+def test_worker_moves_off_the_callers_cpu():
+  """A worker that finds itself on the CPU the caller posted its job from (a KVM guest may wake it there, behind the
+  caller's chunks) takes that CPU out of its affinity, keeping the others the process may use (run on a thread of
+  the test's own, whose affinity goes with it)."""
+  import ctypes, threading
+  p = cpu.pool()
+  keep_off = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(p.ee.get_function_address('keep_off_caller'))
+  allowed, libc = os.sched_getaffinity(0), ctypes.CDLL(None)
+  got = {}
+  def run():
+    ctl, arg = ctypes.create_string_buffer(cpu._CTL), ctypes.create_string_buffer(24 + 128)
+    ctypes.memmove(ctypes.addressof(ctl) + 512, p.ctl + 512, 128)  # (the pool's: the CPUs the process may use)
+    ctypes.c_int32.from_address(ctypes.addressof(ctl) + 216).value = 1
+    ctypes.c_int32.from_address(ctypes.addressof(ctl) + 212).value = other = min(allowed - {libc.sched_getcpu()})
+    keep_off(ctypes.addressof(ctl), ctypes.addressof(arg)); got['elsewhere'] = os.sched_getaffinity(0)  # (not its CPU: stays)
+    ctypes.c_int32.from_address(ctypes.addressof(ctl) + 212).value = me = libc.sched_getcpu()
+    keep_off(ctypes.addressof(ctl), ctypes.addressof(arg)); got['same'], got['me'] = os.sched_getaffinity(0), me
+  t = threading.Thread(target=run); t.start(); t.join()
+  assert got['elsewhere'] == allowed and got['same'] == allowed - {got['me']}
+
+
+def test_pool_read_the_machine():
+  """The pool's hand-off costs are measured at its start: positive, finite, and the breakeven follows from them."""
+  import math
+  p = cpu.pool()
+  assert p is not None and 0 < p.post_s < 1 and 0 < p.wake_s < 1 and math.isclose(p.breakeven, p.wake_s + 2 * p.post_s)
 
 
 def test_wrong_buffers_raise():

@@ -97,7 +97,9 @@ class CompiledFunction:
     self.arg_types = [a.type for a in host.body.args]
     self.result_types = host.result_types
     self.name = host.attrs['sym_name']
-    self.plan = None
+    self.plan, self._wake = None, None
+    from tgc.runtime.device import Program
+    self._Program, self._epoch = Program, Program.launcher_epoch
 
   def _plan(self, fixed: dict | None = None):
     """The host schedule made once into what a call does, over numbered slots (the arguments first) that hold
@@ -150,6 +152,7 @@ class CompiledFunction:
       elif i < len(launches): allocs[i].append((s_, nbytes[s_])); frees[last[s_]].append((s_, nbytes[s_]))
     pick = lambda idx: operator.itemgetter(*idx) if len(idx) > 1 else lambda env, i=idx[0]: (env[i],)
     steps = [(k, k.program.launcher(), pick(idx), idx, tuple(a), tuple(f)) for (k, idx), a, f in zip(launches, allocs, frees)]
+    self._wake = self._waker(launches)
     if allocs[-1]: steps.append((None, None, None, (), tuple(allocs[-1]), ()))
     return steps, [(s_, s_ in made) for s_ in ret], fresh, [b and b.arg for b in tail], tail, nbytes
 
@@ -171,6 +174,8 @@ class CompiledFunction:
         if b.size != t.numel or b.dtype is not t.dtype or b.device != self.device:
           raise TgcError(f"argument #{i} of @{self.name} is {b!r}, expected {t} on {self.device}")
     if self.plan is None: self.plan = self._plan()
+    if self._epoch != self._Program.launcher_epoch: self._relaunch()
+    if self._wake is not None: self._wake()
     steps, ret, fresh, tail, held, nbytes = self.plan
     env, blk = [*[b.arg for b in bufs], *tail], {}
     timed = profile.active is not None or debug_level() >= 2
@@ -194,6 +199,19 @@ class CompiledFunction:
       b = out[s] if s in out else bufs[s] if s < len(bufs) else held[s - len(bufs)]
       res.append(b.copy_to(self.device) if copied else b)
     return res
+
+  def _relaunch(self) -> None:
+    """A program's launcher changed (Program.launcher_epoch): the plan's steps take every launcher anew."""
+    self._epoch = self._Program.launcher_epoch
+    steps, *rest = self.plan
+    self.plan = ([(k, k.program.launcher() if k is not None else None, *s_[1:]) for k, *s_ in steps], *rest)
+    self._wake = self._waker([(k, None) for k, *_ in steps if k is not None])
+
+  def _waker(self, launches):
+    """What a call does first where some launch may be split across threads (a CPU kernel that is split or still
+    timed both ways): the device's wake_workers (None where none may)."""
+    wake = getattr(self.dev, 'wake_workers', None)
+    return wake if wake is not None and any(getattr(k.program, 'split', False) is not False for k, _ in launches) else None
 
   def _launch(self, k: Kernel, args, nbytes: list) -> None:
     """One launch the slow way: timed (launch and wait) for DEBUG=2, which prints it, and tgc.compiler.profile."""

@@ -156,11 +156,12 @@ class _Emitter:
     self.b.position_at_end(block)
 
   # ---- the function ----
-  def emit(self) -> ir.Function:
+  def emit(self, symbol: str | None = None) -> ir.Function:
     fn, ops = self.fn, self.fn.body.ops
     ftype = ir.FunctionType(ir.VoidType(), [PTR] * len(self.sig) + [I32, I32])
-    if self.name in self.m.globals: raise TgcError(f"llvm: two kernels are named @{self.name}")
-    self.func = f = ir.Function(self.m, ftype, self.name)
+    symbol = symbol or self.name
+    if symbol in self.m.globals: raise TgcError(f"llvm: two kernels are named @{symbol}")
+    self.func = f = ir.Function(self.m, ftype, symbol)
     f.attributes.add('nounwind')
     for i, a in enumerate(f.args[:len(self.sig)]): a.name = f"data{i}"
     f.args[-2].name, f.args[-1].name = 'start', 'end'
@@ -428,10 +429,11 @@ def render_llvm_function(fn, module: ir.Module) -> ir.Function:
   return _Emitter(fn, module).emit()
 
 
-def render_llvm(fn) -> str:
-  """One uop.func -> the text of an LLVM module holding its kernel function."""
-  m = _new_module(getattr(fn, 'sym_name', 'kernel'))
-  render_llvm_function(fn, m)
+def render_llvm(fn, symbol: str | None = None) -> str:
+  """One uop.func -> the text of an LLVM module holding its kernel function, named `symbol` if given (the CPU
+  runtime names every kernel alike, so that kernels that differ in name only have one text and compile once)."""
+  m = _new_module(symbol or getattr(fn, 'sym_name', 'kernel'))
+  _Emitter(fn, m).emit(symbol)
   return module_text(m)
 
 

@@ -29,7 +29,10 @@ def check_buffers(fn, bufs, sig=None, sizes=None) -> list[np.ndarray]:
 
 
 class Program:
-  """One kernel compiled for a device: its buffer signature, declared sizes, launch grid, written buffers."""
+  """One kernel compiled for a device: its buffer signature, declared sizes, launch grid, written buffers.
+  `launcher_epoch` counts the times a program's launcher changed (a CPU kernel settling on one thread or split after
+  its first launches were timed): host schedules made before take the launchers anew."""
+  launcher_epoch = 0
   def __init__(self, device: 'BaseDevice', fn):
     self.device, self.fn, self.name = device, fn, fn.sym_name
     self.signature, self.sizes = buffer_signature(fn), buffer_sizes(fn)
@@ -70,6 +73,9 @@ class BaseDevice:
   def __init__(self, allocator: Allocator | None = None):
     self.allocator = allocator or HostAllocator(self.name)
   def compile(self, fn) -> Program: raise NotImplementedError
+  def compile_all(self, fns: list) -> list[Program]:
+    """Every kernel a function needs, compiled at once (a device whose compiler has a cost per call overrides it)."""
+    return [self.compile(fn) for fn in fns]
   def synchronize(self) -> None:
     """Wait until every queued launch and copy has finished."""
     self.allocator.synchronize()
