@@ -102,7 +102,12 @@ def main() -> int:
   ap.add_argument('--threads', type=int, default=0, help="threads of each runtime (onnxruntime's intra-op pool, tgc's CPU_THREADS, tinygrad's NUM_CPU_THREADS); 0: their defaults")
   ap.add_argument('--models', default=None, help='comma-separated model names (default: all)')
   ap.add_argument('--no-tinygrad', action='store_true')
+  ap.add_argument('--warm-cache', action='store_true', help="keep $TGC_CACHE (compiled kernels on disk): the first call then shows cache hits")
   args = ap.parse_args()
+  if not args.warm_cache:  # a first call is a cold compile: a fresh cache for this run
+    import atexit, shutil, tempfile
+    os.environ['TGC_CACHE'] = tempfile.mkdtemp(prefix='tgc-bench-')
+    atexit.register(shutil.rmtree, os.environ['TGC_CACHE'], True)
   from tgc.runtime import Device
   device = Device.canonicalize(args.device)
   try: Device[device]
