@@ -122,6 +122,14 @@ CPU_OPTS = [
   ("reduce_add(4, 5, 6)1", [Record('upcast', {'axis': 2, 'amt': 2}), Record('unroll', {'axis': 1, 'amt': 5})]),
   ("movement", [Record('upcast', {'axis': 1, 'amt': 3})]),
   ("softmax", [Record('upcast', {'axis': 0, 'amt': 5})]),
+  # PADTO on a reduce axis that is no sum of products: the padding masked to the reduce's identity (vector lanes too),
+  # an epilogue's stores at the iteration shape cut at the axis's end
+  ("reduce_max(17, 16)1", [Record('padto', {'axis': 1, 'amt': 20}), Record('unroll', {'axis': 1, 'amt': 4})]),
+  ("reduce_max(3, 7)1", [Record('padto', {'axis': 1, 'amt': 8}), Record('unroll', {'axis': 1, 'amt': 2})]),
+  ("reduce_add(3, 7)1", [Record('padto', {'axis': 1, 'amt': 8}), Record('unroll', {'axis': 1, 'amt': 8})]),
+  ("reduce_max(127,)0", [Record('padto', {'axis': 0, 'amt': 64}), Record('unroll', {'axis': 0, 'amt': 4})]),
+  ("softmax", [Record('padto', {'axis': 1, 'amt': 12}), Record('unroll', {'axis': 1, 'amt': 4})]),
+  ("softmax", [Record('padto', {'axis': 1, 'amt': 16}), Record('upcast', {'axis': 0, 'amt': 5})]),
 ]
 
 @pytest.mark.parametrize("device", ["CPU", "INTERP"])

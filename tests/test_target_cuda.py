@@ -170,7 +170,7 @@ def _softmax(a):
 
 @pytest.mark.parametrize('case', ['matmul_odd', 'matmul_f16', 'matmul_4095', 'rowsum_odd', 'sum_odd', 'softmax', 'max_short_rows',
                                   'softmax_big', 'softmax_odd', 'softmax_short_rows', 'softmax_cols', 'log_softmax', 'layernorm', 'var_f64',
-                                  'sum_i32', 'argmax', 'softmax_f16', 'softmax_rows1000',
+                                  'sum_i32', 'argmax', 'softmax_f16', 'softmax_rows1000', 'softmax_rows6625', 'max_rows6625', 'conv1x3_960',
                                   'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
                                   'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc', 'conv_tc_strided'])
 def test_gpu_heuristic_shapes(case):
@@ -199,6 +199,11 @@ def test_gpu_heuristic_shapes(case):
     'argmax': (lambda a: a.argmax(axis=1), (r(100, 4096),), lambda a: a.argmax(1), 0),
     'softmax_f16': (lambda a: a.softmax(axis=1), (r(128, 4096, dt=np.float16),), _softmax, 2e-3),
     'softmax_rows1000': (lambda a: a.softmax(axis=1), (r(4096, 1000),), _softmax, 1e-5),  # GROUP 8, 32 rows a work-group
+    # rows no group divides: padded to 6656, the padding masked out of the max, the sum and the stores
+    'softmax_rows6625': (lambda a: a.softmax(axis=1), (r(40, 6625) - 3,), _softmax, 1e-5),
+    'max_rows6625': (lambda a: a.max(axis=1), (r(40, 6625) - 3,), lambda a: a.max(1), 0),
+    # few outputs, a long reduce whose innermost axis (3 taps) no amount divides: GROUPTOP on the channels
+    'conv1x3_960': (lambda x, w: x.conv2d(w), (r(1, 960, 1, 42), r(60, 960, 1, 3)), lambda x, w: _torch_conv(x, w), 1e-4),
     # staged through shared memory (smem): square, transposed, with an epilogue, batched, on tensor cores
     'matmul_smem': (lambda a, b: a @ b, (r(256, 192), r(192, 384)), lambda a, b: a @ b, 1e-4),
     'matmul_smem_t': (lambda a, b: a.T @ b, (r(192, 256), r(192, 128)), lambda a, b: a.T @ b, 1e-4),
@@ -320,29 +325,31 @@ def test_conv_on_tensor_cores_on_gpu():
   np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())
 
 
-def test_launcher_is_what_prepared_async_call_launches():
-  # pycuda's Function.prepared_async_call(grid, block, stream, *args, shared_size=s) ends in
-  # func._launch_kernel(grid, block, pack(func.arg_format, *args), s, stream); the host plan's launcher makes that call
-  # directly (the format compiled once). Checked on stand-ins: this machine has no GPU.
-  import struct, types
-  from tgc.runtime.cuda import CUDAProgram
-  class Error(Exception): pass
-  calls = []
-  def launch_kernel(grid, block, buf, shared, stream):
-    if shared < 0: raise Error('launch failed')
-    calls.append((grid, block, bytes(buf), shared, stream))
+def test_launcher_writes_the_arguments_into_the_parameter_block():
+  # the host plan's launcher calls the driver's cuLaunchKernel with ctypes objects made once, the buffers' addresses
+  # written into the kernel's parameter block. Checked on a stand-in driver: this machine may have no GPU.
+  import ctypes, types
+  from tgc.runtime.cuda import CUDAProgram, param_block
+  calls, rcs, made_current = [], [], []
+  def launch(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+    got = [ctypes.c_uint64.from_address(params[i]).value for i in range(3)]
+    calls.append((func.value, [d.value for d in (gx, gy, gz, bx, by, bz)], shared.value, stream.value, got, extra))
+    return rcs.pop(0) if rcs else 0
+  def check(rc, what):
+    if rc: raise tgc.TgcError(f"cuda: {what}: launch failed ({rc})")
   prg = object.__new__(CUDAProgram)
-  prg.name, prg.grid, prg.block, prg.shared = 'k', (4, 2, 1), (128, 1, 1), 4096
-  prg.func = types.SimpleNamespace(arg_format='PPP', _launch_kernel=launch_kernel)
-  made_current = []
-  prg.device = types.SimpleNamespace(stream='stream', cuda=types.SimpleNamespace(Error=Error), make_current=lambda: made_current.append(1))
+  prg.device = types.SimpleNamespace(lib=types.SimpleNamespace(cuLaunchKernel=launch), stream=types.SimpleNamespace(handle=1234),
+                                     make_current=lambda: made_current.append(1), check=check)
+  prg.name, prg.grid, prg.block, prg.shared, prg.func, prg.signature = 'k', (4, 2), (128,), 4096, ctypes.c_void_p(77), [None] * 3
+  prg._vals, prg._params = param_block(3)
   args = (0x7f0000001000, 0x7f0000002000, 2**64 - 256)
-  prg.launcher()(args)
-  assert calls == [((4, 2, 1), (128, 1, 1), struct.pack('PPP', *args), 4096, 'stream')] and not made_current
+  f = prg.launcher()
+  f(args)
+  assert calls == [(77, [4, 2, 1, 128, 1, 1], 4096, 1234, list(args), None)] and not made_current
   # a failed launch makes tgc's context current (another library's may be) and tries once more, then raises
-  prg.shared = -1
-  with pytest.raises(tgc.TgcError, match="cuda: @k: launch failed"): prg.launcher()(args)
-  assert made_current == [1]
+  rcs[:] = [400, 400]
+  with pytest.raises(tgc.TgcError, match="cuda: @k: launch failed"): f(args)
+  assert made_current == [1] and len(calls) == 3
 
 
 def test_another_context_current():

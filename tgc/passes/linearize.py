@@ -307,7 +307,8 @@ class Lowerer:
       cur = dict(accs[r])
       for cb in cb_all:
         k = key_of(cb)
-        cur[k] = b.emit(r.kind, [cur[k], self.broadcast(src[cb], cur[k].type)], cur[k].type, pure=False)
+        x = self.mask_padding(r, src[cb], loop_idx, cb) if r in self.sched.masked else src[cb]
+        cur[k] = b.emit(r.kind, [cur[k], self.broadcast(x, cur[k].type)], cur[k].type, pure=False)
       phis = {k: b.emit('phi', [accs[r][k], cur[k]], cur[k].type, pure=False) for k in keys}
       self.vals[r.results[0]] = phis
     for rr in reversed(ranges): b.close_range(rr)
@@ -450,6 +451,31 @@ class Lowerer:
         self.vals[r.results[0]] = {(): b.emit('gep', [res], acc_dt, {'index': i})}
         at = {**self.idx, **tile, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
         for op in after: self.lower_op(op, at, [], above=True)
+
+  def bounds_gate(self, bounds, idx, lane_axes, c, lane=0):
+    """PADTO: whether this point (lane combination c, vector lane `lane`) lies inside every bound (terms, size): the
+    index along a padded axis below its size before padding. None where there is no bound."""
+    b, g = self.b, None
+    at = self.at(idx, lane_axes, c, lane)
+    for terms, size in bounds:
+      e = b.const(0)
+      for a, m in terms: e = b.add(e, b.mul(at[a], b.const(m)))
+      lt = b.lt(e, b.const(size))
+      g = lt if g is None else b.and_(g, lt)
+    return g
+
+  def mask_padding(self, r, x, idx, cb):
+    """A reduce's input past a padded reduce axis's end becomes the reduce's identity (the padding reads zeros, which
+    only a sum of products may take as they are); a vector lane by lane where the padding runs along it."""
+    b, bounds = self.b, self.sched.reduce_bounds
+    dt = elem(x.type)
+    ident = b.const(alu.reduce_identity(r.kind, dt), dt)
+    if not isinstance(x.type, VecType):
+      g = self.bounds_gate(bounds, idx, self.lanes_below, cb)
+      return x if g is None or b.cval(g) == 1 else b.emit('where', [g, x, ident], dt)
+    lanes = [b.emit('gep', [x], dt, {'index': l}) for l in range(x.type.count)]
+    gates = [self.bounds_gate(bounds, idx, self.lanes_below, cb, l) for l in range(x.type.count)]
+    return b.emit('vectorize', [v if g is None or b.cval(g) == 1 else b.emit('where', [g, v, ident], dt) for v, g in zip(lanes, gates)], x.type)
 
   def group_reduce(self, reduces, cu, W, final=True):
     """GROUP: each thread holds a partial result (W lanes per upcast combination); they meet in shared memory
@@ -799,15 +825,9 @@ class Lowerer:
     v = self.vals[op.value][c]
     buf = self.buf[op.buf]
     dt = op.value.type
-    def pad_gate(lane):  # PADTO: the padding is computed, never stored
-      g = None
-      at = self.at(idx, lane_axes, c, lane)
-      for terms, size in self.sched.store_bounds:
-        e = b.const(0)
-        for a, m in terms: e = b.add(e, b.mul(at[a], b.const(m)))
-        lt = b.lt(e, b.const(size))
-        g = lt if g is None else b.and_(g, lt)
-      return g
+    # PADTO: the padding is computed, never stored (an epilogue's stores at the iteration shape: a reduce axis's neither)
+    bounds = self.sched.store_bounds + (self.sched.reduce_bounds if op in self.sched.full_stores else [])
+    pad_gate = lambda lane: self.bounds_gate(bounds, idx, lane_axes, c, lane)
     gate = pad_gate(0)
     def put(i, x, g):
       b.emit('store', [buf, i, x] + ([g] if g is not None and b.cval(g) != 1 else []), None, pure=False)
@@ -816,7 +836,7 @@ class Lowerer:
     if not vec_here:
       i, _ = self.index(op, idx, lane_axes, c); put(i, v, gate); return
     st = self.vec_stride(op)
-    vec_padded = any(a == self.vec for terms, _ in self.sched.store_bounds for a, _ in terms)
+    vec_padded = any(a == self.vec for terms, _ in bounds for a, _ in terms)
     if st == 1 and not vec_padded and self.aligned(self.index(op, idx, lane_axes, c, 0)[0]):
       i, _ = self.index(op, idx, lane_axes, c, 0)
       put(i, self.broadcast(v, VecType(self.W, dt)), gate); return

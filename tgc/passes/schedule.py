@@ -11,7 +11,8 @@ actions) and gives the inner part a kind:
   upcast   a non-reduce axis computed in registers (the widest upcast axis is a vector lane)
   unroll   a reduce axis unrolled inside the loop
   padto    not a split: the axis is rounded up to a multiple of amt (the padding is computed, never stored); a reduce
-           axis of a sum of products too (its padding reads zeros)
+           axis too: its padding reads zeros, which a sum of products adds as they are and any other reduce takes as
+           its identity (linearize masks its input there: a max, a softmax's sum of exp(x - max))
   swap     not a split: two global axes change places (the loop order)
   tc       tensor cores: m, n, k split into the target's instruction tile (tcm, tcn, tck), first of all
   smem     not a split: load number `axis` (of the loads under the reduce, in order) is staged through shared
@@ -56,12 +57,12 @@ def _split_padded(padded, ax, inner):
           for k, (terms, size) in padded.items()}
 
 
-def apply_opts(full, out, kinds, views, opts, tile=None, zero_pad_reduce=False):
+def apply_opts(full, out, kinds, views, opts, tile=None):
   """Split axes per the opts (`tile`: TC's (m, n, k), see tc_tile). `views`: {key: ViewStack at `full` (below the
   reduce) or `out`}. Returns the new (full, out, kinds, views, padded, smem) where padded holds, per PADTO,
   ([(axis, multiplier)], size): the index along the padded axis (a sum once it is split) must stay below its size
-  before padding (keyed ('reduce', n) for a reduce axis: not a bound on stores), and smem {load: stages} for the loads SMEM stages. zero_pad_reduce: the reduce is a sum of products,
-  so that PADTO may pad a reduce axis too (the padding reads zeros, which add nothing)."""
+  before padding (keyed ('reduce', n) for a reduce axis: the reduce's bound, and the bound of stores at the iteration
+  shape), and smem {load: stages} for the loads SMEM stages."""
   full, out, kinds = list(full), list(out), list(kinds)
   padded: dict[int, int] = {}
   smem: dict = {}
@@ -79,9 +80,9 @@ def apply_opts(full, out, kinds, views, opts, tile=None, zero_pad_reduce=False):
       smem[below[ax]] = max(1, amt)
       continue
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
-    if kinds[ax] != OPT_KINDS[name] and not (name == 'padto' and kinds[ax] == 'reduce' and zero_pad_reduce):
+    if kinds[ax] != OPT_KINDS[name] and not (name == 'padto' and kinds[ax] == 'reduce'):
       raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes" +
-                     (" (and the reduce axes of a sum of products)" if name == 'padto' else ''))
+                     (" (and reduce axes)" if name == 'padto' else ''))
     if 'tck' in kinds and name not in ('upcast', 'local', 'swap', 'unroll'):
       raise OptError(f"{name}: after tc only upcast, local and swap (the grid of tiles) and unroll (steps of k) apply")
     if name == 'swap':  # exchange two global axes (`amt` names the other): the loop order, outermost first
@@ -110,7 +111,8 @@ def apply_opts(full, out, kinds, views, opts, tile=None, zero_pad_reduce=False):
       if ns == s: continue
       for k, vs in views.items():  # (views at the output shape have 1 along a reduce axis: nothing to pad)
         if vs.shape[ax] == s: views[k] = vs.pad(tuple((0, ns - s) if i == ax else (0, 0) for i in range(len(vs.shape))))
-      # (a reduce axis's padding reads zeros and stores nothing: its bound only tells SMEM's copies where the data ends)
+      # (a reduce axis's padding reads zeros: its bound tells SMEM's copies where the data ends, and masks a reduce
+      # other than a sum of products and an epilogue's stores)
       padded[len(padded) if kinds[ax] != 'reduce' else ('reduce', len(padded))] = ([(ax, 1)], s)
       full[ax] = ns
       if kinds[ax] != 'reduce': out[ax] = ns
@@ -175,13 +177,15 @@ class Schedule:
     def uncast(v):
       while v.op is not None and v.op.name == 'kernel.cast': v = v.op.operands[0]
       return v.op
-    product = uncast(reduces[0].src) if reduces else None
-    # a sum of products with a loaded factor: padding the reduced axis masks that load to zero, which adds nothing
-    zero_pad = bool(reduces) and reduces[0].kind == 'add' and product is not None and product.name == 'kernel.mul' and \
-      any(f is not None and f.name == 'kernel.load' for f in map(uncast, product.operands))
-    try: self.full, self.out, self.kinds, self.views, self.padded, self.smem = apply_opts(full, out, kinds, views, opts, tc_tile(target), zero_pad)
+    def zero_pad(r):  # a sum of products with a loaded factor: padding its axes masks that load to zero, which adds nothing
+      product = uncast(r.src)
+      return r.kind == 'add' and product is not None and product.name == 'kernel.mul' and \
+        any(f is not None and f.name == 'kernel.load' for f in map(uncast, product.operands))
+    try: self.full, self.out, self.kinds, self.views, self.padded, self.smem = apply_opts(full, out, kinds, views, opts, tc_tile(target))
     except (OptError, ValueError) as e: raise OptError(f"@{k.sym_name}: {e}") from None
     self.reduce_kind = reduces[0].kind if reduces else None
+    # the reduces whose input linearize masks to their identity past a padded reduce axis's end
+    self.masked = {r for r in reduces if not zero_pad(r)} if self.reduce_bounds else set()
     self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
 
   def strides(self, op):
@@ -189,6 +193,11 @@ class Schedule:
     moving them, so a padded input still reads contiguously along its rows: the tiles are chosen as if unmasked, and
     linearize gates each lane."""
     return self.views[op].real_strides(ignore_valid=True)
+
+  @property
+  def reduce_bounds(self) -> list:
+    """PADTO's bounds on the reduce axes: (terms, size), the points at or past a size read as zeros."""
+    return [v for k, v in self.padded.items() if isinstance(k, tuple)]
 
   @property
   def store_bounds(self) -> list:
