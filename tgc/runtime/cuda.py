@@ -2,9 +2,9 @@
 
 Memory is the device's: buffers are plain driver allocations (cuMemAlloc, never managed memory) from a caching
 allocator, copied in when a tensor is made and out when it is read. Launches are prepared calls queued on the
-device's one stream: the host returns at once and waits only in `synchronize()` or a copy out. pycuda's
-SourceModule runs nvcc (its disk cache makes a second compile of the same source cheap); modules are cached by
-source in the process. On a machine without pycuda or a GPU, opening the device raises
+device's one stream (the driver's cuLaunchKernel through ctypes): the host returns at once and waits only in
+`synchronize()` or a copy out. pycuda's compiler driver runs nvcc (its disk cache makes a second compile of the same
+source cheap); modules are loaded by the driver and cached by source in the process. On a machine without pycuda or a GPU, opening the device raises
 TgcError("CUDA device unavailable: ...").
 """
 from __future__ import annotations
@@ -60,21 +60,53 @@ class CUDADevice(BaseDevice):
     self.local_memory = self.dev.get_attribute(cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
     self.stream = cuda.Stream()
     self._libcuda = None
+    self._hold = None
     self._modules: dict[tuple[str, bool], object] = {}
     super().__init__(CUDAAllocator(self))
+
+  @property
+  def lib(self):
+    """libcuda through ctypes, for the calls a launch makes: pycuda's Function keeps its handle to itself, and its
+    launch cost 5 us a call on an H100 machine's host, where the driver's own takes 1 to 2."""
+    if self._libcuda is None:
+      import ctypes
+      lib = ctypes.CDLL('libcuda.so.1')
+      self._cur, self._mine = ctypes.c_void_p(), ctypes.c_void_p(self.ctx.handle)
+      self._cur_ref = ctypes.byref(self._cur)
+      lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+      self._libcuda = lib
+    return self._libcuda
+
+  def check(self, rc: int, what: str) -> None:
+    """A driver call's result: a TgcError with the driver's words for it where it failed."""
+    if rc:
+      import ctypes
+      msg = ctypes.c_char_p()
+      self.lib.cuGetErrorString(rc, ctypes.byref(msg))
+      raise TgcError(f"cuda: {what}: {(msg.value or b'error').decode()} ({rc})")
 
   def make_current(self):
     """Make tgc's context current on this thread where another library's is (tinygrad runs in a context of its own
     and sets it current: tgc's allocations would land there and its launches fail, 'invalid resource handle'); a
     driver call to read the current one (pycuda binds no cuCtxSetCurrent)."""
-    lib = self._libcuda
-    if lib is None:
-      import ctypes
-      lib = self._libcuda = ctypes.CDLL('libcuda.so.1')
-      self._cur, self._mine = ctypes.c_void_p(), ctypes.c_void_p(self.ctx.handle)
-      self._cur_ref = ctypes.byref(self._cur)
+    lib = self.lib
     lib.cuCtxGetCurrent(self._cur_ref)
     if self._cur.value != self._mine.value: lib.cuCtxSetCurrent(self._mine)
+
+  def hold_stream(self, us: int = 50) -> None:
+    """Queue a kernel that only waits `us` microseconds (the device's nanosecond timer), so that what is queued behind
+    it within that time starts back to back: timed launches measure the device, not the host's queueing."""
+    import ctypes
+    if self._hold is None:
+      src = ('extern "C" __global__ void tgc_hold(unsigned long long ns) {\n'
+             '  unsigned long long t0; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));\n'
+             '  for (unsigned long long t = t0; t - t0 < ns;) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));\n}\n')
+      ns = ctypes.c_uint64()
+      self._hold = (self.function(self.module(src), 'tgc_hold'), ns, (ctypes.c_void_p * 1)(ctypes.addressof(ns)))
+    fn, ns, params = self._hold
+    ns.value = us * 1000
+    one = ctypes.c_uint(1)
+    self.check(self.lib.cuLaunchKernel(fn, one, one, one, one, one, one, ctypes.c_uint(0), ctypes.c_void_p(self.stream.handle), params, None), 'hold_stream')
 
   def _close(self):
     try:
@@ -84,19 +116,30 @@ class CUDADevice(BaseDevice):
     self.ctx.pop()
 
   def module(self, src: str, fmad: bool = False):
-    """The loaded module of this source; fmad: mul+add may fuse into fma (kernels marked `contract`), else exact."""
-    from pycuda.compiler import SourceModule
+    """The loaded module (a CUmodule) of this source; fmad: mul+add may fuse into fma (kernels marked `contract`),
+    else exact. nvcc runs through pycuda's compiler driver (its disk cache makes a second compile cheap)."""
+    import ctypes
+    from pycuda.compiler import compile as nvcc
     with _lock:
       m = self._modules.get((src, fmad))
       if m is None:
-        self.make_current()
         # one compiler cache per process: pycuda's shared one races when several processes fill it at once
         cache = os.path.join(tempfile.gettempdir(), f"tgc-pycuda-{os.getpid()}")
         os.makedirs(cache, exist_ok=True)
-        try: m = SourceModule(src, no_extern_c=True, arch=self.arch, options=[f'--fmad={str(fmad).lower()}'], cache_dir=cache)
+        try: cubin = nvcc(src, no_extern_c=True, arch=self.arch, options=[f'--fmad={str(fmad).lower()}'], cache_dir=cache)
         except Exception as e: raise TgcError(f"cuda: nvcc rejected the emitted source:\n{e}\n{src}") from None
+        self.make_current()
+        m = ctypes.c_void_p()
+        self.check(self.lib.cuModuleLoadData(ctypes.byref(m), cubin), 'loading a module')
         self._modules[(src, fmad)] = m
       return m
+
+  def function(self, module, name: str):
+    """A kernel of a loaded module (a CUfunction)."""
+    import ctypes
+    f = ctypes.c_void_p()
+    self.check(self.lib.cuModuleGetFunction(ctypes.byref(f), module, name.encode()), f"@{name}")
+    return f
 
   def compile(self, fn) -> 'CUDAProgram': return CUDAProgram(self, fn)
 
@@ -110,51 +153,63 @@ class CUDADevice(BaseDevice):
     return [CUDAProgram(self, fn, mods.get(bool(fn.attrs.get('contract')))) for fn in fns]
 
 
+def param_block(n: int):
+  """A kernel's parameter block for n pointer arguments: the values (8 bytes each) and cuLaunchKernel's array of
+  their addresses."""
+  import ctypes
+  vals = (ctypes.c_uint64 * max(n, 1))()
+  return vals, (ctypes.c_void_p * max(n, 1))(*[ctypes.addressof(vals) + 8 * i for i in range(max(n, 1))])
+
+
 class CUDAProgram(Program):
-  """A kernel of a loaded module, prepared once (its argument format), launched asynchronously on the stream."""
+  """A kernel of a loaded module, launched asynchronously on the stream by the driver's cuLaunchKernel: its
+  arguments (all pointers) written into one parameter block made once."""
   def __init__(self, dev: CUDADevice, fn, module=None):
-    from tgc.emit.cuda import render_cuda_kernel
+    from tgc.emit.cuda import render_cuda_kernel, dynamic_shared_bytes
     super().__init__(dev, fn)
     if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"CUDA: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
-    from tgc.emit.cuda import dynamic_shared_bytes
     if module is None: module = dev.module(render_cuda_kernel(fn), bool(fn.attrs.get('contract')))  # (module: compiled with others)
-    self.func = module.get_function(self.name)
-    self.func.prepare('P' * len(self.signature))
+    self.func = dev.function(module, self.name)
     self.shared = dynamic_shared_bytes(fn)
     if self.shared:
       if self.shared > dev.local_memory: raise TgcError(f"CUDA: @{self.name}: takes {self.shared} bytes of shared memory, more than the {dev.local_memory} a block of this {dev.arch} device may have")
-      self.func.set_attribute(dev.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared)
+      dev.check(dev.lib.cuFuncSetAttribute(self.func, 8, self.shared), f"@{self.name}: dynamic shared memory")  # (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
     self.grid = tuple(int(x) for x in self.global_size)
     self.block = tuple(int(x) for x in self.local_size)
-    self._start = self._end = None
+    self._vals, self._params = param_block(len(self.signature))
+    self._start = self._end = self._launch = None
 
   def launch(self, args) -> None:
-    self.device.make_current()
-    try: self.func.prepared_async_call(self.grid, self.block, self.device.stream, *args, shared_size=self.shared)
-    except self.device.cuda.Error as e: raise TgcError(f"cuda: @{self.name}: {e}") from None
+    if self._launch is None: self._launch = self.launcher()
+    self._launch(list(args))
 
   def launcher(self):
-    # what prepared_async_call does, made once: its argument format as a compiled Struct (pycuda imports its packer
-    # and checks its keywords on every call) and the bound launch of the function (cuLaunchKernel)
-    import struct
-    launch = getattr(self.func, '_launch_kernel', None)  # (pycuda's stateless launch, since CUDA 4)
-    if launch is None: return self.launch
-    pack, grid, block, shared, stream, err = struct.Struct(self.func.arg_format).pack, self.grid, self.block, self.shared, self.device.stream, self.device.cuda.Error
-    current = self.device.make_current
+    # cuLaunchKernel's arguments as ctypes objects made once; a call writes the buffers' addresses into the block
+    import ctypes
+    dev = self.device
+    launch, current, U = dev.lib.cuLaunchKernel, dev.make_current, ctypes.c_uint
+    func, stream, params, vals, none = self.func, ctypes.c_void_p(dev.stream.handle), self._params, self._vals, None
+    dims = [U(x) for x in (*self.grid, *(1,) * (3 - len(self.grid)), *self.block, *(1,) * (3 - len(self.block)))]
+    gx, gy, gz, bx, by, bz = dims
+    shared = U(self.shared)
+    n = len(self.signature)
     def f(args):
-      try: launch(grid, block, pack(*args), shared, stream)
-      except err as e:
+      vals[:n] = args
+      if launch(func, gx, gy, gz, bx, by, bz, shared, stream, params, none):
         # (another library's context current: the allocator's calls make ours current again, a launch right after
         # that library's call finds out here, once)
         current()
-        try: launch(grid, block, pack(*args), shared, stream)
-        except err: raise TgcError(f"cuda: @{self.name}: {e}") from None
+        dev.check(launch(func, gx, gy, gz, bx, by, bz, shared, stream, params, none), f"@{self.name}")
     return f
 
   def timed_launch(self, args) -> float:
-    """The launch's device time from CUDA events recorded around it on the stream."""
+    """The launch's device time from CUDA events recorded around it on the stream. The stream is kept busy while the
+    launch is queued (CUDADevice.hold_stream): on an idle GPU the start event would fire at once and the interval
+    would count the host's time to queue the launch (20 us and more for a 3 us kernel)."""
     cuda, stream = self.device.cuda, self.device.stream
     if self._start is None: self._start, self._end = cuda.Event(), cuda.Event()
-    self._start.record(stream); self.launch(args); self._end.record(stream)
+    if self._launch is None: self._launch = self.launcher()
+    self.device.hold_stream()
+    self._start.record(stream); self._launch(list(args)); self._end.record(stream)
     self._end.synchronize()
     return self._start.time_till(self._end) * 1e-3
