@@ -67,7 +67,8 @@ class CUDADevice(BaseDevice):
   @property
   def lib(self):
     """libcuda through ctypes, for the calls a launch makes: pycuda's Function keeps its handle to itself, and its
-    launch cost 5 us a call on an H100 machine's host, where the driver's own takes 1 to 2."""
+    launch goes through a private method (`_launch_kernel`). (On an H100 machine's host a launch costs 5 us either
+    way: the driver's own time.)"""
     if self._libcuda is None:
       import ctypes
       lib = ctypes.CDLL('libcuda.so.1')
