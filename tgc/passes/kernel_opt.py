@@ -148,10 +148,10 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
           if stages > 1 and rest and ks.full[rest[0]] <= STAGE_UNROLL: apply(Opt('unroll', rest[0], 0))
           return opts
   out_points = math.prod(ks.full[i] for i in glob) if glob else 1
-  # GPU: a reduce whose output cannot fill the device gets the work-group to share it (GROUPTOP), along the innermost
-  # reduce axis that an amount divides (a 1x3 conv over 960 channels, 60x40 outputs: its 3 taps divide by none; on an
-  # H100 it took 300 us with 75 threads)
-  if gpu and red and out_points <= 4096:
+  # GPU: a long reduce whose output cannot fill the device gets the work-group to share it (GROUPTOP), along the
+  # innermost reduce axis that an amount divides (a 1x3 conv over 960 channels, 60x40 outputs: its 3 taps divide by
+  # none; on an H100 it took 300 us with 75 threads)
+  if gpu and red and out_points <= 4096 and math.prod(ks.full[a] for a in red) >= 64:
     next((a for ax in reversed(red) for a in (256, 64, 16) if ks.full[ax] % a == 0 and apply(Opt('grouptop', ax, a))), None)
   # GPU matmul-like kernels (a reduce over the product of two loads, each broadcast along some axis: a matmul, a conv
   # over its channels and window) stage both operands through shared memory (SMEM): on an H100 a 4096 f32 matmul ran
