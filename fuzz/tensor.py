@@ -91,8 +91,10 @@ def _step(r, vals, steps):
       if a.bound < 4: ops.append('exp')
       if a.bound ** 2 < cap: ops.append('square')
       op = r.choice(ops)
-      b = {'neg': a.bound, 'abs': a.bound, 'relu': a.bound, 'sigmoid': 1, 'tanh': 1, 'sqrtabs': math.sqrt(a.bound) + 1, 'sin': 1,
-           'log1pabs': math.log1p(a.bound) + 1, 'recip1pabs': 1, 'exp': math.exp(a.bound), 'square': a.bound ** 2}[op]
+      # (each bound computed only for the op chosen: exp and square of a large bound overflow Python's floats)
+      b = {'neg': lambda: a.bound, 'abs': lambda: a.bound, 'relu': lambda: a.bound, 'sigmoid': lambda: 1, 'tanh': lambda: 1,
+           'sqrtabs': lambda: math.sqrt(a.bound) + 1, 'sin': lambda: 1, 'log1pabs': lambda: math.log1p(a.bound) + 1,
+           'recip1pabs': lambda: 1, 'exp': lambda: math.exp(a.bound), 'square': lambda: a.bound ** 2}[op]()
       add('unary', [i], op, a.shape, a.dtype, b, a.exact and op in ('neg', 'abs', 'relu'))
     elif k == 'i':
       op = r.choice(['abs', 'relu', 'square', 'invert'] + (['neg'] if a.dtype in SINTS else []))
