@@ -216,7 +216,7 @@ def test_gpu_heuristic_shapes(case):
     'matmul_tc_small_odd': (lambda a, b: a @ b, (r(17, 33, dt=np.float16), r(33, 9, dt=np.float16)), lambda a, b: a @ b, 2e-2),
     # a half conv the heuristic puts on tensor cores (tc on the input channels; m, n its batch and output channels)
     'conv_tc': (lambda x, w: x.conv2d(w, padding=1), (r(16, 32, 12, 12, dt=np.float16), r(16, 32, 3, 3, dt=np.float16)), _conv_ref, 2e-2),
-    # im2col and a batched matmul on tensor cores: strides, dilation, a window wider than tall, uneven padding
+    # the implicit GEMM on tensor cores: strides, dilation, a window wider than tall, uneven padding
     'conv_tc_strided': (lambda x, w: x.conv2d(w, stride=(2, 1), padding=(1, 2), dilation=2), (r(16, 32, 13, 9, dt=np.float16), r(8, 32, 3, 5, dt=np.float16)),
                         lambda x, w: _torch_conv(x, w, stride=(2, 1), padding=(1, 2), dilation=2), 2e-2),
   }[case]

@@ -1263,18 +1263,6 @@ class Tensor(TensorAPI):
     nn = len(noop)
     return x.permute(*range(nn), *[nn + i * 2 for i in range(nk)], *[nn + i * 2 + 1 for i in range(nk)])
 
-  IM2COL_BYTES = 1 << 30  # the largest window copy a tensor-core conv makes (above it: the implicit GEMM, no copy)
-
-  @staticmethod
-  def _im2col_fits(bs, cin, HW, ihw, pads, stride, dilation, itemsize) -> bool:
-    """Whether a conv's im2col copy (every window's input channels, once per output pixel) stays within IM2COL_BYTES."""
-    nk = len(HW)
-    s_ = (stride,) * nk if isinstance(stride, int) else tuple(stride)
-    d_ = (dilation,) * nk if isinstance(dilation, int) else tuple(dilation)
-    pad = lambda j: pads[2 * (nk - 1 - j)] + pads[2 * (nk - 1 - j) + 1]  # (flat pads run from the last axis)
-    o_ = [(i + pad(j) - d * (k - 1) - 1) // s + 1 for j, (i, k, s, d) in enumerate(zip(ihw, HW, s_, d_))]
-    return bs * cin * math.prod(HW) * math.prod(o_) * itemsize <= Tensor.IM2COL_BYTES
-
   @staticmethod
   def _pads2d(padding, n):
     if isinstance(padding, int): return [padding] * 2 * n
@@ -1351,27 +1339,17 @@ class Tensor(TensorAPI):
     channels_last = t.is_cpu or (t.tensor_cores is not None and any(self.dtype.name == i for i, _ in t.tensor_cores.dtypes) and
                        bs % t.tensor_cores.dims[0] == 0 and cin % t.tensor_cores.dims[2] == 0 and groups == 1)
     pads = Tensor._pads2d(padding, len(HW))
-    if channels_last and not t.is_cpu and Tensor._im2col_fits(bs, cin, HW, self.shape[2:], pads, stride, dilation, self.dtype.itemsize):
-      # tensor cores: the windows copied out once (im2col, the input channels innermost, read from a padded NHWC copy
-      # so that both copies run along contiguous channels), then one batched matmul of the weights (cout x k) by each
-      # image's windows: dense tiles with no masks and the output NCHW as it is computed. On an H100 a 3x3 f16 conv,
-      # 32x64x56x56, took 332 us as an implicit GEMM over the padded input (its kernel 239 us, 31 TFLOP/s)
-      n = self.ndim
-      xp = self.permute(0, *range(2, n), 1).contiguous()                                   # (bs, *hw, cin)
-      cols = xp.permute(0, n - 1, *range(1, n - 1))._pad2d(pads)._pool(HW, stride, dilation)  # (bs, cin, *oyx, *HW)
-      oyx = cols.shape[2:2 + len(HW)]
-      cols = cols.permute(0, *range(2, 2 + 2 * len(HW)), 1).contiguous()                   # (bs, *oyx, *HW, cin)
-      k, P = cin * math.prod(HW), math.prod(oyx)
-      w2 = weight.permute(0, *range(2, n), 1).contiguous().reshape(cout, k)                # (cout, *HW, cin): cols' k order
-      ret = (w2 @ cols.reshape(bs, P, k).transpose(-1, -2)).reshape(bs, cout, *oyx)
-      return ret if bias is None else ret + bias.reshape(1, -1, *[1] * len(HW))
     if channels_last and not t.is_cpu:
-      # tensor cores: the padded input copied with its channels innermost (NHWC), so that the tiles' rows (pixels)
-      # read their k (input channels) contiguously: 16-byte asynchronous copies into shared memory, with no masks
-      # (an H100 ran the conv kernel in 69 us so, 169 us from the NCHW copy; reading the unpadded NHWC input through
-      # masked copies took 1.3 ms)
+      # tensor cores (an implicit GEMM): the padded input copied with its channels innermost (NHWC), so that the tiles'
+      # rows (pixels) read their k (input channels) contiguously: 16-byte asynchronous copies into shared memory, with
+      # no masks. On an H100 a 3x3 f16 conv (32x64x56x56) ran its five kernels in 95 us so (the conv kernel 62 us),
+      # where an im2col copy of the windows and a batched matmul took 139 us (47 and 77 us of it), and a padded NHWC
+      # copy made in one kernel from NCHW 29 us (a gather of misaligned halves); reading the unpadded NHWC input
+      # through masked copies took 1.3 ms
       n = self.ndim
-      x = self._pad2d(pads).permute(0, *range(2, n), 1).contiguous().permute(0, n - 1, *range(1, n - 1))
+      xl = self.permute(0, *range(2, n), 1).contiguous()  # (bs, *hw, cin): a plain transpose, 16-byte loads and stores
+      # padded in that layout (channels innermost: the padding is whole 16-byte vectors, the copy stays vectorised)
+      x = xl._pad2d([0, 0, *pads]).contiguous().permute(0, n - 1, *range(1, n - 1)) if any(pads) else xl.permute(0, n - 1, *range(1, n - 1))
     else:
       x = self._pad2d(pads)
       # the padded input is copied once (a small kernel) so that the conv kernel reads it with no masks: its loads are
