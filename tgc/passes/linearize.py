@@ -130,7 +130,11 @@ class Lowerer:
     self.full, self.out, self.kinds, self.views, self.padded = full, out, kinds, views, padded
     self.smem, self.tiles = s.smem, {}  # SMEM's loads; while a reduce loop is open, each one's tiles: (buffer, {axis: stride}, slot size)
     n = len(full)
-    big = any(a.type.numel >= 2**31 for a in k.body.args)
+    # 64-bit indices for a buffer past 2^31 elements, or a view whose index expression may pass that (a stride of
+    # 2^32 along an axis its mask keeps at one index is valid IR; in i32 its constant would not be)
+    reach = lambda v: abs(v.offset) + sum(abs(st) * max(n - 1, 0) for st, n in zip(v.strides, v.shape))
+    big = any(a.type.numel >= 2**31 for a in k.body.args) or \
+      any(reach(v) >= 2**31 for op in ops if op.name in ('kernel.load', 'kernel.store') for v in op.view.views)
     b = self.b = UopBuilder(D.i64 if big else D.i32)
     self.buf = {a: b.emit('define_global', [], PtrType(a.type.dtype), {'index': i, 'size': a.type.numel}, pure=False) for i, a in enumerate(k.body.args)}
     # lanes: the unrolled axes of each region, and the vector axis
