@@ -426,9 +426,9 @@ class _KernelBuilder:
     val = self.emit(root, (), self.epilogue)
     if self.axes and all(ld in self.after for ld in self.loads):
       # a reduce over constants only: nothing would give the loop its size; read the constant from a host buffer
-      self.__init__(self.s, root)
+      self.__init__(self.s, root, self.also)  # (the reduces it computes in stages too: an epilogue's)
       self.const_loads = True
-      val = self.emit(root, (), False)
+      val = self.emit(root, (), self.epilogue)
     # the reduce's output shape (the root may be a reshape of it); an epilogue's root is stored at the iteration shape
     out = tuple(1 if i in self.axes else n for i, n in enumerate(self.full)) if self.epilogue else self.out_shape
     full = self.full if self.full is not None else out
