@@ -88,7 +88,8 @@ def _bad_models(tmp_path):
             [h.make_tensor_value_info('y', T.FLOAT, [2])]), opset_imports=[h.make_opsetid('', 13), h.make_opsetid('com.example', 1)]), [],
            "op com.example.Foo (opset 1) is not supported by tgc: only the domains '', 'ai.onnx.preview'"), (str(tmp_path / 'missing.onnx'), [], 'no such file'),
           (unsupported, [], "node 'im0': op ImageDecoder (opset 20) is not supported"), (mlp(), [], "dimension 0 is symbolic ('N')"),
-          (strings, [], 'dtype STRING is not supported'), (mlp(), ['y=1x8'], "'y', which is not a graph input")]
+          (strings, [], 'dtype STRING is not supported'), (mlp(), ['y=1x8'], "'y', which is not a graph input"),
+          (mlp(), ['x=-1x4'], 'dimensions are whole numbers of 0 or more, got (-1, 4)')]
 
 
 def test_bad_input_is_a_tgc_error_and_exit_1(tmp_path):

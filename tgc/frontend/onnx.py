@@ -164,9 +164,12 @@ def input_shapes(model, shapes: dict | None) -> dict[str, tuple]:
   inits = {i.name for i in model.graph.initializer}
   names = [i.name for i in model.graph.input if i.name not in inits]
   params = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim}
-  for k in shapes:
+  for k, v in shapes.items():
     if k not in names and k not in params:
       raise OnnxError(f"--input-shape names '{k}', which is not a graph input (inputs: {', '.join(names) or 'none'})")
+    dims = v if isinstance(v, (tuple, list)) else (v,)
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
+      raise OnnxError(f"--input-shape {k}: dimensions are whole numbers of 0 or more, got {tuple(dims)}")
   out = {}
   for i in model.graph.input:
     if i.name in inits: continue
