@@ -333,7 +333,7 @@ class KernelOpt(Pass):
   def run(self, m: Module):
     if self.mode not in ('heuristic', 'search', 'none'): raise PipelineError(f"kernel-opt: unknown mode '{self.mode}' (heuristic, search, none)")
     if self.local not in ('true', 'false', 'auto'): raise PipelineError(f"kernel-opt: option 'local' expects true, false or auto, got '{self.local}'")
-    for opt, low in (('upcast', 0), ('unroll', 0), ('local_memory', 0), ('beam', 1), ('budget', 0)):
+    for opt, low in (('upcast', 0), ('unroll', 1), ('local_memory', 0), ('beam', 1), ('budget', 0)):
       if not getattr(self, opt) >= low: raise PipelineError(f"kernel-opt: option '{opt}' must be {low} or more, got {getattr(self, opt)}")
     t = get_target(self.target)
     if self.mode == 'none' or noopt_from_env(): return
