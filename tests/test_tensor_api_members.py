@@ -218,6 +218,10 @@ def test_pools(ceil_mode):
   (lambda: Tensor(X).gather(1, Tensor([[0]] * 4)), IndexError), (lambda: Tensor(X).scatter(1, Tensor([[0]]), Tensor([[1.0]]), reduce='max'), ValueError),
   (lambda: Tensor(X).div(2, rounding_mode='ceil'), ValueError), (lambda: Tensor(X).gelu(approximate='erf'), ValueError),
   (lambda: Tensor(X).sort(2), IndexError), (lambda: Tensor(X).chunk(0), ValueError),
+  # sizes numpy or the arithmetic would have failed on (ValueError, ZeroDivisionError) before the checks
+  (lambda: Tensor(X).unsqueeze(0).interpolate((0, 0)), ValueError), (lambda: Tensor(X).interpolate((-2, 2)), ValueError),
+  (lambda: Tensor.rand(-1, 2), ValueError), (lambda: Tensor.randn(-2), ValueError), (lambda: Tensor.empty(-1), ValueError),
+  (lambda: Tensor.randint(-1, low=0, high=3), ValueError), (lambda: Tensor.eye(-1), ValueError), (lambda: Tensor.full((2, -1), 0.0), ValueError),
 ])
 def test_bad_arguments(bad, exc):
   with pytest.raises(TgcError) as e: bad()

@@ -380,6 +380,12 @@ def _shape_arg(shape) -> tuple[int, ...]:
     out.append(int(s))
   return tuple(out)
 
+def _new_shape(shape, what: str) -> tuple[int, ...]:
+  """A new tensor's shape (creation functions): integers of 0 or more."""
+  shape = _shape_arg(shape)
+  if any(s < 0 for s in shape): raise ShapeError(f"{what}: negative size in shape {shape}")
+  return shape
+
 def _broadcast_shape(*shapes) -> tuple[int, ...]:
   if len(shapes) == 2 and len(shapes[0]) == len(shapes[1]):  # (a binary op's: size by size)
     r = []
@@ -549,12 +555,11 @@ class Tensor(TensorAPI):
   # ---- creation
   @staticmethod
   def empty(*shape, dtype=None, device=None) -> Tensor:
-    return Tensor(_Node('empty', (), None, _shape_arg(shape), to_dtype(dtype or _D.f32), _canon_device(device)))
+    return Tensor(_Node('empty', (), None, _new_shape(shape, 'empty'), to_dtype(dtype or _D.f32), _canon_device(device)))
 
   @staticmethod
   def full(shape, fill_value, dtype=None, device=None) -> Tensor:
-    shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,))
-    if any(s < 0 for s in shape): raise ShapeError(f"full: negative size in shape {shape}")
+    shape = _new_shape((shape,) if isinstance(shape, (tuple, list)) else (shape,), 'full')
     if not _is_scalar(fill_value): raise DTypeError(f"fill_value must be a scalar, got {type(fill_value).__name__}")
     return Tensor._const(fill_value, shape, to_dtype(dtype) if dtype is not None else _scalar_dtype(fill_value), _canon_device(device))
 
@@ -588,6 +593,7 @@ class Tensor(TensorAPI):
   @staticmethod
   def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
     m = n if m is None else m
+    _new_shape((n, m), 'eye')
     r = Tensor.arange(n, device=device).reshape(n, 1) == Tensor.arange(m, device=device).reshape(1, m)
     return r.cast(to_dtype(dtype) if dtype is not None else _D.f32)
 
@@ -598,7 +604,7 @@ class Tensor(TensorAPI):
   def _random(draw, shape, dtype, device, seed) -> Tensor:
     rng = Tensor._rng if seed is None else np.random.default_rng(seed)
     dt = to_dtype(dtype) if dtype is not None else _D.f32
-    return Tensor(draw(rng, _shape_arg(shape)), dtype=dt, device=device)
+    return Tensor(draw(rng, _new_shape(shape, 'random')), dtype=dt, device=device)
 
   @staticmethod
   def rand(*shape, dtype=None, device=None, seed=None) -> Tensor:

@@ -7,6 +7,7 @@ Only members whose output shape depends on the data (nonzero, masked_select) rea
 """
 from __future__ import annotations
 import math
+import numpy as np
 from tgc.errors import ShapeError, IndexingError, DTypeError, ArgumentError
 from tgc.ir import dtypes as _D
 
@@ -537,6 +538,9 @@ class TensorAPI:
   def interpolate(self, size, mode: str = 'linear', align_corners: bool = False):
     """Resize the last len(size) axes: 'nearest', 'nearest-exact' or '(bi/tri)linear' (one gather per axis)."""
     T = type(self)
+    size = tuple(size) if isinstance(size, (tuple, list)) else (size,)
+    if not 0 < len(size) <= self.ndim or not all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) and s > 0 for s in size):
+      raise ShapeError(f"interpolate: size {size} must be 1 to {self.ndim} whole numbers above 0 (the sizes of the last axes)")
     x = self
     for i, (n_in, n_out) in enumerate(zip(self.shape[-len(size):], size)):
       ax = self.ndim - len(size) + i
