@@ -42,6 +42,9 @@ def test_activations_with_args():
   close(Tensor(X).gelu(approximate='none'), F.gelu(T(X)))
   close(Tensor(X).gelu(), F.gelu(T(X), approximate='tanh'))
   close(Tensor(X).normalize(dim=1), F.normalize(T(X), dim=1))
+  for p in (0, 1, 3.5, math.inf, -math.inf):  # (0: how many are not zero; +-inf: the largest, smallest magnitude)
+    close(Tensor(X).normalize(p=p, dim=1), F.normalize(T(X), p=p, dim=1))
+  np.testing.assert_array_equal(Tensor(X).softplus(beta=0).numpy(), F.softplus(T(X), beta=0).numpy())  # (inf, not a ZeroDivisionError)
   close(Tensor(X).celu(0.5), F.celu(T(X), 0.5))
 
 def test_binary():
@@ -222,6 +225,7 @@ def test_pools(ceil_mode):
   (lambda: Tensor(X).unsqueeze(0).interpolate((0, 0)), ValueError), (lambda: Tensor(X).interpolate((-2, 2)), ValueError),
   (lambda: Tensor.rand(-1, 2), ValueError), (lambda: Tensor.randn(-2), ValueError), (lambda: Tensor.empty(-1), ValueError),
   (lambda: Tensor.randint(-1, low=0, high=3), ValueError), (lambda: Tensor.eye(-1), ValueError), (lambda: Tensor.full((2, -1), 0.0), ValueError),
+  (lambda: Tensor.arange(math.nan), ValueError), (lambda: Tensor.arange(0, math.inf), ValueError), (lambda: Tensor(X).chunk(math.nan), ValueError),
 ])
 def test_bad_arguments(bad, exc):
   with pytest.raises(TgcError) as e: bad()

@@ -582,6 +582,7 @@ class Tensor(TensorAPI):
     for v in (start, stop, step):
       if not _is_scalar(v) or isinstance(v, (bool, np.bool_)): raise DTypeError(f"arange takes numbers, got {v!r}")
     if step == 0: raise ArgumentError("arange step must not be 0")
+    if not all(math.isfinite(v) for v in (start, stop, step)): raise ArgumentError(f"arange takes finite numbers, got {start}, {stop}, {step}")
     is_f = any(isinstance(v, (float, np.floating)) for v in (start, stop, step))
     big = not is_f and not all(-2**31 <= v < 2**31 for v in (start, stop - step))
     dt = to_dtype(dtype) if dtype is not None else (_D.f32 if is_f else _D.i64 if big else _D.i32)
@@ -736,7 +737,7 @@ class Tensor(TensorAPI):
   swish = silu
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
   def softplus(self, beta: float = 1, threshold: float = 20.0) -> Tensor:
-    return (self * beta > threshold).where(self, (1 + (self * beta).exp()).log() * (1 / beta))  # the identity above it: no overflow
+    return (self * beta > threshold).where(self, (1 + (self * beta).exp()).log() / beta)  # the identity above it: no overflow (beta 0: inf, as torch)
   def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
   def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
 

@@ -133,7 +133,10 @@ class TensorAPI:
   def var_mean(self, axis=None, keepdim: bool = False, correction=1):
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
   def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
-    n = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+    if p == 0: n = (self != 0).sum(dim, keepdim=True).cast(self.dtype)  # (torch's 0-norm: how many are not zero)
+    elif p == math.inf: n = self.abs().max(dim, keepdim=True)
+    elif p == -math.inf: n = self.abs().min(dim, keepdim=True)
+    else: n = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
     return self / n.maximum(eps)
 
   def _along_last(self, axis, fn):
@@ -335,7 +338,7 @@ class TensorAPI:
   # ---- movement
   def chunk(self, chunks: int, dim: int = 0):
     d = self._axis(dim)
-    if chunks <= 0: raise ArgumentError(f"chunk needs chunks > 0, got {chunks}")
+    if not isinstance(chunks, (int, np.integer)) or isinstance(chunks, bool) or chunks <= 0: raise ArgumentError(f"chunk needs a whole number of chunks > 0, got {chunks!r}")
     return self.split(math.ceil(self.shape[d] / chunks) if self.shape[d] else 1, d)
   def split(self, sizes, dim: int = 0):
     d = self._axis(dim)
