@@ -1,11 +1,11 @@
 """The CUDA device: tgc.emit.cuda source compiled and launched through pycuda (the `cuda` extra).
 
 Memory is the device's: buffers are plain driver allocations (cuMemAlloc, never managed memory) from a caching
-allocator, copied in when a tensor is made and out when it is read. Launches are prepared calls queued on the
-device's one stream (the driver's cuLaunchKernel through ctypes): the host returns at once and waits only in
-`synchronize()` or a copy out. pycuda's compiler driver runs nvcc (its disk cache makes a second compile of the same
-source cheap); modules are loaded by the driver and cached by source in the process. On a machine without pycuda or a GPU, opening the device raises
-TgcError("CUDA device unavailable: ...").
+allocator, copied in when a tensor is made and out when it is read. Launches are queued on the device's one stream
+(the driver's cuLaunchKernel through ctypes): the host returns at once and waits only in `synchronize()` or a copy
+out. pycuda's compiler driver runs nvcc (its disk cache makes a second compile of the same source cheap); modules are
+loaded by the driver and cached by source in the process. On a machine without pycuda or a GPU, opening the device
+raises TgcError("CUDA device unavailable: ...").
 """
 from __future__ import annotations
 import os, tempfile, threading
