@@ -68,6 +68,27 @@ def test_reduce_over_size1_axes_with_no_larger_load(dev):
   np.testing.assert_array_equal(tgc.compile(with_host(REDUCE_SIZE1, 'tensor<1xi16>', 'tensor<3xi16>'), dev)(a)[0], (a[2:] + 5) * 5)
 
 
+EPILOGUE_STORES_REDUCE = """kernel.func @r_softmax(%data0: !kernel.buf<4x512xf32>, %data1: !kernel.buf<4x512xf32>) attributes {opts = OPTS} {
+  %0 = kernel.load %data1 [view(shape = [4, 512], strides = [512, 1], offset = 0)] : f32
+  %1 = kernel.reduce max %0 [1] : f32
+  %2 = kernel.sub %0, %1 : f32
+  %3 = kernel.exp2 %2 : f32
+  %4 = kernel.reduce add %3 [1] : f32
+  kernel.store %data0 [view(shape = [4, 512], strides = [512, 1], offset = 0)], %4 : f32
+}
+"""
+
+@pytest.mark.parametrize('dev', HOST_DEVICES)
+@pytest.mark.parametrize('opts', ['[unroll(axis = 1, amt = 4)]', '[unroll(axis = 1, amt = 4), unroll(axis = 1, amt = 8)]'])
+def test_epilogue_stores_a_reduce_result_itself(dev, opts):
+  """A store at the iteration shape of a reduce's own result (each row's sum broadcast along it), with the reduce axis
+  unrolled: the store takes the result whatever the lane (linearize looked it up per unrolled lane: a KeyError that
+  fuzz.mutate found)."""
+  x = np.random.default_rng(2).standard_normal((4, 512)).astype(np.float32)
+  out = tgc.compile(with_host(EPILOGUE_STORES_REDUCE.replace('OPTS', opts), 'tensor<4x512xf32>', 'tensor<4x512xf32>'), dev)(x)[0]
+  e = np.exp2(x - x.max(1, keepdims=True))
+  np.testing.assert_allclose(out, np.broadcast_to(e.sum(1, keepdims=True), x.shape), rtol=1e-5)
+
 WMMA = """uop.func @w() attributes {global_size = [1, 1, 1], local_size = [32, 1, 1]} {
   %0 = uop.define_global 0 {size = 128} : !uop.ptr<f16>
   %1 = uop.define_global 1 {size = 256} : !uop.ptr<f16>

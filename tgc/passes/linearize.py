@@ -826,7 +826,7 @@ class Lowerer:
 
   def store(self, op, idx, lane_axes, c):
     b = self.b
-    v = self.vals[op.value][c]
+    v = self.vals[op.value][self.project(op.value, lane_axes, c)]  # (an epilogue may store a reduce's result itself)
     buf = self.buf[op.buf]
     dt = op.value.type
     # PADTO: the padding is computed, never stored (an epilogue's stores at the iteration shape: a reduce axis's neither)
