@@ -76,17 +76,17 @@ def _check_view(op, buf_t: BufType, vs):
   """The lowest view (the one that indexes the buffer) stays inside it, and each view above it inside the shape of
   the one below (the linear index it makes is that view's), where its mask lets it read."""
   for i, v in enumerate(vs.views):
+    rng = v.mask or tuple((0, s) for s in v.shape)
+    if all(a < b for a, b in rng):  # (else it reads nothing)
+      lo = v.offset + sum(a * st if st >= 0 else (b - 1) * st for (a, b), st in zip(rng, v.strides))
+      hi = v.offset + sum((b - 1) * st if st >= 0 else a * st for (a, b), st in zip(rng, v.strides))
+      n = buf_t.numel if i == 0 else math.prod(vs.views[i - 1].shape)
+      if lo < 0 or hi >= n:
+        if i == 0: raise op.error(f"view reads elements {lo}..{hi}, outside {buf_t} ({buf_t.numel} elements)")
+        raise op.error(f"view #{i} makes indices {lo}..{hi}, outside the {n} elements of the view below it {list(vs.views[i - 1].shape)}")
     # every point's index is computed (a mask only gates the read), so it must fit the widest index a kernel has
     reach = abs(v.offset) + sum(abs(st) * max(s - 1, 0) for st, s in zip(v.strides, v.shape))
     if reach >= 2**63: raise op.error(f"view #{i} makes indices up to {reach} in magnitude, past what 64-bit indices hold")
-    rng = v.mask or tuple((0, s) for s in v.shape)
-    if any(a >= b for a, b in rng): continue  # reads nothing
-    lo = v.offset + sum(a * st if st >= 0 else (b - 1) * st for (a, b), st in zip(rng, v.strides))
-    hi = v.offset + sum((b - 1) * st if st >= 0 else a * st for (a, b), st in zip(rng, v.strides))
-    n = buf_t.numel if i == 0 else math.prod(vs.views[i - 1].shape)
-    if lo < 0 or hi >= n:
-      if i == 0: raise op.error(f"view reads elements {lo}..{hi}, outside {buf_t} ({buf_t.numel} elements)")
-      raise op.error(f"view #{i} makes indices {lo}..{hi}, outside the {n} elements of the view below it {list(vs.views[i - 1].shape)}")
 
 
 class LoadOp(Operation):
