@@ -496,6 +496,9 @@ class KernelRenderer:
       self.vec_or_scalar(op, lambda i: f(self.lane(op.src, i)), 'cast')
     elif nm in INLINE and isinstance(t, VecType) and all(v.type == t for v in op.operands) and \
         (e := L.vector_alu(nm, t, [self.get(v) for v in op.operands])) is not None:
+      # its lanes index the whole expression: a user that reads it lane by lane (exp2 on C's vectors) would repeat it
+      # in every lane, and a chain of such users grows exponentially (a 94 MB function crashed gcc): a variable then
+      if res in self.inline and not self.reads_whole(res): self.inline.discard(res)
       self.bind(op, e, 'alu', [L.lane(e, i, t) for i in range(t.count)])
     elif nm in INLINE:
       dt = elem(op.operands[0].type) if nm in alu.COMPARE else elem(t)
@@ -525,6 +528,14 @@ class KernelRenderer:
       if fn is None: raise self.err(op, f"{list(op.attrs['dims'])} on {a}, {b} -> {c}: no such tensor-core instruction on the {L.name} target")
       self.bind(op, f"{fn}({', '.join(self.get(v) for v in op.operands)})", 'wmma')
     else: raise self.err(op, f"is not supported by the {L.name} target")
+
+  def reads_whole(self, v) -> bool:
+    """Whether v's one user takes it as a whole vector (a vector ALU expression of the target, a store), not lane by lane."""
+    u = self.ops[self.users[v][0]]
+    un, ut = u.name[4:], (u.results[0].type if u.results else None)
+    if un == 'store': return True
+    return un in INLINE and isinstance(ut, VecType) and all(w.type == ut for w in u.operands) and \
+      self.lang.vector_alu(un, ut, ['x'] * len(u.operands)) is not None
 
   def vec_or_scalar(self, op, lane_fn, prefix):
     t = op.results[0].type
