@@ -226,6 +226,10 @@ def test_pools(ceil_mode):
   (lambda: Tensor.rand(-1, 2), ValueError), (lambda: Tensor.randn(-2), ValueError), (lambda: Tensor.empty(-1), ValueError),
   (lambda: Tensor.randint(-1, low=0, high=3), ValueError), (lambda: Tensor.eye(-1), ValueError), (lambda: Tensor.full((2, -1), 0.0), ValueError),
   (lambda: Tensor.arange(math.nan), ValueError), (lambda: Tensor.arange(0, math.inf), ValueError), (lambda: Tensor(X).chunk(math.nan), ValueError),
+  # a Tensor argument given as something else: a DTypeError (a TypeError too) naming it, not an AttributeError inside
+  (lambda: Tensor(X).linear(None), TypeError), (lambda: Tensor(X).unsqueeze(0).unsqueeze(0).conv2d(3), TypeError),
+  (lambda: Tensor(X).gather(1, [[0]]), TypeError), (lambda: Tensor(X).cross_entropy(None), TypeError),
+  (lambda: Tensor(X).masked_fill(1, 0.0), TypeError), (lambda: Tensor.einsum('ij->i', 3), TypeError),
 ])
 def test_bad_arguments(bad, exc):
   with pytest.raises(TgcError) as e: bad()

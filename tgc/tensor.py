@@ -1193,6 +1193,7 @@ class Tensor(TensorAPI):
     return -x.shape[-1] % q, -w.shape[-1] % q
 
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    self._tensors('linear', 'bias', weight=weight, bias=bias)
     x = self * weight if weight.ndim == 1 else self.matmul(weight)
     return x + bias if bias is not None else x
 
@@ -1334,6 +1335,7 @@ class Tensor(TensorAPI):
   @_graph_template
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """NCHW input, (cout, cin/groups, kh, kw) weight; padding an int, (ph, pw) or torch's flat (left, right, top, bottom)."""
+    self._tensors('conv2d', 'bias', weight=weight, bias=bias)
     if self.ndim != weight.ndim or self.ndim < 3: raise ShapeError(f"conv2d: input {self.shape} and weight {weight.shape} need the same rank >= 3")
     (bs, cin_), (cout, cin), HW = self.shape[:2], weight.shape[:2], weight.shape[2:]
     if groups * cin != cin_ or cout % groups:

@@ -25,6 +25,13 @@ class TensorAPI:
   """Mixin of Tensor: members built from Tensor's own."""
   __slots__ = ()
 
+  def _tensors(self, fn: str, *optional: str, **args) -> None:
+    """The arguments named here must be Tensors (those named in `optional` may be None, left out): a DTypeError (a
+    TypeError too) naming the method and the argument, not an AttributeError from inside it."""
+    for name, v in args.items():
+      if not isinstance(v, type(self)) and not (v is None and name in optional):
+        raise DTypeError(f"{fn}: {name} must be a Tensor, got {type(v).__name__}")
+
   # ---- creation
   @classmethod
   def linspace(cls, start, stop, steps: int, dtype=None, device=None):
@@ -125,7 +132,9 @@ class TensorAPI:
     close = (self == other) | ((self - other).abs() <= atol + rtol * (other.abs() if isinstance(other, type(self)) else abs(other)))
     close = close & self.isfinite() | (self == other)
     return close | (self.isnan() & other.isnan()) if equal_nan and isinstance(other, type(self)) else close
-  def masked_fill(self, mask, value): return mask.where(value, self)
+  def masked_fill(self, mask, value):
+    self._tensors('masked_fill', mask=mask)
+    return mask.where(value, self)
 
   # ---- reductions
   def std_mean(self, axis=None, keepdim: bool = False, correction=1):
@@ -191,6 +200,7 @@ class TensorAPI:
 
   def gather(self, dim: int, index):
     """out[..i..] = self[.. index[..i..] ..] along dim; index has self's rank and fits it in the other axes."""
+    self._tensors('gather', index=index)
     d = self._axis(dim)
     if index.ndim != self.ndim: raise IndexingError(f"gather index of shape {index.shape} needs the rank of {self.shape}")
     if any(s > t for i, (s, t) in enumerate(zip(index.shape, self.shape)) if i != d):
@@ -250,6 +260,7 @@ class TensorAPI:
   def scatter(self, dim: int, index, src, reduce: str | None = None):
     """self with src[..i..] written at index[..i..] along dim; reduce 'add' or 'multiply' combines instead."""
     if reduce not in (None, 'add', 'multiply'): raise ArgumentError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    self._tensors('scatter', index=index)
     if reduce is None: return self._scatter(dim, index, src, 'set', True)
     return self._scatter(dim, index, src, 'sum' if reduce == 'add' else 'prod', True)
 
@@ -427,12 +438,15 @@ class TensorAPI:
 
   # ---- losses
   def binary_crossentropy(self, y, reduction: str = 'mean'):
+    self._tensors('binary_crossentropy', y=y)
     return _reduce_loss(-(y * self.log() + (1 - y) * (1 - self).log()), reduction)
   def binary_crossentropy_logits(self, y, reduction: str = 'mean', pos_weight=None):
+    self._tensors('binary_crossentropy_logits', y=y)
     log_p, log_1mp = self.logsigmoid(), (-self).logsigmoid()
     return _reduce_loss(-((1 if pos_weight is None else pos_weight) * y * log_p + (1 - y) * log_1mp), reduction)
   def nll_loss(self, Y, weight=None, ignore_index=None, reduction: str = 'mean'):
     """self: log-probabilities (N, C, ...), Y: class indices (N, ...)."""
+    self._tensors('nll_loss', 'weight', Y=Y, weight=weight)
     T = type(self)
     oh = (Y.unsqueeze(1) == T.arange(self.shape[1], device=self.device).reshape((1, -1) + (1,) * (Y.ndim - 1)))
     w = oh.cast(_D.f32) if weight is None else oh.where(weight.reshape((1, -1) + (1,) * (Y.ndim - 1)), 0)
@@ -442,6 +456,7 @@ class TensorAPI:
     return _reduce_loss(nll, reduction)
   def cross_entropy(self, Y, reduction: str = 'mean', label_smoothing: float = 0.0):
     """Y: class indices (N, ...) or probabilities of self's shape; classes on axis 1."""
+    self._tensors('cross_entropy', Y=Y)
     lsm = self.log_softmax(1)
     if Y.dtype.is_float and Y.shape == self.shape: tgt = Y
     else: tgt = (Y.unsqueeze(1) == type(self).arange(self.shape[1], device=self.device).reshape((1, -1) + (1,) * (Y.ndim - 1))).cast(lsm.dtype)
@@ -449,6 +464,7 @@ class TensorAPI:
     return _reduce_loss(-(tgt * lsm).sum(1), reduction)
   def sparse_categorical_crossentropy(self, Y, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = 'mean'):
     """tinygrad's: classes on the last axis, Y integer labels; labels equal to ignore_index count for nothing."""
+    self._tensors('sparse_categorical_crossentropy', Y=Y)
     lsm = self.log_softmax(-1)
     keep = (Y != ignore_index)
     oh = (Y.unsqueeze(-1) == type(self).arange(self.shape[-1], device=self.device)) & keep.unsqueeze(-1)
@@ -459,6 +475,7 @@ class TensorAPI:
   # ---- attention and linear algebra
   def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
     if dropout_p: raise ArgumentError("scaled_dot_product_attention: dropout_p is not supported (dropout needs Tensor.train)")
+    self._tensors('scaled_dot_product_attention', 'attn_mask', key=key, value=value, attn_mask=attn_mask)
     q = self
     s = q.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]))
     if is_causal:
@@ -471,6 +488,8 @@ class TensorAPI:
   def einsum(cls, formula: str, *operands):
     """Sum of products over the letters missing from the output (explicit `->` or numpy's implicit output)."""
     if len(operands) == 1 and isinstance(operands[0], (tuple, list)): operands = tuple(operands[0])
+    if not isinstance(formula, str): raise DTypeError(f"einsum: the formula must be a string, got {type(formula).__name__}")
+    if not all(isinstance(o, cls) for o in operands): raise DTypeError(f"einsum: operands must be Tensors, got {', '.join(type(o).__name__ for o in operands)}")
     lhs, _, out = formula.replace(' ', '').partition('->')
     ins = lhs.split(',')
     if len(ins) != len(operands): raise ArgumentError(f"einsum {formula!r} names {len(ins)} operands, got {len(operands)}")
@@ -506,6 +525,7 @@ class TensorAPI:
   # ---- pooling, convolution, resizing
   def max_unpool2d(self, indices, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
     """Each value written at its flat index (of the H*W plane) from max_pool2d(return_indices=True)."""
+    self._tensors('max_unpool2d', indices=indices)
     k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
     s = k if stride is None else ((stride, stride) if isinstance(stride, int) else tuple(stride))
     p = (padding, padding) if isinstance(padding, int) else tuple(padding)
@@ -523,6 +543,7 @@ class TensorAPI:
 
   def conv_transpose2d(self, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups: int = 1):
     """(cin, cout/groups, kh, kw) weight: a conv2d of the input dilated by stride with the flipped weight."""
+    self._tensors('conv_transpose2d', 'bias', weight=weight, bias=bias)
     HW = weight.shape[2:]
     nk = len(HW)
     st, dl, op = [((v,) * nk if isinstance(v, int) else tuple(v)) for v in (stride, dilation, output_padding)]
