@@ -193,6 +193,8 @@ def trace(model, shapes: dict | None = None, device: str | None = None, feeds: d
   from tgc.tensor import _canon_device
   dev = _canon_device(device)
   opset = opset_of(model)
+  newest = _onnx().defs.onnx_opset_version()
+  if opset > newest: raise OnnxError(f"the model's opset {opset} is newer than this onnx package knows ({newest}): its ops' meanings are not known")
   g = model.graph
   vals: dict[str, Tensor] = {}
   inputs, names = {}, {}
@@ -236,7 +238,9 @@ def _run_graph(ctx: _Ctx, g, vals: dict) -> None:
   for init in g.initializer:
     if init.name in vals and vals[init.name].node in ctx.placeholders: continue  # an input with a default
     _dtype(init.data_type)
-    t = ctx.const(onnx.numpy_helper.to_array(init))
+    try: arr = onnx.numpy_helper.to_array(init)
+    except Exception as e: raise OnnxError(f"initializer '{init.name}' ({list(init.dims)}) does not hold its data: {e}") from None
+    t = ctx.const(arr)
     if t.node.op == 'BUFFER': ctx.names[t.node] = init.name
     vals[init.name] = t
   for node in g.node:

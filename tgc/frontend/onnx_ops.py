@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import numpy as np
 from tgc.tensor import Tensor, dtypes
-from tgc.errors import TgcError
+from tgc.errors import TgcError, IndexingError
 from tgc.ir import dtypes as D
 
 class OnnxError(TgcError):
@@ -854,6 +854,8 @@ def _gather(ctx, attrs, x, idx):
   a = _axis(attrs.get('axis', 0), x.ndim)
   if ctx.is_const(idx):  # static indices: views, no one-hot
     iv = ctx.ints(idx); n = x.shape[a]
+    bad = [i for i in iv if not -n <= i < n]
+    if bad: raise IndexingError(f"index {bad[0]} is out of range for axis {a} of size {n}")
     if idx.ndim == 0: return x[(slice(None),) * a + (iv[0] + n if iv[0] < 0 else iv[0],)]
   return x[(slice(None),) * a + (idx,)]  # fancy indexing: a gather kernel, negative indices from the end
 
