@@ -201,6 +201,13 @@ def test_duplicate_attribute_is_located_at_its_op(tmp_path):
   assert_located(rc, out, err, dt, path, 2, None, "duplicate attribute 'k'")
 
 
+def test_ssa_value_in_an_attribute_is_located(tmp_path):
+  # (it parsed, and printed as a Python object that did not parse back: fuzz.mutate found it)
+  path = write(tmp_path, 'func.func @f(%a: tensor<4xf32>) attributes {opts = [upcast(axis = 0, amt = %a)]} {\n  func.return\n}\n')
+  rc, out, err, dt = tgc_opt(path)
+  assert_located(rc, out, err, dt, path, 1, 76, "attribute 'amt' holds the SSA value %a: attributes are constants")
+
+
 def test_errors_under_split_input_file_use_whole_file_lines(tmp_path):
   text = ('func.func @a() {\n  func.return\n}\n// -----\nfunc.func @b() {\n  func.return\n}\n// -----\n'
           'func.func @c(%x: tensor<4xf32>) {\n  %0 = tensor.neg %x : tensor<5xf32>\n  func.return\n}\n')

@@ -138,7 +138,10 @@ class _Build:
       if k in fields: raise Diagnostic(f"duplicate field '{k}' in '{start[0][:-1]}(...)'", self.st.loc(tok))
       fields[k] = v
     return Record(start[0][:-1], fields)
-  def kwarg(self, k, v): return (k[0], _generic_value(v), k)  # the key's token: where a duplicate is reported
+  def kwarg(self, k, v):
+    r = _first_ref(v)  # (an attribute holds constants: an SSA value there printed as a Python object, unparseable)
+    if r is not None: raise Diagnostic(f"attribute '{k[0]}' holds the SSA value %{r.name}: attributes are constants", self.st.loc((r.name, r.line, r.col)))
+    return (k[0], _generic_value(v), k)  # the key's token: where a duplicate is reported
   def attr_dict(self, *kwargs):
     d = {}
     for kw in kwargs:
@@ -279,6 +282,16 @@ class _DTup(Tup):
   def __new__(cls, t, depth):
     o = super().__new__(cls, t); o.depth = depth; return o
 
+
+def _first_ref(v):
+  """The first SSA value reference in an item (lists, tuples and records searched), or None."""
+  if isinstance(v, Ref): return v
+  if isinstance(v, Record): v = list(v.fields.values())
+  if isinstance(v, (list, tuple)):
+    for x in v:
+      r = _first_ref(x)
+      if r is not None: return r
+  return None
 
 def _generic_value(v):
   if isinstance(v, Ident):
