@@ -394,3 +394,17 @@ def test_c_vector_expressions_read_lane_by_lane_are_named(tmp_path):
   finally: sys.stdout = err
   assert rc == 0 and len(out.getvalue()) < 20000, len(out.getvalue())
   np.testing.assert_allclose(y.numpy(), 1 / (1 + np.exp(-np.tanh(x / (1 + np.abs(x))))), rtol=1e-12)
+
+
+def test_a_long_chain_of_elementwise_ops_is_cut_into_kernels():
+  """3000 elementwise steps through the Tensor API (an unrolled loop): kernelize cuts the chain by a buffer every
+  MAX_DEPTH ops (its recursion passed Python's limit: 'recursion too deep in pass kernelize')."""
+  from tgc.passes.kernelize import MAX_DEPTH
+  from tgc.compiler import profile
+  x, ref = Tensor(np.ones(8, np.float32)), np.ones(8, np.float32)
+  for i in range(3000):
+    if i % 2: x, ref = x * 1.0001 + 0.5, ref * np.float32(1.0001) + np.float32(0.5)
+    else: x, ref = (x - 0.25).relu(), np.maximum(ref - np.float32(0.25), 0)
+  with profile() as launches: out = x.numpy()
+  np.testing.assert_allclose(out, ref, rtol=1e-5)
+  assert len(launches) >= 5000 // MAX_DEPTH  # (5000 ops after decomposition: 3000 steps, 2000 of them two ops)

@@ -47,14 +47,20 @@ def _is_leaf(v: Value) -> bool:
 def _reduce_under(v: Value):
   """The reduce op that v is computed from through elementwise ops and splat constants alone (a mean: a sum times
   1/n), or None."""
-  found = []
-  def walk(u):
+  found, seen, stack = set(), set(), [v]
+  while stack:  # (a loop, not recursion: a chain of thousands of ops)
+    u = stack.pop()
+    if u in seen: continue
+    seen.add(u)
     op = u.op
-    if op is None: return False
-    if op.name == 'tensor.reduce': found.append(op); return True
-    if op.name == 'tensor.const': return not isinstance(op.attrs['value'], tuple)
-    return ELEMENTWISE in op.TRAITS and hasattr(op, 'opname') and all(walk(x) for x in op.operands)
-  return found[0] if walk(v) and len(set(found)) == 1 else None
+    if op is None: return None
+    if op.name == 'tensor.reduce': found.add(op); continue
+    if op.name == 'tensor.const':
+      if isinstance(op.attrs['value'], tuple): return None
+      continue
+    if not (ELEMENTWISE in op.TRAITS and hasattr(op, 'opname')): return None
+    stack += op.operands
+  return next(iter(found)) if len(found) == 1 else None
 
 
 def _path_views(leaf_shape, path) -> ViewStack:
@@ -119,7 +125,20 @@ class Scheduler:
       hr = op.name == 'tensor.reduce' or any(has_reduce.get(s, False) and s not in self.R for s in op.operands)
       has_reduce[v] = hr
       if hr and MOVEMENT not in op.TRAITS and v not in self.R and self.eff_uses(v) >= 2 and not self._one_sink(v): self.R.add(v)
+    self._bound_depth()
     self.choose_fusions()
+
+  def _bound_depth(self):
+    """A chain of ops deeper than MAX_DEPTH inside one kernel is cut by a buffer every MAX_DEPTH ops: a kernel's
+    expression stays small enough to build and compile (a loop of 3000 elementwise steps through the Tensor API
+    passed Python's recursion limit here)."""
+    depth: dict = {}
+    for op in self.fn.body.ops:
+      if not op.results: continue
+      v = op.results[0]
+      d = 0 if _is_leaf(v) else 1 + max((depth.get(s, 0) for s in op.operands if s not in self.R), default=0)
+      if d > MAX_DEPTH and MOVEMENT not in op.TRAITS: self.R.add(v); d = 0
+      depth[v] = d
 
   def _one_sink(self, v: Value) -> bool:
     """Whether every use of v joins, through elementwise ops and reshapes alone, in one value that is all that leaves
@@ -478,6 +497,7 @@ class _KernelBuilder:
 
 
 RECOMPUTE = 16       # a product's factor read this many times per element (or more) is stored once, when it costs ops
+MAX_DEPTH = 128      # the longest chain of ops one kernel computes (a longer one is cut by buffers)
 SPLIT_MIN = 1 << 15   # a reduce of at least this many elements into fewer than SPLIT_OUT outputs is split
 SPLIT_OUT = 64
 
