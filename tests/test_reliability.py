@@ -408,3 +408,14 @@ def test_a_long_chain_of_elementwise_ops_is_cut_into_kernels():
   with profile() as launches: out = x.numpy()
   np.testing.assert_allclose(out, ref, rtol=1e-5)
   assert len(launches) >= 5000 // MAX_DEPTH  # (5000 ops after decomposition: 3000 steps, 2000 of them two ops)
+
+
+def test_out_of_memory_and_oversized_grids_are_tgc_errors():
+  """A host buffer numpy cannot allocate (4 PiB) is an OutOfMemory (a TgcError and a MemoryError), not numpy's bare
+  MemoryError; a kernel with more points than a launch grid holds is refused by name (it failed the uop verifier,
+  'the pipeline left invalid IR')."""
+  from tgc.errors import OutOfMemory
+  with pytest.raises(OutOfMemory, match='out of host memory') as e: Tensor.empty(1 << 25, 1 << 25).realize()
+  assert isinstance(e.value, MemoryError)
+  with pytest.raises(OutOfMemory): Tensor.rand(1 << 50)
+  with pytest.raises(tgc.TgcError, match='more than a launch grid holds'): Tensor.ones(4).pad(((0, 1 << 40),)).realize()

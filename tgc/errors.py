@@ -19,3 +19,6 @@ class IndexingError(TgcError, IndexError):
 
 class ArgumentError(TgcError, ValueError):
   """A bad argument that is neither a shape, a dtype, an axis nor an index (e.g. a step of 0)."""
+
+class OutOfMemory(TgcError, MemoryError):
+  """A device (the host's memory for the CPU devices) could not hold a buffer (a MemoryError too)."""

@@ -22,7 +22,7 @@ import functools, math, itertools, struct
 from threading import get_ident
 from typing import Any, Callable
 import numpy as np
-from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError, ArgumentError
+from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError, ArgumentError, OutOfMemory
 from tgc.tensor_api import TensorAPI
 from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
@@ -518,7 +518,10 @@ class Tensor(TensorAPI):
   # ---- results
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`, in the same function when on one device); returns self."""
-    _realize_nodes([self.node, *[o.node for o in others]] if others else [self.node])
+    try: _realize_nodes([self.node, *[o.node for o in others]] if others else [self.node])
+    except MemoryError as e:  # (numpy's, for a host buffer or constant: a device's allocator raises OutOfMemory itself)
+      if isinstance(e, TgcError): raise
+      raise OutOfMemory(f"{self.device}: out of host memory computing a tensor of shape {self.shape}: {e}") from None
     return self
 
   def numpy(self) -> np.ndarray:
@@ -605,7 +608,10 @@ class Tensor(TensorAPI):
   def _random(draw, shape, dtype, device, seed) -> Tensor:
     rng = Tensor._rng if seed is None else np.random.default_rng(seed)
     dt = to_dtype(dtype) if dtype is not None else _D.f32
-    return Tensor(draw(rng, _new_shape(shape, 'random')), dtype=dt, device=device)
+    shape = _new_shape(shape, 'random')
+    try: values = draw(rng, shape)
+    except MemoryError as e: raise OutOfMemory(f"random: out of host memory drawing a tensor of shape {shape}: {e}") from None
+    return Tensor(values, dtype=dt, device=device)
 
   @staticmethod
   def rand(*shape, dtype=None, device=None, seed=None) -> Tensor:

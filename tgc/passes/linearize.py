@@ -190,6 +190,7 @@ class Lowerer:
     b, sizes = self.b, []
     if not axes: return sizes
     if self.cpu and prefix == 'gidx':  # one special for the outermost axis: the runtime splits it across threads
+      if self.full[axes[0]] >= 2**31: raise OptError(f"@{self.k.sym_name}: {self.full[axes[0]]} points along gidx0, more than a launch grid holds (2**31 - 1)")
       g = b.emit('special', [], b.idx_dt, {'axis': 'gidx0', 'size': self.full[axes[0]]})
       self.idx[axes[0]] = g; sizes.append(self.full[axes[0]])
       for a in axes[1:]:
@@ -200,6 +201,7 @@ class Lowerer:
     while len(groups) > MAX_GLOBAL_DIMS: groups[0:2] = [groups[0] + groups[1]]
     for gi, grp in enumerate(reversed(groups)):
       size = math.prod(self.full[a] for a in grp)
+      if size >= 2**31: raise OptError(f"@{self.k.sym_name}: {size} points along {prefix}{gi}, more than a launch grid holds (2**31 - 1)")
       g = b.emit('special', [], b.idx_dt, {'axis': f'{prefix}{gi}', 'size': size})
       sizes.append(size)
       inner = size

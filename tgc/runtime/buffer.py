@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 import numpy as np
-from tgc.errors import TgcError
+from tgc.errors import TgcError, OutOfMemory
 from tgc.ir.dtypes import DType
 
 
@@ -69,7 +69,7 @@ class Allocator:
   def out_of_memory(self, nbytes: int, cause) -> TgcError:
     info = self._mem_info()
     where = f" ({info[0]} of {info[1]} bytes free)" if info else ''
-    return TgcError(f"{self.device}: out of device memory: asked for {nbytes} bytes{where}; tgc holds {self.in_use} bytes in use ({cause})")
+    return OutOfMemory(f"{self.device}: out of device memory: asked for {nbytes} bytes{where}; tgc holds {self.in_use} bytes in use ({cause})")
 
   def stats(self) -> dict[str, int]:
     """Bytes in use, cached and at peak; copies in, out and on the device."""
