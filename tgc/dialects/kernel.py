@@ -84,10 +84,8 @@ def _check_view(op, buf_t: BufType, vs):
       if lo < 0 or hi >= n:
         if i == 0: raise op.error(f"view reads elements {lo}..{hi}, outside {buf_t} ({buf_t.numel} elements)")
         raise op.error(f"view #{i} makes indices {lo}..{hi}, outside the {n} elements of the view below it {list(vs.views[i - 1].shape)}")
-    # every point's index is computed (a mask only gates the read), so it must fit the widest index a kernel has
-    # (and the view above this one makes a linear index into its shape: then its size counts too)
-    reach = max(abs(v.offset) + sum(abs(st) * max(s - 1, 0) for st, s in zip(v.strides, v.shape)),
-                math.prod(v.shape) if i < len(vs.views) - 1 else 0)
+    # every point's index is computed, so it must fit the widest index a kernel has
+    reach = v.reach(i < len(vs.views) - 1)
     if reach >= 2**63: raise op.error(f"view #{i} makes indices up to {reach} in magnitude, past what 64-bit indices hold")
 
 

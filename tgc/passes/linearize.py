@@ -132,10 +132,7 @@ class Lowerer:
     n = len(full)
     # 64-bit indices for a buffer past 2^31 elements, or a view whose index expression may pass that (a stride of
     # 2^32 along an axis its mask keeps at one index is valid IR; in i32 its constant would not be)
-    # (and a view with one above it takes that one's linear index into its shape: its size counts too)
-    reach = lambda v, below: max(abs(v.offset) + sum(abs(st) * max(n - 1, 0) for st, n in zip(v.strides, v.shape)), math.prod(v.shape) if below else 0)
-    big = any(a.type.numel >= 2**31 for a in k.body.args) or \
-      any(reach(v, i < len(op.view.views) - 1) >= 2**31 for op in ops if op.name in ('kernel.load', 'kernel.store') for i, v in enumerate(op.view.views))
+    big = any(a.type.numel >= 2**31 for a in k.body.args) or any(op.view.reach() >= 2**31 for op in ops if op.name in ('kernel.load', 'kernel.store'))
     b = self.b = UopBuilder(D.i64 if big else D.i32)
     self.buf = {a: b.emit('define_global', [], PtrType(a.type.dtype), {'index': i, 'size': a.type.numel}, pure=False) for i, a in enumerate(k.body.args)}
     # lanes: the unrolled axes of each region, and the vector axis

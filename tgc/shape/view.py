@@ -104,6 +104,12 @@ class View:
   @property
   def size(self) -> int: return math.prod(self.shape)
 
+  def reach(self, indexed: bool = False) -> int:
+    """The largest magnitude an index this view computes may take, at any point (a mask only gates the read);
+    indexed: a view above this one makes a linear index into its shape, so its size counts too."""
+    r = abs(self.offset) + sum(abs(st) * max(s - 1, 0) for st, s in zip(self.strides, self.shape))
+    return max(r, self.size) if indexed else r
+
   @property
   def all_invalid(self) -> bool: return self.mask is not None and any(b >= e for b, e in self.mask)
 
@@ -299,6 +305,10 @@ class ViewStack:
 
   @property
   def size(self) -> int: return self.views[-1].size
+
+  def reach(self) -> int:
+    """The largest index magnitude any view of the stack computes (View.reach; each one below another is indexed)."""
+    return max(v.reach(i < len(self.views) - 1) for i, v in enumerate(self.views))
 
   @property
   def contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].contiguous
