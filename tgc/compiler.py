@@ -271,6 +271,8 @@ def count_flops(fn: Operation) -> int:
     elif op.name == 'uop.endrange': mult = stack.pop() if stack else 1
     elif op.name == 'uop.wmma':  # a warp's m*n*k multiply-adds, shared by its 32 threads
       m_, n_, k_ = op.attrs['dims']; total += mult * 2 * m_ * n_ * k_ // 32
+    elif op.name == 'uop.wgmma':  # a warpgroup's, shared by its 128 threads
+      m_, n_, k_ = op.attrs['dims']; total += mult * 2 * m_ * n_ * k_ // 128
     elif getattr(op, 'opname', None) not in (None, 'cast', 'bitcast') and op.results and elem(op.results[0].type).is_float:
       t = op.results[0].type
       total += mult * (t.count if isinstance(t, VecType) else 1) * (2 if op.opname == 'mulacc' else 1)

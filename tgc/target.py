@@ -22,6 +22,8 @@ class TensorCores:
   lanes: tuple[int, int, int]
   dtypes: tuple[tuple[str, str], ...]
   ldmatrix: bool = False  # fragments of a staged (shared-memory) tile come from one uop.ldmatrix a fragment
+  warpgroup: bool = False  # tc with amount 1: a warpgroup's 64xNx16 from shared memory (uop.wgmma: Hopper's wgmma,
+                           # on the newest architecture the target knows; a device says whether it has them)
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_mat
 # (16 bytes is its widest memory access: a float4, 8 halfs; a wider vector is split into such chunks)
 register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=8, max_vector_bytes=16, aligned_vectors=True, max_threads=256,
                        local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=8, device='CUDA', fp_contract=True, async_copy=True, warp_size=32,
-                       tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True)))  # mma.sync m16n8k16
+                       tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True, warpgroup=True)))  # mma.sync m16n8k16, wgmma
 # (PoCL's OpenCL C builtins are built for 256-bit vectors: on an AVX-512 host, an AMD EPYC here, a float16 vload or
 # sqrt and a double8 vstore abort its LLVM ("Do not know how to scalarize this operator's operand"))
 register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,

@@ -101,12 +101,14 @@ class DefineGlobalOp(Operation):
 
 class DefineLocalOp(Operation):
   name = 'uop.define_local'
-  ATTRS = {'sym': 'ident', 'size': 'int'}
+  ATTRS = {'sym': 'ident', 'size': 'int', 'align': 'int?'}  # align: bytes (16 unless given; wgmma's swizzled tiles: 1024)
   FORMAT = '$sym $size : type($result)'
   def verify(self):
     t = self.results[0].type
     if not isinstance(t, PtrType) or not t.local: raise self.error(f"defines a local pointer !uop.ptr<..., local>, got {t}")
     if self.size <= 0: raise self.error(f"size must be positive, got {self.size}")
+    al = self.attrs.get('align', 16)
+    if al < 16 or al > 4096 or al & (al - 1): raise self.error(f"align must be a power of two from 16 to 4096 bytes, got {al}")
 
 
 class DefineVarOp(Operation):
@@ -349,6 +351,69 @@ class WmmaOp(Operation):
     if self.c.type != self.results[0].type: raise self.error("accumulator and result types differ")
 
 
+
+class WgmmaOp(Operation):
+  """Hopper's warpgroup multiply-accumulate (PTX wgmma.mma_async, sm_90a): the 4 warps of a warpgroup (128 threads
+  whose first is a multiple of 128) add a 64 x N x 16 product (`dims`) to their accumulator c, both operands read
+  from shared memory by the tensor cores: a's 64 x 16 from element `aidx` of `a`, b's 16 x N from `bidx` of `b`, each
+  in the 128-byte-swizzled layout its `*_layout` (major, lbo, sbo) describes (major 0: K-major, 1: MN-major; lbo, sbo
+  the bytes from one block of 64 columns to the next and from one 8 rows to the next; tgc/passes/schedule.py's
+  SwizzledTile). Thread t of warp w holds N/2 floats: rows 16w + t/4 (+8), as mma.sync's 16x8 accumulator repeated
+  along n. It runs asynchronously: uop.wgmma_commit closes the group of those issued, uop.wgmma_wait waits for it,
+  and uop.wgmma_fence comes before the first (and after any other write of c). Collective, like uop.wmma."""
+  name = 'uop.wgmma'
+  OPERANDS = ('a', 'aidx', 'b', 'bidx', 'c')
+  ATTRS = {'dims': 'ints', 'a_layout': 'ints', 'b_layout': 'ints'}
+  TRAITS = frozenset()  # reads memory a store may change, and runs in order with the fences, commits and waits
+  FORMAT = '$dims $a_layout $b_layout $a[$aidx], $b[$bidx], $c : type($a), type($result)'
+  def verify(self):
+    pa, pb = _ptr(self, self.a, 'a'), _ptr(self, self.b, 'b')
+    _int(self, self.aidx, 'a index'); _int(self, self.bidx, 'b index')
+    if not (pa.local and pb.local): raise self.error(f"reads its operands from shared memory (uop.define_local pointers), got {pa} and {pb}")
+    if pa.dtype != pb.dtype or pa.dtype not in (D.f16, D.bf16): raise self.error(f"multiplies f16 or bf16 operands of one type, got {pa.dtype} and {pb.dtype}")
+    dims = list(self.dims)
+    if len(dims) != 3 or dims[0] != 64 or dims[2] != 16 or not (8 <= dims[1] <= 256 and dims[1] % 8 == 0):
+      raise self.error(f"dims must be [64, N, 16] with N a multiple of 8 from 8 to 256, got {dims}")
+    for nm in ('a_layout', 'b_layout'):
+      lay = list(self.attrs[nm])
+      if len(lay) != 3 or lay[0] not in (0, 1) or any(x % 16 or not 0 < x < 2**18 for x in lay[1:]):
+        raise self.error(f"{nm} must be [major (0: K, 1: MN), lbo, sbo] with byte offsets multiples of 16 below 2**18, got {lay}")
+    t = VecType(dims[1] // 2, D.f32)
+    if self.c.type != t or self.results[0].type != t: raise self.error(f"accumulates into {t}, got {self.c.type} -> {self.results[0].type}")
+
+
+class WgmmaFenceOp(Operation):
+  """Orders the registers a warpgroup wrote (an accumulator's start) before the uop.wgmma ops after it read them."""
+  name = 'uop.wgmma_fence'
+  RESULTS = 0
+  FORMAT = ''
+
+
+class WgmmaCommitOp(Operation):
+  """Closes the group of the uop.wgmma ops this warpgroup issued since the last commit."""
+  name = 'uop.wgmma_commit'
+  RESULTS = 0
+  FORMAT = ''
+
+
+class WgmmaWaitOp(Operation):
+  """Waits until at most `pending` of the warpgroup's committed uop.wgmma groups are still running: their
+  accumulators and the shared memory they read are free again."""
+  name = 'uop.wgmma_wait'
+  RESULTS = 0
+  ATTRS = {'pending': 'int'}
+  FORMAT = '$pending'
+  def verify(self):
+    if not 0 <= self.pending <= 7: raise self.error(f"pending must be 0 to 7, got {self.pending}")
+
+
+class FenceAsyncSharedOp(Operation):
+  """This thread's writes to shared memory (a store, a uop.copy_async it waited for) become visible to the tensor
+  cores' reads of a uop.wgmma (the async proxy) once a barrier follows."""
+  name = 'uop.fence_async_shared'
+  RESULTS = 0
+  FORMAT = ''
+
 # ---- facts about a uop.func: what emitters, runtimes and the interpreter read alike
 def const_value(v, dt: D.DType):
   """A `uop.const` attribute -> a numpy scalar in dt's compute type (a hex literal is a float's bit pattern)."""
@@ -395,11 +460,13 @@ def buffer_sizes(fn) -> dict[int, int]:
 
 
 def shared_layout(fn) -> tuple[dict[str, int], int]:
-  """Where each uop.define_local lies in the work-group's shared memory (its byte offset, each 16-byte aligned) and
-  the bytes they take in all: what a runtime that sizes shared memory at launch asks for."""
+  """Where each uop.define_local lies in the work-group's shared memory (its byte offset, aligned as it asks: 16 bytes
+  unless it says more) and the bytes they take in all: what a runtime that sizes shared memory at launch asks for."""
   offsets, end = {}, 0
   for op in fn.body.ops:
     if op.name == 'uop.define_local':
+      al = op.attrs.get('align', 16)
+      end = -(-end // al) * al
       offsets[op.attrs['sym']] = end
       end += -(-op.attrs['size'] * op.results[0].type.dtype.itemsize // 16) * 16
   return offsets, end

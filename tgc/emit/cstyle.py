@@ -108,6 +108,14 @@ class Lang:
     return None
   def async_commit(self) -> str | None: return None
   def async_wait(self, pending: int) -> str | None: return None
+  def wgmma_helper(self, dims, dt: D.DType, a_layout, b_layout, c: VecType) -> str | None:
+    """The name of a function (defined in the prelude) for a uop.wgmma: (a pointer, b pointer, c, *wgmma_args) -> c;
+    None: none."""
+    return None
+  def wgmma_args(self, a_layout, b_layout) -> list[str]: return []
+  def wgmma_sync(self, nm: str, pending: int = 0) -> str | None:
+    """The statement of a uop.wgmma_fence, wgmma_commit, wgmma_wait or fence_async_shared; None: the target has none."""
+    return None
   def vector_alu(self, nm: str, t: VecType, a: list[str]) -> str | None:
     return f"({a[0]}{BINOP[nm]}{a[1]})" if nm in self.vector_ops and self.vector_operators(t) else None
   def ctor(self, t: VecType, lanes: list[str]) -> str:
@@ -520,6 +528,17 @@ class KernelRenderer:
       line = L.copy_async(f"{self.get(op.dst)}+{self.get(op.didx)}", f"{self.get(op.src)}+{self.get(op.sidx)}", op.attrs['bytes'],
                           None if op.gate is None else bare(self.get(op.gate))) if nm == 'copy_async' else \
              L.async_commit() if nm == 'async_commit' else L.async_wait(op.attrs['pending'])
+      if line is None: raise self.err(op, f"is not supported by the {L.name} target")
+      self.emit(line)
+    elif nm == 'wgmma':
+      fn = L.wgmma_helper(tuple(op.attrs['dims']), op.a.type.dtype, tuple(op.attrs['a_layout']), tuple(op.attrs['b_layout']), t)
+      if fn is None: raise self.err(op, f"is not supported by the {L.name} target")
+      name = self.fresh('wg')
+      args = [f"{self.get(op.a)}+{self.get(op.aidx)}", f"{self.get(op.b)}+{self.get(op.bidx)}", self.get(op.c)] + L.wgmma_args(op.attrs['a_layout'], op.attrs['b_layout'])
+      self.emit(f"{L.vtype(t)} {name} = {fn}({', '.join(args)});")
+      self.set_name(res, name)
+    elif nm in ('wgmma_fence', 'wgmma_commit', 'wgmma_wait', 'fence_async_shared'):
+      line = L.wgmma_sync(nm, op.attrs.get('pending', 0))
       if line is None: raise self.err(op, f"is not supported by the {L.name} target")
       self.emit(line)
     elif nm == 'wmma':

@@ -34,9 +34,11 @@ class CUDALang(Lang):
   def define_local(self, k, op):
     dt, sym = self.reg(op.results[0].type.dtype), op.attrs['sym']
     offsets, total = shared_layout(k.fn)
-    if total <= STATIC_SHARED: return f"__shared__ __align__(16) {dt} {sym}[{op.attrs['size']}];"  # float4 reads of a tile
+    al = op.attrs.get('align', 16)  # (16: float4 reads of a tile; wgmma's swizzled tiles 1024)
+    if total <= STATIC_SHARED: return f"__shared__ __align__({al}) {dt} {sym}[{op.attrs['size']}];"
     # more than a static array may take: carved from the dynamic shared memory the launch sizes (dynamic_shared_bytes)
-    first = "extern __shared__ __align__(16) unsigned char tg_shared[]; " if offsets[sym] == min(offsets.values()) else ''
+    most = max(o.attrs.get('align', 16) for o in k.fn.body.ops if o.name == 'uop.define_local')
+    first = f"extern __shared__ __align__({most}) unsigned char tg_shared[]; " if offsets[sym] == min(offsets.values()) else ''
     return f"{first}{dt}* {sym} = ({dt}*)(tg_shared + {offsets[sym]});"
   def render_barrier(self, k): return '__syncthreads();'
   def shuffle_xor(self, x, mask, dt): return f"__shfl_xor_sync(0xffffffffu, {x}, {mask})"
@@ -68,6 +70,30 @@ class CUDALang(Lang):
     name = f"tg_ldmatrix_x{count}{'_trans' if trans else ''}_{t.dtype.name}"
     self.needs.add(('ldmatrix', name, count, trans, self.reg(t.dtype), self.vtype(t)))
     return name
+  # wgmma (sm_90a): a warpgroup's 64xNx16 from two shared-memory descriptors: start address / 16 (bits 0-13), lbo / 16
+  # (16-29), sbo / 16 (32-45), 128-byte swizzle (62-63); `1, 1` scale a and b by one, then whether each is MN-major
+  WGMMA = {D.f16: 'f32.f16.f16', D.bf16: 'f32.bf16.bf16'}
+  def wgmma_helper(self, dims, dt, a_layout, b_layout, c):
+    if dt not in self.WGMMA: return None
+    name = f"tg_wgmma_m64n{dims[1]}k16_{dt.name}_{'km'[a_layout[0]]}{'km'[b_layout[0]]}"
+    self.needs.add(('wgmma', name, dims[1], self.WGMMA[dt], self.reg(dt), a_layout[0], b_layout[0], self.vtype(c)))
+    self.needs.add(('wgmma_desc',))
+    return name
+  def wgmma_args(self, a_layout, b_layout):
+    bits = lambda lay: (lay[1] >> 4) << 16 | (lay[2] >> 4) << 32 | 1 << 62
+    return [f"{bits(a_layout):#x}ull", f"{bits(b_layout):#x}ull"]
+  def wgmma_sync(self, nm, pending=0):
+    return {'wgmma_fence': 'asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
+            'wgmma_commit': 'asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");',
+            'wgmma_wait': f'asm volatile("wgmma.wait_group.sync.aligned {pending};" ::: "memory");',
+            'fence_async_shared': 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'}[nm]
+  def wgmma_function(self, name, n, ptx, reg, ta, tb, vt) -> list[str]:
+    regs = ', '.join(f'%{i}' for i in range(n // 2))
+    return [f"__device__ inline {vt} {name}(const {reg}* a, const {reg}* b, {vt} c, unsigned long long fa, unsigned long long fb) {{",
+            f"  unsigned long long da = tg_wgmma_desc(a, fa), db = tg_wgmma_desc(b, fb);",
+            f'  asm volatile("{{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.{ptx} {{{regs}}}, %{n // 2}, %{n // 2 + 1}, p, 1, 1, {ta}, {tb}; }}"',
+            f'    : {", ".join(f"{chr(34)}+f{chr(34)}(c.v[{i}])" for i in range(n // 2))} : "l"(da), "l"(db) : "memory");',
+            "  return c;", "}"]
   # cp.async (sm_80 and later): .cg (through L2 only) takes 16 bytes, .ca 4 or 8; a source size of 0 zero-fills
   def copy_async(self, dst, src, nbytes, gate):
     self.needs.add(('cp_async', nbytes))
@@ -113,6 +139,10 @@ class CUDALang(Lang):
     for _, *mma in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'mma'): out += self.mma_function(*mma)
     for _, *ldm in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'ldmatrix'): out += self.ldmatrix_function(*ldm)
     for _, n in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'cp_async'): out += self.cp_async_function(n)
+    if ('wgmma_desc',) in self.needs:
+      out += ["__device__ inline unsigned long long tg_wgmma_desc(const void* p, unsigned long long bits) {",
+              "  return bits | (((unsigned long long)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4);", "}"]
+    for _, *wg in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'wgmma'): out += self.wgmma_function(*wg)
     return out
 
 

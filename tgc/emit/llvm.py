@@ -166,9 +166,9 @@ class _Emitter:
     for i, a in enumerate(f.args[:len(self.sig)]): a.name = f"data{i}"
     f.args[-2].name, f.args[-1].name = 'start', 'end'
     for op in ops:  # refuse what a CPU cannot do before building anything
-      if op.name in ('uop.define_local', 'uop.wmma', 'uop.define_var', 'uop.shuffle_xor', 'uop.ldmatrix'):
+      if op.name in ('uop.define_local', 'uop.wmma', 'uop.define_var', 'uop.shuffle_xor', 'uop.ldmatrix') or op.name.startswith(('uop.wgmma', 'uop.fence_async')):
         raise self.err(op, "is not supported by the llvm (CPU) target" + (": it has no shared memory" if op.name == 'uop.define_local' else
-                       ": it has no tensor cores" if op.name == 'uop.wmma' else ": it has no warps" if op.name == 'uop.shuffle_xor' else
+                       ": it has no tensor cores" if op.name in ('uop.wmma', 'uop.wgmma') else ": it has no warps" if op.name == 'uop.shuffle_xor' else
                        ": kernels take buffers only" if op.name == 'uop.define_var' else ''))
       if op.name == 'uop.barrier' and max(self.ls) > 1: raise self.err(op, "across a work-group of more than one thread is not supported by the llvm (CPU) target")
     entry = f.append_basic_block('entry')

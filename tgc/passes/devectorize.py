@@ -4,7 +4,9 @@
 Every op on a wide value becomes one op per chunk; loads and stores become loads and stores at
 idx + k*width; accumulators and their phis split alike; `uop.vectorize` regroups its sources and
 `uop.gep` picks the lane from its chunk. Nothing of the wide type is left but the operands of `uop.wmma`
-(a tensor-core fragment has the instruction's shape: built by one `uop.vectorize` or load, passed whole).
+(a tensor-core fragment has the instruction's shape: built by one `uop.vectorize` or load, passed whole) and a
+`uop.wgmma`'s accumulator (its define_acc, the vectorize that starts it and its phi stay whole: the instruction
+runs asynchronously on those very registers).
 """
 from __future__ import annotations
 from tgc.ir.core import REGISTRY, Value
@@ -46,11 +48,16 @@ def devectorize_function(fn, lanes_max: int, stats, bytes_max: int = 0) -> None:
     return wholes[v]
   # a tensor-core fragment is one value of the instruction's shape (8 halfs for mma m16n8k16): never split
   fragments = {v for op in fn.body.ops if op.name == 'uop.wmma' for v in op.operands}
+  accs = {v for op in fn.body.ops if op.name == 'uop.wgmma' for v in (op.c, op.results[0])}
+  for op in fn.body.ops:  # (the phis and define_accs come after and before the wgmmas they carry values of)
+    if op.name == 'uop.phi' and (op.value in accs or op.acc in accs): accs.update((op.acc, op.value, op.results[0]))
+  for op in fn.body.ops:
+    if op.name == 'uop.define_acc' and op.results[0] in accs: accs.add(op.operands[0])
   for op in fn.body.ops:
     op.operands = [subst.get(v, v) for v in op.operands]
     res = op.results[0] if op.results else None
     n = op.name
-    if n == 'uop.wmma':  # the instruction's shape, whole: a fragment that was split (an op on fragments) is regrouped
+    if n == 'uop.wmma' or res in accs:  # the instruction's shape, whole: a fragment that was split (an op on fragments) is regrouped
       op.operands = [whole(v) for v in op.operands]
       out.append(op); continue
     if (res in fragments and n in ('uop.vectorize', 'uop.load')) or n == 'uop.ldmatrix':  # (ldmatrix: a fragment by its nature)

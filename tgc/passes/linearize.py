@@ -17,7 +17,7 @@ a scalar, anything else a gather of scalar loads. A reduce is a `uop.define_acc`
 before its loops and `uop.phi` inside them; a reduce over a vector lane ends with a horizontal reduce.
 """
 from __future__ import annotations
-import itertools, math
+import functools, itertools, math
 from tgc.ir.core import Operation, Module, Value, Block, REGISTRY
 from tgc.ir.types import PtrType, VecType, elem
 from tgc.ir import dtypes as D, alu
@@ -374,6 +374,7 @@ class Lowerer:
     acc_dt = r.results[0].type
     if xb.type is not xa.type or (xa.type.name, acc_dt.name) not in tcs.dtypes:
       raise bad(f"no tensor core multiplies {xa.type} by {xb.type} into {acc_dt} (they take {', '.join(f'{i} -> {o}' for i, o in tcs.dtypes)})")
+    if self.sched.warpgroup: return self.lower_wgmma(r, (xa, ca), (xb, cb), m_in, n_in, k_in, name)
     zero, lane = b.const(0), self.lane
     g, t2 = b.idiv(lane, b.const(4)), b.mul(b.mod(lane, b.const(4)), b.const(2))
     plus = lambda e, c: b.add(e, b.const(c))
@@ -447,14 +448,75 @@ class Lowerer:
     results = [b.emit('phi', [acc, d], acc_t, pure=False) for acc, d in zip(accs, ds)]
     for rr in reversed(ranges): b.close_range(rr)
     self.tiles = {}
-    # the rest of the kernel, and what it uses from before the reduce (a constant), per result of the tile
+    self.tc_epilogue(r, [(tile, res, 0) for tile, res in zip(tiles, results)], m_in, n_in)
+
+  def tc_epilogue(self, r, tiles, m_in, n_in):
+    """The rest of the kernel after a TC reduce, and what it uses from before the reduce (a constant), per result
+    of each 16x8 tile: `tiles` holds (the tile's upcast indices, its accumulator, where its 4 values start in it);
+    lane 4g + t has them at m = g + 8*(i>>1), n = 2t + (i&1)."""
+    b, ops = self.b, self.ops_list
+    g, t2 = b.idiv(self.lane, b.const(4)), b.mul(b.mod(self.lane, b.const(4)), b.const(2))
+    plus = lambda e, c: b.add(e, b.const(c))
     need = feeding([v for op in ops[ops.index(r) + 1:] for v in op.operands], stop={r})
     after = [op for n, op in enumerate(ops) if n > ops.index(r) or op in need]
-    for tile, res in zip(tiles, results):
+    for tile, res, first in tiles:
       for i in range(4):
-        self.vals[r.results[0]] = {(): b.emit('gep', [res], acc_dt, {'index': i})}
+        self.vals[r.results[0]] = {(): b.emit('gep', [res], r.results[0].type, {'index': first + i})}
         at = {**self.idx, **tile, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
         for op in after: self.lower_op(op, at, [], above=True)
+
+  def lower_wgmma(self, r, a, bb, m_in, n_in, k_in, name):
+    """TC on warpgroups (wgmma): the local axis just outside the tile's m counts warps, each 16 rows, 4 of them a
+    warpgroup of 64 rows; the upcast axis just outside its n gives a warpgroup's N (8 a tile); any other upcast axis
+    repeats the whole. Per step of 16 along k a warpgroup issues one uop.wgmma per repeat, reading both operands from
+    their SMEM tiles (SwizzledTile), then waits for them before the next step's barrier lets copies overwrite a slot.
+    A warp's N/2 results per repeat are mma.sync's 16x8 tiles along n, each then as lower_tc's."""
+    b, full, kinds = self.b, self.full, self.kinds
+    bad = lambda why: OptError(f"@{name}: tc (warpgroup): {why}")
+    tcs = self.t.tensor_cores
+    if not tcs.warpgroup: raise bad(f"the {self.target} target has no warpgroup tensor cores (wgmma)")
+    (xa, ca), (xb, cb) = a, bb
+    if r.results[0].type is not D.f32 or xa.type not in (D.f16, D.bf16): raise bad(f"wgmma multiplies f16 or bf16 into f32, not {xa.type} into {r.results[0].type}")
+    if len(ca) != 1 or len(cb) != 1 or ca[0] not in self.smem or cb[0] not in self.smem:
+      raise bad("both factors must be loads staged through shared memory (smem), with nothing computed on them")
+    la, lb = ca[0], cb[0]
+    lo = [i for i in range(len(full)) if kinds[i] in ('local', 'group') and full[i] > 1]
+    wm, nu = m_in - 1, n_in - 1
+    if kinds[wm] != 'local' or full[wm] % 4 or not lo or lo[-1] != wm:
+      raise bad("the axis just outside the tile's m must be local, a multiple of 4 warps (a warpgroup's 64 rows), and the innermost local axis")
+    N = 8 * (full[nu] if kinds[nu] == 'upcast' else 1)
+    if N > 256: raise bad(f"a warpgroup's n is {N} (the upcast axis just outside the tile's n times 8): wgmma takes at most 256")
+    zero = b.const(0)
+    up = [i for i in range(len(full)) if kinds[i] == 'upcast' and full[i] > 1 and i != nu]
+    groups = [{a_: b.const(c) for a_, c in zip(up, combo)} for combo in self.combos(up)]
+    acc_t = VecType(N // 2, D.f32)
+    init = b.emit('vectorize', [b.const(0, D.f32)] * (N // 2), acc_t)
+    accs = [b.emit('define_acc', [init], acc_t, pure=False) for _ in groups]
+    loop_idx = {**self.idx, **{a_: zero for a_ in range(len(full)) if kinds[a_] == 'reduce'}}
+    self.stage_tiles([la, lb], loop_idx)
+    ranges = self.open_reduce_loops(loop_idx, True)
+    for acc in accs: acc.op.operands = [init] + ranges
+    self.stage_step([la, lb], loop_idx)
+    b.emit('wgmma_fence', [], None, pure=False)
+    lays = {op: self.tiles[op][1] for op in (la, lb)}
+    attrs = {'dims': (64, N, 16), 'a_layout': lays[la].descriptor(), 'b_layout': lays[lb].descriptor()}
+    first_warp = b.mul(b.idiv(self.idx[wm], b.const(4)), b.const(4))  # the warpgroup's: its 64 rows start there
+    un = [i for i in range(len(full)) if kinds[i] == 'unroll' and full[i] > 1]
+    ds = list(accs)
+    for combo in self.combos(un):
+      for j, grp in enumerate(groups):
+        at = {**loop_idx, **grp, **{a_: b.const(c) for a_, c in zip(un, combo)}, wm: first_warp, m_in: zero, n_in: zero, k_in: zero}
+        if kinds[nu] == 'upcast': at[nu] = zero
+        point = self.at(at, [], ())
+        ai, bi = self.tile_pos(la, point, swizzle=False), self.tile_pos(lb, point, swizzle=False)
+        ds[j] = b.emit('wgmma', [self.tiles[la][0], ai, self.tiles[lb][0], bi, ds[j]], acc_t, attrs, pure=False)
+    b.emit('wgmma_commit', [], None, pure=False)
+    b.emit('wgmma_wait', [], None, {'pending': 0}, pure=False)
+    results = [b.emit('phi', [acc, d], acc_t, pure=False) for acc, d in zip(accs, ds)]
+    for rr in reversed(ranges): b.close_range(rr)
+    self.tiles = {}
+    tiles = [({**grp, **({nu: b.const(u)} if kinds[nu] == 'upcast' else {})}, res, 4 * u) for grp, res in zip(groups, results) for u in range(N // 8)]
+    self.tc_epilogue(r, tiles, m_in, n_in)
 
   def bounds_gate(self, bounds, idx, lane_axes, c, lane=0):
     """PADTO: whether this point (lane combination c, vector lane `lane`) lies inside every bound (terms, size): the
@@ -667,12 +729,13 @@ class Lowerer:
     size = sum(self.sched.tile_bytes(op) for op in loads)
     if size > self.t.max_local_memory: raise OptError(f"@{self.k.sym_name}: smem: the tiles take {size} bytes of shared memory, more than the {self.t.max_local_memory} of {self.target}")
     for op in loads:
-      strides, n = self.sched.tile_layout(op)
-      slot = n if S == 1 else self.sched.slot_elems(op)
-      buf = b.emit('define_local', [], PtrType(op.results[0].type, True), {'sym': f'temp{self.n_locals}', 'size': slot * S}, pure=False)
+      lay, n = self.sched.tile_layout(op)
+      slot = n if S == 1 and isinstance(lay, dict) else self.sched.slot_elems(op)
+      attrs = {'sym': f'temp{self.n_locals}', 'size': slot * S, **({} if isinstance(lay, dict) else {'align': 1024})}  # (a swizzle's period)
+      buf = b.emit('define_local', [], PtrType(op.results[0].type, True), attrs, pure=False)
       self.n_locals += 1
       b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # at the top (OpenCL allows no other place)
-      self.tiles[op] = (buf, strides, slot)
+      self.tiles[op] = (buf, lay, slot)
     if S > 1:
       for step in range(min(S - 1, self.reduce_steps())):
         self.copy_tiles(loads, {**idx, **self.reduce_point(b.const(step))}, b.const(step))
@@ -712,13 +775,17 @@ class Lowerer:
     are waited for, one barrier shows them to the work-group and says the last step's reads are done, and the copies
     of the step stages - 1 ahead go into the slot that step read."""
     b, S = self.b, self.sched.stages
+    # (wgmma reads shared memory through the async proxy: each thread fences its own writes before the barrier)
+    fence = lambda: self.sched.warpgroup and b.emit('fence_async_shared', [], None, pure=False)
     if S == 1:
       self.slot = b.const(0)
       b.emit('barrier', [], None, pure=False)
       self.copy_tiles(loads, idx, self.slot)
+      fence()
       b.emit('barrier', [], None, pure=False)
       return
     if self.t.async_copy: b.emit('async_wait', [], None, {'pending': S - 2}, pure=False)
+    fence()
     b.emit('barrier', [], None, pure=False)
     ahead = b.add(self.step, b.const(S - 1))
     b.open_if(b.lt(ahead, b.const(self.reduce_steps())))
@@ -739,7 +806,7 @@ class Lowerer:
     T = st
     for op in loads:
       rs, axes = self.views[op].real_strides(ignore_valid=True), self.sched.tile_axes(op)
-      buf, strides, slot_elems = self.tiles[op]
+      buf, lay, slot_elems = self.tiles[op]
       base = b.mul(slot, b.const(slot_elems))
       dt = op.results[0].type
       def at(e, cw):  # the point of the tile's element (group of cw along the fastest axis) e, and its place in the tile
@@ -748,8 +815,7 @@ class Lowerer:
           n = full[a] // cw if a == axes[-1] else full[a]
           coords[a] = b.mul(b.mod(e, b.const(n)), b.const(cw)) if a == axes[-1] else b.mod(e, b.const(n))
           e = b.idiv(e, b.const(n))
-        pos = base
-        for a, st in strides.items(): pos = b.add(pos, b.mul(coords[a], b.const(st)))
+        pos = b.add(base, self.tile_offset(lay, coords))
         return [coords[a] if a in coords else idx[a] if kinds[a] in ('global', 'reduce') and full[a] > 1 else b.const(0) for a in range(len(full))], pos
       # 16 bytes a copy where the tile's fastest axis is contiguous and the addresses aligned, else 8 or 4; the
       # first element's mask gates all of it, so no mask may cut a copy in two (a PADTO bound, a padded conv input's
@@ -774,13 +840,21 @@ class Lowerer:
           b.emit('store', [buf, pos, x], None, pure=False)
         if (j + 1) * T > n: b.close_if()
 
-  def tile_pos(self, op, ix):
+  def tile_pos(self, op, ix, swizzle=True):
     """A point's place in the load's tile (in this step's slot of the ring)."""
+    buf, lay, slot_elems = self.tiles[op]
+    return self.b.add(self.b.mul(self.slot, self.b.const(slot_elems)), self.tile_offset(lay, ix, swizzle))
+
+  def tile_offset(self, lay, ix, swizzle=True):
+    """A point's place in a tile of layout `lay` ({axis: stride}, or a SwizzledTile; without `swizzle`, where it
+    would lie unswizzled: a wgmma descriptor's start, which the hardware swizzles itself)."""
     b = self.b
-    buf, strides, slot_elems = self.tiles[op]
-    e = b.mul(self.slot, b.const(slot_elems))
-    for a, s in strides.items(): e = b.add(e, b.mul(ix[a], b.const(s)))
-    return e
+    lin = lambda terms: functools.reduce(b.add, [b.mul(ix[a], b.const(s)) for a, s in terms], b.const(0))
+    if isinstance(lay, dict): return lin(lay.items())
+    r, c = lin(lay.rows), lin(lay.cols)
+    cm = b.mod(c, b.const(64))
+    if swizzle: cm = b.add(b.mul(b.alu('xor', b.idiv(cm, b.const(8)), b.mod(r, b.const(8))), b.const(8)), b.mod(cm, b.const(8)))
+    return b.add(b.add(b.mul(b.idiv(c, b.const(64)), b.const(lay.n_rows * 64)), b.mul(r, b.const(64))), cm)
 
   def load_tile(self, op, idx, lane_axes, c):
     """A staged load in the reduce loop: from its tile in shared memory (a vector where the vector axis runs

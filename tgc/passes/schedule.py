@@ -14,7 +14,9 @@ actions) and gives the inner part a kind:
            axis too: its padding reads zeros, which a sum of products adds as they are and any other reduce takes as
            its identity (linearize masks its input there: a max, a softmax's sum of exp(x - max))
   swap     not a split: two global axes change places (the loop order)
-  tc       tensor cores: m, n, k split into the target's instruction tile (tcm, tcn, tck), first of all
+  tc       tensor cores: m, n, k split into the target's instruction tile (tcm, tcn, tck), first of all; `amt` 0:
+           a warp per tile (mma.sync), 1: a warpgroup of 4 warps per 64 rows (Hopper's wgmma, both operands staged
+           through shared memory in the tensor cores' swizzled layout, see SwizzledTile)
   smem     not a split: load number `axis` (of the loads under the reduce, in order) is staged through shared
            memory: per step of the reduce loop the work-group copies the tile its threads' lanes read, then reads that;
            `amt` stages (2 or more; 0 is one buffer) keep a ring of tiles, the copies running that many steps ahead
@@ -25,6 +27,7 @@ written by hand replays exactly, and an action that does not apply is an OptErro
 """
 from __future__ import annotations
 import math
+from dataclasses import dataclass
 from tgc.ir.core import Operation
 from tgc.ir.attrs import Record
 from tgc.errors import TgcError
@@ -94,7 +97,7 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
       padded = {k: ([(perm[a], m) for a, m in terms], size) for k, (terms, size) in padded.items()}
       continue
     if name == 'tc':
-      if amt != 0: raise OptError(f"tc: amount {amt}: 0 (the target's tensor-core tile) is the only one")
+      if amt not in (0, 1): raise OptError(f"tc: amount {amt}: 0 (a warp's tensor-core tile) or 1 (a warpgroup's: wgmma)")
       if any(p.name != 'padto' for p in opts[:pos]): raise OptError("tc: tensor cores come first, after padto only (then upcast, local or swap of the tile grid)")
       if tile is None: raise OptError("tc: no target has tensor cores")
       m_ax, n_ax = tc_axes(full, kinds, views, tile)
@@ -151,6 +154,30 @@ def tc_axes(full, kinds, views, tile=(1, 1, 1)) -> tuple[int, int]:
   return next(((m, n) for m, n in pairs if full[m] % tile[0] == 0 and full[n] % tile[1] == 0), pairs[0])
 
 
+@dataclass(frozen=True)
+class SwizzledTile:
+  """SMEM's tile of an operand of Hopper's wgmma, in the layout its tensor cores read through a descriptor with
+  128-byte swizzling: n_rows x n_cols 16-bit elements, each coordinate a sum of axis indices times coefficients. The
+  columns (the operand's contiguous axis in memory: k for a K-major operand, m or n for an MN-major one) come in blocks
+  of 64 (128 bytes); element (r, c) lies at (c // 64) * n_rows * 64 + r * 64 + c % 64, with its 16-byte chunk
+  (c % 64 // 8) exchanged for chunk ^ (r % 8): in 8 rows of 128 bytes (1024-byte aligned) each chunk column falls in
+  other banks, the hardware's Swizzle<3,4,3> on the address. A descriptor then steps by the lbo and sbo bytes."""
+  rows: tuple[tuple[int, int], ...]
+  cols: tuple[tuple[int, int], ...]
+  n_rows: int
+  n_cols: int
+  major: str  # 'k' | 'mn'
+  @property
+  def size(self) -> int: return self.n_rows * self.n_cols
+  def place(self, r: int, c: int) -> int:
+    """The element offset of (r, c), as the tensor cores read it (the swizzle applied)."""
+    return (c // 64) * self.n_rows * 64 + r * 64 + ((((c % 64) >> 3) ^ (r & 7)) << 3) + (c & 7)
+  def descriptor(self) -> tuple[int, int, int]:
+    """(major: 0 K / 1 MN, lbo, sbo) in bytes: from one 64-column block to the next (unused K-major, where an
+    instruction's 16 columns lie in one block: 16 by convention), from 8 rows to the next 8."""
+    return (0, 16, 1024) if self.major == 'k' else (1, self.n_rows * 128, 1024)
+
+
 class Schedule:
   """A kernel.func with its opts applied: the full and output shapes, each axis's kind, the loads' and the store's
   views at the split shape, and the PADTO bounds (see apply_opts). `opts` None: the kernel's own `opts` attribute;
@@ -184,6 +211,7 @@ class Schedule:
     try: self.full, self.out, self.kinds, self.views, self.padded, self.smem = apply_opts(full, out, kinds, views, opts, tc_tile(target))
     except (OptError, ValueError) as e: raise OptError(f"@{k.sym_name}: {e}") from None
     self.reduce_kind = reduces[0].kind if reduces else None
+    self.warpgroup = any(o.name == 'tc' and o.fields.get('amt') == 1 for o in opts)  # wgmma: SMEM's tiles are SwizzledTiles
     # the reduces whose input linearize masks to their identity past a padded reduce axis's end
     self.masked = {r for r in reduces if not zero_pad(r)} if self.reduce_bounds else set()
     self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
@@ -214,10 +242,12 @@ class Schedule:
     axes = [a for a, kd in enumerate(self.kinds) if kd in ('local', 'group', 'upcast', 'unroll', 'tcm', 'tcn', 'tck') and self.full[a] > 1 and rs[a] != 0]
     return sorted(axes, key=lambda a: -1 if rs[a] is None else -abs(rs[a]))  # (stable: equal strides keep the axis order)
 
-  def tile_layout(self, op) -> tuple[dict, int]:
+  def tile_layout(self, op) -> tuple[dict | SwizzledTile, int]:
     """SMEM's layout of a load's tile: {axis: stride} (the fastest axis 1) and the elements it takes. A row of a
     multiple of 128 bytes (the shared-memory banks' period) is padded by 16 bytes, so that the same column of
-    consecutive rows (ldmatrix's 8 rows, a float4 per thread down a column) falls in different banks."""
+    consecutive rows (ldmatrix's 8 rows, a float4 per thread down a column) falls in different banks. Under a
+    warpgroup's tc the layout is the tensor cores' own (a SwizzledTile)."""
+    if self.warpgroup: return (sw := self.swizzled_tile(op)), sw.size
     axes, size = self.tile_axes(op), 1
     isz = op.results[0].type.itemsize
     strides = {}
@@ -226,12 +256,35 @@ class Schedule:
       strides[a] = size; size *= self.full[a]
     return strides, size
 
+  def swizzled_tile(self, op) -> SwizzledTile:
+    """A wgmma operand's tile: its m (or n) coordinate from the axes that split m (tcm, then the local and upcast axes
+    just outside it), its k coordinate from tck and the unroll axis outside it; the contiguous one in memory is the
+    tile's column (K-major: k, MN-major: m or n)."""
+    axes, rs = self.tile_axes(op), self.strides(op)
+    def coord(tc_kind, kinds):  # ((axis, coefficient), ...) of the axes that make up one coordinate, and its extent
+      a, out, size = self.kinds.index(tc_kind), [], 1
+      while a >= 0 and (self.kinds[a] == tc_kind or self.kinds[a] in kinds):
+        if self.full[a] > 1 and rs[a] != 0: out.append((a, size)); size *= self.full[a]
+        a -= 1
+      return tuple(out), size
+    k, nk = coord('tck', ('unroll',))
+    mn, nmn = next((c for c in (coord('tcm', ('local', 'upcast')), coord('tcn', ('local', 'upcast'))) if c[0] and c[0][0][0] in axes), ((), 1))
+    if set(axes) != {a for a, _ in k + mn}:
+      raise OptError(f"tc: a warpgroup's operand tile must span m (or n) and k alone, axes {sorted(set(axes) - {a for a, _ in k + mn})} too")
+    kmajor = axes[-1] in {a for a, _ in k}
+    sw = SwizzledTile(mn, k, nmn, nk, 'k' if kmajor else 'mn') if kmajor else SwizzledTile(k, mn, nk, nmn, 'k' if kmajor else 'mn')
+    if sw.n_cols % 64 or sw.n_rows % 8 or op.results[0].type.itemsize != 2:
+      raise OptError(f"tc: a warpgroup's operand tile must be of 16-bit elements with rows of a multiple of 64 (128 bytes) "
+                     f"and a multiple of 8 rows, got {sw.n_rows} x {sw.n_cols} of {op.results[0].type}")
+    return sw
+
   @property
   def stages(self) -> int: return max(self.smem.values(), default=1)
 
   def slot_elems(self, op) -> int:
-    """Elements of one tile of a load's ring: its layout's, rounded up to 16 bytes (every stage as aligned as the first)."""
-    w = max(1, 16 // op.results[0].type.itemsize)
+    """Elements of one tile of a load's ring: its layout's, rounded up to 16 bytes (every stage as aligned as the
+    first; a swizzled tile's to 1024, the period of its pattern)."""
+    w = max(1, (1024 if self.warpgroup else 16) // op.results[0].type.itemsize)
     return -(-self.tile_layout(op)[1] // w) * w
 
   def tile_bytes(self, op, stages: int | None = None) -> int:

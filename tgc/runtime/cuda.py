@@ -56,6 +56,7 @@ class CUDADevice(BaseDevice):
     self.cuda = cuda
     major, minor = self.dev.compute_capability()
     self.arch = f"sm_{major}{minor}"
+    self.warpgroup_mma = (major, minor) == (9, 0)  # wgmma (tc with amount 1): Hopper's sm_90a alone
     # the shared memory a block may ask for (kernel-opt's tiles fit it: compiler.compile_module passes it on)
     self.local_memory = self.dev.get_attribute(cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
     self.stream = cuda.Stream()
@@ -127,7 +128,9 @@ class CUDADevice(BaseDevice):
         # one compiler cache per process: pycuda's shared one races when several processes fill it at once
         cache = os.path.join(tempfile.gettempdir(), f"tgc-pycuda-{os.getpid()}")
         os.makedirs(cache, exist_ok=True)
-        try: cubin = nvcc(src, no_extern_c=True, arch=self.arch, options=[f'--fmad={str(fmad).lower()}'], cache_dir=cache)
+        # (wgmma is sm_90a's alone: the architecture-specific target of the 9.0 device it runs on)
+        arch = self.arch + 'a' if 'wgmma.' in src and self.arch == 'sm_90' else self.arch
+        try: cubin = nvcc(src, no_extern_c=True, arch=arch, options=[f'--fmad={str(fmad).lower()}'], cache_dir=cache)
         except Exception as e: raise TgcError(f"cuda: nvcc rejected the emitted source:\n{e}\n{src}") from None
         self.make_current()
         m = ctypes.c_void_p()

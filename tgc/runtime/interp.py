@@ -51,7 +51,7 @@ def run_uop_func(fn, buffers: list[np.ndarray]) -> None:
   gs, ls = launch_dims(fn)
   name = f"@{fn.sym_name}"
   for op in ops:
-    if op.name in ('uop.define_var', 'uop.wmma', 'uop.ldmatrix', 'uop.shuffle_xor'): raise TgcError(f"{name}: the interpreter does not support '{op.name}'")
+    if op.name in ('uop.define_var', 'uop.wmma', 'uop.ldmatrix', 'uop.shuffle_xor') or op.name.startswith(('uop.wgmma', 'uop.fence_async')): raise TgcError(f"{name}: the interpreter does not support '{op.name}'")
   locals_ = {}  # define_local buffers are shared by the threads of a work-group; barriers need lockstep, so unsupported
   if any(op.name == 'uop.define_local' for op in ops) or (any(op.name == 'uop.barrier' for op in ops) and max(ls) > 1):
     raise TgcError(f"{name}: the interpreter does not support shared memory or barriers across threads (uop.define_local / uop.barrier)")
