@@ -26,11 +26,13 @@ def all_kernels(lower_target='cuda'):
 
 
 def nvcc_cubin(src: str) -> int:
-  """Build src with `nvcc --cubin -arch=sm_90` (asserting that it builds): the cubin's size."""
+  """Build src with `nvcc --cubin -arch=sm_90` (sm_90a where it holds wgmma, as the runtime does; asserting that it
+  builds): the cubin's size."""
   with tempfile.TemporaryDirectory() as td:
     cu = os.path.join(td, 'k.cu')
     open(cu, 'w').write(src)
-    p = subprocess.run([NVCC, '--cubin', '-arch=sm_90', '-o', os.path.join(td, 'k.cubin'), cu], capture_output=True, text=True, timeout=300)
+    arch = 'sm_90a' if 'wgmma.' in src else 'sm_90'
+    p = subprocess.run([NVCC, '--cubin', f'-arch={arch}', '-o', os.path.join(td, 'k.cubin'), cu], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr + '\n' + src
     return os.path.getsize(os.path.join(td, 'k.cubin'))
 
@@ -108,8 +110,10 @@ TC_CASES = _tc_cases()
 
 
 def _tc_module(build, arrays, device):
+  """(a module of build over tensors of `arrays`: uint16 ones hold bf16 bits, the leaves' arrays in order)."""
   from tgc.tensor import _build_module
-  ts = [tgc.Tensor(x, device=device) for x in arrays]
+  from tgc.ir import dtypes as D
+  ts = [tgc.Tensor(D.from_storage(x, D.bf16).astype(np.float32), device=device, dtype='bfloat16') if x.dtype == np.uint16 else tgc.Tensor(x, device=device) for x in arrays]
   m, leaves = _build_module([build(*ts).node], 'tc')
   return m, [arrays[next(i for i, t in enumerate(ts) if t.node is l)] for l in leaves]
 
@@ -225,42 +229,118 @@ def test_gpu_heuristic_shapes(case):
   np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
 
 
-def _staged_tc_module(device, stages=4):
-  """A 256x512 @ 512x256 f16 matmul on tensor cores whose SMEM ring (`stages` of 64-deep steps) outgrows static
-  shared memory (48 KB)."""
+def _staged_tc_module(device, stages=4, warpgroup=False):
+  """A 256x512 @ 512x256 f16 matmul on tensor cores (a warp's mma.sync, or with `warpgroup` Hopper's wgmma) whose SMEM
+  ring (`stages` of 64-deep steps) outgrows static shared memory (48 KB)."""
   from tgc.tensor import _build_module
   from test_target_execute import lower_staged
   rng = np.random.default_rng(8)
   a, b = rng.standard_normal((256, 512)).astype(np.float16), rng.standard_normal((512, 256)).astype(np.float16)
   ta, tb = tgc.Tensor(a, device=device), tgc.Tensor(b, device=device)
   m, leaves = _build_module([(ta @ tb).node], 'mm')
-  lower_staged(m, 'cuda', stages)
+  lower_staged(m, 'cuda', stages, warpgroup=warpgroup)
   return m, [a if l is ta.node else b for l in leaves], a.astype(np.float64) @ b.astype(np.float64)
 
 
-def test_staged_tiles_beyond_static_shared_memory():
-  """SMEM's ring takes more than 48 KB: the kernel carves its tiles from dynamic shared memory (uop.shared_layout),
-  starts them with cp.async, and nvcc builds it."""
+@pytest.mark.parametrize('warpgroup', [False, True])
+def test_staged_tiles_beyond_static_shared_memory(warpgroup):
+  """SMEM's ring takes more than 48 KB: the kernel carves its tiles from dynamic shared memory (uop.shared_layout;
+  wgmma's swizzled tiles 1024-byte aligned), starts them with cp.async, and nvcc builds it."""
   from tgc.emit.cuda import dynamic_shared_bytes
   from tgc.dialects.uop import shared_layout
-  m, _, _ = _staged_tc_module('INTERP')
+  m, _, _ = _staged_tc_module('INTERP', warpgroup=warpgroup)
   (f,) = m.functions('uop.func')
   offsets, total = shared_layout(f)
   assert dynamic_shared_bytes(f) == total > 48 << 10 and len(offsets) == 2
   src = render_cuda(m)
-  assert 'extern __shared__ __align__(16) unsigned char tg_shared[];' in src and 'cp.async.cg.shared.global' in src
+  assert f'extern __shared__ __align__({1024 if warpgroup else 16}) unsigned char tg_shared[];' in src and 'cp.async.cg.shared.global' in src
   assert 'cp.async.wait_group 2;' in src and src.count('__syncthreads();') == 1
+  assert ('wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16' in src) == warpgroup and ('mma.sync.aligned' in src) != warpgroup
   _nvcc_builds(src)
 
 
+@pytest.mark.parametrize('warpgroup', [False, True])
 @pytest.mark.parametrize('stages', [2, 3, 4])
-def test_staged_tiles_on_gpu(stages):
+def test_staged_tiles_on_gpu(stages, warpgroup):
   """The ring of cp.async stages (4: beyond static shared memory) computes the matmul numpy does."""
   _gpu()
   from tgc.compiler import compile_module
-  m, args, want = _staged_tc_module('CUDA', stages)
+  m, args, want = _staged_tc_module('CUDA', stages, warpgroup)
   (out,) = compile_module(m, 'CUDA')(*args)
   np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+# ---- warpgroup tensor cores (tc amount 1: Hopper's wgmma, sm_90a) ----
+
+def _wg_cases():
+  """(name, build, numpy inputs, reference in float64, tolerance) for matmuls the heuristic gives wgmma on an H100."""
+  rng = np.random.default_rng(11)
+  h = lambda *s: rng.standard_normal(s).astype(np.float16)
+  a, b, bt, bias = h(256, 512), h(512, 384), h(384, 512), rng.standard_normal(384).astype(np.float32)
+  oa, ob = h(500, 700), h(700, 380)  # padded to 512 x 384 x 704
+  ba, bb = h(3, 128, 128), h(3, 128, 64)
+  from tgc.ir import dtypes as D
+  fa, fb = (D.to_storage(rng.standard_normal(s).astype(np.float32), D.bf16) for s in ((256, 512), (512, 384)))  # bf16 bits
+  f64 = lambda x: x.astype(np.float64)
+  bf = lambda x: f64(D.from_storage(x, D.bf16))
+  return [
+    ("f16->f32", lambda x, y: x.cast('float32') @ y.cast('float32'), (a, b), f64(a) @ f64(b), 1e-4),
+    ("f16 out", lambda x, y: x @ y, (a, b), f64(a) @ f64(b), 2e-2),
+    ("B k-major", lambda x, y: x.cast('float32') @ y.cast('float32').T, (a, bt), f64(a) @ f64(bt).T, 1e-4),
+    ("bf16->f32", lambda x, y: x.cast('float32') @ y.cast('float32'), (fa, fb), bf(fa) @ bf(fb), 1e-4),
+    ("padded", lambda x, y: x.cast('float32') @ y.cast('float32'), (oa, ob), f64(oa) @ f64(ob), 1e-4),
+    ("+bias relu", lambda x, y, z: (x.cast('float32') @ y.cast('float32') + z).relu(), (a, b, bias), np.maximum(f64(a) @ f64(b) + bias, 0), 1e-4),
+    ("batched", lambda x, y: x.cast('float32') @ y.cast('float32'), (ba, bb), f64(ba) @ f64(bb), 1e-4),
+  ]
+
+WG_CASES = _wg_cases()
+H100_SHARED = 227 << 10  # what an H100 lets a block ask for: kernel-opt's budget there
+
+
+@pytest.mark.parametrize('case', WG_CASES, ids=[c[0] for c in WG_CASES])
+def test_warpgroup_tensor_cores_chosen_and_compiled(case):
+  """With an H100's shared memory kernel-opt gives these matmuls tc on warpgroups: their kernels hold uop.wgmma (one
+  64x128x16 a warpgroup and step of 16), rendered as wgmma.mma_async, and nvcc builds them for sm_90a; a device
+  without warpgroup tensor cores (kernel-opt{warpgroup=false}) gets mma.sync."""
+  name, build, arrays, ref, tol = case
+  m, _ = _tc_module(build, arrays, 'INTERP')
+  lower(m, 'cuda', local_memory=H100_SHARED)
+  wg = [op for f in m.functions('uop.func') for op in f.body.ops if op.name == 'uop.wgmma']
+  assert wg and all(list(w.attrs['dims']) in ([64, 128, 16], [64, 64, 16]) for w in wg)
+  src = render_cuda(m)
+  assert 'wgmma.mma_async.sync.aligned.m64n' in src and 'fence.proxy.async.shared::cta;' in src and 'mma.sync' not in src
+  _nvcc_builds(src)
+  m, _ = _tc_module(build, arrays, 'INTERP')
+  lower(m, 'cuda', local_memory=H100_SHARED, warpgroup=False)
+  ops = [op.name for f in m.functions('uop.func') for op in f.body.ops]
+  assert 'uop.wmma' in ops and 'uop.wgmma' not in ops
+
+
+@pytest.mark.parametrize('case', WG_CASES, ids=[c[0] for c in WG_CASES])
+def test_warpgroup_tensor_cores_on_gpu(case):
+  """On a Hopper GPU the wgmma kernels compute what numpy does (elsewhere the device's kernels keep mma.sync)."""
+  dev = _gpu()
+  from tgc.compiler import compile_module
+  name, build, arrays, ref, tol = case
+  m, args = _tc_module(build, arrays, 'CUDA')
+  fn = compile_module(m, 'CUDA')
+  names = {op.name for k in fn.kernels.values() for op in k.fn.body.ops}
+  assert ('uop.wgmma' in names) == dev.warpgroup_mma and ('uop.wgmma' in names or 'uop.wmma' in names)
+  (out,) = fn(*args)
+  np.testing.assert_allclose(out.astype(np.float64), ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_swizzled_tile_places_every_element_once():
+  """SwizzledTile.place is a permutation of the tile that keeps each 8-element chunk whole and in its 128-byte row,
+  exchanging chunk c of row r for chunk c ^ (r % 8), row blocks of 64 columns one after another."""
+  from tgc.passes.schedule import SwizzledTile
+  t = SwizzledTile((), (), 16, 128, 'mn')
+  places = {(r, c): t.place(r, c) for r in range(16) for c in range(128)}
+  assert sorted(places.values()) == list(range(16 * 128))
+  for (r, c), p in places.items():
+    assert p // (16 * 64) == c // 64 and p % (16 * 64) // 64 == r  # its block of columns, its row
+    assert p % 64 // 8 == (c % 64 // 8) ^ (r % 8) and p % 8 == c % 8
+  assert t.descriptor() == (1, 16 * 128, 1024) and SwizzledTile((), (), 128, 64, 'k').descriptor() == (0, 16, 1024)
 
 
 def _conv_tc_module(device):

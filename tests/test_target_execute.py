@@ -443,12 +443,13 @@ def test_opencl_gpu_reductions(case):
   np.testing.assert_allclose(out.astype(np.float64), ref(a.astype(np.float64)), rtol=1e-4, atol=1e-4)
 
 
-def lower_staged(m, target: str, stages: int, processor: str = 'auto'):
-  """lower-to-uop with kernel-opt's heuristic choice, except that every SMEM tile gets a ring of `stages`."""
+def lower_staged(m, target: str, stages: int, processor: str = 'auto', warpgroup: bool = False):
+  """lower-to-uop with kernel-opt's heuristic choice, except that every SMEM tile gets a ring of `stages` (a warp's
+  tensor cores unless `warpgroup`)."""
   from tgc.passes.manager import PassManager, parse_pipeline
   from tgc.passes.pipelines import lower_to_uop_steps
   from tgc.passes.schedule import Opt
-  steps = lower_to_uop_steps(target, False, processor)
+  steps = lower_to_uop_steps(target, False, processor, warpgroup=warpgroup)
   cut = next(i for i, s in enumerate(steps) if s.startswith('linearize'))
   PassManager(parse_pipeline(','.join(steps[:cut]))).run(m)
   for k in m.functions('kernel.func'):

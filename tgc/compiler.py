@@ -57,12 +57,12 @@ GLOBAL_STATS = Stats()
 _opened_logged: set[str] = set()
 
 
-def lower(m: Module, target: str, out=None, dbg: int = 0, processor: str = 'auto', local_memory: int = 0) -> Module:
-  """Run lower-to-uop on m in place, printing kernel ASTs at DEBUG>=3 (processor, local_memory: the device's, as
-  lower_to_uop_steps takes them)."""
+def lower(m: Module, target: str, out=None, dbg: int = 0, processor: str = 'auto', local_memory: int = 0, warpgroup: bool = True) -> Module:
+  """Run lower-to-uop on m in place, printing kernel ASTs at DEBUG>=3 (processor, local_memory, warpgroup: the
+  device's, as lower_to_uop_steps takes them)."""
   from tgc.passes.manager import PassManager, parse_pipeline
   from tgc.passes.pipelines import lower_to_uop_steps
-  steps = lower_to_uop_steps(target, None, processor, local_memory)
+  steps = lower_to_uop_steps(target, None, processor, local_memory, warpgroup)
   cut = next(i for i, s in enumerate(steps) if s.startswith('linearize'))
   # the API verifies its input and the lowered result; tgc-opt verifies after every pass (a debugging aid that
   # costs a third of the compile time here)
@@ -296,7 +296,7 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
   if not m.functions('uop.func') or any(op.name.startswith('tensor.') and op.name not in ('tensor.reshape', 'tensor.const') for op in host.body.ops):
     # an OpenCL device on a CPU: CPU tiles; a CUDA device: SMEM's tiles may take the shared memory it allows
-    lower(m, target, out, dbg, getattr(dev, 'processor', 'auto'), getattr(dev, 'local_memory', 0))
+    lower(m, target, out, dbg, getattr(dev, 'processor', 'auto'), getattr(dev, 'local_memory', 0), getattr(dev, 'warpgroup_mma', True))
   _declare_sizes(m, host)
   fns = m.functions('uop.func')
   for fn in fns:

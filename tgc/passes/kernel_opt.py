@@ -42,7 +42,8 @@ STAGE_UNROLL = 8
 
 
 def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
-              processor: str = 'auto', cpu: CPUFacts | None = None, stage: bool = True, local_memory: int = 0) -> list[Record]:
+              processor: str = 'auto', cpu: CPUFacts | None = None, stage: bool = True, local_memory: int = 0,
+              warpgroup: bool = True) -> list[Record]:
   # the register tiles, reductions and loop order follow the processor; work-groups follow the target (an OpenCL
   # device on a CPU still runs work-items in work-groups, and a work-group of one costs a launch each)
   gpu = not t.is_cpu if processor == 'auto' else processor == 'gpu'
@@ -88,6 +89,13 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     for i, op in enumerate(op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)):
       if ks.tile_bytes(op) <= smem_budget: apply(Opt('smem', i, 0))
     return stage_ring(ks, opts, t, smem_budget)
+  # warpgroups' tensor cores (Hopper's wgmma), where the device has them: a block of 2 warpgroups takes 128x128
+  # outputs (8 warps of 16 rows along m, each 16 tiles of 8 along n: one wgmma of 64x128 a warpgroup), a step of k is
+  # 64 deep, both operands are staged in the tensor cores' swizzled layout in a ring of stages: on an H100 a 4096 f16
+  # matmul ran at 474 TFLOP/s so (bf16 491), where mma.sync's best ran 291; 128x256 blocks 452, 256x128 437-445
+  if t.tensor_cores is not None and t.tensor_cores.warpgroup and warpgroup and len(red) == 1:
+    wg = warpgroup_tiles(k, ks, t, smem_budget)
+    if wg is not None: return wg
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples;
   # sizes the tiles do not divide are padded first (PADTO: a 4095 f16 matmul ran at 0.2 TFLOP/s without tensor cores)
   pads = tc_padding(ks, t) if t.tensor_cores is not None and len(red) == 1 else None
@@ -276,7 +284,7 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     for i, op in enumerate(below):
       if any(ks.strides(op)[a] == 0 for a in ks.axes('local')) and used + ks.tile_bytes(op) <= smem_budget and apply(Opt('smem', i, 0)):
         used += ks.tile_bytes(op)
-    if not used: return heuristic(k, t, max_upcast, allow_local, unroll, processor, cpu, False, local_memory)  # no work-group to share them
+    if not used: return heuristic(k, t, max_upcast, allow_local, unroll, processor, cpu, False, local_memory, warpgroup)  # no work-group to share them
     return stage_ring(ks, opts, t, smem_budget)
   return opts
 
@@ -295,6 +303,31 @@ def pad_to_tiles(ks: Schedule, multiples, tile=None) -> list | None:
     amt = next((a for a in amts if -(-s // a) * a - s <= s // 8), tile[i] if tile else None)
     if amt and s % amt: pads.append(Opt('padto', ax, amt))
   return pads
+
+
+def warpgroup_tiles(k: Operation, ks: Schedule, t: Target, budget: int) -> list | None:
+  """The heuristic's opts for a matmul on warpgroups (tc amount 1), or None where they do not apply: m and n padded
+  to 128 (or 64), k to 64, wasting at most an eighth; 8 (or 4) warps along m, 16 (or 8) tiles of n a warp, steps of 64."""
+  pads = pad_to_tiles(ks, ((128, 64), (128, 64), (64,)))
+  if pads is None: return None
+  opts = pads + [Opt('tc', ks.axes('reduce')[0], 1)]
+  s = try_opts(k, opts, t)
+  if s is None: return None
+  grid = lambda s, role: s.kinds.index(role) - 1  # the tile grid's axis just outside tcm or tcn (right after tc)
+  warps = next((w for w in (8, 4) if s.full[grid(s, 'tcm')] % w == 0), None)
+  tiles = next((u for u in (16, 8) if s.full[grid(s, 'tcn')] % u == 0), None)
+  if warps is None or tiles is None: return None
+  # (local first: the warps along m must sit just outside the tile, 16 rows apart)
+  for o in (lambda s: Opt('local', grid(s, 'tcm'), warps), lambda s: Opt('upcast', grid(s, 'tcn'), tiles),
+            lambda s: Opt('unroll', s.axes('reduce')[0], 4) if s.axes('reduce') else None):
+    o = o(s)
+    if o is None or (s := try_opts(k, opts + [o], t)) is None: return None
+    opts.append(o)
+  staged = [i for i, op in enumerate(op for op in k.body.ops if op.name == 'kernel.load' and tuple(s.views[op].shape) == tuple(s.full))]
+  opts += [Opt('smem', i, 0) for i in staged]
+  s = try_opts(k, opts, t)
+  if s is None or not tc_applies(k, opts, t.name) or sum(s.tile_bytes(op) for op in s.smem) > budget: return None
+  return stage_ring(s, opts, t, budget)
 
 
 def tc_padding(ks: Schedule, t: Target) -> list | None:
@@ -328,6 +361,7 @@ class KernelOpt(Pass):
              'processor': (str, 'auto', 'the device kind the tiles are chosen for: cpu | gpu | auto (by target; OpenCL on a CPU: cpu)'),
              'cpu': (str, 'host', 'the CPU whose registers and cache CPU tiles fit: host (this machine) | avx512 | avx2 | sse | neon'),
              'local_memory': (int, 0, "the shared memory a work-group may take, in bytes: the device's (0: the target's default)"),
+             'warpgroup': (bool, True, "the device has warpgroup tensor cores (Hopper's wgmma), where the target does (false: a device without)"),
              'beam': (int, 2, 'search: beam width'),
              'budget': (float, 10.0, 'search: seconds per kernel at most')}
   def run(self, m: Module):
@@ -345,8 +379,8 @@ class KernelOpt(Pass):
       if 'opts' in k.attrs: continue
       if self.mode == 'search':
         from tgc.passes.search import beam_search
-        opts = beam_search(k, t, self.beam, self.budget, heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu, local_memory=self.local_memory))
-      else: opts = heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu, local_memory=self.local_memory)
+        opts = beam_search(k, t, self.beam, self.budget, heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu, local_memory=self.local_memory, warpgroup=self.warpgroup))
+      else: opts = heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu, local_memory=self.local_memory, warpgroup=self.warpgroup)
       if opts:
         k.attrs['opts'] = tuple(opts)
         self.stats['kernels optimised'] += 1
