@@ -260,6 +260,23 @@ def test_staged_tiles_beyond_static_shared_memory(warpgroup):
 
 
 @pytest.mark.parametrize('warpgroup', [False, True])
+def test_a_ring_longer_than_the_loop_commits_every_group(warpgroup):
+  """4 stages over a k loop of 2 steps: the copies before the loop still close 3 groups (the last empty), since
+  each step waits for all but the newest 2; with 2 groups the first step would not wait for its own copies (on an
+  H100 a batched 128-deep matmul read stale tiles so)."""
+  from tgc.tensor import _build_module
+  from test_target_execute import lower_staged
+  a, b = np.ones((128, 128), np.float16), np.ones((128, 128), np.float16)
+  m, _ = _build_module([(tgc.Tensor(a, device='INTERP') @ tgc.Tensor(b, device='INTERP')).node], 'mm')
+  lower_staged(m, 'cuda', 4, warpgroup=warpgroup)
+  (f,) = m.functions('uop.func')
+  names = [op.name for op in f.body.ops]
+  loop = names.index('uop.range')
+  assert names[:loop].count('uop.async_commit') == 3 and names[loop + 1] == 'uop.async_wait'
+  assert next(op for op in f.body.ops if op.name == 'uop.async_wait').attrs['pending'] == 2
+  assert names[:loop].count('uop.copy_async') and names[names.index('uop.async_commit', names.index('uop.async_commit') + 1) + 1] == 'uop.async_commit'
+
+@pytest.mark.parametrize('warpgroup', [False, True])
 @pytest.mark.parametrize('stages', [2, 3, 4])
 def test_staged_tiles_on_gpu(stages, warpgroup):
   """The ring of cp.async stages (4: beyond static shared memory) computes the matmul numpy does."""

@@ -736,9 +736,9 @@ class Lowerer:
       self.n_locals += 1
       b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # at the top (OpenCL allows no other place)
       self.tiles[op] = (buf, lay, slot)
-    if S > 1:
-      for step in range(min(S - 1, self.reduce_steps())):
-        self.copy_tiles(loads, {**idx, **self.reduce_point(b.const(step))}, b.const(step))
+    if S > 1:  # (S - 1 groups even where the loop has fewer steps: a step's wait counts on them, empty or not)
+      for step in range(S - 1):
+        if step < self.reduce_steps(): self.copy_tiles(loads, {**idx, **self.reduce_point(b.const(step))}, b.const(step))
         if self.t.async_copy: b.emit('async_commit', [], None, pure=False)
 
   def open_reduce_loops(self, loop_idx: dict, staged: bool) -> list:
