@@ -46,6 +46,8 @@ def rows(scale: float):
                     lambda a, b: a @ b, lambda a, b: a @ b, 2 * max(mm * 1000 // 4096, 1) * max(mm * 3000 // 4096, 1) * max(mm * 700 // 4096, 1), 'TFLOP/s'),
     # a ResNet stage: batch 32, 64 -> 64 channels, 56x56, 3x3, padding 1
     'conv2d f32': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
+    # torch's cuDNN convolves f32 in TF32 by default (10-bit mantissas); tgc keeps f32: this row holds torch to f32 too
+    'conv2d f32 strict': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', lambda x, w: x.conv2d(w, padding=1), _torch_conv_strict, conv_flops, 'TFLOP/s'),
     'conv2d f16': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float16', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
   }
 
@@ -53,6 +55,11 @@ def rows(scale: float):
 def _torch_conv(x, w):
   import torch.nn.functional as F
   return F.conv2d(x, w, padding=1)
+
+
+def _torch_conv_strict(x, w):
+  import torch
+  with torch.backends.cudnn.flags(allow_tf32=False): return _torch_conv(x, w)
 
 
 def median_time(fn, sync, iters: int) -> float:
