@@ -45,3 +45,34 @@ def test_search_candidates_on_a_gpu_include_staging():
   staged = [o for o in candidates(k, base, t) if o[-1].name == 'smem']
   assert sorted(o[-1].fields['axis'] for o in staged) == [0, 1]
   for o in staged: Lowerer(k, 'cuda', o).run()
+
+
+def test_search_candidates_from_a_warpgroup_schedule():
+  """From the heuristic's wgmma schedule of a matmul with a bias epilogue, the search's candidates (other amounts,
+  rings of 2 to 4 stages of the swizzled tiles) are made without error, stage nothing more, and each either lowers or
+  is refused by name (OptError: the search then scores it as never finishing)."""
+  from tgc.passes.search import candidates
+  from tgc.passes.schedule import OptError
+  from tgc.passes.linearize import Lowerer
+  from tgc.target import get_target
+  m = ir.parse("""func.func @mm(%a: tensor<256x512xf16>, %b: tensor<512x256xf16>, %c: tensor<256xf32>) -> tensor<256x256xf32> {
+  %0 = tensor.cast %a : tensor<256x512xf16> -> tensor<256x512xf32>
+  %1 = tensor.cast %b : tensor<512x256xf16> -> tensor<512x256xf32>
+  %2 = tensor.matmul %0, %1 : tensor<256x512xf32>, tensor<512x256xf32> -> tensor<256x256xf32>
+  %3 = tensor.reshape %c : tensor<256xf32> -> tensor<1x256xf32>
+  %4 = tensor.expand %3 : tensor<1x256xf32> -> tensor<256x256xf32>
+  %5 = tensor.add %2, %4 : tensor<256x256xf32>
+  func.return %5 : tensor<256x256xf32>
+}""")
+  PassManager.parse('canonicalize,tensor-decompose,canonicalize,kernelize,kernel-opt{target=cuda local_memory=232448}').run(m)
+  (k,) = [f for f in m.functions('kernel.func') if any(o.name == 'kernel.reduce' for o in f.body.ops)]
+  opts = list(k.attrs['opts'])
+  assert opts[0].name == 'tc' and opts[0].fields['amt'] == 1
+  t = get_target('cuda')
+  cands = candidates(k, opts, t)
+  assert cands and not any(len(c) > len(opts) and c[-1].name == 'smem' for c in cands)
+  lowered = 0
+  for c in cands:
+    try: Lowerer(k, 'cuda', c).run(); lowered += 1
+    except OptError: pass
+  assert lowered

@@ -75,8 +75,9 @@ def candidates(k, opts, t: Target):
         lanes = math.prod(nk.full[i] for i, kd2 in enumerate(nk.kinds) if kd2 in ('upcast', 'unroll'))
         threads = math.prod(nk.full[i] for i, kd2 in enumerate(nk.kinds) if kd2 in ('local', 'group'))
         if lanes <= MAX_LANES and threads <= 1024: out.append(list(opts) + [o])
-  # SMEM: stage a load under the reduce that the work-group's threads share (broadcast along a local axis)
-  if gpu and t.local_memory and ks.axes('local'):
+  # SMEM: stage a load under the reduce that the work-group's threads share (broadcast along a local axis); under a
+  # warpgroup's tc its two operands are staged already, in the tensor cores' layout, and nothing else may be
+  if gpu and t.local_memory and ks.axes('local') and not ks.warpgroup:
     below = [op for op in ks.views if op.name == 'kernel.load' and tuple(ks.views[op].shape) == tuple(ks.full)]
     for i, op in enumerate(below):
       if op not in ks.smem and any(ks.strides(op)[a] == 0 for a in ks.axes('local')) and ks.tile_bytes(op) <= t.local_memory:
