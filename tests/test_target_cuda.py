@@ -347,6 +347,47 @@ def test_warpgroup_tensor_cores_on_gpu(case):
   np.testing.assert_allclose(out.astype(np.float64), ref, rtol=tol, atol=tol * np.abs(ref).max())
 
 
+def _conv_ref(x, w):
+  """A 3x3 conv with padding 1 in float64 (numpy's windows)."""
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # (n, ci, oy, ox, 3, 3)
+  return np.einsum('ncyxij,ocij->noyx', win, w.astype(np.float64))
+
+
+def _wg_conv_module():
+  """A 3x3 f16 conv, 16x64 -> 64 channels, 16x24 pixels, as the CUDA device builds it (channels-last, an implicit
+  GEMM: m its output channels, n its output columns)."""
+  from tgc.tensor import _build_module
+  x, w = tgc.Tensor.empty(16, 64, 16, 24, dtype='float16', device='CUDA'), tgc.Tensor.empty(64, 64, 3, 3, dtype='float16', device='CUDA')
+  return _build_module([x.conv2d(w, padding=1).node], 'conv')[0]
+
+
+def test_warpgroup_conv_chosen_and_compiled():
+  """With an H100's shared memory the conv kernel gets warpgroups: 64 output channels x 24 columns a warpgroup (the
+  weights MN-major, the channels-last input K-major), two output rows a block; nvcc builds it for sm_90a."""
+  m = _wg_conv_module()
+  lower(m, 'cuda', local_memory=H100_SHARED)
+  wg = [op for f in m.functions('uop.func') for op in f.body.ops if op.name == 'uop.wgmma']
+  assert wg and {(tuple(o.attrs['dims']), o.attrs['a_layout'][0], o.attrs['b_layout'][0]) for o in wg} == {((64, 24, 16), 1, 0)}
+  (f,) = [f for f in m.functions('uop.func') if any(op.name == 'uop.wgmma' for op in f.body.ops)]
+  assert tuple(f.attrs['local_size']) == (32, 4, 2)
+  _nvcc_builds(render_cuda(m))
+  m = _wg_conv_module()
+  lower(m, 'cuda', local_memory=H100_SHARED, warpgroup=False)
+  ops = [op.name for f in m.functions('uop.func') for op in f.body.ops]
+  assert 'uop.wmma' in ops and 'uop.wgmma' not in ops
+
+
+def test_warpgroup_conv_on_gpu():
+  """The conv on the GPU matches numpy's (wgmma on a Hopper GPU, mma.sync elsewhere)."""
+  dev = _gpu()
+  rng = np.random.default_rng(12)
+  x, w = rng.standard_normal((16, 64, 16, 24)).astype(np.float16), (rng.standard_normal((64, 64, 3, 3)) * 0.1).astype(np.float16)
+  out = tgc.Tensor(x, device='CUDA').conv2d(tgc.Tensor(w, device='CUDA'), padding=1).float().numpy()
+  ref = _conv_ref(x, w)
+  np.testing.assert_allclose(out, ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())
+
+
 def test_swizzled_tile_places_every_element_once():
   """SwizzledTile.place is a permutation of the tile that keeps each 8-element chunk whole and in its 128-byte row,
   exchanging chunk c of row r for chunk c ^ (r % 8), row blocks of 64 columns one after another."""

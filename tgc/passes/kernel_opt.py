@@ -70,6 +70,15 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     ax = ks.kinds.index(role) - 1
     while ax >= 0 and ks.kinds[ax] in ('upcast', 'local'): ax -= 1
     return ax if ax >= 0 and ks.kinds[ax] == 'global' else None
+  # warpgroups' tensor cores (Hopper's wgmma), where the device has them: a block of 2 warpgroups takes 128x128
+  # outputs (8 warps of 16 rows along m, each 16 tiles of 8 along n: one wgmma of 64x128 a warpgroup), a step of k is
+  # 64 deep, both operands are staged in the tensor cores' swizzled layout in a ring of stages: on an H100 a 4096 f16
+  # matmul ran at 474 TFLOP/s so (bf16 491), where mma.sync's best ran 291; 128x256 blocks 452, 256x128 437-445. A
+  # conv (its output channels m, its output columns n): 64 channels x 56 columns a warpgroup, two output rows a block:
+  # its 3x3 f16 conv kernel (32x64x56x56) ran in 29.7 us, where mma.sync's below took 62.4
+  if t.tensor_cores is not None and t.tensor_cores.warpgroup and warpgroup and red:
+    wg = warpgroup_tiles(k, ks, t, smem_budget)
+    if wg is not None: return wg
   # a conv on tensor cores (several reduce axes; tc on the first, its input channels): a warp takes 2 tiles of m by 8
   # of n (32x64), a block 4x2 warps along the other global axes (the output's columns and rows, which share the
   # weights' tile), a step of the reduce loops 4 tiles deep, and both operands go through a ring of shared-memory
@@ -89,13 +98,6 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     for i, op in enumerate(op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)):
       if ks.tile_bytes(op) <= smem_budget: apply(Opt('smem', i, 0))
     return stage_ring(ks, opts, t, smem_budget)
-  # warpgroups' tensor cores (Hopper's wgmma), where the device has them: a block of 2 warpgroups takes 128x128
-  # outputs (8 warps of 16 rows along m, each 16 tiles of 8 along n: one wgmma of 64x128 a warpgroup), a step of k is
-  # 64 deep, both operands are staged in the tensor cores' swizzled layout in a ring of stages: on an H100 a 4096 f16
-  # matmul ran at 474 TFLOP/s so (bf16 491), where mma.sync's best ran 291; 128x256 blocks 452, 256x128 437-445
-  if t.tensor_cores is not None and t.tensor_cores.warpgroup and warpgroup and len(red) == 1:
-    wg = warpgroup_tiles(k, ks, t, smem_budget)
-    if wg is not None: return wg
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples;
   # sizes the tiles do not divide are padded first (PADTO: a 4095 f16 matmul ran at 0.2 TFLOP/s without tensor cores)
   pads = tc_padding(ks, t) if t.tensor_cores is not None and len(red) == 1 else None
@@ -306,22 +308,33 @@ def pad_to_tiles(ks: Schedule, multiples, tile=None) -> list | None:
 
 
 def warpgroup_tiles(k: Operation, ks: Schedule, t: Target, budget: int) -> list | None:
-  """The heuristic's opts for a matmul on warpgroups (tc amount 1), or None where they do not apply: m and n padded
-  to 128 (or 64), k to 64, wasting at most an eighth; 8 (or 4) warps along m, 16 (or 8) tiles of n a warp, steps of 64."""
-  pads = pad_to_tiles(ks, ((128, 64), (128, 64), (64,)))
+  """The heuristic's opts for a matmul or a conv on warpgroups (tc amount 1), or None where they do not apply: a
+  matmul's m and n padded to 128 (or 64) and k to 64, wasting at most an eighth; 8 warps along m where it has 128
+  rows (two warpgroups), else 4 and a second warpgroup along another global axis (a conv's output rows); 16 (or 8)
+  tiles of n a warp, or the whole n where a tile grid of at most 32 takes no such amount (a conv's 56 output columns:
+  N = 56); steps of 64 along k."""
+  red = ks.axes('reduce')
+  pads = pad_to_tiles(ks, ((128, 64), (128, 64), (64,))) if len(red) == 1 else []
   if pads is None: return None
-  opts = pads + [Opt('tc', ks.axes('reduce')[0], 1)]
+  opts = pads + [Opt('tc', red[0], 1)]
   s = try_opts(k, opts, t)
   if s is None: return None
   grid = lambda s, role: s.kinds.index(role) - 1  # the tile grid's axis just outside tcm or tcn (right after tc)
-  warps = next((w for w in (8, 4) if s.full[grid(s, 'tcm')] % w == 0), None)
-  tiles = next((u for u in (16, 8) if s.full[grid(s, 'tcn')] % u == 0), None)
+  gm, gn = s.full[grid(s, 'tcm')], s.full[grid(s, 'tcn')]
+  warps = next((w for w in (8, 4) if gm % w == 0), None)
+  tiles = next((u for u in (16, 8) if gn % u == 0), gn if gn <= 32 else None)
   if warps is None or tiles is None: return None
-  # (local first: the warps along m must sit just outside the tile, 16 rows apart)
-  for o in (lambda s: Opt('local', grid(s, 'tcm'), warps), lambda s: Opt('upcast', grid(s, 'tcn'), tiles),
-            lambda s: Opt('unroll', s.axes('reduce')[0], 4) if s.axes('reduce') else None):
-    o = o(s)
-    if o is None or (s := try_opts(k, opts + [o], t)) is None: return None
+  # (local first: the warps along m must sit just outside the tile, 16 rows apart; a second warpgroup along another
+  # global axis must come before m's in the axis order, the warps along m being the innermost local dim)
+  other = lambda s: next((a for a in reversed(s.axes('global')) if a < grid(s, 'tcm') and a != grid(s, 'tcn') and s.full[a] % 2 == 0), None)
+  steps = [lambda s: Opt('local', grid(s, 'tcm'), warps), lambda s: Opt('upcast', grid(s, 'tcn'), tiles) if tiles > 1 else None,
+           lambda s: Opt('local', other(s), 2) if warps == 4 and other(s) is not None else None,
+           lambda s: Opt('unroll', s.axes('reduce')[0], 4) if s.axes('reduce') else False]
+  for step in steps:
+    o = step(s)
+    if o is False: return None
+    if o is None: continue
+    if (s := try_opts(k, opts + [o], t)) is None: return None
     opts.append(o)
   staged = [i for i, op in enumerate(op for op in k.body.ops if op.name == 'kernel.load' and tuple(s.views[op].shape) == tuple(s.full))]
   opts += [Opt('smem', i, 0) for i in staged]

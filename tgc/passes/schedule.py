@@ -26,7 +26,7 @@ kernel-opt's heuristics and search look at a Schedule to choose actions; lineari
 written by hand replays exactly, and an action that does not apply is an OptError naming the kernel.
 """
 from __future__ import annotations
-import math
+import itertools, math, operator
 from dataclasses import dataclass
 from tgc.ir.core import Operation
 from tgc.ir.attrs import Record
@@ -100,7 +100,9 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
       if amt not in (0, 1): raise OptError(f"tc: amount {amt}: 0 (a warp's tensor-core tile) or 1 (a warpgroup's: wgmma)")
       if any(p.name != 'padto' for p in opts[:pos]): raise OptError("tc: tensor cores come first, after padto only (then upcast, local or swap of the tile grid)")
       if tile is None: raise OptError("tc: no target has tensor cores")
-      m_ax, n_ax = tc_axes(full, kinds, views, tile)
+      # (a warpgroup's m comes in 64 rows: of the pairs, the first whose m 64 divides; a conv's output channels, not
+      # its batch)
+      m_ax, n_ax = tc_axes(full, kinds, views, (64,) + tuple(tile[1:]) if amt == 1 else tile)
       for a, size, kind in sorted([(ax, tile[2], 'tck'), (n_ax, tile[1], 'tcn'), (m_ax, tile[0], 'tcm')], reverse=True):
         if full[a] % size: raise OptError(f"tc: axis {a} of size {full[a]} is not a multiple of the tile's {size}")
         full, out, kinds = _split(full, out, kinds, views, a, full[a] // size, size, kind)
@@ -269,10 +271,16 @@ class Schedule:
       return tuple(out), size
     k, nk = coord('tck', ('unroll',))
     mn, nmn = next((c for c in (coord('tcm', ('local', 'upcast')), coord('tcn', ('local', 'upcast'))) if c[0] and c[0][0][0] in axes), ((), 1))
-    if set(axes) != {a for a, _ in k + mn}:
-      raise OptError(f"tc: a warpgroup's operand tile must span m (or n) and k alone, axes {sorted(set(axes) - {a for a, _ in k + mn})} too")
     kmajor = axes[-1] in {a for a, _ in k}
-    sw = SwizzledTile(mn, k, nmn, nk, 'k' if kmajor else 'mn') if kmajor else SwizzledTile(k, mn, nk, nmn, 'k' if kmajor else 'mn')
+    # the tile's other axes (a conv's rows of output pixels that other warpgroups take) repeat its rows: blocks of
+    # rows one after another, each the operand of its own warpgroup
+    others, n_other = [], 1
+    for a in reversed([a for a in axes if a not in {x for x, _ in k + mn}]):
+      if self.kinds[a] not in ('local', 'upcast'): raise OptError(f"tc: a warpgroup's operand tile spans axis {a}, a {self.kinds[a]} axis")
+      others.append(a); n_other *= self.full[a]
+    rows, n_rows = (mn, nmn) if kmajor else (k, nk)
+    rows = rows + tuple((a, n_rows * st) for a, st in zip(others, itertools.accumulate([1] + [self.full[a] for a in others[:-1]], operator.mul)))
+    sw = SwizzledTile(rows, k, n_rows * n_other, nk, 'k') if kmajor else SwizzledTile(rows, mn, n_rows * n_other, nmn, 'mn')
     if sw.n_cols % 64 or sw.n_rows % 8 or op.results[0].type.itemsize != 2:
       raise OptError(f"tc: a warpgroup's operand tile must be of 16-bit elements with rows of a multiple of 64 (128 bytes) "
                      f"and a multiple of 8 rows, got {sw.n_rows} x {sw.n_cols} of {op.results[0].type}")
