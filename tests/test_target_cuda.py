@@ -25,15 +25,17 @@ def all_kernels(lower_target='cuda'):
   return Module(fns)
 
 
-def nvcc_cubin(src: str) -> int:
+def nvcc_cubin(src: str, ptxas_info: list | None = None) -> int:
   """Build src with `nvcc --cubin -arch=sm_90` (sm_90a where it holds wgmma, as the runtime does; asserting that it
-  builds): the cubin's size."""
+  builds): the cubin's size. `ptxas_info`: a list that gets ptxas's report (-Xptxas -v)."""
   with tempfile.TemporaryDirectory() as td:
     cu = os.path.join(td, 'k.cu')
     open(cu, 'w').write(src)
     arch = 'sm_90a' if 'wgmma.' in src else 'sm_90'
-    p = subprocess.run([NVCC, '--cubin', f'-arch={arch}', '-o', os.path.join(td, 'k.cubin'), cu], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([NVCC, '--cubin', f'-arch={arch}', '-o', os.path.join(td, 'k.cubin'), cu] + (['-Xptxas', '-v'] if ptxas_info is not None else []),
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr + '\n' + src
+    if ptxas_info is not None: ptxas_info.append(p.stderr)
     return os.path.getsize(os.path.join(td, 'k.cubin'))
 
 
@@ -254,16 +256,18 @@ def test_staged_tiles_beyond_static_shared_memory(warpgroup):
   assert dynamic_shared_bytes(f) == total > 48 << 10 and len(offsets) == 2
   src = render_cuda(m)
   assert f'extern __shared__ __align__({1024 if warpgroup else 16}) unsigned char tg_shared[];' in src and 'cp.async.cg.shared.global' in src
-  assert 'cp.async.wait_group 2;' in src and src.count('__syncthreads();') == 1
+  # (a warpgroup keeps one step's wgmmas running past its end: its copies run a step less ahead)
+  assert f'cp.async.wait_group {1 if warpgroup else 2};' in src and src.count('__syncthreads();') == 1
   assert ('wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16' in src) == warpgroup and ('mma.sync.aligned' in src) != warpgroup
   _nvcc_builds(src)
 
 
 @pytest.mark.parametrize('warpgroup', [False, True])
 def test_a_ring_longer_than_the_loop_commits_every_group(warpgroup):
-  """4 stages over a k loop of 2 steps: the copies before the loop still close 3 groups (the last empty), since
-  each step waits for all but the newest 2; with 2 groups the first step would not wait for its own copies (on an
-  H100 a batched 128-deep matmul read stale tiles so)."""
+  """4 stages over a k loop of 2 steps: the copies before the loop still close 3 groups (the last empty; 2 for
+  warpgroups, whose copies run one step less ahead), since each step waits for all but the newest 2 (1); with as many
+  groups as steps the first step would not wait for its own copies (on an H100 a batched 128-deep matmul read stale
+  tiles so)."""
   from tgc.tensor import _build_module
   from test_target_execute import lower_staged
   a, b = np.ones((128, 128), np.float16), np.ones((128, 128), np.float16)
@@ -272,9 +276,11 @@ def test_a_ring_longer_than_the_loop_commits_every_group(warpgroup):
   (f,) = m.functions('uop.func')
   names = [op.name for op in f.body.ops]
   loop = names.index('uop.range')
-  assert names[:loop].count('uop.async_commit') == 3 and names[loop + 1] == 'uop.async_wait'
-  assert next(op for op in f.body.ops if op.name == 'uop.async_wait').attrs['pending'] == 2
-  assert names[:loop].count('uop.copy_async') and names[names.index('uop.async_commit', names.index('uop.async_commit') + 1) + 1] == 'uop.async_commit'
+  ahead = 2 if warpgroup else 3  # (a warpgroup's copies run a step less ahead: its last step's wgmmas may still run)
+  assert names[:loop].count('uop.async_commit') == ahead and names[loop + 1] == 'uop.async_wait'
+  assert next(op for op in f.body.ops if op.name == 'uop.async_wait').attrs['pending'] == ahead - 1
+  assert names[:loop].count('uop.copy_async')
+  if ahead > 2: assert names[names.index('uop.async_commit', names.index('uop.async_commit') + 1) + 1] == 'uop.async_commit'  # (the empty group)
 
 @pytest.mark.parametrize('warpgroup', [False, True])
 @pytest.mark.parametrize('stages', [2, 3, 4])
@@ -332,6 +338,35 @@ def test_warpgroup_tensor_cores_chosen_and_compiled(case):
   ops = [op.name for f in m.functions('uop.func') for op in f.body.ops]
   assert 'uop.wmma' in ops and 'uop.wgmma' not in ops
 
+
+def test_warpgroup_tiles_follow_the_size():
+  """kernel-opt's warpgroup tiles: 128x256 blocks in a ring of 4 stages (one block a multiprocessor) where that leaves
+  256 blocks or more (a 4096 matmul: 512); 128x128 in 3 (two blocks a multiprocessor) where it would not
+  (1000x3000x700, padded: 96 blocks of 128x256)."""
+  from tgc.tensor import _build_module
+  from tgc.passes.manager import PassManager, parse_pipeline
+  def opts(m_, k_, n_):
+    a, b = tgc.Tensor.empty(m_, k_, dtype='float16', device='CUDA'), tgc.Tensor.empty(k_, n_, dtype='float16', device='CUDA')
+    m, _ = _build_module([(a @ b).node], 'mm')
+    PassManager(parse_pipeline(f'canonicalize,tensor-decompose,canonicalize,cse,kernelize,kernel-opt{{target=cuda local_memory={H100_SHARED}}}')).run(m)
+    (k,) = [f for f in m.functions('kernel.func') if any(o.name == 'kernel.reduce' for o in f.body.ops)]
+    return [(o.name, o.fields['amt']) for o in k.attrs['opts'] if o.name != 'padto']
+  assert opts(4096, 4096, 4096) == [('tc', 1), ('local', 8), ('upcast', 32), ('unroll', 4), ('smem', 4), ('smem', 4)]
+  assert opts(1000, 700, 3000) == [('tc', 1), ('local', 8), ('upcast', 16), ('unroll', 4), ('smem', 3), ('smem', 3)]
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+def test_warpgroup_wgmmas_are_not_serialized():
+  """ptxas serializes a warpgroup's wgmmas where other instructions touch their accumulators while they run (a copy of
+  the registers between two of them, a branch around the next step's copies it cannot prove uniform): then a step's
+  wgmmas would not run on past its end. A 1024 f16 matmul's kernel (a loop ptxas does not unroll) has none."""
+  from tgc.tensor import _build_module
+  a, b = tgc.Tensor.empty(1024, 1024, dtype='float16', device='CUDA'), tgc.Tensor.empty(1024, 1024, dtype='float16', device='CUDA')
+  m, _ = _build_module([(a @ b).node], 'mm')
+  lower(m, 'cuda', local_memory=H100_SHARED)
+  info = []
+  nvcc_cubin(render_cuda(m), info)
+  assert 'wgmma' in info[0] or 'registers' in info[0]
+  assert 'serialized' not in info[0], info[0]
 
 @pytest.mark.parametrize('case', WG_CASES, ids=[c[0] for c in WG_CASES])
 def test_warpgroup_tensor_cores_on_gpu(case):

@@ -109,8 +109,8 @@ class Lang:
   def async_commit(self) -> str | None: return None
   def async_wait(self, pending: int) -> str | None: return None
   def wgmma_helper(self, dims, dt: D.DType, a_layout, b_layout, c: VecType) -> str | None:
-    """The name of a function (defined in the prelude) for a uop.wgmma: (a pointer, b pointer, c, *wgmma_args) -> c;
-    None: none."""
+    """The name of a function (defined in the prelude) for a uop.wgmma: (a pointer, b pointer, c, *wgmma_args), c
+    updated in place; None: none."""
     return None
   def wgmma_args(self, a_layout, b_layout) -> list[str]: return []
   def wgmma_sync(self, nm: str, pending: int = 0) -> str | None:
@@ -533,9 +533,16 @@ class KernelRenderer:
     elif nm == 'wgmma':
       fn = L.wgmma_helper(tuple(op.attrs['dims']), op.a.type.dtype, tuple(op.attrs['a_layout']), tuple(op.attrs['b_layout']), t)
       if fn is None: raise self.err(op, f"is not supported by the {L.name} target")
-      name = self.fresh('wg')
-      args = [f"{self.get(op.a)}+{self.get(op.aidx)}", f"{self.get(op.b)}+{self.get(op.bidx)}", self.get(op.c)] + L.wgmma_args(op.attrs['a_layout'], op.attrs['b_layout'])
-      self.emit(f"{L.vtype(t)} {name} = {fn}({', '.join(args)});")
+      # the accumulator is updated in place where nothing reads it after (its define_acc's phi only names it): a copy of
+      # its registers between two asynchronous wgmmas would make ptxas wait for the first before the second
+      c, me = op.c, self.ops.index(op)
+      in_place = c.op is not None and c.op.name in ('uop.define_acc', 'uop.wgmma') and all(u == me or (self.ops[u].name == 'uop.phi' and self.ops[u].acc is c) for u in self.users[c])
+      if in_place: name = self.get(c)
+      else:
+        name = self.fresh('wg')
+        self.emit(f"{L.vtype(t)} {name} = {self.get(c)};")
+      args = [f"{self.get(op.a)}+{self.get(op.aidx)}", f"{self.get(op.b)}+{self.get(op.bidx)}", name] + L.wgmma_args(op.attrs['a_layout'], op.attrs['b_layout'])
+      self.emit(f"{fn}({', '.join(args)});")
       self.set_name(res, name)
     elif nm in ('wgmma_fence', 'wgmma_commit', 'wgmma_wait', 'fence_async_shared'):
       line = L.wgmma_sync(nm, op.attrs.get('pending', 0))

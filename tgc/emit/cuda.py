@@ -89,11 +89,10 @@ class CUDALang(Lang):
             'fence_async_shared': 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'}[nm]
   def wgmma_function(self, name, n, ptx, reg, ta, tb, vt) -> list[str]:
     regs = ', '.join(f'%{i}' for i in range(n // 2))
-    return [f"__device__ inline {vt} {name}(const {reg}* a, const {reg}* b, {vt} c, unsigned long long fa, unsigned long long fb) {{",
+    return [f"__device__ inline void {name}(const {reg}* a, const {reg}* b, {vt}& c, unsigned long long fa, unsigned long long fb) {{",
             f"  unsigned long long da = tg_wgmma_desc(a, fa), db = tg_wgmma_desc(b, fb);",
             f'  asm volatile("{{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.{ptx} {{{regs}}}, %{n // 2}, %{n // 2 + 1}, p, 1, 1, {ta}, {tb}; }}"',
-            f'    : {", ".join(f"{chr(34)}+f{chr(34)}(c.v[{i}])" for i in range(n // 2))} : "l"(da), "l"(db) : "memory");',
-            "  return c;", "}"]
+            f'    : {", ".join(f"{chr(34)}+f{chr(34)}(c.v[{i}])" for i in range(n // 2))} : "l"(da), "l"(db) : "memory");', "}"]
   # cp.async (sm_80 and later): .cg (through L2 only) takes 16 bytes, .ca 4 or 8; a source size of 0 zero-fills
   def copy_async(self, dst, src, nbytes, gate):
     self.needs.add(('cp_async', nbytes))

@@ -70,10 +70,11 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     ax = ks.kinds.index(role) - 1
     while ax >= 0 and ks.kinds[ax] in ('upcast', 'local'): ax -= 1
     return ax if ax >= 0 and ks.kinds[ax] == 'global' else None
-  # warpgroups' tensor cores (Hopper's wgmma), where the device has them: a block of 2 warpgroups takes 128x128
-  # outputs (8 warps of 16 rows along m, each 16 tiles of 8 along n: one wgmma of 64x128 a warpgroup), a step of k is
-  # 64 deep, both operands are staged in the tensor cores' swizzled layout in a ring of stages: on an H100 a 4096 f16
-  # matmul ran at 474 TFLOP/s so (bf16 491), where mma.sync's best ran 291; 128x256 blocks 452, 256x128 437-445. A
+  # warpgroups' tensor cores (Hopper's wgmma), where the device has them: a block of 2 warpgroups takes 128x256
+  # outputs (8 warps of 16 rows along m, each 32 tiles of 8 along n: one wgmma of 64x256 a warpgroup; 128x128 where
+  # that leaves too few blocks), a step of k is 64 deep, both operands are staged in the tensor cores' swizzled layout
+  # in a ring of stages: on an H100 a 4096 f16 matmul ran at 494 TFLOP/s so with 4 stages, 458 with 128x128 blocks and
+  # 3 (two blocks a multiprocessor), 478 with 256x128, where mma.sync's best ran 291. A
   # conv (its output channels m, its output columns n): 64 channels x 56 columns a warpgroup, two output rows a block:
   # its 3x3 f16 conv kernel (32x64x56x56) ran in 29.7 us, where mma.sync's below took 62.4
   if t.tensor_cores is not None and t.tensor_cores.warpgroup and warpgroup and red:
@@ -322,7 +323,10 @@ def warpgroup_tiles(k: Operation, ks: Schedule, t: Target, budget: int) -> list 
   grid = lambda s, role: s.kinds.index(role) - 1  # the tile grid's axis just outside tcm or tcn (right after tc)
   gm, gn = s.full[grid(s, 'tcm')], s.full[grid(s, 'tcn')]
   warps = next((w for w in (8, 4) if gm % w == 0), None)
-  tiles = next((u for u in (16, 8) if gn % u == 0), gn if gn <= 32 else None)
+  blocks = math.prod(s.full[a] for a in s.axes('global')) // (warps or 1)
+  # (n 256 a warpgroup where that still leaves 256 blocks or more: one 128x256 block a multiprocessor reads a quarter
+  # less from L2 than two of 128x128)
+  tiles = next((u for u in (32, 16, 8) if gn % u == 0 and (u < 32 or blocks // u >= 256)), gn if gn <= 32 else None)
   if warps is None or tiles is None: return None
   # (local first: the warps along m must sit just outside the tile, 16 rows apart; a second warpgroup along another
   # global axis must come before m's in the axis order, the warps along m being the innermost local dim)
@@ -340,7 +344,11 @@ def warpgroup_tiles(k: Operation, ks: Schedule, t: Target, budget: int) -> list 
   opts += [Opt('smem', i, 0) for i in staged]
   s = try_opts(k, opts, t)
   if s is None or not tc_applies(k, opts, t.name) or sum(s.tile_bytes(op) for op in s.smem) > budget: return None
-  return stage_ring(s, opts, t, budget)
+  if tiles < 32 or not t.async_copy: return stage_ring(s, opts, t, budget)
+  # a 128x256 block takes a multiprocessor alone: as many stages as its shared memory holds, 4 at most
+  per_stage = sum(s.slot_elems(op) * op.results[0].type.itemsize for op in s.smem)
+  n = min(4, budget // per_stage)
+  return [Opt('smem', o.fields['axis'], n) if o.name == 'smem' else o for o in opts] if n >= 2 else opts
 
 
 def tc_padding(ks: Schedule, t: Target) -> list | None:

@@ -511,9 +511,11 @@ class Lowerer:
         ai, bi = self.tile_pos(la, point, swizzle=False), self.tile_pos(lb, point, swizzle=False)
         ds[j] = b.emit('wgmma', [self.tiles[la][0], ai, self.tiles[lb][0], bi, ds[j]], acc_t, attrs, pure=False)
     b.emit('wgmma_commit', [], None, pure=False)
-    b.emit('wgmma_wait', [], None, {'pending': 0}, pure=False)
+    lag = self.sched.stages - 1 - self.ahead  # (one group may run on while the next step's copies are waited for)
+    b.emit('wgmma_wait', [], None, {'pending': lag}, pure=False)
     results = [b.emit('phi', [acc, d], acc_t, pure=False) for acc, d in zip(accs, ds)]
     for rr in reversed(ranges): b.close_range(rr)
+    if lag: b.emit('wgmma_wait', [], None, {'pending': 0}, pure=False)
     self.tiles = {}
     tiles = [({**grp, **({nu: b.const(u)} if kinds[nu] == 'upcast' else {})}, res, 4 * u) for grp, res in zip(groups, results) for u in range(N // 8)]
     self.tc_epilogue(r, tiles, m_in, n_in)
@@ -721,6 +723,13 @@ class Lowerer:
     from tgc.passes.uop_simplify import multiple_of
     return multiple_of(i, w or self.W)
 
+  @property
+  def ahead(self) -> int:
+    """How many steps ahead SMEM's copies run: stages - 1, or stages - 2 where a warpgroup keeps one step's wgmma
+    group running past the step's end (a slot is free again only once the group that read it is done)."""
+    S = self.sched.stages
+    return S - 1 - (self.sched.warpgroup and S >= 3)
+
   def stage_tiles(self, loads, idx):
     """SMEM, before the reduce loop: shared memory for each load's tiles (a ring of `stages` of them) and, with
     stages, the copies of the first stages - 1 steps (`idx`: the point before the loop, its reduce axis 0), one
@@ -736,8 +745,8 @@ class Lowerer:
       self.n_locals += 1
       b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # at the top (OpenCL allows no other place)
       self.tiles[op] = (buf, lay, slot)
-    if S > 1:  # (S - 1 groups even where the loop has fewer steps: a step's wait counts on them, empty or not)
-      for step in range(S - 1):
+    if S > 1:  # (`ahead` groups even where the loop has fewer steps: a step's wait counts on them, empty or not)
+      for step in range(self.ahead):
         if step < self.reduce_steps(): self.copy_tiles(loads, {**idx, **self.reduce_point(b.const(step))}, b.const(step))
         if self.t.async_copy: b.emit('async_commit', [], None, pure=False)
 
@@ -771,9 +780,9 @@ class Lowerer:
 
   def stage_step(self, loads, idx):
     """SMEM, at the top of a step of the reduce loop. One buffer: the work-group copies the step's tiles between two
-    barriers (the first waits for the last step's reads). Stages: this step's copies (started stages - 1 steps ago)
-    are waited for, one barrier shows them to the work-group and says the last step's reads are done, and the copies
-    of the step stages - 1 ahead go into the slot that step read."""
+    barriers (the first waits for the last step's reads). Stages: this step's copies (started `ahead` steps ago)
+    are waited for, one barrier shows them to the work-group and says the reads of the slot the copies go to next are
+    done, and the copies of the step `ahead` steps ahead go into that slot."""
     b, S = self.b, self.sched.stages
     # (wgmma reads shared memory through the async proxy: each thread fences its own writes before the barrier)
     fence = lambda: self.sched.warpgroup and b.emit('fence_async_shared', [], None, pure=False)
@@ -784,17 +793,22 @@ class Lowerer:
       fence()
       b.emit('barrier', [], None, pure=False)
       return
-    if self.t.async_copy: b.emit('async_wait', [], None, {'pending': S - 2}, pure=False)
+    if self.t.async_copy: b.emit('async_wait', [], None, {'pending': self.ahead - 1}, pure=False)
     fence()
     b.emit('barrier', [], None, pure=False)
-    ahead = b.add(self.step, b.const(S - 1))
-    b.open_if(b.lt(ahead, b.const(self.reduce_steps())))
-    self.copy_tiles(loads, {**idx, **self.reduce_point(ahead)}, b.mod(ahead, b.const(S)))
-    b.close_if()
+    ahead, steps = b.add(self.step, b.const(self.ahead)), self.reduce_steps()
+    if self.sched.warpgroup and self.t.async_copy:
+      # no branch around the copies past the loop's end: gated off, they zero-fill a slot nothing reads again (ptxas
+      # serializes a warpgroup's wgmmas across a branch it cannot prove uniform: on an H100's 4096 f16 matmul, ...)
+      self.copy_tiles(loads, {**idx, **self.reduce_point(b.alu('min', ahead, b.const(steps - 1)))}, b.mod(ahead, b.const(S)), b.lt(ahead, b.const(steps)))
+    else:
+      b.open_if(b.lt(ahead, b.const(steps)))
+      self.copy_tiles(loads, {**idx, **self.reduce_point(ahead)}, b.mod(ahead, b.const(S)))
+      b.close_if()
     if self.t.async_copy: b.emit('async_commit', [], None, pure=False)
     self.slot = b.mod(self.step, b.const(S))
 
-  def copy_tiles(self, loads, idx, slot):
+  def copy_tiles(self, loads, idx, slot, gate=None):
     """The work-group copies the tile of each load that its threads' lanes read in the step at `idx`
     (Schedule.tile_axes) into ring slot `slot`: neighbouring threads copy neighbouring addresses, 16 bytes at a
     time where they are contiguous and aligned, asynchronously where the target can (and stages are asked for)."""
@@ -830,6 +844,7 @@ class Lowerer:
         if (j + 1) * T > n: b.open_if(b.lt(e, b.const(n)))
         point, pos = at(e, cw)
         i, valid = self.views[op].to_indexed(point, b)
+        if gate is not None and copy_async: valid = gate if b.cval(valid) == 1 else b.and_(valid, gate)  # (`gate`: the copy is wanted at all)
         t = VecType(cw, dt) if cw > 1 else dt
         zero = b.emit('vectorize', [b.const(0, dt)] * cw, t) if cw > 1 else b.const(0, dt)
         cv = b.cval(valid)
