@@ -276,7 +276,9 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   # GPU: local dims on the global axes; an elementwise kernel takes the widest work-group along its innermost axis
   # (whole 128-byte lines per warp, fewer blocks to schedule), a tiled one squarer groups (reuse in the caches)
   if allow_local:
-    amts = (16, 8, 4) if staged else (32, 16, 8, 4) if red else tuple(1 << i for i in range(t.max_threads.bit_length() - 1, 1, -1))
+    # (staged tiles take 2 too: an f32 3x3 conv's 14 tiles of output columns, 2 threads along them beside 8x8 along
+    # its rows and channels, ran its kernel on an H100 in 208 us where 64 threads took 252)
+    amts = (16, 8, 4, 2) if staged else (32, 16, 8, 4) if red else tuple(1 << i for i in range(t.max_threads.bit_length() - 1, 1, -1))
     for ax in reversed(ks.axes('global')):
       local = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('local', 'group'))
       if local >= 128: break
