@@ -389,11 +389,11 @@ def _conv_ref(x, w):
   return np.einsum('ncyxij,ocij->noyx', win, w.astype(np.float64))
 
 
-def _wg_conv_module():
-  """A 3x3 f16 conv, 16x64 -> 64 channels, 16x24 pixels, as the CUDA device builds it (channels-last, an implicit
+def _wg_conv_module(batch=16):
+  """A 3x3 f16 conv, batch x 64 -> 64 channels, 16x24 pixels, as the CUDA device builds it (channels-last, an implicit
   GEMM: m its output channels, n its output columns)."""
   from tgc.tensor import _build_module
-  x, w = tgc.Tensor.empty(16, 64, 16, 24, dtype='float16', device='CUDA'), tgc.Tensor.empty(64, 64, 3, 3, dtype='float16', device='CUDA')
+  x, w = tgc.Tensor.empty(batch, 64, 16, 24, dtype='float16', device='CUDA'), tgc.Tensor.empty(64, 64, 3, 3, dtype='float16', device='CUDA')
   return _build_module([x.conv2d(w, padding=1).node], 'conv')[0]
 
 
@@ -412,6 +412,19 @@ def test_warpgroup_conv_chosen_and_compiled():
   ops = [op.name for f in m.functions('uop.func') for op in f.body.ops]
   assert 'uop.wmma' in ops and 'uop.wgmma' not in ops
 
+
+def test_warpgroup_conv_reads_its_padding_through_gated_copies(monkeypatch):
+  """On warpgroups the conv kernel reads the unpadded channels-last input, its padding as gated 16-byte copies (the
+  pad kernel goes: 4 kernels); a device without them keeps the padded copy (mma.sync's masked copies were 30x
+  slower): 5 kernels."""
+  import tgc.compiler
+  def kernels(batch):  # (another batch a time: conv2d's graph is recorded once per signature)
+    m = _wg_conv_module(batch)
+    lower(m, 'cuda', local_memory=H100_SHARED, warpgroup=tgc.compiler.device_warpgroup('CUDA'))
+    return [f.sym_name for f in m.functions('uop.func')]
+  if tgc.compiler.device_warpgroup('CUDA'): assert len(kernels(32)) == 4
+  monkeypatch.setattr(tgc.compiler, 'device_warpgroup', lambda device: False)
+  assert len(kernels(48)) == 5
 
 def test_warpgroup_conv_on_gpu():
   """The conv on the GPU matches numpy's (wgmma on a Hopper GPU, mma.sync elsewhere)."""

@@ -28,6 +28,17 @@ def device_target(device: str | None, dev=None) -> Target:
 
 _CLASSES: dict[str, type] = {}
 
+
+def device_warpgroup(device: str | None) -> bool:
+  """Whether the device has its target's warpgroup tensor cores (Hopper's wgmma): the device says (a CUDA GPU other
+  than compute capability 9.0 has none; asking opens it, once per process); one that does not open here (no GPU on
+  this machine: graphs built to be printed) is taken to be the target's newest architecture, as kernel-opt takes it."""
+  from tgc.runtime import get_device
+  t = device_target(device)
+  if t.tensor_cores is None or not t.tensor_cores.warpgroup: return False
+  try: return getattr(get_device(device), 'warpgroup_mma', True)
+  except TgcError: return True
+
 # every CompiledFunction.run reads DEBUG: os.environ.get costs half a microsecond (a KeyError inside it while DEBUG is
 # unset), a look in the dict behind it a tenth of that (os.environ updates that dict: setting DEBUG takes effect at once)
 try: _ENV, _DEBUG = os.environ._data, os.environ.encodekey('DEBUG')
@@ -296,7 +307,7 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
   if not m.functions('uop.func') or any(op.name.startswith('tensor.') and op.name not in ('tensor.reshape', 'tensor.const') for op in host.body.ops):
     # an OpenCL device on a CPU: CPU tiles; a CUDA device: SMEM's tiles may take the shared memory it allows
-    lower(m, target, out, dbg, getattr(dev, 'processor', 'auto'), getattr(dev, 'local_memory', 0), getattr(dev, 'warpgroup_mma', True))
+    lower(m, target, out, dbg, getattr(dev, 'processor', 'auto'), getattr(dev, 'local_memory', 0), device_warpgroup(dev_name))
   _declare_sizes(m, host)
   fns = m.functions('uop.func')
   for fn in fns:

@@ -1360,11 +1360,15 @@ class Tensor(TensorAPI):
       # no masks. On an H100 a 3x3 f16 conv (32x64x56x56) ran its five kernels in 95 us so (the conv kernel 62 us),
       # where an im2col copy of the windows and a batched matmul took 139 us (47 and 77 us of it), and a padded NHWC
       # copy made in one kernel from NCHW 29 us (a gather of misaligned halves); reading the unpadded NHWC input
-      # through masked copies took 1.3 ms
+      # through masked copies took 1.3 ms (978 us on an H200) with mma.sync, but 31 us on warpgroups (wgmma)
       n = self.ndim
       xl = self.permute(0, *range(2, n), 1).contiguous()  # (bs, *hw, cin): a plain transpose, 16-byte loads and stores
-      # padded in that layout (channels innermost: the padding is whole 16-byte vectors, the copy stays vectorised)
-      x = xl._pad2d([0, 0, *pads]).contiguous().permute(0, n - 1, *range(1, n - 1)) if any(pads) else xl.permute(0, n - 1, *range(1, n - 1))
+      # padded in that layout (channels innermost: the padding is whole 16-byte vectors, the copy stays vectorised);
+      # on warpgroups the conv kernel reads the padding as gated 16-byte copies instead (one 8 us kernel fewer)
+      from tgc.compiler import device_warpgroup
+      xp = xl._pad2d([0, 0, *pads]) if any(pads) else xl
+      if any(pads) and not device_warpgroup(self.device): xp = xp.contiguous()
+      x = xp.permute(0, n - 1, *range(1, n - 1))
     else:
       x = self._pad2d(pads)
       # the padded input is copied once (a small kernel) so that the conv kernel reads it with no masks: its loads are

@@ -839,9 +839,14 @@ class Lowerer:
                  and self.views[op].mask_aligned(fast, w) and self.aligned(self.views[op].to_indexed(at(tid, w)[0], b)[0], w)), 1)
       copy_async = self.t.async_copy and self.sched.stages > 1 and cw * dt.itemsize in (4, 8, 16)
       n = math.prod(full[a] for a in axes) // cw
+      # (a warpgroup's copies take no branch, which would serialize its wgmmas: the threads past the tile's end copy
+      # an element another thread copies too, the same bytes to the same place; a gated-off copy would write zeros)
+      branchless = copy_async and self.sched.warpgroup
       for j in range(-(-n // T)):
         e = b.add(tid, b.const(T * j))
-        if (j + 1) * T > n: b.open_if(b.lt(e, b.const(n)))
+        tail = (j + 1) * T > n
+        if tail and not branchless: b.open_if(b.lt(e, b.const(n)))
+        if tail and branchless: e = b.mod(e, b.const(n))
         point, pos = at(e, cw)
         i, valid = self.views[op].to_indexed(point, b)
         if gate is not None and copy_async: valid = gate if b.cval(valid) == 1 else b.and_(valid, gate)  # (`gate`: the copy is wanted at all)
@@ -853,7 +858,7 @@ class Lowerer:
         else:
           x = b.emit('load', [self.buf[op.buf], i], t) if cv == 1 else zero if cv == 0 else b.emit('load', [self.buf[op.buf], i, valid, zero], t)
           b.emit('store', [buf, pos, x], None, pure=False)
-        if (j + 1) * T > n: b.close_if()
+        if tail and not branchless: b.close_if()
 
   def tile_pos(self, op, ix, swizzle=True):
     """A point's place in the load's tile (in this step's slot of the ring)."""
