@@ -469,8 +469,10 @@ class Lowerer:
     """TC on warpgroups (wgmma): the local axis just outside the tile's m counts warps, each 16 rows, 4 of them a
     warpgroup of 64 rows; the upcast axis just outside its n gives a warpgroup's N (8 a tile); any other upcast axis
     repeats the whole. Per step of 16 along k a warpgroup issues one uop.wgmma per repeat, reading both operands from
-    their SMEM tiles (SwizzledTile), then waits for them before the next step's barrier lets copies overwrite a slot.
-    A warp's N/2 results per repeat are mma.sync's 16x8 tiles along n, each then as lower_tc's."""
+    their SMEM tiles (SwizzledTile); at the step's end it waits for the step before's group (with 3 stages or more,
+    the copies then running a step less ahead: `ahead`; else for its own), so that a barrier later the slot that group
+    read may be copied into. A warp's N/2 results per repeat are mma.sync's 16x8 tiles along n, each then as
+    lower_tc's."""
     b, full, kinds = self.b, self.full, self.kinds
     bad = lambda why: OptError(f"@{name}: tc (warpgroup): {why}")
     tcs = self.t.tensor_cores
