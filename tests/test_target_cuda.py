@@ -7,7 +7,7 @@ import tgc
 from tgc.compiler import lower
 import tgc.ir as I
 from tgc.ir.core import Module
-from tgc.emit.cuda import render_cuda, render_cuda_kernel
+from tgc.emit.cuda import render_cuda, render_cuda_kernel, nvcc_arch
 from test_target_execute import TENSOR, UOP, inputs_for, uop_fn, uop_inputs, run_uop, uop_reference, compiled
 
 NVCC = shutil.which('nvcc') or ('/usr/local/bin/nvcc' if os.path.exists('/usr/local/bin/nvcc') else None)
@@ -31,8 +31,7 @@ def nvcc_cubin(src: str, ptxas_info: list | None = None) -> int:
   with tempfile.TemporaryDirectory() as td:
     cu = os.path.join(td, 'k.cu')
     open(cu, 'w').write(src)
-    arch = 'sm_90a' if 'wgmma.' in src else 'sm_90'
-    p = subprocess.run([NVCC, '--cubin', f'-arch={arch}', '-o', os.path.join(td, 'k.cubin'), cu] + (['-Xptxas', '-v'] if ptxas_info is not None else []),
+    p = subprocess.run([NVCC, '--cubin', f'-arch={nvcc_arch(src, "sm_90")}', '-o', os.path.join(td, 'k.cubin'), cu] + (['-Xptxas', '-v'] if ptxas_info is not None else []),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr + '\n' + src
     if ptxas_info is not None: ptxas_info.append(p.stderr)

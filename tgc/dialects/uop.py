@@ -414,6 +414,10 @@ class FenceAsyncSharedOp(Operation):
   RESULTS = 0
   FORMAT = ''
 
+# the ops of a GPU's warps and tensor cores, which a CPU target and the interpreter do not run
+WARP_OPS = frozenset({'uop.wmma', 'uop.ldmatrix', 'uop.shuffle_xor', 'uop.wgmma', 'uop.wgmma_fence', 'uop.wgmma_commit',
+                      'uop.wgmma_wait', 'uop.fence_async_shared'})
+
 # ---- facts about a uop.func: what emitters, runtimes and the interpreter read alike
 def const_value(v, dt: D.DType):
   """A `uop.const` attribute -> a numpy scalar in dt's compute type (a hex literal is a float's bit pattern)."""

@@ -145,6 +145,12 @@ class CUDALang(Lang):
     return out
 
 
+def nvcc_arch(src: str, arch: str) -> str:
+  """The architecture nvcc builds `src` for on a device of `arch` (sm_90, ...): wgmma is sm_90a's alone, the
+  architecture-specific target of the 9.0 device it runs on."""
+  return arch + 'a' if 'wgmma.' in src and arch == 'sm_90' else arch
+
+
 def dynamic_shared_bytes(fn) -> int:
   """The dynamic shared memory a launch of this kernel must ask for (0: its arrays are static)."""
   total = shared_layout(fn)[1]

@@ -16,7 +16,7 @@ from tgc.errors import TgcError
 from tgc.dialects.uop_bounds import unproven_accesses, no_signed_wrap
 from tgc.ir import alu, dtypes as D
 from tgc.ir.types import VecType, elem
-from tgc.dialects.uop import const_value, launch_dims, buffer_signature, acc_init_points
+from tgc.dialects.uop import const_value, launch_dims, buffer_signature, acc_init_points, WARP_OPS
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
@@ -166,7 +166,7 @@ class _Emitter:
     for i, a in enumerate(f.args[:len(self.sig)]): a.name = f"data{i}"
     f.args[-2].name, f.args[-1].name = 'start', 'end'
     for op in ops:  # refuse what a CPU cannot do before building anything
-      if op.name in ('uop.define_local', 'uop.wmma', 'uop.define_var', 'uop.shuffle_xor', 'uop.ldmatrix') or op.name.startswith(('uop.wgmma', 'uop.fence_async')):
+      if op.name in ('uop.define_local', 'uop.define_var') or op.name in WARP_OPS:
         raise self.err(op, "is not supported by the llvm (CPU) target" + (": it has no shared memory" if op.name == 'uop.define_local' else
                        ": it has no tensor cores" if op.name in ('uop.wmma', 'uop.wgmma') else ": it has no warps" if op.name == 'uop.shuffle_xor' else
                        ": kernels take buffers only" if op.name == 'uop.define_var' else ''))

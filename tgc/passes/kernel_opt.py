@@ -346,11 +346,7 @@ def warpgroup_tiles(k: Operation, ks: Schedule, t: Target, budget: int) -> list 
   opts += [Opt('smem', i, 0) for i in staged]
   s = try_opts(k, opts, t)
   if s is None or not tc_applies(k, opts, t.name) or sum(s.tile_bytes(op) for op in s.smem) > budget: return None
-  if tiles < 32 or not t.async_copy: return stage_ring(s, opts, t, budget)
-  # a 128x256 block takes a multiprocessor alone: as many stages as its shared memory holds, 4 at most
-  per_stage = sum(s.slot_elems(op) * op.results[0].type.itemsize for op in s.smem)
-  n = min(4, budget // per_stage)
-  return [Opt('smem', o.fields['axis'], n) if o.name == 'smem' else o for o in opts] if n >= 2 else opts
+  return stage_ring(s, opts, t, budget, blocks=1 if tiles == 32 else 2)  # (a 128x256 block takes a multiprocessor alone)
 
 
 def tc_padding(ks: Schedule, t: Target) -> list | None:
@@ -359,16 +355,15 @@ def tc_padding(ks: Schedule, t: Target) -> list | None:
   return pad_to_tiles(ks, ((128, 64, 32, tm), (128, 64, 32, tn), (64, 32, tk)), tile)
 
 
-def stage_ring(ks: Schedule, opts: list, t: Target, budget: int) -> list:
+def stage_ring(ks: Schedule, opts: list, t: Target, budget: int, blocks: int = 2) -> list:
   """SMEM's tiles become a ring of stages whose copies run ahead of the math, where the target copies
-  asynchronously: as many stages (4 at most) as leave room for two work-groups a multiprocessor (one's copies
-  overlap the other's math). On an H100 a 4096 f16 matmul ran at 286 TFLOP/s with 3 stages of 35 KB, 253 with 4
+  asynchronously: as many stages (4 at most) as leave room for `blocks` work-groups a multiprocessor (two: one's
+  copies overlap the other's math). On an H100 a 4096 f16 matmul ran at 286 TFLOP/s with 3 stages of 35 KB, 253 with 4
   (one work-group a multiprocessor), 256 with one buffer; f32 at 41.7 TFLOP/s with 2 to 4 stages, 34.7 without."""
   if not t.async_copy or not ks.smem: return opts
-  per_stage = sum(ks.slot_elems(op) * op.results[0].type.itemsize for op in ks.smem)
   for n in (4, 3, 2):
     ring = [Opt('smem', o.fields['axis'], n) if o.name == 'smem' else o for o in opts]
-    if n * per_stage <= budget // 2 and try_opts(ks.k, ring, t) is not None: return ring
+    if n * ks.stage_bytes <= budget // blocks and try_opts(ks.k, ring, t) is not None: return ring
   return opts
 
 

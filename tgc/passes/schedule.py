@@ -295,6 +295,11 @@ class Schedule:
     w = max(1, (1024 if self.warpgroup else 16) // op.results[0].type.itemsize)
     return -(-self.tile_layout(op)[1] // w) * w
 
+  @property
+  def stage_bytes(self) -> int:
+    """The shared memory one stage of SMEM's ring takes: a slot of each staged load."""
+    return sum(self.slot_elems(op) * op.results[0].type.itemsize for op in self.smem)
+
   def tile_bytes(self, op, stages: int | None = None) -> int:
     """The shared memory a load's tiles take: `stages` of them (None: the schedule's)."""
     s = self.stages if stages is None else stages

@@ -86,7 +86,7 @@ def candidates(k, opts, t: Target):
   if ks.smem:
     for n in (2, 3, 4):
       ring = [Record('smem', {'axis': o.fields['axis'], 'amt': n}) if o.name == 'smem' else o for o in opts]
-      if ring != list(opts) and try_opts(k, ring, t) is not None and sum(ks.slot_elems(op) * op.results[0].type.itemsize for op in ks.smem) * n <= t.max_local_memory:
+      if ring != list(opts) and try_opts(k, ring, t) is not None and ks.stage_bytes * n <= t.max_local_memory:
         out.append(ring)
   return out
 

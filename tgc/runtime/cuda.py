@@ -128,9 +128,8 @@ class CUDADevice(BaseDevice):
         # one compiler cache per process: pycuda's shared one races when several processes fill it at once
         cache = os.path.join(tempfile.gettempdir(), f"tgc-pycuda-{os.getpid()}")
         os.makedirs(cache, exist_ok=True)
-        # (wgmma is sm_90a's alone: the architecture-specific target of the 9.0 device it runs on)
-        arch = self.arch + 'a' if 'wgmma.' in src and self.arch == 'sm_90' else self.arch
-        try: cubin = nvcc(src, no_extern_c=True, arch=arch, options=[f'--fmad={str(fmad).lower()}'], cache_dir=cache)
+        from tgc.emit.cuda import nvcc_arch
+        try: cubin = nvcc(src, no_extern_c=True, arch=nvcc_arch(src, self.arch), options=[f'--fmad={str(fmad).lower()}'], cache_dir=cache)
         except Exception as e: raise TgcError(f"cuda: nvcc rejected the emitted source:\n{e}\n{src}") from None
         self.make_current()
         m = ctypes.c_void_p()

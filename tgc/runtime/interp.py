@@ -11,7 +11,7 @@ import numpy as np
 from tgc.errors import TgcError
 from tgc.ir import alu, dtypes as D
 from tgc.ir.types import PtrType, VecType, elem
-from tgc.dialects.uop import const_value, launch_dims, buffer_signature, buffer_sizes, acc_init_points  # (also re-exported)
+from tgc.dialects.uop import const_value, launch_dims, buffer_signature, buffer_sizes, acc_init_points, WARP_OPS  # (also re-exported)
 from tgc.runtime.device import HostDevice, Program, check_buffers
 
 
@@ -51,7 +51,7 @@ def run_uop_func(fn, buffers: list[np.ndarray]) -> None:
   gs, ls = launch_dims(fn)
   name = f"@{fn.sym_name}"
   for op in ops:
-    if op.name in ('uop.define_var', 'uop.wmma', 'uop.ldmatrix', 'uop.shuffle_xor') or op.name.startswith(('uop.wgmma', 'uop.fence_async')): raise TgcError(f"{name}: the interpreter does not support '{op.name}'")
+    if op.name == 'uop.define_var' or op.name in WARP_OPS: raise TgcError(f"{name}: the interpreter does not support '{op.name}'")
   locals_ = {}  # define_local buffers are shared by the threads of a work-group; barriers need lockstep, so unsupported
   if any(op.name == 'uop.define_local' for op in ops) or (any(op.name == 'uop.barrier' for op in ops) and max(ls) > 1):
     raise TgcError(f"{name}: the interpreter does not support shared memory or barriers across threads (uop.define_local / uop.barrier)")
