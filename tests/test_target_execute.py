@@ -449,7 +449,7 @@ def lower_staged(m, target: str, stages: int, processor: str = 'auto', warpgroup
   from tgc.passes.manager import PassManager, parse_pipeline
   from tgc.passes.pipelines import lower_to_uop_steps
   from tgc.passes.schedule import Opt
-  steps = lower_to_uop_steps(target, False, processor, warpgroup=warpgroup)
+  steps = lower_to_uop_steps(target, False, processor=processor, warpgroup=warpgroup)
   cut = next(i for i, s in enumerate(steps) if s.startswith('linearize'))
   PassManager(parse_pipeline(','.join(steps[:cut]))).run(m)
   for k in m.functions('kernel.func'):
@@ -505,7 +505,7 @@ def test_opencl_smem_conv(opts, stages):
   x, w = rng.standard_normal((2, 8, 12, 12)).astype(np.float32), rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
   tx, tw = tgc.Tensor(x, device='OPENCL'), tgc.Tensor(w, device='OPENCL')
   m, leaves = _build_module([tx.conv2d(tw, padding=1).node], 'f')
-  steps = lower_to_uop_steps('opencl', False, 'gpu')
+  steps = lower_to_uop_steps('opencl', False, processor='gpu')
   cut = next(i for i, s in enumerate(steps) if s.startswith('linearize'))
   PassManager(parse_pipeline(','.join(steps[:cut]))).run(m)
   (k,) = [k for k in m.functions('kernel.func') if k.sym_name.startswith('r_')]
@@ -542,7 +542,7 @@ def test_opencl_gpu_transpose(case):
   a = rng.standard_normal(shape).astype(np.float32)
   ta = tgc.Tensor(a, device='OPENCL')
   m, _ = _build_module([f(ta).contiguous().node], 'f')
-  PassManager(parse_pipeline(','.join(lower_to_uop_steps('opencl', False, 'gpu')))).run(m)
+  PassManager(parse_pipeline(','.join(lower_to_uop_steps('opencl', False, processor='gpu')))).run(m)
   (fn,) = m.functions('uop.func')
   stores = [o for o in fn.body.ops if o.name == 'uop.store']
   assert stores and all(isinstance(o.operands[2].type, I.VecType) for o in stores), [o.operands[2].type for o in stores]

@@ -10,7 +10,8 @@ import copy, importlib, math, operator, os, sys, time
 from tgc.errors import TgcError
 from tgc.ir.core import Module, Operation
 from tgc.ir.types import TensorType
-from tgc.target import Target, get_target
+from tgc.target import Target, DeviceSpec, get_target
+from tgc.lowering import lower
 
 def device_target(device: str | None, dev=None) -> Target:
   """The Target a device runs: the one it names (`dev.target`; without `dev`, its class's, so that asking does not
@@ -29,15 +30,20 @@ def device_target(device: str | None, dev=None) -> Target:
 _CLASSES: dict[str, type] = {}
 
 
+def device_spec(device: str | None) -> DeviceSpec:
+  """The DeviceSpec a device lowers for: the device's own (BaseDevice.spec; asking opens it, once per process); one
+  that does not open here (no GPU on this machine: graphs lowered to be printed) is taken to be its target's newest
+  architecture, as kernel-opt takes it."""
+  from tgc.runtime import get_device, Device
+  try: return get_device(device).spec
+  except TgcError: return DeviceSpec(device_target(device), device=Device.canonicalize(device))
+
+
 def device_warpgroup(device: str | None) -> bool:
-  """Whether the device has its target's warpgroup tensor cores (Hopper's wgmma): the device says (a CUDA GPU other
-  than compute capability 9.0 has none; asking opens it, once per process); one that does not open here (no GPU on
-  this machine: graphs built to be printed) is taken to be the target's newest architecture, as kernel-opt takes it."""
-  from tgc.runtime import get_device
+  """Whether the device has its target's warpgroup tensor cores (Hopper's wgmma): its spec's (device_spec)."""
   t = device_target(device)
   if t.tensor_cores is None or not t.tensor_cores.warpgroup: return False
-  try: return getattr(get_device(device), 'warpgroup_mma', True)
-  except TgcError: return True
+  return device_spec(device).has_warpgroup
 
 # every CompiledFunction.run reads DEBUG: os.environ.get costs half a microsecond (a KeyError inside it while DEBUG is
 # unset), a look in the dict behind it a tenth of that (os.environ updates that dict: setting DEBUG takes effect at once)
@@ -66,26 +72,6 @@ class Stats:
   def __init__(self): self.kernels, self.ops, self.bytes, self.time = 0, 0, 0, 0.0
 GLOBAL_STATS = Stats()
 _opened_logged: set[str] = set()
-
-
-def lower(m: Module, target: str, out=None, dbg: int = 0, processor: str = 'auto', local_memory: int = 0, warpgroup: bool = True) -> Module:
-  """Run lower-to-uop on m in place, printing kernel ASTs at DEBUG>=3 (processor, local_memory, warpgroup: the
-  device's, as lower_to_uop_steps takes them)."""
-  from tgc.passes.manager import PassManager, parse_pipeline
-  from tgc.passes.pipelines import lower_to_uop_steps
-  steps = lower_to_uop_steps(target, None, processor, local_memory, warpgroup)
-  cut = next(i for i, s in enumerate(steps) if s.startswith('linearize'))
-  # the API verifies its input and the lowered result; tgc-opt verifies after every pass (a debugging aid that
-  # costs a third of the compile time here)
-  PassManager(parse_pipeline(','.join(steps[:cut])), verify=False).run(m)
-  if dbg >= 3 and out is not None:
-    for k in m.functions('kernel.func'): out.write(str(k) + '\n')
-  PassManager(parse_pipeline(','.join(steps[cut:])), verify=False).run(m)
-  try: m.verify()
-  except TgcError as e:
-    from tgc.passes.manager import PassFailure
-    raise PassFailure('lower-to-uop', f"the pipeline left invalid IR:\n{e}") from e
-  return m
 
 
 class Kernel:
@@ -296,7 +282,8 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   from tgc.ir.core import Module as _M
   dev_name = Device.canonicalize(device)
   dev = get_device(dev_name)
-  target = device_target(dev_name, dev).name
+  spec = DeviceSpec.of(dev.spec, device=dev_name)
+  target = spec.name
   dbg = debug_level()
   out = out or sys.stdout
   if dbg >= 1 and dev_name not in _opened_logged:
@@ -305,16 +292,17 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   if not funcs: raise TgcError("no func.func to run")
   host = funcs[0] if entry is None else m.lookup(entry.lstrip('@'))
   if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
-  if not m.functions('uop.func') or any(op.name.startswith('tensor.') and op.name not in ('tensor.reshape', 'tensor.const') for op in host.body.ops):
-    # an OpenCL device on a CPU: CPU tiles; a CUDA device: SMEM's tiles may take the shared memory it allows
-    lower(m, target, out, dbg, getattr(dev, 'processor', 'auto'), getattr(dev, 'local_memory', 0), device_warpgroup(dev_name))
+  # (the device's spec: an OpenCL device on a CPU gets CPU tiles, a CUDA device SMEM's tiles in the shared memory it allows)
+  def trace(stage, m):
+    if stage == 'opt' and dbg >= 3:
+      for k in m.functions('kernel.func'): out.write(str(k) + '\n')
+  lower(m, spec, 'uop', trace=trace)
   _declare_sizes(m, host)
   fns = m.functions('uop.func')
   for fn in fns:
     if dbg >= 4: out.write(_render(fn, target) + '\n')
     if dbg >= 5: out.write(str(fn) + '\n')
-  # all at once where the device can (the CPU: one LLVM module); a device that only has compile() one by one
-  progs = dev.compile_all(fns) if hasattr(dev, 'compile_all') else [dev.compile(fn) for fn in fns]
+  progs = lower(m, spec, 'binary')  # (all at once where the device can: the CPU's one LLVM module)
   kernels = {fn.attrs['sym_name']: Kernel(fn, p, dev_name, count_flops(fn)) for fn, p in zip(fns, progs)}
   if dbg >= 1: out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
   return CompiledFunction(host, kernels, dev_name, out)

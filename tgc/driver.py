@@ -230,19 +230,6 @@ def translate_main(argv: list[str] | None = None) -> int:
   return run_tool('tgc-translate', lambda: _translate(args))
 
 
-def lower_for_target(m, target: str, noopt: bool | None = None) -> None:
-  """Bring a module at any level down to the uop level with the target's lower-to-uop (noopt=None: as NOOPT says)."""
-  from tgc.passes.manager import PassManager
-  from tgc.passes.pipelines import lower_to_uop_steps
-  steps = lower_to_uop_steps(target, noopt)
-  names = {op.name for fn in m.ops for op in ([fn] + (fn.body.ops if fn.body else []))}
-  if any(n.startswith('tensor.') and n not in ('tensor.reshape', 'tensor.const') for n in names) or \
-     ('func.func' in names and 'kernel.func' not in names and 'uop.func' not in names):
-    PassManager.parse(','.join(steps)).run(m)
-  elif 'kernel.func' in names:
-    PassManager.parse(','.join(steps[steps.index('kernelize') + 1:])).run(m)
-
-
 def module_error(m, text: str, name: str, offset: int, msg: str):
   """A Diagnostic about a whole module: at its first function, or at the start of the input when it has none."""
   from tgc.ir.diagnostics import Diagnostic, Location, Source
@@ -253,16 +240,16 @@ def module_error(m, text: str, name: str, offset: int, msg: str):
 def _translate(args) -> int:
   from tgc.parser import parse, parse_chunks
   from tgc.target import get_target
+  from tgc.lowering import lower
   get_target(args.target)  # an unknown target before reading the input
-  from tgc import emit
   text, name = read_input(args.input, 'tgc-translate')
   outs = []
   for chunk, offset in parse_chunks(text, name, args.split_input_file):
     m = parse(chunk, name, line_offset=offset)
-    lower_for_target(m, args.target, args.noopt or None)
+    lower(m, args.target, 'uop', args.noopt or None, verify_each=True)
     if not m.functions('uop.func'):
       raise module_error(m, chunk, name, offset, "nothing to translate: no function here lowers to a kernel (a func.func that computes, a kernel.func or a uop.func)")
-    outs.append(emit.render(m, args.target))
+    outs.append(lower(m, args.target, 'source'))
   write_output('// -----\n'.join(outs), args.output)
   return 0
 

@@ -4,13 +4,16 @@ A Target is what passes, emitters and kernel-opt's search ask about a backend: w
 language, the widest vector kernel-opt makes, whether vector memory accesses need aligned addresses, its
 work-group limits, its tensor cores, the choices lower-to-uop makes for it, the emitter that renders it and the
 runtime device that measures it. Pass options name a target (`linearize{target=cuda}`); the names valid there
-are the registry's. A device (tgc/runtime) names the target it runs, and says itself when it is another kind of
-processor than the language's own (an OpenCL device on a CPU: kernel-opt{processor=cpu}).
+are the registry's. A device (tgc/runtime) names the target it runs and declares what it has beyond the language:
+a DeviceSpec, the one object the lowering asks every device question (another kind of processor than the language's
+own: an OpenCL device on a CPU; its shared memory; whether it has warpgroup tensor cores; the CPU whose registers
+fit). A DeviceSpec travels in pipeline text as pass options (`kernel-opt{target=opencl processor=cpu}`), so a
+pipeline printed from a run replays it.
 
 This module imports nothing of tgc but its errors: dialects, passes and emitters all read it.
 """
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from tgc.errors import TgcError
 
 
@@ -102,4 +105,61 @@ register_target(Target('metal', 'gpu', 'tgc.emit.metal:render_metal', max_upcast
                        local_memory=32 << 10, devectorize=4))  # no device here: emission only
 
 
-__all__ = ['Target', 'TensorCores', 'TARGETS', 'register_target', 'get_target', 'tensor_core_targets']
+# the pass options that carry a DeviceSpec (its fields but the device's name), in the order pipeline text writes them
+DEVICE_OPTIONS = {'target': (str, 'llvm', 'the target (tgc/target.py): the language, its limits and vector width'),
+                  'processor': (str, 'auto', 'the device kind the tiles are chosen for: cpu | gpu | auto (by target; OpenCL on a CPU: cpu)'),
+                  'local_memory': (int, 0, "the shared memory a work-group may take, in bytes: the device's (0: the target's default)"),
+                  'warpgroup': (bool, True, "the device has warpgroup tensor cores (Hopper's wgmma), where the target does (false: a device without)"),
+                  'cpu': (str, 'host', 'the CPU whose registers and cache CPU tiles fit: host (this machine) | avx512 | avx2 | sse | neon')}
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+  """One device as the lowering sees it, as tinygrad's Renderer: its Target (the language) and the capabilities the
+  device declares beyond it. Every device-dependent choice of the lowering asks it; nothing probes a device object.
+  A device that does not open here (no GPU) is its target's newest architecture: the defaults."""
+  target: Target
+  processor: str = 'auto'   # the kind of processor the tiles are for: cpu | gpu | auto (the language's own)
+  local_memory: int = 0     # the shared memory a work-group may take on this device, in bytes (0: the target's default)
+  warpgroup: bool = True    # the device has the target's warpgroup tensor cores (a CUDA GPU before Hopper has not)
+  cpu: str = 'host'         # the CPU whose registers and caches CPU tiles fit (tgc.host: host, or a kind by name)
+  device: str | None = None # the runtime device (None: the target's own, Target.device): what search times, binaries run on
+
+  @staticmethod
+  def of(target: 'str | Target | DeviceSpec', **capabilities) -> 'DeviceSpec':
+    """A spec from a target's name, a Target or a spec, with these capabilities (DEVICE_OPTIONS' names) replaced."""
+    if isinstance(target, DeviceSpec): return replace(target, **capabilities) if capabilities else target
+    return DeviceSpec(target if isinstance(target, Target) else get_target(target), **capabilities)
+
+  @staticmethod
+  def from_options(opts: dict) -> 'DeviceSpec':
+    """The spec a pass's options carry (a pass's `opts`: the DEVICE_OPTIONS among them; the others are ignored)."""
+    return DeviceSpec.of(opts.get('target', 'llvm'), **{k: v for k, v in opts.items() if k in DEVICE_OPTIONS and k != 'target'})
+
+  def options(self) -> str:
+    """The spec as pass options text: the target, then the capabilities that differ from the defaults."""
+    default = {f.name: f.default for f in fields(self)}
+    return ' '.join([f'target={self.target.name}'] + [f'{k}={str(v).lower() if isinstance(v, bool) else v}'
+                                                       for k in DEVICE_OPTIONS if k != 'target' and (v := getattr(self, k)) != default[k]])
+
+  @property
+  def name(self) -> str: return self.target.name
+  @property
+  def gpu(self) -> bool:
+    """Whether the tiles are a GPU's (register tiles, reductions, loop order); work-groups follow the target."""
+    return not self.target.is_cpu if self.processor == 'auto' else self.processor == 'gpu'
+  @property
+  def has_warpgroup(self) -> bool:
+    """The target's warpgroup tensor cores (wgmma), on this device."""
+    tc = self.target.tensor_cores
+    return tc is not None and tc.warpgroup and self.warpgroup
+  @property
+  def smem_budget(self) -> int:
+    """The shared memory kernel-opt's tiles may take a work-group: the device's, within the target's opt-in limit,
+    where the device says; else the target's default."""
+    return min(self.local_memory, self.target.max_local_memory) if self.local_memory else self.target.local_memory
+  @property
+  def runtime_device(self) -> str | None: return self.device or self.target.device
+
+
+__all__ = ['Target', 'TensorCores', 'TARGETS', 'DeviceSpec', 'DEVICE_OPTIONS', 'register_target', 'get_target', 'tensor_core_targets']

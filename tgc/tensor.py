@@ -543,17 +543,17 @@ class Tensor(TensorAPI):
     return Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, dev, self.node.buf.copy_to(dev)))
 
   def to_ir(self, level: str = 'tensor', name: str = 'main') -> str:
-    """The text of this tensor's graph as a func.func: level 'tensor', 'kernel' (kernelized) or 'uop'."""
-    if level not in ('tensor', 'kernel', 'uop'): raise ArgumentError(f"unknown level '{level}' (expected tensor, kernel or uop)")
+    """The text of this tensor's graph as a func.func at a stage of its lowering for its device (what realize runs):
+    'tensor', 'kernel' (kernelized), 'opt' (kernel-opt's actions chosen), 'uop', or 'source' (the device's source)."""
+    from tgc.passes.pipelines import STAGES
+    if level not in STAGES[:-1]: raise ArgumentError(f"unknown level '{level}' (expected {', '.join(STAGES[:-1])})")
     m, _ = _build_module([self.node], name)
     m.verify()
-    if level != 'tensor':
-      from tgc.passes import PassManager
-      from tgc.passes.pipelines import lower_to_uop_steps
-      from tgc.compiler import device_target
-      steps = lower_to_uop_steps(device_target(self.device).name)
-      PassManager.parse(','.join(steps[:steps.index('kernelize') + 1] if level == 'kernel' else steps)).run(m)
-    return m.print()
+    if level == 'tensor': return m.print()
+    from tgc.lowering import lower
+    from tgc.compiler import device_spec
+    out = lower(m, device_spec(self.device), level)
+    return out if level == 'source' else m.print()
 
   # ---- creation
   @staticmethod

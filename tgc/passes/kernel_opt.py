@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from tgc.ir.core import Module, Operation
 from tgc.ir.attrs import Record
-from tgc.target import Target, get_target
-from tgc.host import CPUFacts, CPU_KINDS, cpu_facts, host_cpu
+from tgc.target import Target, DeviceSpec, DEVICE_OPTIONS
+from tgc.host import CPU_KINDS, cpu_facts
 from tgc.passes.manager import Pass, PipelineError
 from tgc.passes.schedule import Schedule, Opt, OptError, try_opts, tc_axes, MAX_LANES
 from tgc.passes.linearize import tc_applies
@@ -41,15 +41,15 @@ def is_matvec(k: Operation, ks: Schedule, r: int) -> bool:
 STAGE_UNROLL = 8
 
 
-def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
-              processor: str = 'auto', cpu: CPUFacts | None = None, stage: bool = True, local_memory: int = 0,
-              warpgroup: bool = True) -> list[Record]:
+def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
+              stage: bool = True) -> list[Record]:
   # the register tiles, reductions and loop order follow the processor; work-groups follow the target (an OpenCL
   # device on a CPU still runs work-items in work-groups, and a work-group of one costs a launch each)
-  gpu = not t.is_cpu if processor == 'auto' else processor == 'gpu'
+  t, gpu = spec.target, spec.gpu
   allow_local = (not t.is_cpu) if allow_local is None else allow_local
-  cpu = cpu or host_cpu()
-  smem_budget = min(local_memory, t.max_local_memory) if local_memory else t.local_memory  # the device's, where it is known
+  cpu = cpu_facts(spec.cpu)
+  smem_budget = spec.smem_budget  # the device's, where it is known
+  processor = spec.processor
   opts: list[Record] = []
   ks = Schedule(k, (), t)
   if not ks.full: return opts
@@ -77,7 +77,7 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
   # 3 (two blocks a multiprocessor), 478 with 256x128, where mma.sync's best ran 291. A
   # conv (its output channels m, its output columns n): 64 channels x 56 columns a warpgroup, two output rows a block:
   # its 3x3 f16 conv kernel (32x64x56x56) ran in 29.7 us, where mma.sync's below took 62.4
-  if t.tensor_cores is not None and t.tensor_cores.warpgroup and warpgroup and red:
+  if spec.has_warpgroup and red:
     wg = warpgroup_tiles(k, ks, t, smem_budget)
     if wg is not None: return wg
   # a conv on tensor cores (several reduce axes; tc on the first, its input channels): a warp takes 2 tiles of m by 8
@@ -289,7 +289,7 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     for i, op in enumerate(below):
       if any(ks.strides(op)[a] == 0 for a in ks.axes('local')) and used + ks.tile_bytes(op) <= smem_budget and apply(Opt('smem', i, 0)):
         used += ks.tile_bytes(op)
-    if not used: return heuristic(k, t, max_upcast, allow_local, unroll, processor, cpu, False, local_memory, warpgroup)  # no work-group to share them
+    if not used: return heuristic(k, spec, max_upcast, allow_local, unroll, False)  # no work-group to share them
     return stage_ring(ks, opts, t, smem_budget)
   return opts
 
@@ -371,15 +371,13 @@ class KernelOpt(Pass):
   name = 'kernel-opt'
   summary = 'choose optimisation actions (upcast, unroll, local, group, padto) per kernel, as an opts attribute'
   reads = leaves = 'kernel'
+  # (the device's spec, DEVICE_OPTIONS, among them: kernel-opt{target=cuda local_memory=232448} replays a device's choices)
   options = {'mode': (str, 'heuristic', 'heuristic | search | none'),
-             'target': (str, 'llvm', 'the target (tgc/target.py) whose limits and vector width apply'),
+             'target': DEVICE_OPTIONS['target'],
              'upcast': (int, 0, 'the largest upcast (vector width); 0: the target default'),
              'local': (str, 'auto', 'allow local (work-group) dims: true | false | auto (on GPU targets)'),
              'unroll': (int, 4, 'unroll factor of long reduces'),
-             'processor': (str, 'auto', 'the device kind the tiles are chosen for: cpu | gpu | auto (by target; OpenCL on a CPU: cpu)'),
-             'cpu': (str, 'host', 'the CPU whose registers and cache CPU tiles fit: host (this machine) | avx512 | avx2 | sse | neon'),
-             'local_memory': (int, 0, "the shared memory a work-group may take, in bytes: the device's (0: the target's default)"),
-             'warpgroup': (bool, True, "the device has warpgroup tensor cores (Hopper's wgmma), where the target does (false: a device without)"),
+             **{k: DEVICE_OPTIONS[k] for k in ('processor', 'cpu', 'local_memory', 'warpgroup')},
              'beam': (int, 2, 'search: beam width'),
              'budget': (float, 10.0, 'search: seconds per kernel at most')}
   def run(self, m: Module):
@@ -387,18 +385,17 @@ class KernelOpt(Pass):
     if self.local not in ('true', 'false', 'auto'): raise PipelineError(f"kernel-opt: option 'local' expects true, false or auto, got '{self.local}'")
     for opt, low in (('upcast', 0), ('unroll', 1), ('local_memory', 0), ('beam', 1), ('budget', 0)):
       if not getattr(self, opt) >= low: raise PipelineError(f"kernel-opt: option '{opt}' must be {low} or more, got {getattr(self, opt)}")
-    t = get_target(self.target)
+    spec = DeviceSpec.from_options(self.opts)
     if self.mode == 'none' or noopt_from_env(): return
     if self.processor not in ('cpu', 'gpu', 'auto'): raise PipelineError(f"kernel-opt: option 'processor' expects cpu, gpu or auto, got '{self.processor}'")
     allow = None if self.local == 'auto' else self.local == 'true'
     if self.cpu != 'host' and self.cpu not in CPU_KINDS: raise PipelineError(f"kernel-opt: option 'cpu' expects host or one of {', '.join(CPU_KINDS)}, got '{self.cpu}'")
-    cpu = cpu_facts(self.cpu)
     for k in m.functions('kernel.func'):
       if 'opts' in k.attrs: continue
       if self.mode == 'search':
         from tgc.passes.search import beam_search
-        opts = beam_search(k, t, self.beam, self.budget, heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu, local_memory=self.local_memory, warpgroup=self.warpgroup))
-      else: opts = heuristic(k, t, self.upcast, allow, self.unroll, self.processor, cpu, local_memory=self.local_memory, warpgroup=self.warpgroup)
+        opts = beam_search(k, spec, self.beam, self.budget, heuristic(k, spec, self.upcast, allow, self.unroll))
+      else: opts = heuristic(k, spec, self.upcast, allow, self.unroll)
       if opts:
         k.attrs['opts'] = tuple(opts)
         self.stats['kernels optimised'] += 1

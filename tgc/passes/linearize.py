@@ -24,7 +24,7 @@ from tgc.ir import dtypes as D, alu
 from tgc.ir.attrs import Symbol
 from tgc.errors import TgcError
 from tgc.passes.manager import Pass
-from tgc.target import get_target, tensor_core_targets
+from tgc.target import DeviceSpec, DEVICE_OPTIONS, tensor_core_targets
 from tgc.passes.schedule import Schedule, OptError, MAX_LANES
 
 U = lambda n: REGISTRY[f'uop.{n}']
@@ -114,9 +114,10 @@ def feeding(roots, stop=()) -> set:
 
 
 class Lowerer:
-  def __init__(self, k: Operation, target: str, opts=None):
-    self.k, self.target, self.opts = k, target, opts
-    self.t = get_target(target)
+  def __init__(self, k: Operation, target: str | DeviceSpec, opts=None):
+    self.spec = DeviceSpec.of(target)
+    self.k, self.target, self.opts = k, self.spec.name, opts
+    self.t = self.spec.target
     self.cpu = self.t.is_cpu
     self.open_ifs = 0   # uop.ifs the rest of the kernel runs under (closed at its end)
     self.n_locals = 0   # shared-memory buffers made so far (temp0, temp1, ...)
@@ -968,7 +969,7 @@ class Lowerer:
     return True
 
 
-def linearize_kernel(k: Operation, target: str = 'llvm') -> Operation:
+def linearize_kernel(k: Operation, target: str | DeviceSpec = 'llvm') -> Operation:
   return Lowerer(k, target).run()
 
 
@@ -983,12 +984,12 @@ class Linearize(Pass):
   name = 'linearize'
   summary = 'lower kernel.funcs to flat uop.funcs: ranges, index expressions, accumulators, vector lanes'
   reads, leaves = 'kernel', 'uop'
-  options = {'target': (str, 'llvm', 'the target (tgc/target.py): on CPU targets (llvm, c) only the outermost global axis is a special')}
+  options = DEVICE_OPTIONS  # (the device's spec: on CPU targets (llvm, c) only the outermost global axis is a special)
   def run(self, m: Module):
-    new = []
+    spec, new = DeviceSpec.from_options(self.opts), []
     for op in m.ops:
       if op.name == 'kernel.func':
-        try: new.append(linearize_kernel(op, self.target))
+        try: new.append(linearize_kernel(op, spec))
         except OptError as e:
           from tgc.ir.diagnostics import Diagnostic
           raise Diagnostic(str(e), op.loc) from None

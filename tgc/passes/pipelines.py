@@ -1,10 +1,14 @@
-"""Named pipelines: `lower-to-uop` is the whole way from the tensor level to an optimised uop level,
-with a target's choices; `lower-to-uop{noopt=true}` leaves kernel-opt out (NOOPT=1). The Python API and
-the tools all run the one pipeline lower_to_uop_steps builds."""
+"""Named pipelines and the lowering's stages: `lower-to-uop` is the whole way from the tensor level to an optimised
+uop level, with a device's choices; `lower-to-uop{noopt=true}` leaves kernel-opt out (NOOPT=1). tgc.lowering.lower
+runs these same steps, cut at its stages (stage_steps): the Python API, the tools and search all run one pipeline."""
 from __future__ import annotations
 import os
 from tgc.passes.manager import Pass, parse_pipeline
-from tgc.target import get_target
+from tgc.target import DeviceSpec, DEVICE_OPTIONS
+
+# the stages a module passes through, in order; a pass pipeline covers tensor .. uop, an emitter gives source and a
+# device's compiler a binary
+STAGES = ('tensor', 'kernel', 'opt', 'uop', 'source', 'binary')
 
 
 def noopt_from_env() -> bool:
@@ -12,32 +16,34 @@ def noopt_from_env() -> bool:
   return os.environ.get('NOOPT', '0') not in ('', '0')
 
 
-def lower_to_uop_steps(target: str = 'llvm', noopt: bool | None = None, processor: str = 'auto', local_memory: int = 0,
-                       warpgroup: bool = True) -> list[str]:
-  """lower-to-uop for a target: its passes as text, in order (kernelize and linearize{...} among them, where callers
-  cut it). noopt=None: as NOOPT says; processor: kernel-opt's (an OpenCL device on a CPU asks for cpu);
-  local_memory: the shared memory a work-group of the device may take (0: the target's default); warpgroup: whether
-  the device has the target's warpgroup tensor cores (a CUDA device before Hopper has not)."""
-  t = get_target(target)
+def lower_to_uop_steps(target: str | DeviceSpec = 'llvm', noopt: bool | None = None, **capabilities) -> list[str]:
+  """lower-to-uop for a device (a DeviceSpec, or a target's name with capabilities, DEVICE_OPTIONS' names): its
+  passes as text, in order. noopt=None: as NOOPT says. kernel-opt and linearize take the device's spec as options."""
+  spec = DeviceSpec.of(target, **capabilities)
+  t = spec.target
   opt = not (noopt_from_env() if noopt is None else noopt)
   steps = ['canonicalize', 'tensor-decompose{pack=true}' if t.pack_matmul and opt else 'tensor-decompose', 'canonicalize', 'cse', 'kernelize']
-  extra = (f' processor={processor}' if processor != 'auto' else '') + (f' local_memory={local_memory}' if local_memory else '') + \
-          ('' if warpgroup else ' warpgroup=false')
-  if opt: steps.append(f'kernel-opt{{target={t.name}{extra}}}')
-  steps += [f'linearize{{target={t.name}}}', 'uop-simplify']
+  if opt: steps.append(f'kernel-opt{{{spec.options()}}}')
+  steps += [f'linearize{{{spec.options()}}}', 'uop-simplify']
   if opt and t.transcendentals: steps.append(f'decompose-transcendentals{{ops={t.transcendentals}}}')
   if t.devectorize: steps.append(f'devectorize{{width={t.devectorize}' + (f' bytes={t.max_vector_bytes}' if t.max_vector_bytes else '') + '}')
   return steps + ['cse', 'dce']
+
+
+def stage_steps(spec: DeviceSpec, start: str, until: str, noopt: bool | None = None) -> list[str]:
+  """The passes (as text) that take a module from stage `start` to stage `until` (tensor, kernel, opt or uop;
+  `until` past uop: to uop): `kernel` ends with kernelize, `opt` with kernel-opt (where it runs)."""
+  steps = lower_to_uop_steps(spec, noopt)
+  end = {'tensor': 0, 'kernel': steps.index('kernelize') + 1, 'uop': len(steps)}
+  end['opt'] = end['kernel'] + (steps[end['kernel']].startswith('kernel-opt'))
+  return steps[end[start]:end[min(until, 'uop', key=STAGES.index)]]
 
 
 class LowerToUop(Pass):
   name = 'lower-to-uop'
   summary = 'named pipeline: tensor level to the uop level (canonicalize ... kernelize, kernel-opt, linearize, uop-simplify)'
   reads, leaves = 'tensor', 'uop'
-  options = {'target': (str, 'llvm', 'the target whose choices kernel-opt makes'),
-             'noopt': (bool, False, 'skip kernel-opt (as NOOPT=1)'),
-             'processor': (str, 'auto', "kernel-opt's device kind: cpu | gpu | auto (by target)"),
-             'local_memory': (int, 0, "kernel-opt's shared memory a work-group may take, in bytes (0: the target's default)"),
-             'warpgroup': (bool, True, "kernel-opt's: the device has the target's warpgroup tensor cores (wgmma)")}
+  options = {'target': DEVICE_OPTIONS['target'], 'noopt': (bool, False, 'skip kernel-opt (as NOOPT=1)'),
+             **{k: v for k, v in DEVICE_OPTIONS.items() if k != 'target'}}
   def expand(self):
-    return parse_pipeline(','.join(lower_to_uop_steps(self.target, self.noopt or None, self.processor, self.local_memory, self.warpgroup)))
+    return parse_pipeline(','.join(stage_steps(DeviceSpec.from_options(self.opts), 'tensor', 'uop', self.noopt or None)))

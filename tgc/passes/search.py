@@ -1,16 +1,16 @@
 """kernel-opt{mode=search}: beam search over optimisation actions, timed on the target's device.
 
 Candidates extend each kept opts list by one action (upcast/unroll/local/group of a few amounts, swap of two global axes, on every
-axis it applies to); each is linearized, compiled and timed on random buffers (warm-up, then the best of a
-few runs) and the `beam` fastest are kept; the search stops when a round finds nothing faster or the time
-budget is spent. Results are cached on disk ($TGC_CACHE or ~/.cache/tgc/search.json) by the kernel's text,
+axis it applies to); each is lowered and compiled as a compile does it (tgc.lowering.lower) and timed on random
+buffers (warm-up, then the best of a few runs), and the `beam` fastest are kept; the search stops when a round finds
+nothing faster or the time budget is spent. Results are cached on disk ($TGC_CACHE or ~/.cache/tgc/search.json) by the kernel's text,
 the target and the device, so a search repeats byte for byte. Measuring needs a device: this is the one
 pass that reaches the runtime (lazily, at run time), in time_kernel below.
 """
 from __future__ import annotations
 import hashlib, json, math, os, sys, time
 from tgc.ir.attrs import Record
-from tgc.target import Target
+from tgc.target import Target, DeviceSpec
 from tgc.passes.schedule import OPT_KINDS, MAX_LANES, try_opts
 
 AMOUNTS = {'upcast': (2, 4, 8, 16), 'unroll': (2, 4, 8, 16, 0), 'local': (2, 4, 8, 16, 32), 'group': (4, 16, 64), 'grouptop': (16, 64, 256)}
@@ -34,20 +34,18 @@ def _store_cache(key: str, opts) -> None:
   os.replace(tmp, _cache_path())
 
 
-def time_kernel(kernel_func, opts, target: str, device: str, runs: int = 3) -> float:
+def time_kernel(kernel_func, opts, target: str | DeviceSpec, device: str, runs: int = 3) -> float:
   """Seconds one launch of a kernel.func takes with these opts on `device` (best of `runs` after a warm-up, each
-  timed by the device: CUDA events on CUDA), on random device buffers of its argument shapes."""
+  timed by the device: CUDA events on CUDA), on random device buffers of its argument shapes. The kernel is lowered
+  and compiled as a compile does it (tgc.lowering.lower, to the binary stage): the code timed is the code that runs."""
   import numpy as np
   from tgc.ir.core import Module
   from tgc.ir.rewrite import clone_op
-  from tgc.passes.linearize import linearize_kernel
-  from tgc.passes.manager import parse_pipeline, PassManager
-  from tgc.runtime import Buffer, get_device
+  from tgc.lowering import lower
+  from tgc.runtime import Buffer
   k = clone_op(kernel_func, {})
   k.attrs['opts'] = tuple(opts)
-  fn = linearize_kernel(k, target)
-  PassManager(parse_pipeline('uop-simplify,cse,dce')).run(Module([fn]))
-  prg = get_device(device).compile(fn)
+  (prg,) = lower(Module([k]), DeviceSpec.of(target, device=device), 'binary')
   rng = np.random.default_rng(0)
   bufs = []
   for a in kernel_func.body.args:
@@ -91,8 +89,8 @@ def candidates(k, opts, t: Target):
   return out
 
 
-def beam_search(k, t: Target, beam: int, budget: float, start=None):
-  device = t.device
+def beam_search(k, spec: DeviceSpec, beam: int, budget: float, start=None):
+  t, device = spec.target, spec.runtime_device
   if device is None: return list(start or [])
   text = str(k)
   key = hashlib.sha256(f"{text}|{t.name}|{device}".encode()).hexdigest()
@@ -100,7 +98,7 @@ def beam_search(k, t: Target, beam: int, budget: float, start=None):
   if hit is not None: return [Record(n, {'axis': a, 'amt': m}) for n, a, m in hit]
   t_end = time.perf_counter() + budget
   def measure(opts):
-    try: return time_kernel(k, opts, t.name, device)
+    try: return time_kernel(k, opts, spec, device)
     except Exception: return math.inf
   best = [(measure([]), [])]
   if start:

@@ -67,11 +67,20 @@ class Program:
 
 
 class BaseDevice:
-  """A device: `name`, `target` (the name of the Target it compiles for), `allocator`, `compile(fn)`."""
+  """A device: `name`, `target` (the name of the Target it compiles for), `allocator`, `compile(fn)`, and the
+  capabilities it declares beyond its target (`spec`: what the lowering asks)."""
   name = ''
   target = 'llvm'
+  processor = 'auto'     # the kind of processor it is, where another than its target language's (OpenCL on a CPU: cpu)
+  local_memory = 0       # the shared memory a work-group may take, in bytes (0: the target's default)
+  warpgroup_mma = True   # it has its target's warpgroup tensor cores, where the target has them (wgmma: Hopper alone)
   def __init__(self, allocator: Allocator | None = None):
     self.allocator = allocator or HostAllocator(self.name)
+  @property
+  def spec(self):
+    """The DeviceSpec the lowering runs for this device: its target and its declared capabilities."""
+    from tgc.target import DeviceSpec
+    return DeviceSpec.of(self.target, processor=self.processor, local_memory=self.local_memory, warpgroup=self.warpgroup_mma, device=self.name)
   def compile(self, fn) -> Program: raise NotImplementedError
   def compile_all(self, fns: list) -> list[Program]:
     """Every kernel a function needs, compiled at once (a device whose compiler has a cost per call overrides it)."""

@@ -1,0 +1,62 @@
+"""The one way down: `lower(module, target, until=STAGE)` takes a module from the level it is at to a named stage,
+for one device (a DeviceSpec: the Target and the device's capabilities). tgc.compile, Tensor.to_ir, tgc-translate,
+tgc-opt's lower-to-uop and kernel-opt's search all lower through it (or, tgc-opt, through the same stage_steps), so
+that what one prints is what another runs.
+
+Stages, in order: tensor (the graph), kernel (kernelized: one kernel.func per fused kernel and the host schedule),
+opt (kernel-opt's actions chosen, as each kernel's `opts`), uop (linearized and simplified: what emitters read),
+source (the target's emitter's text) and binary (the device's compiled Programs).
+"""
+from __future__ import annotations
+from tgc.errors import TgcError
+from tgc.ir.core import Module
+from tgc.target import Target, DeviceSpec
+from tgc.passes.pipelines import STAGES, stage_steps
+
+
+def level_of(m: Module) -> str:
+  """The stage a module is at: tensor where a function computes on tensors (a tensor op other than the host's
+  reshape and constants, or a func.func with no kernel.func or uop.func beside it to launch), kernel where kernel.funcs
+  are left to linearize, uop otherwise (uop.funcs alone, or nothing to lower). A kernel-level module whose kernels
+  already hold their opts is lowered from kernel all the same: kernel-opt leaves such kernels alone."""
+  names = {op.name for fn in m.ops for op in ([fn] + (fn.body.ops if fn.body else []))}
+  if any(n.startswith('tensor.') and n not in ('tensor.reshape', 'tensor.const') for n in names) or \
+     ('func.func' in names and 'kernel.func' not in names and 'uop.func' not in names): return 'tensor'
+  return 'kernel' if 'kernel.func' in names else 'uop'
+
+
+def lower(m: Module, target: str | Target | DeviceSpec, until: str = 'uop', noopt: bool | None = None, trace=None,
+          verify_each: bool = False, **capabilities):
+  """Lower `m` in place from its level (level_of) to stage `until`, for `target`: a DeviceSpec, or a target (its name
+  or a Target) with the device's capabilities as keywords (DeviceSpec's: processor, local_memory, warpgroup, cpu,
+  device). noopt=None: as NOOPT says. `trace(stage, m)`: called as m reaches each stage on the way (tgc.compile's
+  DEBUG printing). verify_each: verify after every pass (the tools'), else once at the end. Returns the module for
+  the IR stages, the source text for `source`, the compiled Programs (of the uop.funcs, in order) for `binary`."""
+  if until not in STAGES: raise TgcError(f"unknown stage '{until}' (expected {', '.join(STAGES)})")
+  spec = DeviceSpec.of(target, **capabilities)
+  from tgc.passes.manager import PassManager, PassFailure, parse_pipeline
+  level = level_of(m)
+  if STAGES.index(until) > STAGES.index(level):
+    stops = [s for s in STAGES[STAGES.index(level) + 1:STAGES.index(until) + 1] if s in ('kernel', 'opt', 'uop')]
+    at = level
+    for s in stops:
+      steps = stage_steps(spec, at, s, noopt)
+      if steps: PassManager(parse_pipeline(','.join(steps)), verify=verify_each).run(m)
+      at = s
+      if trace is not None: trace(s, m)
+    if stops and not verify_each:
+      # (the API verifies its input and the lowered result; the tools verify after every pass, a debugging aid that
+      # costs a third of the compile time)
+      try: m.verify()
+      except TgcError as e: raise PassFailure('lower-to-uop', f"the pipeline left invalid IR:\n{e}") from e
+  if until == 'source':
+    from tgc import emit
+    return emit.render(m, spec.name)
+  if until == 'binary':
+    from tgc.runtime import get_device
+    dev = get_device(spec.runtime_device)
+    return dev.compile_all(m.functions('uop.func'))
+  return m
+
+
+__all__ = ['STAGES', 'level_of', 'lower']
