@@ -24,7 +24,7 @@ def device_target(device: str | None, dev=None) -> Target:
     if dev is None:
       mod, cls = path.split(':')
       dev = _CLASSES[path] = getattr(importlib.import_module(mod), cls)
-  t = getattr(dev, 'target', None) or 'llvm'
+  t = dev.target
   return t if isinstance(t, Target) else get_target(t)
 
 _CLASSES: dict[str, type] = {}

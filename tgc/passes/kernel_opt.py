@@ -20,8 +20,7 @@ from tgc.ir.attrs import Record
 from tgc.target import Target, DeviceSpec, DEVICE_OPTIONS
 from tgc.host import CPU_KINDS, cpu_facts
 from tgc.passes.manager import Pass, PipelineError
-from tgc.passes.schedule import Schedule, Opt, OptError, try_opts, tc_axes, MAX_LANES
-from tgc.passes.linearize import tc_applies
+from tgc.passes.schedule import Schedule, Opt, OptError, try_opts, lowers, tc_axes, MAX_LANES
 from tgc.passes.pipelines import noopt_from_env
 
 
@@ -85,7 +84,7 @@ def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: 
   # weights' tile), a step of the reduce loops 4 tiles deep, and both operands go through a ring of shared-memory
   # stages (the reduce loops run as one range): on an H100 a 3x3 f16 conv (32x64x56x56) ran its conv kernel in 69 us
   # so, 169 us with 2x4 tiles, 8x2 warps and one buffer a step of 16 (a sweep of 11 shapes)
-  if t.tensor_cores is not None and len(red) > 1 and tc_applies(k, Opt('tc', red[0], 0), t.name):
+  if t.tensor_cores is not None and len(red) > 1 and lowers(k, Opt('tc', red[0], 0), t):
     apply(Opt('tc', red[0], 0))
     for role, amts in (('tcn', (8, 4, 2)), ('tcm', (2,))):
       ax = tile_grid(role)
@@ -102,7 +101,7 @@ def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: 
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples;
   # sizes the tiles do not divide are padded first (PADTO: a 4095 f16 matmul ran at 0.2 TFLOP/s without tensor cores)
   pads = tc_padding(ks, t) if t.tensor_cores is not None and len(red) == 1 else None
-  if pads is not None and tc_applies(k, pads + [Opt('tc', red[0], 0)], t.name):
+  if pads is not None and lowers(k, pads + [Opt('tc', red[0], 0)], t):
     for o in pads: apply(o)
     # a warp computes 4x4 tiles (64x32), a block 2x4 warps (128x128), a step of the k loop 4 tiles (64) deep, and
     # both operands are staged through shared memory (SMEM) in a ring of stages: on an H100 a 4096 f16 matmul ran
@@ -345,7 +344,7 @@ def warpgroup_tiles(k: Operation, ks: Schedule, t: Target, budget: int) -> list 
   staged = [i for i, op in enumerate(op for op in k.body.ops if op.name == 'kernel.load' and tuple(s.views[op].shape) == tuple(s.full))]
   opts += [Opt('smem', i, 0) for i in staged]
   s = try_opts(k, opts, t)
-  if s is None or not tc_applies(k, opts, t.name) or sum(s.tile_bytes(op) for op in s.smem) > budget: return None
+  if s is None or not lowers(k, opts, t) or sum(s.tile_bytes(op) for op in s.smem) > budget: return None
   return stage_ring(s, opts, t, budget, blocks=1 if tiles == 32 else 2)  # (a 128x256 block takes a multiprocessor alone)
 
 

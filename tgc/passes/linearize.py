@@ -24,11 +24,10 @@ from tgc.ir import dtypes as D, alu
 from tgc.ir.attrs import Symbol
 from tgc.errors import TgcError
 from tgc.passes.manager import Pass
-from tgc.target import DeviceSpec, DEVICE_OPTIONS, tensor_core_targets
-from tgc.passes.schedule import Schedule, OptError, MAX_LANES
+from tgc.target import DeviceSpec, DEVICE_OPTIONS
+from tgc.passes.schedule import Schedule, OptError, MAX_GLOBAL_DIMS, feeding, reduce_stages, launch_groups
 
 U = lambda n: REGISTRY[f'uop.{n}']
-MAX_GLOBAL_DIMS = 3
 VEC_WIDTHS = (2, 4, 8, 16)
 MAX_ACCS = 24     # accumulators kept apart per unrolled lane at most (registers: 32 vector registers on AVX-512)
 
@@ -103,16 +102,6 @@ class UopBuilder:
   def and_(self, a, b): return self.alu('and', a, b)
 
 
-def feeding(roots, stop=()) -> set:
-  """The ops that compute the values `roots`, through their operands (not through the ops in `stop`)."""
-  seen, todo = set(), list(roots)
-  while todo:
-    op = todo.pop().op
-    if op is None or op in seen or op in stop: continue
-    seen.add(op); todo.extend(op.operands)
-  return seen
-
-
 class Lowerer:
   def __init__(self, k: Operation, target: str | DeviceSpec, opts=None):
     self.spec = DeviceSpec.of(target)
@@ -126,7 +115,7 @@ class Lowerer:
     k = self.k
     ops = k.body.ops
     reduces = [op for op in ops if op.name == 'kernel.reduce']
-    s = self.sched = Schedule(k, self.opts, self.t)  # the opts applied (its errors name the kernel)
+    s = self.sched = Schedule(k, self.opts, self.t).check(self.t)  # the opts applied, and legal here (its errors name the kernel)
     full, out, kinds, views, padded, opts = s.full, s.out, s.kinds, s.views, s.padded, s.opts
     self.full, self.out, self.kinds, self.views, self.padded = full, out, kinds, views, padded
     self.smem, self.tiles = s.smem, {}  # SMEM's loads; while a reduce loop is open, each one's tiles: (buffer, {axis: stride}, slot size)
@@ -149,22 +138,15 @@ class Lowerer:
     self.W = full[self.vec] if self.vec is not None else 1
     self.lanes_below = [i for i in up + un if i != self.vec]
     self.lanes_above = [i for i in up if i != self.vec]
-    if math.prod(full[i] for i in up + un) > MAX_LANES: raise OptError(f"@{k.sym_name}: {math.prod(full[i] for i in up + un)} unrolled lanes (at most {MAX_LANES})")
-    if any(kd in ('local', 'group') for kd in kinds) and self.cpu:
-      raise OptError(f"@{k.sym_name}: local and group dims need a GPU target, not {self.target}")
-    if self.smem and (self.cpu or not self.t.local_memory): raise OptError(f"@{k.sym_name}: smem needs a GPU target with shared memory, not {self.target}")
     # index variables
     zero = b.const(0)
     self.idx: dict[int, Value] = {}
     gl = [i for i in range(n) if kinds[i] == 'global' and full[i] > 1]
     lo = [i for i in range(n) if kinds[i] in ('local', 'group') and full[i] > 1]
     tc = any(kd in ('tcm', 'tcn', 'tck') for kd in kinds)
-    if tc and self.t.tensor_cores is None:
-      raise OptError(f"@{k.sym_name}: tensor cores (tc) need the {' or '.join(t.name for t in tensor_core_targets())} target, not {self.target}")
     self.loops: list[Value] = []
     global_size = self.grid(gl, 'gidx')
     if tc:  # a warp per tile: lidx0 is the lane; local dims (warps of a block) are lidx1 and lidx2
-      if len(lo) > 2: raise OptError(f"@{k.sym_name}: tc: at most two local dims besides the warp's lanes")
       self.lane, local_size = b.emit('special', [], b.idx_dt, {'axis': 'lidx0', 'size': 32}), [32]
       for j, a in enumerate(reversed(lo)):
         self.idx[a] = b.emit('special', [], b.idx_dt, {'axis': f'lidx{j + 1}', 'size': full[a]}); local_size.append(full[a])
@@ -188,18 +170,14 @@ class Lowerer:
     b, sizes = self.b, []
     if not axes: return sizes
     if self.cpu and prefix == 'gidx':  # one special for the outermost axis: the runtime splits it across threads
-      if self.full[axes[0]] >= 2**31: raise OptError(f"@{self.k.sym_name}: {self.full[axes[0]]} points along gidx0, more than a launch grid holds (2**31 - 1)")
       g = b.emit('special', [], b.idx_dt, {'axis': 'gidx0', 'size': self.full[axes[0]]})
       self.idx[axes[0]] = g; sizes.append(self.full[axes[0]])
       for a in axes[1:]:
         r = b.open_range(b.const(0), b.const(self.full[a]))
         self.loops.append(r); self.idx[a] = r
       return sizes
-    groups = [[a] for a in axes]
-    while len(groups) > MAX_GLOBAL_DIMS: groups[0:2] = [groups[0] + groups[1]]
-    for gi, grp in enumerate(reversed(groups)):
+    for gi, grp in enumerate(reversed(launch_groups(axes))):
       size = math.prod(self.full[a] for a in grp)
-      if size >= 2**31: raise OptError(f"@{self.k.sym_name}: {size} points along {prefix}{gi}, more than a launch grid holds (2**31 - 1)")
       g = b.emit('special', [], b.idx_dt, {'axis': f'{prefix}{gi}', 'size': size})
       sizes.append(size)
       inner = size
@@ -232,10 +210,7 @@ class Lowerer:
     self.vals: dict = {}
     # reduces in stages: a reduce whose input uses another's result (softmax's sum of exp(x - max)) runs in a loop
     # after that one's; each stage recomputes what its input needs from the loads
-    stage: dict = {}
-    for r in reduces:
-      stage[r] = 1 + max((stage[q] for q in feeding([r.src]) if q in stage), default=-1)
-    stages = [[r for r in reduces if stage[r] == i] for i in range(max(stage.values(), default=-1) + 1)]
+    stages = reduce_stages(reduces)
     # stores at the iteration shape (an epilogue after the reduces: softmax's exp(x - max) / sum) run in one more
     # stage, a loop over the reduce axes as the reduces' own; every thread of a GROUP then needs the results
     epilogue = [op for op in self.sched.full_stores if reduces]
@@ -347,34 +322,10 @@ class Lowerer:
     m = g + 8*(i>>1), n = 2t + (i&1)) go through the rest of the kernel (a bias, a cast) to the store."""
     b, full, kinds, ops = self.b, self.full, self.kinds, self.ops_list
     self.vals = {}
-    bad = lambda why: OptError(f"@{name}: tc: {why}")
-    if len(reduces) != 1 or reduces[0].kind != 'add': raise bad("tensor cores compute one sum of products")
-    r = reduces[0]
     tcs = self.t.tensor_cores
-    tc_in = {D.BY_NAME[i] for i, _ in tcs.dtypes}
-    mul = r.src.op
-    # a product of narrow values widened after (conv's half product summed in float): the tensor cores multiply
-    # exactly and sum in the wider type, as they do when the factors are widened first
-    while mul is not None and mul.name == 'kernel.cast' and mul.operands[0].type in tc_in: mul = mul.operands[0].op
-    if mul is None or mul.name != 'kernel.mul': raise bad("the reduce must sum a product")
-    def operand(v):  # a factor without the casts that widen it to the sum's dtype, and the ops computing that
-      while v.op is not None and v.op.name == 'kernel.cast' and v.op.operands[0].type in tc_in: v = v.op.operands[0]
-      seen, order = set(), []
-      def visit(u):
-        if u in seen or u.op is None: return
-        seen.add(u)
-        for w in u.op.operands: visit(w)
-        order.append(u.op)
-      visit(v)
-      return v, order
+    r, (xa, ca), (xb, cb) = self.sched.tc_operands(self.t)  # (checked: Schedule.check)
     m_in, n_in, k_in = (kinds.index(x) for x in ('tcm', 'tcn', 'tck'))
-    (xa, ca), (xb, cb) = (operand(v) for v in mul.operands)
-    zero_along = lambda chain, ax: all(self.views[op].real_strides(ignore_valid=True)[ax] == 0 for op in chain if op.name == 'kernel.load')
-    if not zero_along(ca, n_in): (xa, ca), (xb, cb) = (xb, cb), (xa, ca)  # A is the factor broadcast along n
-    if not (zero_along(ca, n_in) and zero_along(cb, m_in)): raise bad("one factor must vary along m only and the other along n only")
     acc_dt = r.results[0].type
-    if xb.type is not xa.type or (xa.type.name, acc_dt.name) not in tcs.dtypes:
-      raise bad(f"no tensor core multiplies {xa.type} by {xb.type} into {acc_dt} (they take {', '.join(f'{i} -> {o}' for i, o in tcs.dtypes)})")
     if self.sched.warpgroup: return self.lower_wgmma(r, (xa, ca), (xb, cb), m_in, n_in, k_in, name)
     zero, lane = b.const(0), self.lane
     g, t2 = b.idiv(lane, b.const(4)), b.mul(b.mod(lane, b.const(4)), b.const(2))
@@ -475,20 +426,10 @@ class Lowerer:
     read may be copied into. A warp's N/2 results per repeat are mma.sync's 16x8 tiles along n, each then as
     lower_tc's."""
     b, full, kinds = self.b, self.full, self.kinds
-    bad = lambda why: OptError(f"@{name}: tc (warpgroup): {why}")
-    tcs = self.t.tensor_cores
-    if not tcs.warpgroup: raise bad(f"the {self.target} target has no warpgroup tensor cores (wgmma)")
-    (xa, ca), (xb, cb) = a, bb
-    if r.results[0].type is not D.f32 or xa.type not in (D.f16, D.bf16): raise bad(f"wgmma multiplies f16 or bf16 into f32, not {xa.type} into {r.results[0].type}")
-    if len(ca) != 1 or len(cb) != 1 or ca[0] not in self.smem or cb[0] not in self.smem:
-      raise bad("both factors must be loads staged through shared memory (smem), with nothing computed on them")
+    (xa, ca), (xb, cb) = a, bb  # (checked: Schedule.check_warpgroup)
     la, lb = ca[0], cb[0]
-    lo = [i for i in range(len(full)) if kinds[i] in ('local', 'group') and full[i] > 1]
     wm, nu = m_in - 1, n_in - 1
-    if kinds[wm] != 'local' or full[wm] % 4 or not lo or lo[-1] != wm:
-      raise bad("the axis just outside the tile's m must be local, a multiple of 4 warps (a warpgroup's 64 rows), and the innermost local axis")
     N = 8 * (full[nu] if kinds[nu] == 'upcast' else 1)
-    if N > 256: raise bad(f"a warpgroup's n is {N} (the upcast axis just outside the tile's n times 8): wgmma takes at most 256")
     zero = b.const(0)
     up = [i for i in range(len(full)) if kinds[i] == 'upcast' and full[i] > 1 and i != nu]
     groups = [{a_: b.const(c) for a_, c in zip(up, combo)} for combo in self.combos(up)]
@@ -738,8 +679,6 @@ class Lowerer:
     stages, the copies of the first stages - 1 steps (`idx`: the point before the loop, its reduce axis 0), one
     group each."""
     b, S = self.b, self.sched.stages
-    size = sum(self.sched.tile_bytes(op) for op in loads)
-    if size > self.t.max_local_memory: raise OptError(f"@{self.k.sym_name}: smem: the tiles take {size} bytes of shared memory, more than the {self.t.max_local_memory} of {self.target}")
     for op in loads:
       lay, n = self.sched.tile_layout(op)
       slot = n if S == 1 and isinstance(lay, dict) else self.sched.slot_elems(op)
@@ -971,13 +910,6 @@ class Lowerer:
 
 def linearize_kernel(k: Operation, target: str | DeviceSpec = 'llvm') -> Operation:
   return Lowerer(k, target).run()
-
-
-def tc_applies(k: Operation, opts, target: str) -> bool:
-  """Whether the TC action (`opts`: it, or PADTO actions and it) lowers for this kernel on `target` (shape, dtypes, a
-  sum of a product of two loads)."""
-  try: Lowerer(k, target, tuple(opts) if isinstance(opts, list) else (opts,)).run(); return True
-  except OptError: return False
 
 
 class Linearize(Pass):

@@ -23,23 +23,55 @@ actions) and gives the inner part a kind:
            (asynchronously where the target can); several reduce loops (a conv's) then run as one range
 
 kernel-opt's heuristics and search look at a Schedule to choose actions; linearize lowers one. An `opts` attribute
-written by hand replays exactly, and an action that does not apply is an OptError naming the kernel.
+written by hand replays exactly, and an action that does not apply is an OptError naming the kernel: its shape where
+the Schedule is made (apply_opts), the rest of what lowering needs on a target in Schedule.check, the one place that
+says whether a schedule lowers (linearize lowers only what it passes; kernel-opt asks it whether tensor cores apply).
 """
 from __future__ import annotations
 import itertools, math, operator
 from dataclasses import dataclass
 from tgc.ir.core import Operation
 from tgc.ir.attrs import Record
+from tgc.ir import dtypes as D
 from tgc.errors import TgcError
-from tgc.target import Target, tensor_core_targets
+from tgc.target import Target, DeviceSpec, tensor_core_targets
 
 MAX_LANES = 256  # unrolled lanes (upcast x unroll) a kernel may have at most
 MAX_STAGES = 8   # SMEM's ring of tiles (uop.async_wait counts at most 8 groups in flight)
+MAX_GLOBAL_DIMS = 3  # launch grid dims (gidx0..2, lidx0..2): more axes are merged into the outermost
+MAX_GRID = 2**31 - 1  # points along one launch grid dim at most
 OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'swap': 'global', 'unroll': 'reduce', 'group': 'reduce', 'grouptop': 'reduce',
              'tc': 'reduce', 'smem': 'load'}
 
 
 def Opt(name: str, axis: int, amt: int) -> Record: return Record(name, {'axis': axis, 'amt': amt})
+
+
+def feeding(roots, stop=()) -> set:
+  """The ops that compute the values `roots`, through their operands (not through the ops in `stop`)."""
+  seen, todo = set(), list(roots)
+  while todo:
+    op = todo.pop().op
+    if op is None or op in seen or op in stop: continue
+    seen.add(op); todo.extend(op.operands)
+  return seen
+
+
+def reduce_stages(reduces) -> list[list]:
+  """Reduces in stages: a reduce whose input uses another's result (softmax's sum of exp(x - max)) comes in a stage
+  after that one's."""
+  stage: dict = {}
+  for r in reduces:
+    stage[r] = 1 + max((stage[q] for q in feeding([r.src]) if q in stage), default=-1)
+  return [[r for r in reduces if stage[r] == i] for i in range(max(stage.values(), default=-1) + 1)]
+
+
+def launch_groups(axes) -> list[list[int]]:
+  """The axes of each launch grid dim (of the global or the local axes, outermost first): one each, the outermost
+  merged while there are more than MAX_GLOBAL_DIMS."""
+  groups = [[a] for a in axes]
+  while len(groups) > MAX_GLOBAL_DIMS: groups[0:2] = [groups[0] + groups[1]]
+  return groups
 
 
 def tc_tile(t: Target | None) -> tuple[int, int, int] | None:
@@ -212,11 +244,101 @@ class Schedule:
         any(f is not None and f.name == 'kernel.load' for f in map(uncast, product.operands))
     try: self.full, self.out, self.kinds, self.views, self.padded, self.smem = apply_opts(full, out, kinds, views, opts, tc_tile(target))
     except (OptError, ValueError) as e: raise OptError(f"@{k.sym_name}: {e}") from None
+    self.reduces = reduces
     self.reduce_kind = reduces[0].kind if reduces else None
     self.warpgroup = any(o.name == 'tc' and o.fields.get('amt') == 1 for o in opts)  # wgmma: SMEM's tiles are SwizzledTiles
     # the reduces whose input linearize masks to their identity past a padded reduce axis's end
     self.masked = {r for r in reduces if not zero_pad(r)} if self.reduce_bounds else set()
     self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
+
+  def check(self, target: Target | DeviceSpec) -> 'Schedule':
+    """This schedule, where it lowers on `target` (its language's limits); else an OptError naming the kernel, the
+    first rule broken in the order lowering meets them: the unrolled lanes, work-groups and shared memory on a GPU
+    language alone, tensor cores on a target that has them, the launch grid's sizes, tensor cores' operands, dtypes
+    and warps (tc_operands; a warpgroup's: its staged operands and its warps along m), the shared memory the staged
+    tiles take (per reduce loop)."""
+    t = target.target if isinstance(target, DeviceSpec) else target
+    name, full, kinds = self.k.sym_name, self.full, self.kinds
+    axes = lambda *ks: [i for i in range(len(full)) if kinds[i] in ks and full[i] > 1]
+    lanes = math.prod(full[i] for i in axes('upcast') + axes('unroll'))
+    if lanes > MAX_LANES: raise OptError(f"@{name}: {lanes} unrolled lanes (at most {MAX_LANES})")
+    if any(kd in ('local', 'group') for kd in kinds) and t.is_cpu: raise OptError(f"@{name}: local and group dims need a GPU target, not {t.name}")
+    if self.smem and (t.is_cpu or not t.local_memory): raise OptError(f"@{name}: smem needs a GPU target with shared memory, not {t.name}")
+    tc = any(kd in ('tcm', 'tcn', 'tck') for kd in kinds)
+    if tc and t.tensor_cores is None:
+      raise OptError(f"@{name}: tensor cores (tc) need the {' or '.join(x.name for x in tensor_core_targets())} target, not {t.name}")
+    def grid(ax, prefix):  # (on a CPU only the outermost global axis is a launch dim, the rest loops)
+      groups = [ax[:1]] if t.is_cpu and prefix == 'gidx' else launch_groups(ax)
+      for gi, grp in enumerate(reversed(groups)):
+        if (size := math.prod(full[a] for a in grp)) > MAX_GRID:
+          raise OptError(f"@{name}: {size} points along {prefix}{gi}, more than a launch grid holds (2**31 - 1)")
+    grid(axes('global'), 'gidx')
+    if tc and len(axes('local', 'group')) > 2: raise OptError(f"@{name}: tc: at most two local dims besides the warp's lanes")
+    if not tc: grid(axes('local', 'group'), 'lidx')
+    if tc:
+      r, (xa, ca), (xb, cb) = self.tc_operands(t)
+      if self.warpgroup: self.check_warpgroup(t, r, (xa, ca), (xb, cb))
+      stages = [[op for op in self.smem if op in ca or op in cb]]
+    else:
+      done, stages = set(), []
+      for st in reduce_stages(self.reduces):
+        inside = feeding([r.src for r in st], stop=done)
+        stages.append([op for op in self.smem if op in inside]); done |= set(st)
+    for loads in stages:
+      if (size := sum(self.tile_bytes(op) for op in loads)) > t.max_local_memory:
+        raise OptError(f"@{name}: smem: the tiles take {size} bytes of shared memory, more than the {t.max_local_memory} of {t.name}")
+    return self
+
+  def tc_operands(self, t: Target):
+    """Tensor cores' sum of products: (the reduce, (A, the ops computing it), (B, the same)), each factor without the
+    casts that widen it to the sum's dtype, A the one broadcast along n; an OptError where the kernel is no such sum
+    or no tensor core of `t` multiplies its dtypes."""
+    bad = lambda why: OptError(f"@{self.k.sym_name}: tc: {why}")
+    if len(self.reduces) != 1 or self.reduces[0].kind != 'add': raise bad("tensor cores compute one sum of products")
+    r, tcs = self.reduces[0], t.tensor_cores
+    tc_in = {D.BY_NAME[i] for i, _ in tcs.dtypes}
+    mul = r.src.op
+    # a product of narrow values widened after (conv's half product summed in float): the tensor cores multiply
+    # exactly and sum in the wider type, as they do when the factors are widened first
+    while mul is not None and mul.name == 'kernel.cast' and mul.operands[0].type in tc_in: mul = mul.operands[0].op
+    if mul is None or mul.name != 'kernel.mul': raise bad("the reduce must sum a product")
+    def operand(v):  # a factor without the casts that widen it to the sum's dtype, and the ops computing that
+      while v.op is not None and v.op.name == 'kernel.cast' and v.op.operands[0].type in tc_in: v = v.op.operands[0]
+      seen, order = set(), []
+      def visit(u):
+        if u in seen or u.op is None: return
+        seen.add(u)
+        for w in u.op.operands: visit(w)
+        order.append(u.op)
+      visit(v)
+      return v, order
+    m_in, n_in = self.kinds.index('tcm'), self.kinds.index('tcn')
+    (xa, ca), (xb, cb) = (operand(v) for v in mul.operands)
+    zero_along = lambda chain, ax: all(self.views[op].real_strides(ignore_valid=True)[ax] == 0 for op in chain if op.name == 'kernel.load')
+    if not zero_along(ca, n_in): (xa, ca), (xb, cb) = (xb, cb), (xa, ca)  # A is the factor broadcast along n
+    if not (zero_along(ca, n_in) and zero_along(cb, m_in)): raise bad("one factor must vary along m only and the other along n only")
+    acc_dt = r.results[0].type
+    if xb.type is not xa.type or (xa.type.name, acc_dt.name) not in tcs.dtypes:
+      raise bad(f"no tensor core multiplies {xa.type} by {xb.type} into {acc_dt} (they take {', '.join(f'{i} -> {o}' for i, o in tcs.dtypes)})")
+    return r, (xa, ca), (xb, cb)
+
+  def check_warpgroup(self, t: Target, r, a, b) -> None:
+    """TC on warpgroups (wgmma): f16 or bf16 factors summed in f32, each a load staged through shared memory; the
+    local axis just outside the tile's m the innermost, a multiple of 4 warps (a warpgroup's 64 rows); a warpgroup's
+    n (8 a tile of the upcast axis just outside the tile's n) at most 256."""
+    bad = lambda why: OptError(f"@{self.k.sym_name}: tc (warpgroup): {why}")
+    full, kinds = self.full, self.kinds
+    if not t.tensor_cores.warpgroup: raise bad(f"the {t.name} target has no warpgroup tensor cores (wgmma)")
+    (xa, ca), (xb, cb) = a, b
+    if r.results[0].type is not D.f32 or xa.type not in (D.f16, D.bf16): raise bad(f"wgmma multiplies f16 or bf16 into f32, not {xa.type} into {r.results[0].type}")
+    if len(ca) != 1 or len(cb) != 1 or ca[0] not in self.smem or cb[0] not in self.smem:
+      raise bad("both factors must be loads staged through shared memory (smem), with nothing computed on them")
+    lo = [i for i in range(len(full)) if kinds[i] in ('local', 'group') and full[i] > 1]
+    wm, nu = kinds.index('tcm') - 1, kinds.index('tcn') - 1
+    if kinds[wm] != 'local' or full[wm] % 4 or not lo or lo[-1] != wm:
+      raise bad("the axis just outside the tile's m must be local, a multiple of 4 warps (a warpgroup's 64 rows), and the innermost local axis")
+    N = 8 * (full[nu] if kinds[nu] == 'upcast' else 1)
+    if N > 256: raise bad(f"a warpgroup's n is {N} (the upcast axis just outside the tile's n times 8): wgmma takes at most 256")
 
   def strides(self, op):
     """Per axis, how far the load's address moves (None: not by a constant). A mask (padding) gates lanes without
@@ -307,6 +429,13 @@ class Schedule:
 
 
 def try_opts(k, opts, target: Target | None = None) -> Schedule | None:
-  """The schedule, or None where an action does not apply."""
+  """The schedule, or None where an action does not apply to the kernel's shape."""
   try: return Schedule(k, opts, target)
   except TgcError: return None
+
+
+def lowers(k, opts, target: Target | DeviceSpec) -> bool:
+  """Whether the kernel with these opts lowers on `target` (Schedule.check: its shape, dtypes, limits)."""
+  t = target.target if isinstance(target, DeviceSpec) else target
+  try: Schedule(k, tuple(opts) if isinstance(opts, list) else (opts,) if isinstance(opts, Record) else opts, t).check(t); return True
+  except TgcError: return False
