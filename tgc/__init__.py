@@ -4,6 +4,11 @@
 """
 from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError
 from tgc.ir.diagnostics import Diagnostic
+from tgc.ir import core as _core
+
+# the IR core's registry: the dialects that register its ops and the parser of its text, imported when first asked for
+_core.DIALECT_MODULES.append('tgc.dialects')
+_core.PARSER = 'tgc.parser:parse'
 
 __version__ = '0.1.0'
 

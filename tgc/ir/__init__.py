@@ -7,8 +7,10 @@ from tgc.ir import dtypes
 
 def parse(text: str, filename: str = '<stdin>', verify: bool = True, allow_unregistered: bool = False) -> Module:
   """Text -> a verified Module; raises tgc.Diagnostic on bad input."""
-  from tgc.parser import parse as _parse
-  return _parse(text, filename, verify=verify, allow_unregistered=allow_unregistered)
+  import importlib
+  from tgc.ir import core
+  mod, fn = core.PARSER.split(':')
+  return getattr(importlib.import_module(mod), fn)(text, filename, verify=verify, allow_unregistered=allow_unregistered)
 
 
 __all__ = ['Operation', 'Value', 'Block', 'Module', 'REGISTRY', 'lookup_op', 'TensorType', 'VecType', 'BufType', 'PtrType',

@@ -163,10 +163,17 @@ def lookup_op(name: str) -> type[Operation] | None:
   if name not in REGISTRY: load_dialects()
   return REGISTRY.get(name)
 
+# the modules whose import registers the dialects' ops, and the "module:function" that parses text into a Module:
+# filled where the package is entered (tgc/__init__.py), so that the IR core imports no dialect and no parser (they
+# import it)
+DIALECT_MODULES: list[str] = []
+PARSER: str = ''
+
 _loaded = False
 def load_dialects():
-  """Import every dialect module once, which registers its ops."""
+  """Import every dialect module once (DIALECT_MODULES), which registers its ops."""
   global _loaded
   if _loaded: return
   _loaded = True
-  import tgc.dialects  # noqa: F401  (registers builtin, tensor, kernel, uop)
+  import importlib
+  for mod in DIALECT_MODULES: importlib.import_module(mod)

@@ -7,7 +7,8 @@ a global axis up, SWAP, which exchanges two global axes (the loop order), and TC
 of the shape as it is after the earlier actions. linearize applies them, so an `opts` attribute written by hand
 replays exactly.
 
-mode=heuristic mirrors tinygrad's hand-coded optimisations: upcast axes that some buffer broadcasts
+mode=heuristic mirrors tinygrad's hand-coded optimisations, as an ordered list of strategies (STRATEGIES: warpgroups'
+tensor cores, a conv's and a matmul's tensor cores, a matrix-vector product, a row reduce, everything else): upcast axes that some buffer broadcasts
 (register reuse, as in matmul), vectorise the contiguous axis, unroll short reduces, group reduces whose
 output is too small to fill a GPU, local dims on GPUs; on CPUs a loop order that re-reads the least, on cuda
 tensor cores for f16/bf16 matmuls. mode=search times candidates on the device
@@ -40,35 +41,44 @@ def is_matvec(k: Operation, ks: Schedule, r: int) -> bool:
 STAGE_UNROLL = 8
 
 
-def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
-              stage: bool = True) -> list[Record]:
-  # the register tiles, reductions and loop order follow the processor; work-groups follow the target (an OpenCL
-  # device on a CPU still runs work-items in work-groups, and a work-group of one costs a launch each)
-  t, gpu = spec.target, spec.gpu
-  allow_local = (not t.is_cpu) if allow_local is None else allow_local
-  cpu = cpu_facts(spec.cpu)
-  smem_budget = spec.smem_budget  # the device's, where it is known
-  processor = spec.processor
-  opts: list[Record] = []
-  ks = Schedule(k, (), t)
-  if not ks.full: return opts
-  loads = [op for op in k.body.ops if op.name == 'kernel.load']
-  vec = max_upcast or t.upcast(processor, cpu.lanes(max((op.buf.type.dtype.itemsize for op in loads), default=4)),
-                               max(op.buf.type.dtype.itemsize for op in loads + [ks.store]))
+class Tiling:
+  """kernel-opt's work on one kernel: the device, the opts chosen so far and the Schedule they make (`ks`), and what
+  the strategies read of the kernel as it was (its reduce and global axes before any action: `red`, `glob`)."""
+  def __init__(self, k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
+               stage: bool = True):
+    # the register tiles, reductions and loop order follow the processor; work-groups follow the target (an OpenCL
+    # device on a CPU still runs work-items in work-groups, and a work-group of one costs a launch each)
+    self.k, self.spec, self.t, self.gpu = k, spec, spec.target, spec.gpu
+    self.max_upcast, self.unroll, self.stage = max_upcast, unroll, stage
+    self.allow_local = (not self.t.is_cpu) if allow_local is None else allow_local
+    self.cpu = cpu_facts(spec.cpu)
+    self.smem_budget = spec.smem_budget  # the device's, where it is known
+    self.opts: list[Record] = []
+    self.ks = ks = Schedule(k, (), self.t)
+    self.loads = loads = [op for op in k.body.ops if op.name == 'kernel.load']
+    if ks.full:
+      self.vec = max_upcast or self.t.upcast(spec.processor, self.cpu.lanes(max((op.buf.type.dtype.itemsize for op in loads), default=4)),
+                                             max(op.buf.type.dtype.itemsize for op in loads + [ks.store]))
+    self.red, self.glob = ks.axes('reduce'), ks.axes('global')
 
-  def apply(o):
-    nonlocal ks
-    nk = try_opts(k, opts + [o], t)
+  def apply(self, o) -> bool:
+    """Add the action where it applies to the kernel's shape (the schedule follows)."""
+    nk = try_opts(self.k, self.opts + [o], self.t)
     if nk is None: return False
-    opts.append(o); ks = nk
+    self.opts.append(o); self.ks = nk
     return True
 
-  red = ks.axes('reduce')
-  glob = ks.axes('global')
-  def tile_grid(role):  # after tc: the global axis just outside the tile's m or n ('tcm' / 'tcn'), or None
+  def tile_grid(self, role):
+    """After tc: the global axis just outside the tile's m or n ('tcm' / 'tcn'), or None."""
+    ks = self.ks
     ax = ks.kinds.index(role) - 1
     while ax >= 0 and ks.kinds[ax] in ('upcast', 'local'): ax -= 1
     return ax if ax >= 0 and ks.kinds[ax] == 'global' else None
+
+
+def warpgroup(tl: Tiling) -> list | None:
+  """Warpgroups' tensor cores (Hopper's wgmma), where the device has them: warpgroup_tiles."""
+  k, t, spec, red, smem_budget = tl.k, tl.t, tl.spec, tl.red, tl.smem_budget
   # warpgroups' tensor cores (Hopper's wgmma), where the device has them: a block of 2 warpgroups takes 128x256
   # outputs (8 warps of 16 rows along m, each 32 tiles of 8 along n: one wgmma of 64x256 a warpgroup; 128x128 where
   # that leaves too few blocks), a step of k is 64 deep, both operands are staged in the tensor cores' swizzled layout
@@ -77,101 +87,127 @@ def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: 
   # conv (its output channels m, its output columns n): 64 channels x 56 columns a warpgroup, two output rows a block:
   # its 3x3 f16 conv kernel (32x64x56x56) ran in 29.7 us, where mma.sync's below took 62.4
   if spec.has_warpgroup and red:
-    wg = warpgroup_tiles(k, ks, t, smem_budget)
+    wg = warpgroup_tiles(k, tl.ks, t, smem_budget)
     if wg is not None: return wg
+
+
+def tc_conv(tl: Tiling) -> list | None:
+  """A conv on tensor cores (several reduce axes; tc on the first, its input channels)."""
+  k, t, loads, red, smem_budget = tl.k, tl.t, tl.loads, tl.red, tl.smem_budget
   # a conv on tensor cores (several reduce axes; tc on the first, its input channels): a warp takes 2 tiles of m by 8
   # of n (32x64), a block 4x2 warps along the other global axes (the output's columns and rows, which share the
   # weights' tile), a step of the reduce loops 4 tiles deep, and both operands go through a ring of shared-memory
   # stages (the reduce loops run as one range): on an H100 a 3x3 f16 conv (32x64x56x56) ran its conv kernel in 69 us
   # so, 169 us with 2x4 tiles, 8x2 warps and one buffer a step of 16 (a sweep of 11 shapes)
   if t.tensor_cores is not None and len(red) > 1 and lowers(k, Opt('tc', red[0], 0), t):
-    apply(Opt('tc', red[0], 0))
+    tl.apply(Opt('tc', red[0], 0))
     for role, amts in (('tcn', (8, 4, 2)), ('tcm', (2,))):
-      ax = tile_grid(role)
-      if ax is not None: next((a for a in amts if ks.full[ax] % a == 0 and apply(Opt('upcast', ax, a))), None)
+      ax = tl.tile_grid(role)
+      if ax is not None: next((a for a in amts if tl.ks.full[ax] % a == 0 and tl.apply(Opt('upcast', ax, a))), None)
     done: list = []
     for amts in ((4, 2), (2,)):
-      other = [a for a in ks.axes('global') if a not in (tile_grid('tcm'), tile_grid('tcn')) and a not in done]
-      if other and next((a for a in amts if ks.full[other[-1]] % a == 0 and apply(Opt('local', other[-1], a))), None): done.append(other[-1])
-    r = ks.axes('reduce')
-    if r: next((u for u in (4, 2) if ks.full[r[0]] % u == 0 and apply(Opt('unroll', r[0], u))), None)
-    for i, op in enumerate(op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)):
-      if ks.tile_bytes(op) <= smem_budget: apply(Opt('smem', i, 0))
-    return stage_ring(ks, opts, t, smem_budget)
+      other = [a for a in tl.ks.axes('global') if a not in (tl.tile_grid('tcm'), tl.tile_grid('tcn')) and a not in done]
+      if other and next((a for a in amts if tl.ks.full[other[-1]] % a == 0 and tl.apply(Opt('local', other[-1], a))), None): done.append(other[-1])
+    r = tl.ks.axes('reduce')
+    if r: next((u for u in (4, 2) if tl.ks.full[r[0]] % u == 0 and tl.apply(Opt('unroll', r[0], u))), None)
+    for i, op in enumerate(op for op in loads if tuple(tl.ks.views[op].shape) == tuple(tl.ks.full)):
+      if tl.ks.tile_bytes(op) <= smem_budget: tl.apply(Opt('smem', i, 0))
+    return stage_ring(tl.ks, tl.opts, t, smem_budget)
+
+
+def tc_matmul(tl: Tiling) -> list | None:
+  """A matmul on tensor cores, its sizes padded to the tiles first."""
+  k, t, loads, red, smem_budget = tl.k, tl.t, tl.loads, tl.red, tl.smem_budget
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples;
   # sizes the tiles do not divide are padded first (PADTO: a 4095 f16 matmul ran at 0.2 TFLOP/s without tensor cores)
-  pads = tc_padding(ks, t) if t.tensor_cores is not None and len(red) == 1 else None
+  pads = tc_padding(tl.ks, t) if t.tensor_cores is not None and len(red) == 1 else None
   if pads is not None and lowers(k, pads + [Opt('tc', red[0], 0)], t):
-    for o in pads: apply(o)
+    for o in pads: tl.apply(o)
     # a warp computes 4x4 tiles (64x32), a block 2x4 warps (128x128), a step of the k loop 4 tiles (64) deep, and
     # both operands are staged through shared memory (SMEM) in a ring of stages: on an H100 a 4096 f16 matmul ran
     # at 286 TFLOP/s so, 256 with one buffer, 161 with 64x128 blocks and steps of 16 (sweeps of 48 and 80 shapes)
-    apply(Opt('tc', red[0], 0))
+    tl.apply(Opt('tc', red[0], 0))
     for kind, amts, role in (('upcast', (4, 2), 'tcm'), ('upcast', (4, 2), 'tcn'), ('local', (2,), 'tcm'), ('local', (4, 2), 'tcn')):
-      ax = tile_grid(role)
+      ax = tl.tile_grid(role)
       # a tile leaves two blocks along its axis at least, unless the other axes have blocks to spare: an im2col conv's
       # 64 output channels in one warp tile (4 of m), its pixels and batch giving the blocks, ran its matmul on an H100
       # in 81 us so, 97 us with two blocks of 32
-      others = math.prod(ks.full[a] for a in ks.axes('global') if a != ax)
-      amt = next((a for a in amts if ax is not None and ks.full[ax] % a == 0 and (ks.full[ax] > a or (kind == 'upcast' and others >= 4096))), None)
-      if amt: apply(Opt(kind, ax, amt))
-    r = ks.axes('reduce')
-    if r and ks.axes('local'): next((u for u in (4, 2) if ks.full[r[0]] % u == 0 and apply(Opt('unroll', r[0], u))), None)  # (deep steps between a block's barriers)
-    used = 0 if any(kd in ('upcast', 'local') for kd in ks.kinds) else smem_budget  # (one tile a block: nothing shared)
-    for i, op in enumerate(op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)):
-      if used + ks.tile_bytes(op) <= smem_budget and apply(Opt('smem', i, 0)): used += ks.tile_bytes(op)
-    return stage_ring(ks, opts, t, smem_budget)
+      others = math.prod(tl.ks.full[a] for a in tl.ks.axes('global') if a != ax)
+      amt = next((a for a in amts if ax is not None and tl.ks.full[ax] % a == 0 and (tl.ks.full[ax] > a or (kind == 'upcast' and others >= 4096))), None)
+      if amt: tl.apply(Opt(kind, ax, amt))
+    r = tl.ks.axes('reduce')
+    if r and tl.ks.axes('local'): next((u for u in (4, 2) if tl.ks.full[r[0]] % u == 0 and tl.apply(Opt('unroll', r[0], u))), None)  # (deep steps between a block's barriers)
+    used = 0 if any(kd in ('upcast', 'local') for kd in tl.ks.kinds) else smem_budget  # (one tile a block: nothing shared)
+    for i, op in enumerate(op for op in loads if tuple(tl.ks.views[op].shape) == tuple(tl.ks.full)):
+      if used + tl.ks.tile_bytes(op) <= smem_budget and tl.apply(Opt('smem', i, 0)): used += tl.ks.tile_bytes(op)
+    return stage_ring(tl.ks, tl.opts, t, smem_budget)
+
+
+def matvec(tl: Tiling) -> list | None:
+  """A GPU matrix-vector product: threads share a row (GROUP)."""
+  k, gpu, red, glob = tl.k, tl.gpu, tl.red, tl.glob
   # GPU matrix-vector product: 8 threads share each row's sum (GROUP), so that neighbouring threads read neighbouring
   # elements of the matrix (coalesced) instead of rows a whole row apart; 4 rows per thread, 4 per work-group
-  if gpu and len(red) == 1 and is_matvec(k, ks, red[0]):
+  if gpu and len(red) == 1 and is_matvec(k, tl.ks, red[0]):
     r = red[0]
-    ax = next((a for a in glob if ks.full[a] % 16 == 0), None)
-    if ax is not None and ks.full[r] % 8 == 0 and ks.full[r] > 8:
-      for o in (Opt('group', r, 8), Opt('local', ax, 4), Opt('upcast', ax, 4)): apply(o)
-      return opts
+    ax = next((a for a in glob if tl.ks.full[a] % 16 == 0), None)
+    if ax is not None and tl.ks.full[r] % 8 == 0 and tl.ks.full[r] > 8:
+      for o in (Opt('group', r, 8), Opt('local', ax, 4), Opt('upcast', ax, 4)): tl.apply(o)
+      return tl.opts
+
+
+def row_reduce(tl: Tiling) -> list | None:
+  """A GPU reduce along memory: a work-group a row (GROUP), its partials meeting in registers or shared memory."""
+  k, t, gpu, loads, vec, red, allow_local = tl.k, tl.t, tl.gpu, tl.loads, tl.vec, tl.red, tl.allow_local
   # GPU reduce along memory (rows of a sum, softmax's max and sum): a work-group per output, each thread takes
   # float4s `group` apart (neighbouring threads read neighbouring addresses: coalesced), and the partials meet
   # as a tree in shared memory; a thread per output reading its own row would read a row apart per thread
   if gpu and allow_local and len(red) == 1:
     r = red[0]
-    st = [ks.strides(op)[r] for op in loads]
-    if 1 in st and all(x in (0, 1) for x in st) and ks.full[r] >= 128:
+    st = [tl.ks.strides(op)[r] for op in loads]
+    if 1 in st and all(x in (0, 1) for x in st) and tl.ks.full[r] >= 128:
       # a row no group of threads divides (PP-OCR's 6625 classes) is padded to one, its padding masked: on an H100 its
       # softmax took 1.6 ms with a thread a row
-      if ks.full[r] % 8:
-        n = ks.full[r]
-        next((a for a in (t.max_threads, 128, 64, 32) if -(-n // a) * a - n <= n // 16 and apply(Opt('padto', r, a))), None)
-      if ks.full[r] % (vec * 32) == 0: apply(Opt('unroll', r, vec))
+      if tl.ks.full[r] % 8:
+        n = tl.ks.full[r]
+        next((a for a in (t.max_threads, 128, 64, 32) if -(-n // a) * a - n <= n // 16 and tl.apply(Opt('padto', r, a))), None)
+      if tl.ks.full[r] % (vec * 32) == 0: tl.apply(Opt('unroll', r, vec))
       # (rows no warp divides, 1000 long: 8 or 16 threads a row, and rows enough a work-group to fill it)
       for amt in (t.max_threads, 128, 64, 32, 16, 8):
-        if amt <= t.max_threads and ks.full[r] % amt == 0 and apply(Opt('group', r, amt)):
+        if amt <= t.max_threads and tl.ks.full[r] % amt == 0 and tl.apply(Opt('group', r, amt)):
           # short rows: several outputs per work-group, so that a block still has 128 threads or more
-          for ax in reversed(ks.axes('global')):
+          for ax in reversed(tl.ks.axes('global')):
             for n in (32, 16, 8, 4, 2):
-              if amt * n <= t.max_threads and ks.full[ax] % n == 0 and apply(Opt('local', ax, n)): amt *= n; break
+              if amt * n <= t.max_threads and tl.ks.full[ax] % n == 0 and tl.apply(Opt('local', ax, n)): amt *= n; break
             if amt >= 128: break
           # stages (softmax's max, then its sum of exp(x - max), then its epilogue x / sum at the iteration shape): a
           # thread's share of a row short enough for registers is unrolled whole, so that every stage reads the same
           # loads (x once from memory, not once a stage)
-          rest = ks.axes('reduce')
-          stages = sum(op.name == 'kernel.reduce' for op in k.body.ops) + bool(ks.full_stores)
-          if stages > 1 and rest and ks.full[rest[0]] <= STAGE_UNROLL: apply(Opt('unroll', rest[0], 0))
-          return opts
-  out_points = math.prod(ks.full[i] for i in glob) if glob else 1
+          rest = tl.ks.axes('reduce')
+          stages = sum(op.name == 'kernel.reduce' for op in k.body.ops) + bool(tl.ks.full_stores)
+          if stages > 1 and rest and tl.ks.full[rest[0]] <= STAGE_UNROLL: tl.apply(Opt('unroll', rest[0], 0))
+          return tl.opts
+
+
+def generic(tl: Tiling) -> list | None:
+  """Everything else: GROUPTOP, register tiles (upcast), unrolled reduces, the CPU loop order, work-groups (local), SMEM."""
+  k, t, spec, gpu, cpu, loads, vec = tl.k, tl.t, tl.spec, tl.gpu, tl.cpu, tl.loads, tl.vec
+  red, glob, allow_local, smem_budget, max_upcast, unroll, stage = tl.red, tl.glob, tl.allow_local, tl.smem_budget, tl.max_upcast, tl.unroll, tl.stage
+  out_points = math.prod(tl.ks.full[i] for i in glob) if glob else 1
   # GPU: a long reduce whose output cannot fill the device gets the work-group to share it (GROUPTOP), along the
   # innermost reduce axis that an amount divides (a 1x3 conv over 960 channels, 60x40 outputs: its 3 taps divide by
   # none; on an H100 it took 300 us with 75 threads)
-  if gpu and red and out_points <= 4096 and math.prod(ks.full[a] for a in red) >= 64:
-    next((a for ax in reversed(red) for a in (256, 64, 16) if ks.full[ax] % a == 0 and apply(Opt('grouptop', ax, a))), None)
+  if gpu and red and out_points <= 4096 and math.prod(tl.ks.full[a] for a in red) >= 64:
+    next((a for ax in reversed(red) for a in (256, 64, 16) if tl.ks.full[ax] % a == 0 and tl.apply(Opt('grouptop', ax, a))), None)
   # GPU matmul-like kernels (a reduce over the product of two loads, each broadcast along some axis: a matmul, a conv
   # over its channels and window) stage both operands through shared memory (SMEM): on an H100 a 4096 f32 matmul ran
   # at 34.9 TFLOP/s with 8 rows x 4 columns a thread, UNROLL 8 and 16x8 work-groups (fma on), 21.5 with the best tiles
   # without it (sweeps of 40 and 11 shapes); an f32 3x3 conv kernel (32x64x56x56) in 265 us so, 490 without
   matmul_like = gpu and allow_local and len(red) >= 1 and len(loads) == 2 and \
-    all(any(st == 0 and n > 1 for st, n in zip(ks.strides(op), ks.full)) for op in loads)
+    all(any(st == 0 and n > 1 for st, n in zip(tl.ks.strides(op), tl.ks.full)) for op in loads)
   staged = stage and matmul_like and t.local_memory > 0
   if matmul_like:  # sizes the GPU tiles below do not divide are padded first (a 4095 f32 matmul ran in 1-thread blocks)
-    for o in pad_to_tiles(ks, ((64, 32, 16, 8, 4), (64, 32, 16, 8, 4), (32, 16, 8))) or []: apply(o)
+    for o in pad_to_tiles(tl.ks, ((64, 32, 16, 8, 4), (64, 32, 16, 8, 4), (32, 16, 8))) or []: tl.apply(o)
   if red:
     # register tiles: upcast the axes some buffer broadcasts (each loaded value is reused across the lanes).
     # On CPUs two vectors wide and as many rows as keep the accumulators in half the vector registers (the rest
@@ -181,7 +217,7 @@ def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: 
     # on GPUs 8 columns (two float4) x 4 rows a thread: a 4096 f32 matmul ran at 21 TFLOP/s on an H100 where 4x4 made 13
     wants = [vec, 2, max(2, cpu.vector_registers // 4)] if not gpu else [vec, 2 * vec] if staged else [2 * vec, vec]
     for step, want in enumerate(wants):
-      glob = ks.axes('global')
+      glob = tl.ks.axes('global')
       # candidates, innermost first; an axis every load reads contiguously (or broadcasts) first, then the widest
       # split (a 64-long axis gets all 16 lanes where a 56-long one would get 8: conv's output channels beat its
       # width); the doubling step goes to the vector axis's outer part
@@ -189,7 +225,7 @@ def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: 
       cands += [ax for ax in reversed(glob) if ax not in done]
       best, best_key = None, None
       for ax in cands:
-        st = [ks.strides(op)[ax] for op in loads]
+        st = [tl.ks.strides(op)[ax] for op in loads]
         # the rows of the tile: an axis along which other loads broadcast than along the vector (reuse of the
         # vector loads), not one more split of the same kind (that only adds vector loads)
         if step == len(wants) - 1 and vec_bcast is not None and tuple(s == 0 for s in st) == vec_bcast: continue
@@ -198,7 +234,7 @@ def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: 
         # where 16x8 ran PP-OCR det's 3x3 convs 3x faster on a Zen 5
         if want == 2 and done and vec_bcast is not None and tuple(s == 0 for s in st) != vec_bcast: continue
         if any(s == 0 for s in st) and any(s not in (0, None) for s in st):
-          amt = next((a for a in (want, 8, 4, 2) if a <= want and ks.full[ax] % a == 0 and lanes * a <= MAX_LANES), None)
+          amt = next((a for a in (want, 8, 4, 2) if a <= want and tl.ks.full[ax] % a == 0 and lanes * a <= MAX_LANES), None)
           key = (all(s in (0, 1) for s in st), amt)
           if amt and (best is None or key > best_key): best, best_key = (ax, amt), key
           if want == 2 and best: break
@@ -206,51 +242,51 @@ def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: 
       # CPU: an output axis that takes a quarter of the vector or less (258 filters: 2 lanes) where every load reads
       # the reduce axis contiguously: no register tile, the lanes go along the reduce (silero's STFT, 3x258 by 256
       # taps: 37.6 -> 7.4 us on a Zen 5)
-      r_last = ks.axes('reduce')[-1] if ks.axes('reduce') else None
-      if step == 0 and not gpu and best[1] * 4 <= vec and r_last is not None and ks.full[r_last] % vec == 0 and \
-          all(ks.strides(op)[r_last] in (0, 1) for op in loads) and any(ks.strides(op)[r_last] == 1 for op in loads): break
-      if apply(Opt('upcast', *best)):
-        if vec_bcast is None: vec_bcast = tuple(ks.strides(op)[best[0] + 1] == 0 for op in loads)
+      r_last = tl.ks.axes('reduce')[-1] if tl.ks.axes('reduce') else None
+      if step == 0 and not gpu and best[1] * 4 <= vec and r_last is not None and tl.ks.full[r_last] % vec == 0 and \
+          all(tl.ks.strides(op)[r_last] in (0, 1) for op in loads) and any(tl.ks.strides(op)[r_last] == 1 for op in loads): break
+      if tl.apply(Opt('upcast', *best)):
+        if vec_bcast is None: vec_bcast = tuple(tl.ks.strides(op)[best[0] + 1] == 0 for op in loads)
         lanes *= best[1]
         done = {a + (a > best[0]) for a in done} | {best[0], best[0] + 1}  # the split's two parts are used
-    red = ks.axes('reduce')
+    red = tl.ks.axes('reduce')
     if red:
       # (staged: the reduce axis a long step divides, a conv's input channels rather than its window's columns)
-      r = next((a for a in reversed(red) if ks.full[a] % (4 * unroll) == 0), red[-1]) if staged else red[-1]
-      s = ks.full[r]
-      cur = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('upcast', 'unroll'))
-      plain = not any(kd == 'upcast' for kd in ks.kinds)
-      contig = [ks.strides(op)[r] for op in loads]
+      r = next((a for a in reversed(red) if tl.ks.full[a] % (4 * unroll) == 0), red[-1]) if staged else red[-1]
+      s = tl.ks.full[r]
+      cur = math.prod(tl.ks.full[i] for i, kd in enumerate(tl.ks.kinds) if kd in ('upcast', 'unroll'))
+      plain = not any(kd == 'upcast' for kd in tl.ks.kinds)
+      contig = [tl.ks.strides(op)[r] for op in loads]
       if plain and not gpu and all(c in (0, 1) for c in contig) and 1 in contig and s % vec == 0 and s > vec:
-        apply(Opt('unroll', r, vec))  # a plain reduction over contiguous memory: vector lanes along it
-      elif s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: apply(Opt('unroll', r, 0))
-      elif staged and s % (4 * unroll) == 0 and cur * 4 * unroll <= MAX_LANES: apply(Opt('unroll', r, 4 * unroll))  # a longer step between barriers
-      elif gpu and s % (2 * unroll) == 0 and cur * 2 * unroll <= MAX_LANES and cur > 1: apply(Opt('unroll', r, 2 * unroll))  # a GPU tile: more loads in flight
-      elif s % unroll == 0 and cur * unroll <= MAX_LANES: apply(Opt('unroll', r, unroll))
+        tl.apply(Opt('unroll', r, vec))  # a plain reduction over contiguous memory: vector lanes along it
+      elif s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: tl.apply(Opt('unroll', r, 0))
+      elif staged and s % (4 * unroll) == 0 and cur * 4 * unroll <= MAX_LANES: tl.apply(Opt('unroll', r, 4 * unroll))  # a longer step between barriers
+      elif gpu and s % (2 * unroll) == 0 and cur * 2 * unroll <= MAX_LANES and cur > 1: tl.apply(Opt('unroll', r, 2 * unroll))  # a GPU tile: more loads in flight
+      elif s % unroll == 0 and cur * unroll <= MAX_LANES: tl.apply(Opt('unroll', r, unroll))
     # CPU loop order: each iteration of the outermost global loop re-reads every buffer that does not vary
     # along it; where such a buffer outgrows a core's cache, make outermost the axis for which that costs least
     # (a matmul's column panels outside its row blocks: A re-read once per panel, not B once per row block)
-    glob = ks.axes('global')
-    if not gpu and len(glob) > 1 and any(kd == 'upcast' for kd in ks.kinds):
+    glob = tl.ks.axes('global')
+    if not gpu and len(glob) > 1 and any(kd == 'upcast' for kd in tl.ks.kinds):
       big = lambda op: op.buf.type.numel * op.buf.type.dtype.itemsize
-      cost = lambda ax: ks.full[ax] * sum(big(op) for op in loads if ks.strides(op)[ax] == 0 and big(op) >= cpu.l2_bytes)
+      cost = lambda ax: tl.ks.full[ax] * sum(big(op) for op in loads if tl.ks.strides(op)[ax] == 0 and big(op) >= cpu.l2_bytes)
       best = min(glob, key=lambda ax: (cost(ax), ax != glob[0]))
-      if best != glob[0] and ks.full[best] >= 8: apply(Opt('swap', glob[0], best))
+      if best != glob[0] and tl.ks.full[best] >= 8: tl.apply(Opt('swap', glob[0], best))
   else:
     # elementwise: vectorise the contiguous innermost axis
-    glob = ks.axes('global')
+    glob = tl.ks.axes('global')
     if glob:
       ax = glob[-1]
       # GPU: an innermost axis no warp's worth of threads divides (a padded 58-wide row) is padded to one, so that
       # the work-group runs along it (coalesced) instead of along an outer axis (an H100 copied a padded conv input
       # at 0.17 TB/s so)
-      s = ks.full[ax]
-      if gpu and allow_local and s % 32 and s >= 16 and ks.strides(ks.store)[ax] == 1:
+      s = tl.ks.full[ax]
+      if gpu and allow_local and s % 32 and s >= 16 and tl.ks.strides(tl.ks.store)[ax] == 1:
         amt = next((a for a in (32, 16, 8) if -(-s // a) * a - s <= s // 8), None)
-        if amt and s % amt: apply(Opt('padto', ax, amt))
-      if all(ks.strides(op)[ax] in (1, 0) for op in loads + [ks.store]) and ks.strides(ks.store)[ax] == 1:
+        if amt and s % amt: tl.apply(Opt('padto', ax, amt))
+      if all(tl.ks.strides(op)[ax] in (1, 0) for op in loads + [tl.ks.store]) and tl.ks.strides(tl.ks.store)[ax] == 1:
         for amt in (vec, 8, 4, 2):
-          if amt <= vec and ks.full[ax] % amt == 0 and apply(Opt('upcast', ax, amt)): break
+          if amt <= vec and tl.ks.full[ax] % amt == 0 and tl.apply(Opt('upcast', ax, amt)): break
       # GPU layout change (a load contiguous along another axis than the store's: a transpose): a thread takes a
       # square tile of 16 bytes by 16 bytes, read as vectors along the load's axis and written as vectors along the
       # store's (linearize gathers the lanes), so that a warp reads and writes whole sectors (an H100 moved a conv's
@@ -258,39 +294,52 @@ def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: 
       # CPU layout change: a tile of the store's vector (a register's lanes along its contiguous axis) by half as many
       # rows along the load's, so that each cache line a load touches gives several lanes (a 1024x1024 transpose on a
       # Zen 5: 4.0 GB/s scalar, 2.3 with the store's vector alone, 19.9 with 16x8; conv2d's channels-last results 2x)
-      elif not gpu and ks.strides(ks.store)[ax] == 1 and loads and vec >= 4:
-        a = next((g for g in reversed(glob) if g != ax and any(ks.strides(op)[g] == 1 for op in loads)), None)
-        if a is not None and next((u for u in (vec // 2, 4, 2) if ks.full[a] % u == 0 and apply(Opt('upcast', a, u))), None):
-          ax = ks.axes('global')[-1]
-          next((u for u in (vec, 8, 4) if u <= vec and ks.full[ax] % u == 0 and apply(Opt('upcast', ax, u))), None)
-      elif gpu and allow_local and ks.strides(ks.store)[ax] == 1 and loads:
-        a = next((g for g in reversed(glob) if g != ax and any(ks.strides(op)[g] == 1 for op in loads)), None)
-        width = 16 // max(op.buf.type.dtype.itemsize for op in loads + [ks.store])
+      elif not gpu and tl.ks.strides(tl.ks.store)[ax] == 1 and loads and vec >= 4:
+        a = next((g for g in reversed(glob) if g != ax and any(tl.ks.strides(op)[g] == 1 for op in loads)), None)
+        if a is not None and next((u for u in (vec // 2, 4, 2) if tl.ks.full[a] % u == 0 and tl.apply(Opt('upcast', a, u))), None):
+          ax = tl.ks.axes('global')[-1]
+          next((u for u in (vec, 8, 4) if u <= vec and tl.ks.full[ax] % u == 0 and tl.apply(Opt('upcast', ax, u))), None)
+      elif gpu and allow_local and tl.ks.strides(tl.ks.store)[ax] == 1 and loads:
+        a = next((g for g in reversed(glob) if g != ax and any(tl.ks.strides(op)[g] == 1 for op in loads)), None)
+        width = 16 // max(op.buf.type.dtype.itemsize for op in loads + [tl.ks.store])
         if a is not None and width >= 2:
-          n = ks.full[a]  # (a padded 58-wide row is padded to 64, if that wastes at most an eighth)
-          if n % width and -(-n // width) * width - n <= n // 8: apply(Opt('padto', a, width))
-          next((u for u in (width, width // 2, 2) if ks.full[a] % u == 0 and apply(Opt('upcast', a, u))), None)
-          ax = ks.axes('global')[-1]  # (the store's axis, moved by the split before it)
-          next((u for u in (width, width // 2, 2) if ks.full[ax] % u == 0 and apply(Opt('upcast', ax, u))), None)
+          n = tl.ks.full[a]  # (a padded 58-wide row is padded to 64, if that wastes at most an eighth)
+          if n % width and -(-n // width) * width - n <= n // 8: tl.apply(Opt('padto', a, width))
+          next((u for u in (width, width // 2, 2) if tl.ks.full[a] % u == 0 and tl.apply(Opt('upcast', a, u))), None)
+          ax = tl.ks.axes('global')[-1]  # (the store's axis, moved by the split before it)
+          next((u for u in (width, width // 2, 2) if tl.ks.full[ax] % u == 0 and tl.apply(Opt('upcast', ax, u))), None)
   # GPU: local dims on the global axes; an elementwise kernel takes the widest work-group along its innermost axis
   # (whole 128-byte lines per warp, fewer blocks to schedule), a tiled one squarer groups (reuse in the caches)
   if allow_local:
     # (staged tiles take 2 too: an f32 3x3 conv's 14 tiles of output columns, 2 threads along them beside 8x8 along
     # its rows and channels, ran its kernel on an H100 in 208 us where 64 threads took 252)
     amts = (16, 8, 4, 2) if staged else (32, 16, 8, 4) if red else tuple(1 << i for i in range(t.max_threads.bit_length() - 1, 1, -1))
-    for ax in reversed(ks.axes('global')):
-      local = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('local', 'group'))
+    for ax in reversed(tl.ks.axes('global')):
+      local = math.prod(tl.ks.full[i] for i, kd in enumerate(tl.ks.kinds) if kd in ('local', 'group'))
       if local >= 128: break
       for amt in amts:
-        if local * amt <= (128 if staged else t.max_threads) and ks.full[ax] % amt == 0 and apply(Opt('local', ax, amt)): break
+        if local * amt <= (128 if staged else t.max_threads) and tl.ks.full[ax] % amt == 0 and tl.apply(Opt('local', ax, amt)): break
   if staged:  # each operand that the work-group's threads share (broadcast along a local axis), while the tiles fit
-    below, used = [op for op in loads if tuple(ks.views[op].shape) == tuple(ks.full)], 0
+    below, used = [op for op in loads if tuple(tl.ks.views[op].shape) == tuple(tl.ks.full)], 0
     for i, op in enumerate(below):
-      if any(ks.strides(op)[a] == 0 for a in ks.axes('local')) and used + ks.tile_bytes(op) <= smem_budget and apply(Opt('smem', i, 0)):
-        used += ks.tile_bytes(op)
+      if any(tl.ks.strides(op)[a] == 0 for a in tl.ks.axes('local')) and used + tl.ks.tile_bytes(op) <= smem_budget and tl.apply(Opt('smem', i, 0)):
+        used += tl.ks.tile_bytes(op)
     if not used: return heuristic(k, spec, max_upcast, allow_local, unroll, False)  # no work-group to share them
-    return stage_ring(ks, opts, t, smem_budget)
-  return opts
+    return stage_ring(tl.ks, tl.opts, t, smem_budget)
+  return tl.opts
+
+
+# the heuristic's strategies, in order: the first that returns opts decides; one that returns None may have applied
+# actions that the next ones build on (a row-reduce's padding where no GROUP then fits)
+STRATEGIES = (warpgroup, tc_conv, tc_matmul, matvec, row_reduce, generic)
+
+
+def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
+              stage: bool = True) -> list[Record]:
+  """kernel-opt's choice of actions for a kernel on a device: the first of STRATEGIES that decides."""
+  tl = Tiling(k, spec, max_upcast, allow_local, unroll, stage)
+  if not tl.ks.full: return tl.opts
+  return next(opts for strategy in STRATEGIES if (opts := strategy(tl)) is not None)
 
 
 def pad_to_tiles(ks: Schedule, multiples, tile=None) -> list | None:

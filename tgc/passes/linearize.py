@@ -17,7 +17,7 @@ a scalar, anything else a gather of scalar loads. A reduce is a `uop.define_acc`
 before its loops and `uop.phi` inside them; a reduce over a vector lane ends with a horizontal reduce.
 """
 from __future__ import annotations
-import functools, itertools, math
+import itertools, math
 from tgc.ir.core import Operation, Module, Value, Block, REGISTRY
 from tgc.ir.types import PtrType, VecType, elem
 from tgc.ir import dtypes as D, alu
@@ -26,6 +26,8 @@ from tgc.errors import TgcError
 from tgc.passes.manager import Pass
 from tgc.target import DeviceSpec, DEVICE_OPTIONS
 from tgc.passes.schedule import Schedule, OptError, MAX_GLOBAL_DIMS, feeding, reduce_stages, launch_groups
+from tgc.passes.shared_memory import SharedMemoryLowering
+from tgc.passes.tensor_cores import TensorCoreLowering
 
 U = lambda n: REGISTRY[f'uop.{n}']
 VEC_WIDTHS = (2, 4, 8, 16)
@@ -102,7 +104,9 @@ class UopBuilder:
   def and_(self, a, b): return self.alu('and', a, b)
 
 
-class Lowerer:
+class Lowerer(SharedMemoryLowering, TensorCoreLowering):
+  """One kernel.func lowered to a uop.func: its schedule checked (Schedule.check), then its index variables, reduce
+  regions, lanes and stores; tensor cores' and shared memory's parts in their own modules (the mixins)."""
   def __init__(self, k: Operation, target: str | DeviceSpec, opts=None):
     self.spec = DeviceSpec.of(target)
     self.k, self.target, self.opts = k, self.spec.name, opts
@@ -315,155 +319,6 @@ class Lowerer:
     if any(kd == 'group' and n > 1 for kd, n in zip(self.kinds, self.full)):  # (a group of 1: one thread, nothing to meet)
       self.group_reduce(reduces, cu, 1 if vec_is_unroll else self.W, final)
 
-  def lower_tc(self, reduces, name):
-    """TC: a warp per (16 x 8) output tile. Per step of 16 along k, lane 4g + t loads its fragment of A (8 values
-    at m = g + 8*(i>>1 & 1), k = 2t + (i&1) + 8*(i>>2)) and of B (4 at k = 2t + (i&1) + 8*(i>>1), n = g), as the
-    PTX ISA lays out mma.m16n8k16's operands; uop.wmma accumulates the tile, and each lane's 4 results (at
-    m = g + 8*(i>>1), n = 2t + (i&1)) go through the rest of the kernel (a bias, a cast) to the store."""
-    b, full, kinds, ops = self.b, self.full, self.kinds, self.ops_list
-    self.vals = {}
-    tcs = self.t.tensor_cores
-    r, (xa, ca), (xb, cb) = self.sched.tc_operands(self.t)  # (checked: Schedule.check)
-    m_in, n_in, k_in = (kinds.index(x) for x in ('tcm', 'tcn', 'tck'))
-    acc_dt = r.results[0].type
-    if self.sched.warpgroup: return self.lower_wgmma(r, (xa, ca), (xb, cb), m_in, n_in, k_in, name)
-    zero, lane = b.const(0), self.lane
-    g, t2 = b.idiv(lane, b.const(4)), b.mul(b.mod(lane, b.const(4)), b.const(2))
-    plus = lambda e, c: b.add(e, b.const(c))
-    # upcast axes of the grid of tiles: a warp computes several tiles, each with its accumulator (fragments that
-    # repeat, A's along n and B's along m, are the same loads: the builder merges them)
-    up = [i for i in range(len(full)) if kinds[i] == 'upcast' and full[i] > 1]
-    tiles = [{a: b.const(c) for a, c in zip(up, combo)} for combo in self.combos(up)]
-    acc_t = VecType(4, acc_dt)
-    init = b.emit('vectorize', [b.const(0, acc_dt)] * 4, acc_t)
-    accs = [b.emit('define_acc', [init], acc_t, pure=False) for _ in tiles]
-    staged = [op for op in self.smem if op in ca or op in cb]
-    loop_idx, ranges = {**self.idx, **{a: zero for a in range(len(full)) if kinds[a] == 'reduce'}}, []
-    if staged: self.stage_tiles(staged, loop_idx)
-    ranges = self.open_reduce_loops(loop_idx, bool(staged))
-    for acc in accs: acc.op.operands = [init] + ranges
-    if staged: self.stage_step(staged, loop_idx)
-    def fragment(v, chain, tile, at):  # the factor at each (m, n, k) position of this lane, as one vector
-      if len(chain) == 1 and chain[0] in self.tiles: return staged_fragment(v, chain[0], tile, at)
-      vals = []
-      for mi, ni, ki in at:
-        for op in chain: self.lower_op(op, {**loop_idx, **tile, m_in: mi, n_in: ni, k_in: ki}, [], above=False)
-        vals.append(self.vals[v][()])
-      return b.emit('vectorize', vals, VecType(len(vals), v.type))
-    from tgc.passes.uop_simplify import terms
-    def staged_fragment(v, load, tile, at):  # from its tile: two neighbouring positions are one 2-lane read
-      buf, strides, _ = self.tiles[load]
-      pos = lambda mi, ni, ki: self.tile_pos(load, self.at({**loop_idx, **tile, m_in: mi, n_in: ni, k_in: ki}, [], ()))
-      if tcs.ldmatrix and v.type.bits == 16:  # one ldmatrix: each lane gives the address of one 8-element row
-        l8, j = b.mod(lane, b.const(8)), b.idiv(lane, b.const(8))
-        if len(at) == 8 and strides.get(k_in) == 1:  # A, k contiguous: matrices (m 0-7, 8-15) x (k 0-7, 8-15)
-          p, n, trans = pos(b.add(l8, b.mul(b.mod(j, b.const(2)), b.const(8))), zero, b.mul(b.idiv(j, b.const(2)), b.const(8))), 4, 0
-        elif len(at) == 4 and strides.get(n_in) == 1:  # B, n contiguous: rows k 0-15 of 8 n each, transposed
-          p, n, trans = pos(zero, zero, b.mod(lane, b.const(16))), 2, 1
-        elif len(at) == 4 and strides.get(k_in) == 1:  # B, k contiguous: rows n 0-7 of k 0-7, then of k 8-15
-          p, n, trans = pos(zero, l8, b.mul(b.mod(j, b.const(2)), b.const(8))), 2, 0
-        else: p = None
-        # B's fragments of two neighbouring tiles along n (an upcast of the tile grid) are one ldmatrix of 4
-        # matrices, lanes 16-31 pointing at the second tile's rows: half the reads through MIO
-        pair = None if p is None or n != 2 else next((u for u in tile if u in strides and self.full[u] % 2 == 0), None)
-        if pair is not None:
-          c = b.cval(tile[pair])
-          row = dict(zip((m_in, n_in, k_in), (zero, zero, b.mod(lane, b.const(16))) if trans else (zero, l8, b.mul(b.mod(j, b.const(2)), b.const(8)))))
-          p0 = self.tile_pos(load, self.at({**loop_idx, **tile, pair: b.const(c - c % 2), **row}, [], ()))
-          p4 = b.add(p0, b.mul(b.idiv(lane, b.const(16)), b.const(strides[pair])))
-          if self.aligned(p4, 8):
-            x4 = b.emit('ldmatrix', [buf, p4], VecType(8, v.type), {'count': 4, 'trans': trans})
-            return b.emit('vectorize', [b.emit('gep', [x4], v.type, {'index': 4 * (c % 2) + i}) for i in range(4)], VecType(4, v.type))
-        if p is not None and self.aligned(p, 8): return b.emit('ldmatrix', [buf, p], VecType(2 * n, v.type), {'count': n, 'trans': trans})
-      ps, vals, i = [pos(*x) for x in at], [], 0
-      while i < len(ps):
-        if i + 1 < len(ps):
-          (t0, c0), (t1, c1) = terms(ps[i], {}), terms(ps[i + 1], {})
-          if sorted(t0, key=id) == sorted(t1, key=id) and c1 == c0 + 1 and self.aligned(ps[i], 2):
-            pair = b.emit('load', [buf, ps[i]], VecType(2, v.type))
-            vals += [b.emit('gep', [pair], v.type, {'index': 0}), b.emit('gep', [pair], v.type, {'index': 1})]
-            i += 2; continue
-        vals.append(b.emit('load', [buf, ps[i]], v.type)); i += 1
-      return b.emit('vectorize', vals, VecType(len(vals), v.type))
-    # unrolled steps of k (UNROLL after tc): each tile's accumulator takes one mma per step, in order
-    un = [i for i in range(len(full)) if kinds[i] == 'unroll' and full[i] > 1]
-    steps = [{a: b.const(c) for a, c in zip(un, combo)} for combo in self.combos(un)]
-    # step by step, every tile in each: a step's fragments serve all tiles and then die (registers), and the mmas
-    # that follow one another are independent (a tile's chain of steps would wait on each mma's latency)
-    ds = list(accs)
-    for step in steps:
-      for j, tile in enumerate(tiles):
-        at = {**tile, **step}
-        fa = fragment(xa, ca, at, [(plus(g, 8 * ((i >> 1) & 1)), zero, plus(t2, (i & 1) + 8 * (i >> 2))) for i in range(8)])
-        fb = fragment(xb, cb, at, [(zero, g, plus(t2, (i & 1) + 8 * (i >> 1))) for i in range(4)])
-        ds[j] = b.emit('wmma', [fa, fb, ds[j]], acc_t, {'dims': tcs.dims, 'target': self.t.name})
-    results = [b.emit('phi', [acc, d], acc_t, pure=False) for acc, d in zip(accs, ds)]
-    for rr in reversed(ranges): b.close_range(rr)
-    self.tiles = {}
-    self.tc_epilogue(r, [(tile, res, 0) for tile, res in zip(tiles, results)], m_in, n_in)
-
-  def tc_epilogue(self, r, tiles, m_in, n_in):
-    """The rest of the kernel after a TC reduce, and what it uses from before the reduce (a constant), per result
-    of each 16x8 tile: `tiles` holds (the tile's upcast indices, its accumulator, where its 4 values start in it);
-    lane 4g + t has them at m = g + 8*(i>>1), n = 2t + (i&1)."""
-    b, ops = self.b, self.ops_list
-    g, t2 = b.idiv(self.lane, b.const(4)), b.mul(b.mod(self.lane, b.const(4)), b.const(2))
-    plus = lambda e, c: b.add(e, b.const(c))
-    need = feeding([v for op in ops[ops.index(r) + 1:] for v in op.operands], stop={r})
-    after = [op for n, op in enumerate(ops) if n > ops.index(r) or op in need]
-    for tile, res, first in tiles:
-      for i in range(4):
-        self.vals[r.results[0]] = {(): b.emit('gep', [res], r.results[0].type, {'index': first + i})}
-        at = {**self.idx, **tile, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
-        for op in after: self.lower_op(op, at, [], above=True)
-
-  def lower_wgmma(self, r, a, bb, m_in, n_in, k_in, name):
-    """TC on warpgroups (wgmma): the local axis just outside the tile's m counts warps, each 16 rows, 4 of them a
-    warpgroup of 64 rows; the upcast axis just outside its n gives a warpgroup's N (8 a tile); any other upcast axis
-    repeats the whole. Per step of 16 along k a warpgroup issues one uop.wgmma per repeat, reading both operands from
-    their SMEM tiles (SwizzledTile); at the step's end it waits for the step before's group (with 3 stages or more,
-    the copies then running a step less ahead: `ahead`; else for its own), so that a barrier later the slot that group
-    read may be copied into. A warp's N/2 results per repeat are mma.sync's 16x8 tiles along n, each then as
-    lower_tc's."""
-    b, full, kinds = self.b, self.full, self.kinds
-    (xa, ca), (xb, cb) = a, bb  # (checked: Schedule.check_warpgroup)
-    la, lb = ca[0], cb[0]
-    wm, nu = m_in - 1, n_in - 1
-    N = 8 * (full[nu] if kinds[nu] == 'upcast' else 1)
-    zero = b.const(0)
-    up = [i for i in range(len(full)) if kinds[i] == 'upcast' and full[i] > 1 and i != nu]
-    groups = [{a_: b.const(c) for a_, c in zip(up, combo)} for combo in self.combos(up)]
-    acc_t = VecType(N // 2, D.f32)
-    init = b.emit('vectorize', [b.const(0, D.f32)] * (N // 2), acc_t)
-    accs = [b.emit('define_acc', [init], acc_t, pure=False) for _ in groups]
-    loop_idx = {**self.idx, **{a_: zero for a_ in range(len(full)) if kinds[a_] == 'reduce'}}
-    self.stage_tiles([la, lb], loop_idx)
-    ranges = self.open_reduce_loops(loop_idx, True)
-    for acc in accs: acc.op.operands = [init] + ranges
-    self.stage_step([la, lb], loop_idx)
-    b.emit('wgmma_fence', [], None, pure=False)
-    lays = {op: self.tiles[op][1] for op in (la, lb)}
-    attrs = {'dims': (64, N, 16), 'a_layout': lays[la].descriptor(), 'b_layout': lays[lb].descriptor()}
-    first_warp = b.mul(b.idiv(self.idx[wm], b.const(4)), b.const(4))  # the warpgroup's: its 64 rows start there
-    un = [i for i in range(len(full)) if kinds[i] == 'unroll' and full[i] > 1]
-    ds = list(accs)
-    for combo in self.combos(un):
-      for j, grp in enumerate(groups):
-        at = {**loop_idx, **grp, **{a_: b.const(c) for a_, c in zip(un, combo)}, wm: first_warp, m_in: zero, n_in: zero, k_in: zero}
-        if kinds[nu] == 'upcast': at[nu] = zero
-        point = self.at(at, [], ())
-        ai, bi = self.tile_pos(la, point, swizzle=False), self.tile_pos(lb, point, swizzle=False)
-        ds[j] = b.emit('wgmma', [self.tiles[la][0], ai, self.tiles[lb][0], bi, ds[j]], acc_t, attrs, pure=False)
-    b.emit('wgmma_commit', [], None, pure=False)
-    lag = self.sched.stages - 1 - self.ahead  # (one group may run on while the next step's copies are waited for)
-    b.emit('wgmma_wait', [], None, {'pending': lag}, pure=False)
-    results = [b.emit('phi', [acc, d], acc_t, pure=False) for acc, d in zip(accs, ds)]
-    for rr in reversed(ranges): b.close_range(rr)
-    if lag: b.emit('wgmma_wait', [], None, {'pending': 0}, pure=False)
-    self.tiles = {}
-    tiles = [({**grp, **({nu: b.const(u)} if kinds[nu] == 'upcast' else {})}, res, 4 * u) for grp, res in zip(groups, results) for u in range(N // 8)]
-    self.tc_epilogue(r, tiles, m_in, n_in)
-
   def bounds_gate(self, bounds, idx, lane_axes, c, lane=0):
     """PADTO: whether this point (lane combination c, vector lane `lane`) lies inside every bound (terms, size): the
     index along a padded axis below its size before padding. None where there is no bound."""
@@ -667,31 +522,6 @@ class Lowerer:
     from tgc.passes.uop_simplify import multiple_of
     return multiple_of(i, w or self.W)
 
-  @property
-  def ahead(self) -> int:
-    """How many steps ahead SMEM's copies run: stages - 1, or stages - 2 where a warpgroup keeps one step's wgmma
-    group running past the step's end (a slot is free again only once the group that read it is done)."""
-    S = self.sched.stages
-    return S - 1 - (self.sched.warpgroup and S >= 3)
-
-  def stage_tiles(self, loads, idx):
-    """SMEM, before the reduce loop: shared memory for each load's tiles (a ring of `stages` of them) and, with
-    stages, the copies of the first stages - 1 steps (`idx`: the point before the loop, its reduce axis 0), one
-    group each."""
-    b, S = self.b, self.sched.stages
-    for op in loads:
-      lay, n = self.sched.tile_layout(op)
-      slot = n if S == 1 and isinstance(lay, dict) else self.sched.slot_elems(op)
-      attrs = {'sym': f'temp{self.n_locals}', 'size': slot * S, **({} if isinstance(lay, dict) else {'align': 1024})}  # (a swizzle's period)
-      buf = b.emit('define_local', [], PtrType(op.results[0].type, True), attrs, pure=False)
-      self.n_locals += 1
-      b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # at the top (OpenCL allows no other place)
-      self.tiles[op] = (buf, lay, slot)
-    if S > 1:  # (`ahead` groups even where the loop has fewer steps: a step's wait counts on them, empty or not)
-      for step in range(self.ahead):
-        if step < self.reduce_steps(): self.copy_tiles(loads, {**idx, **self.reduce_point(b.const(step))}, b.const(step))
-        if self.t.async_copy: b.emit('async_commit', [], None, pure=False)
-
   def open_reduce_loops(self, loop_idx: dict, staged: bool) -> list:
     """The reduce loops (their ranges), each axis's index into loop_idx. A ring of stages runs ahead along one
     counter: there, several reduce loops (a conv's channels and its window's rows and columns) are one range whose
@@ -719,122 +549,6 @@ class Lowerer:
       point[a] = step if a == loops[0] else b.mod(step, b.const(self.full[a]))
       if a != loops[0]: step = b.idiv(step, b.const(self.full[a]))
     return point
-
-  def stage_step(self, loads, idx):
-    """SMEM, at the top of a step of the reduce loop. One buffer: the work-group copies the step's tiles between two
-    barriers (the first waits for the last step's reads). Stages: this step's copies (started `ahead` steps ago)
-    are waited for, one barrier shows them to the work-group and says the reads of the slot the copies go to next are
-    done, and the copies of the step `ahead` steps ahead go into that slot."""
-    b, S = self.b, self.sched.stages
-    # (wgmma reads shared memory through the async proxy: each thread fences its own writes before the barrier)
-    fence = lambda: self.sched.warpgroup and b.emit('fence_async_shared', [], None, pure=False)
-    if S == 1:
-      self.slot = b.const(0)
-      b.emit('barrier', [], None, pure=False)
-      self.copy_tiles(loads, idx, self.slot)
-      fence()
-      b.emit('barrier', [], None, pure=False)
-      return
-    if self.t.async_copy: b.emit('async_wait', [], None, {'pending': self.ahead - 1}, pure=False)
-    fence()
-    b.emit('barrier', [], None, pure=False)
-    ahead, steps = b.add(self.step, b.const(self.ahead)), self.reduce_steps()
-    if self.sched.warpgroup and self.t.async_copy:
-      # no branch around the copies past the loop's end: gated off, they zero-fill a slot nothing reads again (ptxas
-      # serializes a warpgroup's wgmmas across a branch it cannot prove uniform: on an H100's 4096 f16 matmul, ...)
-      self.copy_tiles(loads, {**idx, **self.reduce_point(b.alu('min', ahead, b.const(steps - 1)))}, b.mod(ahead, b.const(S)), b.lt(ahead, b.const(steps)))
-    else:
-      b.open_if(b.lt(ahead, b.const(steps)))
-      self.copy_tiles(loads, {**idx, **self.reduce_point(ahead)}, b.mod(ahead, b.const(S)))
-      b.close_if()
-    if self.t.async_copy: b.emit('async_commit', [], None, pure=False)
-    self.slot = b.mod(self.step, b.const(S))
-
-  def copy_tiles(self, loads, idx, slot, gate=None):
-    """The work-group copies the tile of each load that its threads' lanes read in the step at `idx`
-    (Schedule.tile_axes) into ring slot `slot`: neighbouring threads copy neighbouring addresses, 16 bytes at a
-    time where they are contiguous and aligned, asynchronously where the target can (and stages are asked for)."""
-    b, full, kinds = self.b, self.full, self.kinds
-    loc = [i for i in range(len(full)) if kinds[i] in ('local', 'group') and full[i] > 1]
-    tc = 'tck' in kinds  # the warp's lanes are threads too (lidx0), the local dims count warps
-    tid, st = (self.lane, 32) if tc else (b.const(0), 1)
-    for i in reversed(loc): tid = b.add(tid, b.mul(self.idx[i], b.const(st))); st *= full[i]
-    T = st
-    for op in loads:
-      rs, axes = self.views[op].real_strides(ignore_valid=True), self.sched.tile_axes(op)
-      buf, lay, slot_elems = self.tiles[op]
-      base = b.mul(slot, b.const(slot_elems))
-      dt = op.results[0].type
-      def at(e, cw):  # the point of the tile's element (group of cw along the fastest axis) e, and its place in the tile
-        coords = {}
-        for a in reversed(axes):
-          n = full[a] // cw if a == axes[-1] else full[a]
-          coords[a] = b.mul(b.mod(e, b.const(n)), b.const(cw)) if a == axes[-1] else b.mod(e, b.const(n))
-          e = b.idiv(e, b.const(n))
-        pos = b.add(base, self.tile_offset(lay, coords))
-        return [coords[a] if a in coords else idx[a] if kinds[a] in ('global', 'reduce') and full[a] > 1 else b.const(0) for a in range(len(full))], pos
-      # 16 bytes a copy where the tile's fastest axis is contiguous and the addresses aligned, else 8 or 4; the
-      # first element's mask gates all of it, so no mask may cut a copy in two (a PADTO bound, a padded conv input's
-      # edge: the view's validity must be the same across each aligned group)
-      fast = axes[-1] if axes and rs[axes[-1]] == 1 else None
-      cw = next((w for w in (16 // dt.itemsize, 8 // dt.itemsize, 4 // dt.itemsize) if w > 1 and fast is not None and full[fast] % w == 0
-                 and self.views[op].mask_aligned(fast, w) and self.aligned(self.views[op].to_indexed(at(tid, w)[0], b)[0], w)), 1)
-      copy_async = self.t.async_copy and self.sched.stages > 1 and cw * dt.itemsize in (4, 8, 16)
-      n = math.prod(full[a] for a in axes) // cw
-      # (a warpgroup's copies take no branch, which would serialize its wgmmas: the threads past the tile's end copy
-      # an element another thread copies too, the same bytes to the same place; a gated-off copy would write zeros)
-      branchless = copy_async and self.sched.warpgroup
-      for j in range(-(-n // T)):
-        e = b.add(tid, b.const(T * j))
-        tail = (j + 1) * T > n
-        if tail and not branchless: b.open_if(b.lt(e, b.const(n)))
-        if tail and branchless: e = b.mod(e, b.const(n))
-        point, pos = at(e, cw)
-        i, valid = self.views[op].to_indexed(point, b)
-        if gate is not None and copy_async: valid = gate if b.cval(valid) == 1 else b.and_(valid, gate)  # (`gate`: the copy is wanted at all)
-        t = VecType(cw, dt) if cw > 1 else dt
-        zero = b.emit('vectorize', [b.const(0, dt)] * cw, t) if cw > 1 else b.const(0, dt)
-        cv = b.cval(valid)
-        if copy_async and cv != 0:
-          b.emit('copy_async', [buf, pos, self.buf[op.buf], i] + ([] if cv == 1 else [valid]), None, {'bytes': cw * dt.itemsize}, pure=False)
-        else:
-          x = b.emit('load', [self.buf[op.buf], i], t) if cv == 1 else zero if cv == 0 else b.emit('load', [self.buf[op.buf], i, valid, zero], t)
-          b.emit('store', [buf, pos, x], None, pure=False)
-        if tail and not branchless: b.close_if()
-
-  def tile_pos(self, op, ix, swizzle=True):
-    """A point's place in the load's tile (in this step's slot of the ring)."""
-    buf, lay, slot_elems = self.tiles[op]
-    return self.b.add(self.b.mul(self.slot, self.b.const(slot_elems)), self.tile_offset(lay, ix, swizzle))
-
-  def tile_offset(self, lay, ix, swizzle=True):
-    """A point's place in a tile of layout `lay` ({axis: stride}, or a SwizzledTile; without `swizzle`, where it
-    would lie unswizzled: a wgmma descriptor's start, which the hardware swizzles itself)."""
-    b = self.b
-    lin = lambda terms: functools.reduce(b.add, [b.mul(ix[a], b.const(s)) for a, s in terms], b.const(0))
-    if isinstance(lay, dict): return lin(lay.items())
-    r, c = lin(lay.rows), lin(lay.cols)
-    cm = b.mod(c, b.const(64))
-    if swizzle: cm = b.add(b.mul(b.alu('xor', b.idiv(cm, b.const(8)), b.mod(r, b.const(8))), b.const(8)), b.mod(cm, b.const(8)))
-    return b.add(b.add(b.mul(b.idiv(c, b.const(64)), b.const(lay.n_rows * 64)), b.mul(r, b.const(64))), cm)
-
-  def load_tile(self, op, idx, lane_axes, c):
-    """A staged load in the reduce loop: from its tile in shared memory (a vector where the vector axis runs
-    along the tile's fastest axis)."""
-    b, dt = self.b, op.results[0].type
-    buf, strides, _ = self.tiles[op]
-    pos = lambda lane, c=c: self.tile_pos(op, self.at(idx, lane_axes, c, lane))
-    vs = strides.get(self.vec, 0) if self.vec is not None and self.W > 1 else 0
-    fast = next((a for a, s in strides.items() if s == 1), None)
-    if vs == 0 and fast in lane_axes and self.full[fast] % 4 == 0:
-      # the lanes along the tile's fastest axis come 4 at a time (one 16-byte read; the same read serves 4 lanes)
-      j = lane_axes.index(fast)
-      c4 = c[:j] + (c[j] - c[j] % 4,) + c[j + 1:]
-      p = pos(0, c4)
-      if self.aligned(p, 4): return b.emit('gep', [b.emit('load', [buf, p], VecType(4, dt))], dt, {'index': c[j] % 4})
-    if vs == 0: return b.emit('load', [buf, pos(0)], dt)
-    if vs == 1 and self.aligned(pos(0)): return b.emit('load', [buf, pos(0)], VecType(self.W, dt))
-    return b.emit('vectorize', [b.emit('load', [buf, pos(l)], dt) for l in range(self.W)], VecType(self.W, dt))
 
   def load(self, op, idx, lane_axes, c):
     """Loads are merged like pure ops: a kernel stores only to data0 and never reads it back."""

@@ -1,0 +1,164 @@
+"""Tensor cores' lowering, linearize's TC action: a warp per 16x8 output tile (mma.sync, uop.wmma), its fragments
+loaded from memory or from SMEM's tiles (one uop.ldmatrix a fragment where it can), or a warpgroup per 64 rows
+(Hopper's wgmma, uop.wgmma) reading both operands from their swizzled SMEM tiles; then each lane's results go
+through the rest of the kernel. Schedule.check has said first that the tc action applies (Schedule.tc_operands,
+check_warpgroup); these methods lower it as part of linearize's Lowerer, whose builder, indices and SMEM tiles
+(tgc/passes/shared_memory.py) they use.
+"""
+from __future__ import annotations
+from tgc.ir.types import VecType
+from tgc.ir import dtypes as D
+from tgc.passes.schedule import feeding
+
+
+class TensorCoreLowering:
+  """The Lowerer's tensor-core methods (a mixin of linearize.Lowerer)."""
+
+  def lower_tc(self, reduces, name):
+    """TC: a warp per (16 x 8) output tile. Per step of 16 along k, lane 4g + t loads its fragment of A (8 values
+    at m = g + 8*(i>>1 & 1), k = 2t + (i&1) + 8*(i>>2)) and of B (4 at k = 2t + (i&1) + 8*(i>>1), n = g), as the
+    PTX ISA lays out mma.m16n8k16's operands; uop.wmma accumulates the tile, and each lane's 4 results (at
+    m = g + 8*(i>>1), n = 2t + (i&1)) go through the rest of the kernel (a bias, a cast) to the store."""
+    b, full, kinds, ops = self.b, self.full, self.kinds, self.ops_list
+    self.vals = {}
+    tcs = self.t.tensor_cores
+    r, (xa, ca), (xb, cb) = self.sched.tc_operands(self.t)  # (checked: Schedule.check)
+    m_in, n_in, k_in = (kinds.index(x) for x in ('tcm', 'tcn', 'tck'))
+    acc_dt = r.results[0].type
+    if self.sched.warpgroup: return self.lower_wgmma(r, (xa, ca), (xb, cb), m_in, n_in, k_in, name)
+    zero, lane = b.const(0), self.lane
+    g, t2 = b.idiv(lane, b.const(4)), b.mul(b.mod(lane, b.const(4)), b.const(2))
+    plus = lambda e, c: b.add(e, b.const(c))
+    # upcast axes of the grid of tiles: a warp computes several tiles, each with its accumulator (fragments that
+    # repeat, A's along n and B's along m, are the same loads: the builder merges them)
+    up = [i for i in range(len(full)) if kinds[i] == 'upcast' and full[i] > 1]
+    tiles = [{a: b.const(c) for a, c in zip(up, combo)} for combo in self.combos(up)]
+    acc_t = VecType(4, acc_dt)
+    init = b.emit('vectorize', [b.const(0, acc_dt)] * 4, acc_t)
+    accs = [b.emit('define_acc', [init], acc_t, pure=False) for _ in tiles]
+    staged = [op for op in self.smem if op in ca or op in cb]
+    loop_idx, ranges = {**self.idx, **{a: zero for a in range(len(full)) if kinds[a] == 'reduce'}}, []
+    if staged: self.stage_tiles(staged, loop_idx)
+    ranges = self.open_reduce_loops(loop_idx, bool(staged))
+    for acc in accs: acc.op.operands = [init] + ranges
+    if staged: self.stage_step(staged, loop_idx)
+    def fragment(v, chain, tile, at):  # the factor at each (m, n, k) position of this lane, as one vector
+      if len(chain) == 1 and chain[0] in self.tiles: return staged_fragment(v, chain[0], tile, at)
+      vals = []
+      for mi, ni, ki in at:
+        for op in chain: self.lower_op(op, {**loop_idx, **tile, m_in: mi, n_in: ni, k_in: ki}, [], above=False)
+        vals.append(self.vals[v][()])
+      return b.emit('vectorize', vals, VecType(len(vals), v.type))
+    from tgc.passes.uop_simplify import terms
+    def staged_fragment(v, load, tile, at):  # from its tile: two neighbouring positions are one 2-lane read
+      buf, strides, _ = self.tiles[load]
+      pos = lambda mi, ni, ki: self.tile_pos(load, self.at({**loop_idx, **tile, m_in: mi, n_in: ni, k_in: ki}, [], ()))
+      if tcs.ldmatrix and v.type.bits == 16:  # one ldmatrix: each lane gives the address of one 8-element row
+        l8, j = b.mod(lane, b.const(8)), b.idiv(lane, b.const(8))
+        if len(at) == 8 and strides.get(k_in) == 1:  # A, k contiguous: matrices (m 0-7, 8-15) x (k 0-7, 8-15)
+          p, n, trans = pos(b.add(l8, b.mul(b.mod(j, b.const(2)), b.const(8))), zero, b.mul(b.idiv(j, b.const(2)), b.const(8))), 4, 0
+        elif len(at) == 4 and strides.get(n_in) == 1:  # B, n contiguous: rows k 0-15 of 8 n each, transposed
+          p, n, trans = pos(zero, zero, b.mod(lane, b.const(16))), 2, 1
+        elif len(at) == 4 and strides.get(k_in) == 1:  # B, k contiguous: rows n 0-7 of k 0-7, then of k 8-15
+          p, n, trans = pos(zero, l8, b.mul(b.mod(j, b.const(2)), b.const(8))), 2, 0
+        else: p = None
+        # B's fragments of two neighbouring tiles along n (an upcast of the tile grid) are one ldmatrix of 4
+        # matrices, lanes 16-31 pointing at the second tile's rows: half the reads through MIO
+        pair = None if p is None or n != 2 else next((u for u in tile if u in strides and self.full[u] % 2 == 0), None)
+        if pair is not None:
+          c = b.cval(tile[pair])
+          row = dict(zip((m_in, n_in, k_in), (zero, zero, b.mod(lane, b.const(16))) if trans else (zero, l8, b.mul(b.mod(j, b.const(2)), b.const(8)))))
+          p0 = self.tile_pos(load, self.at({**loop_idx, **tile, pair: b.const(c - c % 2), **row}, [], ()))
+          p4 = b.add(p0, b.mul(b.idiv(lane, b.const(16)), b.const(strides[pair])))
+          if self.aligned(p4, 8):
+            x4 = b.emit('ldmatrix', [buf, p4], VecType(8, v.type), {'count': 4, 'trans': trans})
+            return b.emit('vectorize', [b.emit('gep', [x4], v.type, {'index': 4 * (c % 2) + i}) for i in range(4)], VecType(4, v.type))
+        if p is not None and self.aligned(p, 8): return b.emit('ldmatrix', [buf, p], VecType(2 * n, v.type), {'count': n, 'trans': trans})
+      ps, vals, i = [pos(*x) for x in at], [], 0
+      while i < len(ps):
+        if i + 1 < len(ps):
+          (t0, c0), (t1, c1) = terms(ps[i], {}), terms(ps[i + 1], {})
+          if sorted(t0, key=id) == sorted(t1, key=id) and c1 == c0 + 1 and self.aligned(ps[i], 2):
+            pair = b.emit('load', [buf, ps[i]], VecType(2, v.type))
+            vals += [b.emit('gep', [pair], v.type, {'index': 0}), b.emit('gep', [pair], v.type, {'index': 1})]
+            i += 2; continue
+        vals.append(b.emit('load', [buf, ps[i]], v.type)); i += 1
+      return b.emit('vectorize', vals, VecType(len(vals), v.type))
+    # unrolled steps of k (UNROLL after tc): each tile's accumulator takes one mma per step, in order
+    un = [i for i in range(len(full)) if kinds[i] == 'unroll' and full[i] > 1]
+    steps = [{a: b.const(c) for a, c in zip(un, combo)} for combo in self.combos(un)]
+    # step by step, every tile in each: a step's fragments serve all tiles and then die (registers), and the mmas
+    # that follow one another are independent (a tile's chain of steps would wait on each mma's latency)
+    ds = list(accs)
+    for step in steps:
+      for j, tile in enumerate(tiles):
+        at = {**tile, **step}
+        fa = fragment(xa, ca, at, [(plus(g, 8 * ((i >> 1) & 1)), zero, plus(t2, (i & 1) + 8 * (i >> 2))) for i in range(8)])
+        fb = fragment(xb, cb, at, [(zero, g, plus(t2, (i & 1) + 8 * (i >> 1))) for i in range(4)])
+        ds[j] = b.emit('wmma', [fa, fb, ds[j]], acc_t, {'dims': tcs.dims, 'target': self.t.name})
+    results = [b.emit('phi', [acc, d], acc_t, pure=False) for acc, d in zip(accs, ds)]
+    for rr in reversed(ranges): b.close_range(rr)
+    self.tiles = {}
+    self.tc_epilogue(r, [(tile, res, 0) for tile, res in zip(tiles, results)], m_in, n_in)
+
+  def tc_epilogue(self, r, tiles, m_in, n_in):
+    """The rest of the kernel after a TC reduce, and what it uses from before the reduce (a constant), per result
+    of each 16x8 tile: `tiles` holds (the tile's upcast indices, its accumulator, where its 4 values start in it);
+    lane 4g + t has them at m = g + 8*(i>>1), n = 2t + (i&1)."""
+    b, ops = self.b, self.ops_list
+    g, t2 = b.idiv(self.lane, b.const(4)), b.mul(b.mod(self.lane, b.const(4)), b.const(2))
+    plus = lambda e, c: b.add(e, b.const(c))
+    need = feeding([v for op in ops[ops.index(r) + 1:] for v in op.operands], stop={r})
+    after = [op for n, op in enumerate(ops) if n > ops.index(r) or op in need]
+    for tile, res, first in tiles:
+      for i in range(4):
+        self.vals[r.results[0]] = {(): b.emit('gep', [res], r.results[0].type, {'index': first + i})}
+        at = {**self.idx, **tile, m_in: plus(g, 8 * (i >> 1)), n_in: plus(t2, i & 1)}
+        for op in after: self.lower_op(op, at, [], above=True)
+
+  def lower_wgmma(self, r, a, bb, m_in, n_in, k_in, name):
+    """TC on warpgroups (wgmma): the local axis just outside the tile's m counts warps, each 16 rows, 4 of them a
+    warpgroup of 64 rows; the upcast axis just outside its n gives a warpgroup's N (8 a tile); any other upcast axis
+    repeats the whole. Per step of 16 along k a warpgroup issues one uop.wgmma per repeat, reading both operands from
+    their SMEM tiles (SwizzledTile); at the step's end it waits for the step before's group (with 3 stages or more,
+    the copies then running a step less ahead: `ahead`; else for its own), so that a barrier later the slot that group
+    read may be copied into. A warp's N/2 results per repeat are mma.sync's 16x8 tiles along n, each then as
+    lower_tc's."""
+    b, full, kinds = self.b, self.full, self.kinds
+    (xa, ca), (xb, cb) = a, bb  # (checked: Schedule.check_warpgroup)
+    la, lb = ca[0], cb[0]
+    wm, nu = m_in - 1, n_in - 1
+    N = 8 * (full[nu] if kinds[nu] == 'upcast' else 1)
+    zero = b.const(0)
+    up = [i for i in range(len(full)) if kinds[i] == 'upcast' and full[i] > 1 and i != nu]
+    groups = [{a_: b.const(c) for a_, c in zip(up, combo)} for combo in self.combos(up)]
+    acc_t = VecType(N // 2, D.f32)
+    init = b.emit('vectorize', [b.const(0, D.f32)] * (N // 2), acc_t)
+    accs = [b.emit('define_acc', [init], acc_t, pure=False) for _ in groups]
+    loop_idx = {**self.idx, **{a_: zero for a_ in range(len(full)) if kinds[a_] == 'reduce'}}
+    self.stage_tiles([la, lb], loop_idx)
+    ranges = self.open_reduce_loops(loop_idx, True)
+    for acc in accs: acc.op.operands = [init] + ranges
+    self.stage_step([la, lb], loop_idx)
+    b.emit('wgmma_fence', [], None, pure=False)
+    lays = {op: self.tiles[op][1] for op in (la, lb)}
+    attrs = {'dims': (64, N, 16), 'a_layout': lays[la].descriptor(), 'b_layout': lays[lb].descriptor()}
+    first_warp = b.mul(b.idiv(self.idx[wm], b.const(4)), b.const(4))  # the warpgroup's: its 64 rows start there
+    un = [i for i in range(len(full)) if kinds[i] == 'unroll' and full[i] > 1]
+    ds = list(accs)
+    for combo in self.combos(un):
+      for j, grp in enumerate(groups):
+        at = {**loop_idx, **grp, **{a_: b.const(c) for a_, c in zip(un, combo)}, wm: first_warp, m_in: zero, n_in: zero, k_in: zero}
+        if kinds[nu] == 'upcast': at[nu] = zero
+        point = self.at(at, [], ())
+        ai, bi = self.tile_pos(la, point, swizzle=False), self.tile_pos(lb, point, swizzle=False)
+        ds[j] = b.emit('wgmma', [self.tiles[la][0], ai, self.tiles[lb][0], bi, ds[j]], acc_t, attrs, pure=False)
+    b.emit('wgmma_commit', [], None, pure=False)
+    lag = self.sched.stages - 1 - self.ahead  # (one group may run on while the next step's copies are waited for)
+    b.emit('wgmma_wait', [], None, {'pending': lag}, pure=False)
+    results = [b.emit('phi', [acc, d], acc_t, pure=False) for acc, d in zip(accs, ds)]
+    for rr in reversed(ranges): b.close_range(rr)
+    if lag: b.emit('wgmma_wait', [], None, {'pending': 0}, pure=False)
+    self.tiles = {}
+    tiles = [({**grp, **({nu: b.const(u)} if kinds[nu] == 'upcast' else {})}, res, 4 * u) for grp, res in zip(groups, results) for u in range(N // 8)]
+    self.tc_epilogue(r, tiles, m_in, n_in)
