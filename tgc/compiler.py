@@ -207,8 +207,8 @@ class CompiledFunction:
   def _waker(self, launches):
     """What a call does first where some launch may be split across threads (a CPU kernel that is split or still
     timed both ways): the device's wake_workers (None where none may)."""
-    wake = getattr(self.dev, 'wake_workers', None)
-    return wake if wake is not None and any(getattr(k.program, 'split', False) is not False for k, _ in launches) else None
+    wake = self.dev.wake_workers
+    return wake if wake is not None and any(k.program.split is not False for k, _ in launches) else None
 
   def _launch(self, k: Kernel, args, nbytes: list) -> None:
     """One launch the slow way: timed (launch and wait) for DEBUG=2, which prints it, and tgc.compiler.profile."""

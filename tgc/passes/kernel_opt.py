@@ -7,12 +7,12 @@ a global axis up, SWAP, which exchanges two global axes (the loop order), and TC
 of the shape as it is after the earlier actions. linearize applies them, so an `opts` attribute written by hand
 replays exactly.
 
-mode=heuristic mirrors tinygrad's hand-coded optimisations, as an ordered list of strategies (STRATEGIES: warpgroups'
-tensor cores, a conv's and a matmul's tensor cores, a matrix-vector product, a row reduce, everything else): upcast axes that some buffer broadcasts
-(register reuse, as in matmul), vectorise the contiguous axis, unroll short reduces, group reduces whose
-output is too small to fill a GPU, local dims on GPUs; on CPUs a loop order that re-reads the least, on cuda
-tensor cores for f16/bf16 matmuls. mode=search times candidates on the device
-(beam search with a disk cache) and keeps the fastest. Kernels that already have opts are left alone.
+mode=heuristic mirrors tinygrad's hand-coded optimisations, as an ordered list of strategies (STRATEGIES:
+warpgroups' tensor cores, a conv's and a matmul's tensor cores, a matrix-vector product, a row reduce, everything
+else): upcast axes that some buffer broadcasts (register reuse, as in matmul), vectorise the contiguous axis,
+unroll short reduces, group reduces whose output is too small to fill a GPU, local dims on GPUs; on CPUs a loop
+order that re-reads the least, on cuda tensor cores for f16/bf16 matmuls. mode=search times candidates on the
+device (beam search with a disk cache) and keeps the fastest. Kernels that already have opts are left alone.
 """
 from __future__ import annotations
 import math
@@ -192,7 +192,8 @@ def row_reduce(tl: Tiling) -> list | None:
 def generic(tl: Tiling) -> list | None:
   """Everything else: GROUPTOP, register tiles (upcast), unrolled reduces, the CPU loop order, work-groups (local), SMEM."""
   k, t, spec, gpu, cpu, loads, vec = tl.k, tl.t, tl.spec, tl.gpu, tl.cpu, tl.loads, tl.vec
-  red, glob, allow_local, smem_budget, max_upcast, unroll, stage = tl.red, tl.glob, tl.allow_local, tl.smem_budget, tl.max_upcast, tl.unroll, tl.stage
+  red, glob, allow_local, smem_budget = tl.red, tl.glob, tl.allow_local, tl.smem_budget
+  max_upcast, unroll, stage = tl.max_upcast, tl.unroll, tl.stage
   out_points = math.prod(tl.ks.full[i] for i in glob) if glob else 1
   # GPU: a long reduce whose output cannot fill the device gets the work-group to share it (GROUPTOP), along the
   # innermost reduce axis that an amount divides (a 1x3 conv over 960 channels, 60x40 outputs: its 3 taps divide by

@@ -33,6 +33,7 @@ class Program:
   `launcher_epoch` counts the times a program's launcher changed (a CPU kernel settling on one thread or split after
   its first launches were timed): host schedules made before take the launchers anew."""
   launcher_epoch = 0
+  split = False  # whether a launch may be split across threads (None: not settled yet; a CPU kernel's)
   def __init__(self, device: 'BaseDevice', fn):
     self.device, self.fn, self.name = device, fn, fn.sym_name
     self.signature, self.sizes = buffer_signature(fn), buffer_sizes(fn)
@@ -74,6 +75,7 @@ class BaseDevice:
   processor = 'auto'     # the kind of processor it is, where another than its target language's (OpenCL on a CPU: cpu)
   local_memory = 0       # the shared memory a work-group may take, in bytes (0: the target's default)
   warpgroup_mma = True   # it has its target's warpgroup tensor cores, where the target has them (wgmma: Hopper alone)
+  wake_workers = None    # what a call does first where a launch may be split across threads (the CPU's), else None
   def __init__(self, allocator: Allocator | None = None):
     self.allocator = allocator or HostAllocator(self.name)
   @property
