@@ -46,6 +46,15 @@ def test_load_callable_matches_numpy():
     np.testing.assert_allclose(f(x)[0], mlp_ref(x), rtol=1e-4, atol=1e-6)
 
 
+
+def test_tgc_onnx_is_a_module():
+  """`import tgc.onnx` and `from tgc.onnx import load` work in a fresh interpreter, as the attribute tgc.onnx does."""
+  code = "import tgc.onnx, tgc; from tgc.onnx import load, OnnxModel; assert tgc.onnx.load is load; print(sorted(tgc.onnx.__all__))"
+  p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+  assert p.returncode == 0, p.stderr
+  assert 'load' in p.stdout and 'import_text' in p.stdout
+  assert isinstance(tgc.onnx.load(mlp()), tgc.onnx.OnnxModel)
+
 def test_import_text_weights_beside_and_roundtrip():
   text, weights = fe.import_text(mlp(), {'x': (2, 8)})
   assert sorted(weights) == ['B1', 'W1', 'W2'] and len(text) < 4000  # the weights are not literals in the text
