@@ -109,3 +109,19 @@ def test_allow_unregistered_dialect_round_trips(tmp_path):
   rc, out, err = run(str(p), '--allow-unregistered-dialect')
   assert rc == 0, err
   assert out == text
+
+
+@pytest.mark.parametrize('tool', ['tgc-opt', 'tgc-translate', 'tgc-run', 'tgc-import-onnx'])
+def test_version_on_every_tool(tool):
+  import tgc
+  p = subprocess.run([tool, '--version'], capture_output=True, text=True, timeout=60)
+  assert p.returncode == 0 and p.stdout == f"{tool} {tgc.__version__}\n", (p.stdout, p.stderr)
+
+
+def test_wheel_metadata_names_licence_and_authors():
+  import os, tomllib
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(root, 'pyproject.toml'), 'rb') as f: proj = tomllib.load(f)['project']
+  assert proj['license'] == 'MIT' and os.path.exists(os.path.join(root, 'LICENSE'))
+  assert proj['authors'] == [{'name': 'tgc developers'}] and proj['dynamic'] == ['version']
+  assert 'MIT License' in open(os.path.join(root, 'LICENSE')).read()

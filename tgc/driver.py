@@ -15,6 +15,12 @@ class ToolError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+  """argparse with the tools' exit code 2 for a malformed command line, and `--version` on every tool."""
+  def __init__(self, *a, **kw):
+    super().__init__(*a, **kw)
+    from tgc import __version__
+    self.add_argument('--version', action='version', version=f"%(prog)s {__version__}", help="print the tool's version and exit")
+
   def error(self, message):
     self.print_usage(sys.stderr)
     sys.stderr.write(f"{self.prog}: error: {message}\n")
