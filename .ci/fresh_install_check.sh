@@ -24,9 +24,10 @@ for v in $(env | sed -n 's/^\(PIP_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
 pip_() { "$work/venv/bin/python" -m pip --isolated "$@"; }
 
-git -C "$root" archive HEAD | tar -x -C "$work" --one-top-level=tgc
+mkdir "$work/repo"
+git -C "$root" archive HEAD | tar -x -C "$work/repo"
 python3 -m venv "$work/venv"
-cd "$work/tgc"
+cd "$work/repo"
 pip_ config list | grep . && { echo "fresh_install_check: pip still reads a configuration" >&2; exit 1; }
 
 case "$mode" in
