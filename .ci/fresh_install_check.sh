@@ -27,6 +27,7 @@ pip_() { "$work/venv/bin/python" -m pip --isolated "$@"; }
 mkdir "$work/repo"
 git -C "$root" archive HEAD | tar -x -C "$work/repo"
 python3 -m venv "$work/venv"
+export PATH="$work/venv/bin:$PATH"  # (the tools the tests run are the venv's)
 cd "$work/repo"
 pip_ config list | grep . && { echo "fresh_install_check: pip still reads a configuration" >&2; exit 1; }
 
