@@ -281,6 +281,8 @@ def run_main(argv: list[str] | None = None) -> int:
   ap.add_argument('--entry', default=None, help='@name of the func.func to run (default: the first)')
   ap.add_argument('--input', dest='inputs', action='append', default=[], metavar='NAME=FILE.npy')
   ap.add_argument('--seed', type=int, default=0, help='seed of the random values for inputs not given')
+  ap.add_argument('--random-weights', action='store_true',
+                  help="fill weights the .npz beside the input does not hold (an imported model's) with random values, not an error")
   ap.add_argument('--output', default=None, metavar='DIR', help='save results as DIR/result0.npy, ...')
   args = ap.parse_args(sys.argv[1:] if argv is None else argv)
   return run_tool('tgc-run', lambda: _run(args))
@@ -316,7 +318,16 @@ def _run(args) -> int:
     k, path = spec.split('=', 1)
     try: given[k.lstrip('%')] = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e: raise ToolError(f"cannot load '{path}': {e}") from None
-  given = {**_weights_beside(args.input), **given}
+  npz = None if args.input == '-' else os.path.splitext(args.input)[0] + '.npz'
+  given = {**_weights_beside(npz), **given}
+  unbound = [w for w in entry.attrs.get('weights', ()) if w not in given]
+  if unbound and not args.random_weights:
+    names = ', '.join('%' + w for w in unbound[:8]) + (f" and {len(unbound) - 8} more" if len(unbound) > 8 else '')
+    if npz is None: where = "the input is stdin, so there is no .npz beside it"
+    elif not os.path.exists(npz): where = f"'{npz}' does not exist (tgc-import-onnx -o writes it beside the .tgc)"
+    else: where = f"'{npz}' does not hold them"
+    raise ToolError(f"@{entry.attrs['sym_name']} has weights with no values: {names}; {where}. "
+                    "Give them with --input NAME=FILE.npy, or --random-weights for random values")
   argnames = [a.hint for a in entry.body.args]
   for k in given:
     if k not in argnames: raise ToolError(f"@{entry.attrs['sym_name']} has no argument '%{k}' (arguments: {', '.join('%' + n for n in argnames)})")
@@ -341,11 +352,10 @@ def _run(args) -> int:
   return 0
 
 
-def _weights_beside(path: str) -> dict:
+def _weights_beside(npz: str | None) -> dict:
   """The arguments bound from model.npz beside model.tgc (what tgc-import-onnx writes), if there is one."""
   import numpy as np
-  npz = os.path.splitext(path)[0] + '.npz'
-  if path == '-' or not os.path.exists(npz): return {}
+  if npz is None or not os.path.exists(npz): return {}
   try:
     with np.load(npz, allow_pickle=False) as z: return {k: z[k] for k in z.files}
   except (OSError, ValueError) as e: raise ToolError(f"cannot load '{npz}': {e}") from None
