@@ -116,6 +116,8 @@ def opt_main(argv: list[str] | None = None) -> int:
   ap.add_argument('--no-verify', action='store_true', help='skip the verifier between passes')
   ap.add_argument('--list-passes', action='store_true', help='list passes and their options')
   ap.add_argument('--allow-unregistered-dialect', action='store_true')
+  ap.add_argument('--allow-idle-passes', action='store_true',
+                  help='a pass with nothing of its level to work on, or an option naming nothing, is a warning, not an error')
   args = ap.parse_args(argv)
   return run_tool('tgc-opt', lambda: _opt(args, pass_flags))
 
@@ -129,7 +131,7 @@ def _opt(args, pass_flags) -> int:
   pm = None
   if pipeline:
     from tgc.passes.manager import PassManager
-    pm = PassManager.parse(pipeline, verify=not args.no_verify)
+    pm = PassManager.parse(pipeline, verify=not args.no_verify, idle='warning' if args.allow_idle_passes else 'error')
   for n in args.print_ir_after + args.print_ir_before:
     from tgc.passes.manager import get_pass
     get_pass(n)
@@ -162,6 +164,8 @@ def _run_chunk(chunk, name, offset, pm, args) -> str:
                            args.print_ir_after_change, args.timing, args.pass_statistics, generic=args.print_op_generic)
     pm.run(m, inst)
     _report(inst)
+    if not args.verify_diagnostics:  # (there, they are diagnostics to expect)
+      for w in pm.warnings: sys.stderr.write(w.format('tgc-opt') + '\n')
   return Printer(generic=args.print_op_generic, locs=args.print_debuginfo).print_module(m)
 
 
@@ -205,6 +209,7 @@ def _verify_diagnostics(chunk, name, offset, pm, args) -> int:
   produced = []
   try:
     _run_chunk(chunk, name, offset, pm, args)
+    if pm is not None: produced = [n for w in pm.warnings for n in w.all()]
   except Diagnostic as d: produced = d.all()
   except DiagnosticList as dl: produced = [n for d in dl.diags for n in d.all()]
   except PassFailure: raise
