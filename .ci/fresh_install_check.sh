@@ -2,7 +2,7 @@
 # README's test install on a machine that has only the public index: the committed tree (git archive HEAD) is
 # installed with its dev extra into a fresh venv, with every pip configuration file, environment variable and
 # local wheel store left out (PIP_CONFIG_FILE=/dev/null, --isolated: no find-links, no extra index, no
-# constraints), then one test runs.
+# constraints), then README's demo and one test run.
 #
 #   .ci/fresh_install_check.sh              # pip install -e '.[dev]' as it is: torch from PyPI (on Linux its
 #                                           # CUDA build, some GB), then a test that checks against torch
@@ -48,5 +48,6 @@ case "$mode" in
     test=(tests/test_tools.py -k "version or exit_0");;
 esac
 pip_ check
+"$work/venv/bin/python" examples/demo.py > "$work/demo.out"  # README's first command
 "$work/venv/bin/python" -m pytest -q -p no:cacheprovider "${test[@]}"
 echo "fresh_install_check $mode: ok"
