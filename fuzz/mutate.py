@@ -164,7 +164,8 @@ def run(case):
   rc2, out2, err2 = call(driver.opt_main, [path + '.printed'])
   if rc2 != 0 or out2 != out:
     return 'roundtrip', f"tgc-opt's output does not parse back to itself (exit {rc2}): {err2.strip()[:800]}\n--- printed:\n{out[:1500]}"
-  stages = [(f"tgc-opt mutant.tgc -p '{case['pipeline']}'", driver.opt_main, [path, '-p', case['pipeline']])]
+  # (--allow-idle-passes: a pipeline of another level than the mutant's still runs, as a warning)
+  stages = [(f"tgc-opt mutant.tgc -p '{case['pipeline']}' --allow-idle-passes", driver.opt_main, [path, '-p', case['pipeline'], '--allow-idle-passes'])]
   for t in case['targets']:
     stages.append((f"tgc-translate mutant.tgc --target={t}{' --noopt' if case['noopt'] else ''}", driver.translate_main,
                    [path, f'--target={t}'] + (['--noopt'] if case['noopt'] else [])))
@@ -190,7 +191,7 @@ def _tmpdir():
 
 def reproducer(case):
   """The mutant, then (at its end, so that line numbers stay) the commands it went through."""
-  cmds = ["tgc-opt %s", f"tgc-opt %s -p '{case['pipeline']}'"] + [f"tgc-translate %s --target={t}{' --noopt' if case['noopt'] else ''}" for t in case['targets']]
+  cmds = ["tgc-opt %s", f"tgc-opt %s -p '{case['pipeline']}' --allow-idle-passes"] + [f"tgc-translate %s --target={t}{' --noopt' if case['noopt'] else ''}" for t in case['targets']]
   cmds += [f"tgc-run %s --device={case['device']}"] if case['run'] else []
   return 'tgc', case['text'].rstrip('\n') + '\n// found by fuzz/mutate.py (finding.txt names the failing command) after:\n' + ''.join(f"//   {c}\n" for c in cmds)
 

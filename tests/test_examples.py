@@ -1,5 +1,5 @@
-"""The seeds' programs as .tgc files through tgc-run (a subprocess, as a user runs it): the numbers match
-numpy, and DEBUG=2 shows the kernel counts the seeds show with NOOPT=1."""
+"""The example programs (examples/*.tgc) through tgc-run (a subprocess, as a user runs it): the numbers match
+numpy, and DEBUG=2 shows the kernel counts tinygrad's NOOPT=1 gives."""
 import os, re, subprocess, sys
 import numpy as np
 import pytest

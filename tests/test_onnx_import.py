@@ -46,6 +46,15 @@ def test_load_callable_matches_numpy():
     np.testing.assert_allclose(f(x)[0], mlp_ref(x), rtol=1e-4, atol=1e-6)
 
 
+
+def test_tgc_onnx_is_a_module():
+  """`import tgc.onnx` and `from tgc.onnx import load` work in a fresh interpreter, as the attribute tgc.onnx does."""
+  code = "import tgc.onnx, tgc; from tgc.onnx import load, OnnxModel; assert tgc.onnx.load is load; print(sorted(tgc.onnx.__all__))"
+  p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+  assert p.returncode == 0, p.stderr
+  assert 'load' in p.stdout and 'import_text' in p.stdout
+  assert isinstance(tgc.onnx.load(mlp()), tgc.onnx.OnnxModel)
+
 def test_import_text_weights_beside_and_roundtrip():
   text, weights = fe.import_text(mlp(), {'x': (2, 8)})
   assert sorted(weights) == ['B1', 'W1', 'W2'] and len(text) < 4000  # the weights are not literals in the text
@@ -67,6 +76,32 @@ def test_tools_import_opt_run(tmp_path):
   assert rc == 0, err
   np.testing.assert_allclose(np.load(tmp_path / 'res' / 'result0.npy'), mlp_ref(x), rtol=1e-4, atol=1e-6)
 
+
+
+def test_run_without_the_weights_is_an_error(tmp_path):
+  """The imported function names its weights (attributes {weights = [...]}); tgc-run with the .npz missing, or
+  missing one of them, says which file and exits 1; --random-weights fills them with seeded random values."""
+  src, out = tmp_path / 'mlp.onnx', tmp_path / 'mlp.tgc'
+  onnx.save(mlp(), str(src))
+  assert tool('import_onnx_main', str(src), '-o', str(out), '--input-shape', 'N=2')[0] == 0
+  assert 'attributes {weights = ["W1", "B1", "W2"]}' in out.read_text()
+  npz = tmp_path / 'mlp.npz'
+  weights = dict(np.load(npz))
+  npz.unlink()
+  rc, text, err = tool('run_main', str(out))
+  assert rc == 1 and text == '', err
+  assert f"'{npz}' does not exist" in err and '%W1, %B1, %W2' in err and '--random-weights' in err
+  np.savez(npz, W1=weights['W1'], B1=weights['B1'])
+  rc, _, err = tool('run_main', str(out))
+  assert rc == 1 and f"'{npz}' does not hold them" in err and 'weights with no values: %W2;' in err, err
+  x = RNG.standard_normal((2, 8)).astype(np.float32)
+  np.save(tmp_path / 'x.npy', x); np.save(tmp_path / 'w2.npy', weights['W2'])
+  rc, _, err = tool('run_main', str(out), '--input', f"x={tmp_path / 'x.npy'}", '--input', f"W2={tmp_path / 'w2.npy'}", '--output', str(tmp_path / 'a'))
+  assert rc == 0, err  # the last one given by --input
+  np.testing.assert_allclose(np.load(tmp_path / 'a' / 'result0.npy'), mlp_ref(x), rtol=1e-4, atol=1e-6)
+  rc, _, err = tool('run_main', str(out), '--random-weights', '--output', str(tmp_path / 'b'))
+  assert rc == 0 and 'input %W2: random tensor<32x4xf32>' in err and 'input %W1' not in err, err
+  assert np.load(tmp_path / 'b' / 'result0.npy').shape == (2, 4)
 
 def _bad_models(tmp_path):
   garbage = tmp_path / 'garbage.onnx'; garbage.write_bytes(b'\x08\x07not a model at all\xff\xff')

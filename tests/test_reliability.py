@@ -1,4 +1,4 @@
-"""Issue 14's regressions: what the fuzzers (fuzz/) found, the caches' keys, memory no one wrote, and the tools'
+"""Regressions: what the fuzzers (fuzz/) found, the caches' keys, memory no one wrote, and the tools'
 diagnostics for a module with nothing to run or translate. Results are checked against numpy."""
 import io, os, re, sys
 import numpy as np

@@ -385,6 +385,31 @@ def test_opencl_platform_choice(monkeypatch):
   with pytest.raises(tgc.TgcError, match='OPENCL_PLATFORM'): pick_platform(cl)
 
 
+
+def test_opencl_kernels_retrieved_once():
+  """Compiling the same program again reuses its cl.Kernel: pyopencl warns RepeatedKernelRetrieval when a program's
+  kernel is fetched by attribute twice."""
+  import warnings
+  from tgc.compiler import compile_module
+  try: dev = get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  a = np.arange(16, dtype=np.float32).reshape(4, 4)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    for _ in range(3):
+      fn = compile_module(I.parse(TENSOR['add44'][0]), 'OPENCL')
+      np.testing.assert_array_equal(fn(a, a)[0], np.maximum((a + a) * np.float32(2.5), a))
+  assert not [w for w in caught if 'RepeatedKernelRetrieval' in type(w.message).__name__ or 'retrieved more than once' in str(w.message)]
+  src, name = next(iter(dev._kernels))
+  assert dev.kernel(src, name) is dev.kernel(src, name)
+
+
+def test_opencl_unavailable_says_how_to_install(monkeypatch):
+  import sys
+  from tgc.runtime.opencl import OpenCLDevice
+  monkeypatch.setitem(sys.modules, 'pyopencl', None)  # import pyopencl raises ImportError
+  with pytest.raises(tgc.TgcError, match=r"OPENCL device unavailable: pyopencl is not installed .*pip install 'pyopencl\[pocl\]'"): OpenCLDevice()
+
 @pytest.mark.parametrize('processor', ['gpu', 'cpu'])
 def test_opencl_tiles_for_either_processor(processor):
   """An OpenCL device on a CPU (PoCL) gets kernel-opt's CPU tiles; a GPU gets work-group sharing (a matvec's GROUP)

@@ -1,4 +1,4 @@
-"""Tensor ("fancy") indexing, __setitem__, the wrong results of issue 13 and the Python classes of the errors,
+"""Tensor ("fancy") indexing, __setitem__, cases that once gave wrong results, and the Python classes of the errors,
 against numpy."""
 import math
 import numpy as np

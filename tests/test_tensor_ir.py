@@ -1,4 +1,4 @@
-"""Tensor.to_ir at the three levels, the seeds' kernel counts, compile caching, realizing several tensors
+"""Tensor.to_ir at the three levels, tinygrad's kernel counts, compile caching, realizing several tensors
 together, Tensor.jit, and the same programs on CPU and on the reference interpreter."""
 import os
 import numpy as np

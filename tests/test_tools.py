@@ -38,6 +38,7 @@ def files(tmp_path):
   ['{good}', '--timing', '-p', 'cse'], ['{good}', '--pass-statistics', '-p', 'cse'], ['{good}', '--no-verify', '-p', 'dce'],
   ['{good}', '--print-ir-after-all', '-p', 'cse'], ['{good}', '--print-ir-before=cse', '-p', 'cse'],
   ['{expecting}', '--verify-diagnostics'], ['{empty}'], ['--list-passes'], ['--help'], ['{good}', '-o', '{dir}/out.tgc'],
+  ['{good}', '-p', 'linearize', '--allow-idle-passes'], ['{good}', '-p', 'kernelize,kernel-opt,linearize'], ['{empty}', '-p', 'linearize'],
 ])
 def test_exit_0(files, args):
   rc, out, err = run(*[_sub(a, files) for a in args])
@@ -57,6 +58,9 @@ def test_exit_0(files, args):
   (['{good}', '-p', 'builtin.module(cse'], "unclosed '('"),
   (['{good}', '--print-ir-after=nonsense'], "unknown pass 'nonsense'"),
   (['{good}', '-o', '{dir}/no/such/dir/out.tgc'], "cannot write"),
+  (['{good}', '-p', 'linearize'], ":1:1: error: pass 'linearize' works on the kernel level (kernel.func), and the IR here is at the tensor level"),
+  (['{good}', '-p', 'autodiff{func=nope}'], ":1:1: error: autodiff: no func.func named '@nope' (functions: @f)"),
+  (['{good}', '-p', 'kernelize,uop-simplify'], "error: pass 'uop-simplify' works on the uop level (uop.func), and the IR here is at the kernel level"),
 ])
 def test_exit_1(files, args, message):
   rc, out, err = run(*[_sub(a, files) for a in args])
@@ -109,3 +113,34 @@ def test_allow_unregistered_dialect_round_trips(tmp_path):
   rc, out, err = run(str(p), '--allow-unregistered-dialect')
   assert rc == 0, err
   assert out == text
+
+
+@pytest.mark.parametrize('tool', ['tgc-opt', 'tgc-translate', 'tgc-run', 'tgc-import-onnx'])
+def test_version_on_every_tool(tool):
+  import tgc
+  p = subprocess.run([tool, '--version'], capture_output=True, text=True, timeout=60)
+  assert p.returncode == 0 and p.stdout == f"{tool} {tgc.__version__}\n", (p.stdout, p.stderr)
+
+
+def test_wheel_metadata_names_licence_and_authors():
+  import os, tomllib
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(root, 'pyproject.toml'), 'rb') as f: proj = tomllib.load(f)['project']
+  assert proj['license'] == 'MIT' and os.path.exists(os.path.join(root, 'LICENSE'))
+  assert proj['authors'] == [{'name': 'tgc developers'}] and proj['dynamic'] == ['version']
+  assert 'MIT License' in open(os.path.join(root, 'LICENSE')).read()
+
+
+def test_idle_passes_warn_and_run_with_the_opt_out(files):
+  rc, out, err = run(files['good'], '-p', 'cse,linearize', '--allow-idle-passes')
+  assert rc == 0 and "warning: pass 'linearize' works on the kernel level" in err and 'tensor.neg %x' in out
+
+
+def test_compile_pipelines_take_a_program_with_no_kernel():
+  """A PassManager built in code (compile pipelines) reports nothing idle: a function that computes nothing runs
+  kernel-opt and linearize on no kernel."""
+  import numpy as np
+  from tgc.ir import parse
+  from tgc.compiler import compile_module
+  m = parse('func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  func.return %x : tensor<4xf32>\n}\n')
+  np.testing.assert_array_equal(compile_module(m, 'CPU')(np.arange(4, dtype=np.float32))[0], np.arange(4, dtype=np.float32))

@@ -103,3 +103,44 @@ def test_training_without_jit_and_jit_agree():
     xt, oh = Tensor(x, device=DEV), Tensor(np.eye(5, dtype=np.float32)[y], device=DEV)
     finals.append([f(xt, oh).item() for _ in range(10)] + [p.numpy() for p in get_parameters(model)])
   for a, b in zip(*finals): np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_batchnorm_cnn_compiles_once():
+  """Eager steps of a CNN with BatchNorm2d (its weights and running statistics made as constants) compile on the
+  first step only: the second sees the graph the first saw. The losses and running statistics are torch's."""
+  import tgc.tensor as T
+  F = torch.nn
+  torch.manual_seed(0)
+  tm = F.Sequential(F.Conv2d(1, 4, 3, padding=1), F.BatchNorm2d(4), F.ReLU(), F.MaxPool2d(2), F.Flatten(), F.Linear(36, 5))
+  class Net:
+    def __init__(self): self.c1, self.bn, self.l1 = nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Linear(36, 5)
+    def __call__(self, x): return self.l1(self.bn(self.c1(x)).relu().max_pool2d(2).flatten(1))
+  model = Net()
+  init = {'c1.weight': tm[0].weight, 'c1.bias': tm[0].bias, 'l1.weight': tm[5].weight, 'l1.bias': tm[5].bias}
+  load_state_dict(model, {k: Tensor(v.detach().numpy(), device=DEV) for k, v in init.items()}, strict=False)
+  assert not model.bn.running_mean.node.realized  # a constant until the optimizer realizes it
+  opt, topt = optim.SGD(get_parameters(model), lr=0.05, momentum=0.9), torch.optim.SGD(tm.parameters(), lr=0.05, momentum=0.9)
+  rng = np.random.default_rng(1)
+  x, y = rng.standard_normal((8, 1, 6, 6)).astype(np.float32), rng.integers(0, 5, 8)
+  xt, oh = Tensor(x, device=DEV), Tensor(np.eye(5, dtype=np.float32)[y], device=DEV)
+  compiles, got = [], []
+  with Tensor.train():
+    for _ in range(3):
+      n = len(T._COMPILED)
+      opt.zero_grad()
+      loss = -(model(xt).log_softmax(1) * oh).sum(1).mean()
+      loss.backward()
+      opt.step()
+      got.append(loss.item())
+      compiles.append(len(T._COMPILED) - n)
+  assert compiles[0] >= 1 and compiles[1:] == [0, 0], compiles
+  want = []
+  for _ in range(3):
+    topt.zero_grad()
+    loss = F.functional.cross_entropy(tm(torch.tensor(x)), torch.tensor(y))
+    loss.backward(); topt.step()
+    want.append(loss.item())
+  np.testing.assert_allclose(got, want, rtol=1e-4)
+  assert model.bn.running_mean.node.realized and model.bn.num_batches_tracked.item() == 3  # realized by each step
+  np.testing.assert_allclose(model.bn.running_mean.numpy(), tm[1].running_mean.numpy(), rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(model.bn.running_var.numpy(), tm[1].running_var.numpy(), rtol=1e-4, atol=1e-6)

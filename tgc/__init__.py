@@ -15,7 +15,7 @@ __version__ = '0.1.0'
 _LAZY = {
   'Tensor': ('tgc.tensor', 'Tensor'), 'dtypes': ('tgc.tensor', 'dtypes'), 'Device': ('tgc.runtime', 'Device'),
   'compile': ('tgc.compiler', 'compile'), 'ir': ('tgc.ir', None), 'passes': ('tgc.passes', None), 'emit': ('tgc.emit', None),
-  'runtime': ('tgc.runtime', None), 'target': ('tgc.target', None), 'nn': ('tgc.nn', None), 'onnx': ('tgc.frontend.onnx', None),
+  'runtime': ('tgc.runtime', None), 'target': ('tgc.target', None), 'nn': ('tgc.nn', None), 'onnx': ('tgc.onnx', None),
 }
 
 def __getattr__(name):

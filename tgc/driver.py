@@ -15,6 +15,12 @@ class ToolError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+  """argparse with the tools' exit code 2 for a malformed command line, and `--version` on every tool."""
+  def __init__(self, *a, **kw):
+    super().__init__(*a, **kw)
+    from tgc import __version__
+    self.add_argument('--version', action='version', version=f"%(prog)s {__version__}", help="print the tool's version and exit")
+
   def error(self, message):
     self.print_usage(sys.stderr)
     sys.stderr.write(f"{self.prog}: error: {message}\n")
@@ -110,6 +116,8 @@ def opt_main(argv: list[str] | None = None) -> int:
   ap.add_argument('--no-verify', action='store_true', help='skip the verifier between passes')
   ap.add_argument('--list-passes', action='store_true', help='list passes and their options')
   ap.add_argument('--allow-unregistered-dialect', action='store_true')
+  ap.add_argument('--allow-idle-passes', action='store_true',
+                  help='a pass with nothing of its level to work on, or an option naming nothing, is a warning, not an error')
   args = ap.parse_args(argv)
   return run_tool('tgc-opt', lambda: _opt(args, pass_flags))
 
@@ -123,7 +131,7 @@ def _opt(args, pass_flags) -> int:
   pm = None
   if pipeline:
     from tgc.passes.manager import PassManager
-    pm = PassManager.parse(pipeline, verify=not args.no_verify)
+    pm = PassManager.parse(pipeline, verify=not args.no_verify, idle='warning' if args.allow_idle_passes else 'error')
   for n in args.print_ir_after + args.print_ir_before:
     from tgc.passes.manager import get_pass
     get_pass(n)
@@ -156,6 +164,8 @@ def _run_chunk(chunk, name, offset, pm, args) -> str:
                            args.print_ir_after_change, args.timing, args.pass_statistics, generic=args.print_op_generic)
     pm.run(m, inst)
     _report(inst)
+    if not args.verify_diagnostics:  # (there, they are diagnostics to expect)
+      for w in pm.warnings: sys.stderr.write(w.format('tgc-opt') + '\n')
   return Printer(generic=args.print_op_generic, locs=args.print_debuginfo).print_module(m)
 
 
@@ -199,6 +209,7 @@ def _verify_diagnostics(chunk, name, offset, pm, args) -> int:
   produced = []
   try:
     _run_chunk(chunk, name, offset, pm, args)
+    if pm is not None: produced = [n for w in pm.warnings for n in w.all()]
   except Diagnostic as d: produced = d.all()
   except DiagnosticList as dl: produced = [n for d in dl.diags for n in d.all()]
   except PassFailure: raise
@@ -262,6 +273,8 @@ def run_main(argv: list[str] | None = None) -> int:
   ap.add_argument('--entry', default=None, help='@name of the func.func to run (default: the first)')
   ap.add_argument('--input', dest='inputs', action='append', default=[], metavar='NAME=FILE.npy')
   ap.add_argument('--seed', type=int, default=0, help='seed of the random values for inputs not given')
+  ap.add_argument('--random-weights', action='store_true',
+                  help="fill weights the .npz beside the input does not hold (an imported model's) with random values, not an error")
   ap.add_argument('--output', default=None, metavar='DIR', help='save results as DIR/result0.npy, ...')
   args = ap.parse_args(sys.argv[1:] if argv is None else argv)
   return run_tool('tgc-run', lambda: _run(args))
@@ -297,7 +310,16 @@ def _run(args) -> int:
     k, path = spec.split('=', 1)
     try: given[k.lstrip('%')] = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e: raise ToolError(f"cannot load '{path}': {e}") from None
-  given = {**_weights_beside(args.input), **given}
+  npz = None if args.input == '-' else os.path.splitext(args.input)[0] + '.npz'
+  given = {**_weights_beside(npz), **given}
+  unbound = [w for w in entry.attrs.get('weights', ()) if w not in given]
+  if unbound and not args.random_weights:
+    names = ', '.join('%' + w for w in unbound[:8]) + (f" and {len(unbound) - 8} more" if len(unbound) > 8 else '')
+    if npz is None: where = "the input is stdin, so there is no .npz beside it"
+    elif not os.path.exists(npz): where = f"'{npz}' does not exist (tgc-import-onnx -o writes it beside the .tgc)"
+    else: where = f"'{npz}' does not hold them"
+    raise ToolError(f"@{entry.attrs['sym_name']} has weights with no values: {names}; {where}. "
+                    "Give them with --input NAME=FILE.npy, or --random-weights for random values")
   argnames = [a.hint for a in entry.body.args]
   for k in given:
     if k not in argnames: raise ToolError(f"@{entry.attrs['sym_name']} has no argument '%{k}' (arguments: {', '.join('%' + n for n in argnames)})")
@@ -322,11 +344,10 @@ def _run(args) -> int:
   return 0
 
 
-def _weights_beside(path: str) -> dict:
+def _weights_beside(npz: str | None) -> dict:
   """The arguments bound from model.npz beside model.tgc (what tgc-import-onnx writes), if there is one."""
   import numpy as np
-  npz = os.path.splitext(path)[0] + '.npz'
-  if path == '-' or not os.path.exists(npz): return {}
+  if npz is None or not os.path.exists(npz): return {}
   try:
     with np.load(npz, allow_pickle=False) as z: return {k: z[k] for k in z.files}
   except (OSError, ValueError) as e: raise ToolError(f"cannot load '{npz}': {e}") from None

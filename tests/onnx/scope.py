@@ -1,6 +1,6 @@
 """Pass rates of a node-suite run: `python tests/onnx/scope.py run.xml` (pytest's --junitxml) prints the rate on
-the in-scope ops of issue 12 (their _expanded variants included) and on the whole suite, and with --exclusions
-writes the failures as exclusions.txt lines (pattern  # the error's first line)."""
+the in-scope ops (those in SCOPE below, with their _expanded variants) and on the whole suite, and with
+--exclusions writes the failures as exclusions.txt lines (pattern  # the error's first line)."""
 import re, sys, warnings
 import xml.etree.ElementTree as ET
 

@@ -23,7 +23,7 @@ FAST = ['test_add_bcast', 'test_sub_example', 'test_mul_bcast', 'test_div_exampl
         'test_constant_pad', 'test_tile', 'test_shape', 'test_size', 'test_range_float_type_positive_delta', 'test_constantofshape_float_ones',
         'test_constant', 'test_identity', 'test_dropout_default', 'test_triu', 'test_resize_upsample_scales_nearest',
         'test_resize_upsample_scales_linear',
-        # the ops beyond issue 12's, one basic case each
+        # the ops beyond scope.py's SCOPE, one basic case each
         'test_gather_elements_0', 'test_cumsum_1d', 'test_cumprod_1d', 'test_top_k', 'test_scatter_elements_with_axis', 'test_scatternd',
         'test_gathernd_example_int32', 'test_hardmax_example', 'test_einsum_batch_matmul', 'test_onehot_with_axis',
         'test_bitshift_right_uint8', 'test_bitshift_left_int8_overflow', 'test_acos', 'test_asin', 'test_atan', 'test_sinh', 'test_cosh',

@@ -1,4 +1,4 @@
-"""Dialect `uop`: the linear form emitters read top to bottom (the seeds' UOps).
+"""Dialect `uop`: the linear form emitters read top to bottom (tinygrad's UOps).
 
 Loops are `uop.range` .. `uop.endrange` pairs in the flat list; an accumulator is `uop.define_acc`
 (initial value, and the ranges it accumulates over) updated with `uop.phi` inside the loop: the value of

@@ -2,7 +2,7 @@
 
 As tinygrad's renderer: ALU ops are a table of templates, and what differs between languages is data on
 a `Lang` subclass (type names, kernel signature, buffer address spaces, thread indices, vector types and
-constructors, shared memory, barrier, bitcasts, literals). Names follow the seeds: `gidx0`/`lidx0`,
+constructors, shared memory, barrier, bitcasts, literals). Names follow tinygrad's: `gidx0`/`lidx0`,
 `ridx0` loops, `acc0` accumulators, `val0` loads, `alu0` intermediates, `cast0` casts. A pure value used
 once is inlined into its user's expression (`acc0 = (acc0+(val0*val1));`) unless that would move its
 reading of an accumulator past the accumulator's update, or its user's template repeats operands.
@@ -89,8 +89,8 @@ class Lang:
   def vec_name(self, dt) -> str: return self.vec_base[self.byte_name(dt)]
   def lane(self, name: str, i: int, t: VecType) -> str: return f"{name}.{XYZW[i]}" if t.count in self.native_vecs else f"{name}.v[{i}]"
   # signed add, sub, mul and neg that may overflow are written in the unsigned type (tgc's signed arithmetic wraps):
-  # OpenCL does (PoCL's clang folded -min(INT_MIN, x) to 0). C builds with -fwrapv; CUDA and Metal keep the seeds'
-  # plain operators, their overflow undefined as in tinygrad (docs/design.md, known gaps)
+  # OpenCL does (PoCL's clang folded -min(INT_MIN, x) to 0). C builds with -fwrapv; CUDA and Metal keep
+  # tinygrad's plain operators, their overflow undefined as in tinygrad (docs/design.md, known gaps)
   signed_wraps = True
   vector_ops: tuple = ()  # ALU ops written on whole vectors (`(a+b)`) where vector_operators(t); the rest lane by lane
   def vector_operators(self, t: VecType) -> bool: return False

@@ -421,7 +421,7 @@ def _new_module(name: str) -> ir.Module:
 _QUOTED = re.compile(r'([%@])"([-a-zA-Z$._][-a-zA-Z$._0-9]*)"')
 
 def module_text(m: ir.Module) -> str:
-  """llvmlite quotes every name (@"r_2"); plain identifiers need no quotes, and read as the seeds print them."""
+  """llvmlite quotes every name (@"r_2"); plain identifiers need no quotes, and read as tinygrad prints them."""
   return _QUOTED.sub(r'\1\2', str(m))
 
 

@@ -1,5 +1,5 @@
 """The Metal target: `kernel void name(device int* data0, const device int* data1, ..., uint3 gid
-[[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]])`, as the seeds print it.
+[[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]])`, as tinygrad prints it.
 Metal has no double: f64 is an error. bf16 is Metal 3.1's `bfloat`, its math done in float; the f8 types are
 emulated as in C (uchar, computed as float). Loads from
 threadgroup memory are built lane by lane (no pointer casts into threadgroup space), which also lets the

@@ -421,8 +421,11 @@ def build(model, shapes: dict | None = None, device: str | None = None, name: st
 
 
 def import_text(model, shapes: dict | None = None, values: dict | None = None) -> tuple[str, dict]:
-  """(the module's text, its weights by argument name); `values` fixes graph inputs ({name: array}) to constants."""
+  """(the module's text, its weights by argument name); `values` fixes graph inputs ({name: array}) to constants.
+  The function's `weights` attribute names the arguments that are weights: tgc-run binds them from the .npz beside
+  the text, and a weight it cannot bind is an error."""
   m, _, _, weights, _, _ = build(read_model(model), shapes, values=values)
+  if weights: m.functions('func.func')[0].attrs['weights'] = tuple(weights)
   return m.print(), weights
 
 

@@ -9,13 +9,21 @@ __all__ = ['Optimizer', 'SGD', 'LAMB', 'Adam', 'AdamW']
 
 
 class Optimizer:
+  """Trains the tensors of `params` that require a gradient; those that do not (BatchNorm's running statistics,
+  which a forward pass in training assigns) are realized with every step, as tinygrad's optimizers do."""
   def __init__(self, params: list[Tensor], lr: float):
     for p in params:
       if p.requires_grad is None: p.requires_grad = True  # as tinygrad: parameters given to an optimizer train
     self.params = list({id(p): p for p in params if p.requires_grad}.values())
     if not self.params: raise TgcError("the optimizer has no parameters that require a gradient")
     self.lr = lr
-    self.buffers: list[Tensor] = []
+    self.untrained = [t for t in {id(p): p for p in params}.values() if not t.requires_grad]
+    self.buffers: list[Tensor] = []  # the optimizer's own state (momentum, moments)
+    # realized now: a tensor made as a constant (nn's Tensor.ones weights, zeros running statistics) would be folded
+    # into the first step's graph and be a buffer from the second on, a different graph compiled again
+    lazy = [t for t in self.params + self.untrained if not t.node.realized]
+    for t in lazy: t.assign(t.contiguous())
+    if lazy: Tensor.realize(*lazy)
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
@@ -34,7 +42,7 @@ class Optimizer:
 
   def schedule_step(self) -> list[Tensor]:
     self._step(self._grads())
-    return self.params + self.buffers
+    return self.params + self.buffers + self.untrained
 
   def _step(self, grads: list[Tensor]) -> None: raise NotImplementedError
 

@@ -165,6 +165,12 @@ class Autodiff(Pass):
     'func': (str, '', "only the function of this name (default: every func.func)"),
   }
 
+  def idle_reason(self, m, levels):
+    names = [fn.sym_name for fn in m.functions('func.func')]
+    if self.func and self.func not in names:
+      return f"autodiff: no func.func named '@{self.func}'" + (f" (functions: {', '.join('@' + n for n in names)})" if names else '')
+    return super().idle_reason(m, levels)
+
   def run(self, m):
     for fn in m.functions('func.func'):
       if self.func and fn.sym_name != self.func: continue

@@ -13,6 +13,18 @@ from tgc.ir.diagnostics import Diagnostic, DiagnosticList
 
 PASSES: dict[str, type[Pass]] = {}
 
+LEVEL_FUNCS = {'tensor': 'func.func of tensor ops', 'kernel': 'kernel.func', 'uop': 'uop.func'}
+
+def module_levels(m: Module) -> set[str]:
+  """The levels m's functions are at: a kernel.func's, a uop.func's, and 'tensor' for a func.func that is not a
+  host schedule (one that launches kernels)."""
+  levels = set()
+  for fn in m.ops:
+    if fn.name == 'kernel.func': levels.add('kernel')
+    elif fn.name == 'uop.func': levels.add('uop')
+    elif fn.name == 'func.func' and not any(op.name.startswith('kernel.') for op in fn.body.ops): levels.add('tensor')
+  return levels
+
 # name -> module that defines it; imported on first use so that tgc-opt starts fast
 _PASS_MODULES = {
   'canonicalize': 'tgc.passes.canonicalize', 'cse': 'tgc.passes.cse', 'dce': 'tgc.passes.dce',
@@ -56,6 +68,15 @@ class Pass:
   def expand(self) -> list[Pass]:
     """A named pipeline returns the passes it stands for; a plain pass itself."""
     return [self]
+
+  def idle_reason(self, m: Module, levels: set[str]) -> str | None:
+    """Why this pass has nothing to work on in m, whose levels (as the pipeline before it leaves them) are
+    `levels`; None when it has. A pass anchored on a level finds nothing at another (mlir-opt's pass anchored
+    on the wrong op); a pass whose option names something absent overrides this to say so."""
+    if self.reads == 'any' or self.reads in levels: return None
+    first = {'kernel': ' (kernelize first)', 'uop': ' (linearize first, or lower-to-uop from the tensor level)'}.get(self.reads, '')
+    return (f"pass '{self.name}' works on the {self.reads} level ({LEVEL_FUNCS[self.reads]}), and the IR here is at the "
+            f"{' and '.join(sorted(levels))} level: it has nothing to do{first}")
 
   def __repr__(self):
     o = ' '.join(f"{k}={_fmt_opt(v)}" for k, v in self.opts.items() if v != self.options[k][1])
@@ -162,18 +183,34 @@ class Instrumentation:
 
 
 class PassManager:
-  def __init__(self, passes: list[Pass] | None = None, verify: bool = True):
-    self.passes, self.verify = list(passes or []), verify
+  """Runs passes in order. `idle` says what a pass with nothing to work on is (Pass.idle_reason: a pass of another
+  level than the IR's, an option naming nothing): None, nothing (what compile pipelines want: a program with no
+  kernel runs kernel-opt on none); 'error', a Diagnostic; 'warning', one kept in `warnings` and the pass run."""
+  def __init__(self, passes: list[Pass] | None = None, verify: bool = True, idle: str | None = None):
+    self.passes, self.verify, self.idle = list(passes or []), verify, idle
+    self.warnings: list[Diagnostic] = []
 
   @staticmethod
-  def parse(text: str, verify: bool = True) -> PassManager:
-    return PassManager(parse_pipeline(text), verify)
+  def parse(text: str, verify: bool = True, idle: str | None = None) -> PassManager:
+    return PassManager(parse_pipeline(text), verify, idle)
+
+  def _check_idle(self, p: Pass, m: Module, levels: set[str]) -> set[str]:
+    """Report p if it is idle on m; the levels the IR is at after it (as the pass declares what it leaves)."""
+    why = p.idle_reason(m, levels)
+    if why is not None:
+      loc = next((op.loc for op in m.ops if op.loc is not None), None)
+      if self.idle == 'error': raise Diagnostic(why, loc)
+      self.warnings.append(Diagnostic(why, loc, severity='warning'))
+    return levels if p.reads == 'any' else (levels - {p.reads}) | {p.leaves}
 
   def add(self, p: Pass) -> PassManager:
     self.passes += p.expand(); return self
 
   def run(self, m: Module, inst: Instrumentation | None = None) -> Module:
+    self.warnings = []
+    levels = module_levels(m) if self.idle else set()  # (a module with no function: nothing to check)
     for p in self.passes:
+      if levels: levels = self._check_idle(p, m, levels)
       if inst and (inst.print_before_all or p.name in inst.print_before): inst.dump('Before', p, m)
       before = m.print() if inst and inst.print_after_change else None
       t0 = time.perf_counter()

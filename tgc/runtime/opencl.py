@@ -1,7 +1,8 @@
 """The OPENCL device: tgc.emit.opencl source run through pyopencl, on device buffers.
 
 The platform is the one whose name contains $OPENCL_PLATFORM, else the first whose name contains "Portable"
-or "pocl" (PoCL's CPU device), else the first. Programs are cached by source. Buffers are `cl.Buffer`s that
+or "pocl" (PoCL's CPU device), else the first. Programs are cached by source, and each kernel of one is retrieved once (a `cl.Kernel` is made per retrieval,
+at a cost; pyopencl warns RepeatedKernelRetrieval on the second). Buffers are `cl.Buffer`s that
 the device owns, also on a CPU device (PoCL): data is copied in once when a tensor is made and out when it is
 read, never around a launch, so the path CI runs on PoCL is the one a GPU's OpenCL driver runs. Launches and
 device-to-device copies are queued on one in-order queue.
@@ -49,7 +50,7 @@ class OpenCLProgram(Program):
     super().__init__(dev, fn)
     if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"OPENCL: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
     self.src = render_opencl_kernel(fn)
-    self.kernel = getattr(dev.build(self.src), self.name)
+    self.kernel = dev.kernel(self.src, self.name)
     self.gs = [g * l for g, l in zip(self.global_size, self.local_size)]
     self.ls = list(self.local_size)
 
@@ -62,7 +63,9 @@ class OpenCLDevice(BaseDevice):
   name, target = 'OPENCL', 'opencl'
   def __init__(self):
     try: import pyopencl as cl
-    except ImportError as e: raise TgcError(f"OPENCL device unavailable: {e}") from None
+    except ImportError as e:
+      raise TgcError(f"OPENCL device unavailable: pyopencl is not installed ({e}); pip install 'pyopencl[pocl]' "
+                     "(or pip install -e '.[opencl]' in a checkout) installs it with PoCL's CPU device") from None
     self.cl = cl
     self.platform = pick_platform(cl)
     self.device = self.platform.get_devices()[0]
@@ -71,6 +74,7 @@ class OpenCLDevice(BaseDevice):
     self.ctx = cl.Context([self.device])
     self.queue = cl.CommandQueue(self.ctx)
     self._programs: dict[str, object] = {}
+    self._kernels: dict[tuple[str, str], object] = {}
     # a platform whose compiler cannot target this machine (PoCL 3.0's LLVM 14 on a CPU newer than it knows asks
     # for target CPU 'generic' and fails every build) is unavailable, said once, not a failure of every kernel
     try: cl.Program(self.ctx, "__kernel void probe(__global int* a) { a[0] = 1; }").build()
@@ -87,5 +91,14 @@ class OpenCLDevice(BaseDevice):
         except self.cl.RuntimeError as e: raise TgcError(f"opencl: the device rejected the emitted source: {e}\n{src}") from None
         self._programs[src] = prg
       return prg
+
+  def kernel(self, src: str, name: str):
+    """The cl.Kernel `name` of the program built from src, made once. (Its arguments are set at each launch, as
+    every launch queued through it does: programs of one source share it.)"""
+    with _lock:
+      k = self._kernels.get((src, name))
+      if k is not None: return k
+    prg = self.build(src)
+    with _lock: return self._kernels.setdefault((src, name), self.cl.Kernel(prg, name))
 
   def compile(self, fn) -> OpenCLProgram: return OpenCLProgram(self, fn)
