@@ -15,14 +15,13 @@ from tgc.passes.pipelines import STAGES, stage_steps
 
 
 def level_of(m: Module) -> str:
-  """The stage a module is at: tensor where a function computes on tensors (a tensor op other than the host's
-  reshape and constants, or a func.func with no kernel.func or uop.func beside it to launch), kernel where kernel.funcs
-  are left to linearize, uop otherwise (uop.funcs alone, or nothing to lower). A kernel-level module whose kernels
-  already hold their opts is lowered from kernel all the same: kernel-opt leaves such kernels alone."""
-  names = {op.name for fn in m.ops for op in ([fn] + (fn.body.ops if fn.body else []))}
-  if any(n.startswith('tensor.') and n not in ('tensor.reshape', 'tensor.const') for n in names) or \
-     ('func.func' in names and 'kernel.func' not in names and 'uop.func' not in names): return 'tensor'
-  return 'kernel' if 'kernel.func' in names else 'uop'
+  """The stage a module is lowered from: the lowest of its functions' levels (passes.manager.module_levels: tensor
+  for a func.func that launches no kernels, kernel for kernel.funcs, uop for uop.funcs alone or nothing to lower). A
+  kernel-level module whose kernels already hold their opts is lowered from kernel all the same: kernel-opt leaves
+  such kernels alone."""
+  from tgc.passes.manager import module_levels
+  levels = module_levels(m)
+  return 'tensor' if 'tensor' in levels else 'kernel' if 'kernel' in levels else 'uop'
 
 
 def lower(m: Module, target: str | Target | DeviceSpec, until: str = 'uop', noopt: bool | None = None, trace=None,
