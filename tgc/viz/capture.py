@@ -93,7 +93,7 @@ def capture(text: str, filename: str, target: str = 'llvm', entry: str | None = 
     gs, ls = fn.attrs.get('global_size', (1,)), fn.attrs.get('local_size', (1,))
     points = 1
     for d in (*gs, *ls): points *= d
-    kernels.append({'name': kn, 'lines': _lines_of(fn, filename) or sorted({l for l in ast_locs if l}),
+    kernels.append({'name': kn, 'lines': sorted({l for l in ast_locs if l}) or _lines_of(fn, filename),
                     'ast': ast, 'ast_locs': ast_locs, 'opt_ast': opt_ast[0] if opt_ast else None,
                     'opts': opts.get(kn, fn.attrs.get('opts') and str(fn.attrs['opts']) or '(kernel-opt not run)'),
                     'uops': uops, 'source': src, 'global_size': list(gs), 'local_size': list(ls),

@@ -177,7 +177,8 @@ def layout(g: Graph, char_w: float = 7.0, node_h: float = 34.0, gap_x: float = 2
   nl = max(layer.values(), default=-1) + 1
   rows: list[list[str]] = [[] for _ in range(nl)]
   for i in ids: rows[layer[i]].append(i)
-  width = {n.id: max(len(n.label), len(n.detail)) * char_w + 16 for n in g.nodes}
+  # (a kernel's second line gets its profiled time in front of it in the viewer: room for it)
+  width = {n.id: max(len(n.label), len(n.detail) + (13 if n.kind == 'kernel' else 0)) * char_w + 16 for n in g.nodes}
   pos = {i: float(k) for row in rows for k, i in enumerate(row)}
   for sweep in range(4):
     order = range(1, nl) if sweep % 2 == 0 else range(nl - 2, -1, -1)

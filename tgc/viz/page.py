@@ -127,8 +127,8 @@ svg text{font:11px ui-monospace,Menlo,monospace;pointer-events:none}
 .node rect{stroke:#557;stroke-width:1;cursor:pointer}.node.kernel rect{fill:#dbe8ff}.node.input rect{fill:#f4f4f4}.node.output rect{fill:#e8f5e0}.node.const rect{fill:#f7f0ff}.node.op rect{fill:#fff}
 .node.sel rect{stroke:#d22;stroke-width:2.5}.edge{fill:none;stroke:#8a90a0;stroke-width:1.2}.edge:hover{stroke:#d22;stroke-width:2}
 #pipeline{flex-direction:row}#steps{width:300px;overflow:auto;background:#fff;border-right:1px solid #ccd}
-#steps div{padding:5px 10px;border-bottom:1px solid #eee;cursor:pointer;font-family:ui-monospace,monospace;font-size:12px}#steps div.sel{background:#dbe8ff}#steps div.same{color:#99a}
-#steps .t{float:right;color:#778}#stepview{flex:1;display:flex;flex-direction:column;min-width:0}
+#steps div{padding:5px 10px;border-bottom:1px solid #eee;cursor:pointer;font-family:ui-monospace,monospace;font-size:12px;display:flex;justify-content:space-between;gap:8px}#steps div.sel{background:#dbe8ff}#steps div.same{color:#99a}
+#steps .t{color:#778;white-space:nowrap}#stepview{flex:1;display:flex;flex-direction:column;min-width:0}
 #profile{flex-direction:column}#timeline{position:relative;height:220px;background:#fff;border-bottom:1px solid #ccd;overflow:hidden}#tl{width:100%;height:100%;cursor:grab}
 #tip{position:absolute;display:none;background:#20232a;color:#fff;padding:4px 8px;font-size:12px;border-radius:3px;pointer-events:none;white-space:pre}
 #profile table{display:block;overflow:auto;flex:1}
@@ -192,7 +192,7 @@ function drawGraph() {
   for (const n of G.nodes) {
     const b = box[n.id], g = svgel('g', {class: 'node ' + n.kind, 'data-k': n.kind === 'kernel' ? n.label : ''});
     const r = svgel('rect', {x: b[0], y: b[1], width: b[2], height: b[3], rx: n.kind === 'kernel' ? 6 : 14});
-    if (n.kind === 'kernel' && prof[n.label]) r.setAttribute('style', `fill:hsl(${30 - 30 * prof[n.label].seconds / maxs},95%,${88 - 28 * prof[n.label].seconds / maxs}%)`);
+    if (n.kind === 'kernel' && prof[n.label]) r.setAttribute('style', `fill:hsl(${40 - 40 * prof[n.label].seconds / maxs},90%,${90 - 20 * prof[n.label].seconds / maxs}%)`);
     g.appendChild(r);
     const t1 = svgel('text', {x: b[0] + 8, y: b[1] + 14}); t1.textContent = n.label; g.appendChild(t1);
     const t2 = svgel('text', {x: b[0] + 8, y: b[1] + 27, fill: '#667'}); t2.textContent = n.kind === 'kernel' && prof[n.label] ? fmtS(prof[n.label].seconds) + ' · ' + n.detail : n.detail; g.appendChild(t2);
@@ -265,11 +265,12 @@ function selectKernel(name) {
 function steps() {
   const s = $('steps'); s.replaceChildren();
   F.steps.forEach((st, i) => {
-    const d = el('div', {class: st.changed ? '' : 'same'}, `${i}. ${st.name}`);
+    const d = el('div', {class: st.changed ? '' : 'same'}); d.appendChild(el('span', {}, `${i}. ${st.name}`));
     d.appendChild(el('span', {class: 't'}, i ? (st.changed ? '' : 'no change · ') + fmtS(st.seconds) : ''));
     d.onclick = () => showStep(i); s.appendChild(d);
   });
-  showStep(F.steps.length > 1 ? 1 : 0);
+  const first = F.steps.findIndex((st, i) => i > 0 && st.changed);  // (the first pass that changed something)
+  showStep(first > 0 ? first : 0);
 }
 function showStep(i) {
   step = i; const st = F.steps[i];

@@ -13,17 +13,20 @@ def main(argv: list[str] | None = None) -> int:
   from tgc.driver import _Parser, run_tool
   ap = _Parser(prog='tgc-viz', description='Write one self-contained HTML page of what the compiler did: the kernel graph, '
                "each kernel's levels, the pipeline pass by pass, and a profile's launch timeline.",
+               usage='tgc-viz [options] INPUT.tgc | PROGRAM.py [-- PROGRAM ARGS]',
                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split('\n', 2)[2])
   ap.add_argument('input', help='a .tgc file (IR at any level) or a Python program (.py)')
-  ap.add_argument('args', nargs='*', help="the program's arguments (after --)")
   ap.add_argument('-o', dest='output', default=None, help='the page (default: the input with .html)')
   ap.add_argument('--target', default=None, help="an IR file's target when it is not run (default: the device's)")
   ap.add_argument('--device', default=None, help='CPU (default), C, OPENCL, CUDA')
   ap.add_argument('--entry', default=None, help='@name of the func.func (default: the first)')
-  ap.add_argument('--run', type=int, default=0, metavar='N', help='run an IR file N times on the device, profiled')
+  ap.add_argument('--run', type=int, default=0, metavar='N', help='run an IR file N times on the device, profiled (after one call that is not)')
   ap.add_argument('--seed', type=int, default=0, help="seed of --run's random inputs")
   ap.add_argument('--trace', default=None, metavar='FILE.json', help="also write the run's Chrome trace (Perfetto opens it)")
-  args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+  argv = list(sys.argv[1:] if argv is None else argv)
+  rest = argv[argv.index('--') + 1:] if '--' in argv else []  # (a program's own arguments)
+  args = ap.parse_args(argv[:len(argv) - len(rest) - (1 if '--' in argv else 0)])
+  args.args = rest
   out = args.output or os.path.splitext(args.input)[0] + '.html'
   body = (lambda: _program(args, out)) if args.input.endswith('.py') else (lambda: _ir(args, out))
   return run_tool('tgc-viz', body)
@@ -50,6 +53,7 @@ def _ir(args, out: str) -> int:
     cf = compiler.compile_module(m, dev, f['name'])
     rng = np.random.default_rng(args.seed)
     inputs = [random_input(t, rng) for t in cf.arg_types]
+    cf(*inputs)  # (a warm-up call, not profiled: a device's first launch may set itself up)
     p = profile(args.trace)
     with p:
       for _ in range(args.run): cf(*inputs)
