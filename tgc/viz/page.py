@@ -24,16 +24,17 @@ def profile_data(recorder, fn_index: dict[int, int]) -> dict | None:
       a = e['args']
       fi = fn_index.get(a['fn_id'], -1)
       if len(launches) < MAX_LAUNCHES: launches.append({'name': e['name'], 'fn': fi, 'ts': e['ts'], 'dur': e['dur'], 'track': names[e['pid']]})
-      r = table.setdefault((fi, e['name']), {'fn': fi, 'function': a['function'], 'name': e['name'], 'count': 0, 'seconds': 0.0, 'bytes': 0, 'flops': 0})
-      r['count'] += 1; r['seconds'] += e['dur'] / 1e6; r['bytes'] += a['bytes']; r['flops'] += a['flops']
+      r = table.setdefault((fi, e['name']), {'fn': fi, 'function': a['function'], 'name': e['name'], 'count': 0, 'seconds': 0.0, 'bytes': 0, 'flops': 0, 'times': []})
+      r['count'] += 1; r['seconds'] += e['dur'] / 1e6; r['bytes'] += a['bytes']; r['flops'] += a['flops']; r['times'].append(e['dur'] / 1e6)
     elif e['cat'] == 'copy' and len(copies) < MAX_LAUNCHES:
       copies.append({'name': e['name'], 'ts': e['ts'], 'dur': e['dur'], 'track': names[e['pid']] + ' copies', 'bytes': e['args']['bytes']})
   total = sum(r['seconds'] for r in table.values()) or 1e-12
   rows = sorted(table.values(), key=lambda r: -r['seconds'])
   for r in rows:
-    s = max(r['seconds'], 1e-12)
-    r.update(share=r['seconds'] / total, mean=r['seconds'] / r['count'], gbps=r['bytes'] / s / 1e9 if r['bytes'] else None,
-             gflops=r['flops'] / s / 1e9 if r['flops'] else None)
+    s, ts = max(r['seconds'], 1e-12), sorted(r.pop('times'))
+    # (median and max beside the mean: a launch that paid a device's one-time set-up stands out as max >> median)
+    r.update(share=r['seconds'] / total, mean=r['seconds'] / r['count'], median=ts[len(ts) // 2], max=ts[-1],
+             gbps=r['bytes'] / s / 1e9 if r['bytes'] else None, gflops=r['flops'] / s / 1e9 if r['flops'] else None)
   return {'launches': launches, 'copies': copies, 'table': rows, 'total_seconds': total if rows else 0.0,
           'launch_count': sum(r['count'] for r in rows)}
 
@@ -44,7 +45,7 @@ def build(functions: list[dict], profile: dict | None = None, title: str = 'tgc 
     f['index'] = i
     per = {}
     for r in (profile or {}).get('table', []):
-      if r['fn'] == i: per[r['name']] = {k: r[k] for k in ('count', 'seconds', 'share', 'mean', 'gbps', 'gflops')}
+      if r['fn'] == i: per[r['name']] = {k: r[k] for k in ('count', 'seconds', 'share', 'mean', 'median', 'max', 'gbps', 'gflops')}
     f['kernel_profile'] = per
     f['seconds'] = sum(v['seconds'] for v in per.values())
   data = {'title': title, 'functions': functions, 'profile': profile}
@@ -214,7 +215,7 @@ function markGraph() {
 function kernelList() {
   const t = $('klist'); t.replaceChildren();
   const prof = F.kernel_profile || {}, hasP = Object.keys(prof).length > 0;
-  const h = el('tr'); for (const c of ['kernel', 'grid', hasP ? 'total' : 'uops', hasP ? 'share' : 'FLOPs', 'bytes', hasP ? 'GB/s' : '', hasP ? 'GFLOP/s' : '']) h.appendChild(el('th', {}, c));
+  const h = el('tr'); for (const c of ['kernel', 'grid', hasP ? 'total' : 'uops', hasP ? 'share' : 'FLOPs', hasP ? 'median' : '', hasP ? 'max' : '', 'bytes', hasP ? 'GB/s' : '', hasP ? 'GFLOP/s' : '']) h.appendChild(el('th', {}, c));
   const th = el('thead'); th.appendChild(h); t.appendChild(th);
   const tb = el('tbody');
   for (const k of sortedKernels()) {
@@ -223,7 +224,8 @@ function kernelList() {
     if (hasP) {
       r.appendChild(el('td', {}, p ? fmtS(p.seconds) : '-'));
       const sh = el('td'); if (p) { sh.appendChild(el('span', {class: 'bar-share', style: `width:${Math.round(60 * p.share)}px`})); sh.appendChild(document.createTextNode((100 * p.share).toFixed(1) + '%')); } r.appendChild(sh);
-    } else { r.appendChild(el('td', {}, k.uop_count)); r.appendChild(el('td', {}, k.flops)); }
+      r.appendChild(el('td', {}, p ? fmtS(p.median) : '-')); r.appendChild(el('td', {}, p ? fmtS(p.max) : '-'));
+    } else { r.appendChild(el('td', {}, k.uop_count)); r.appendChild(el('td', {}, k.flops)); r.appendChild(el('td')); r.appendChild(el('td')); }
     r.appendChild(el('td', {}, fmtB(k.bytes || 0)));
     r.appendChild(el('td', {}, hasP && p ? num(p.gbps, 2) : '')); r.appendChild(el('td', {}, hasP && p ? num(p.gflops, 2) : ''));
     r.onclick = () => selectKernel(k.name); tb.appendChild(r);
@@ -317,9 +319,11 @@ function drawTimeline() {
 }
 function profileTable() {
   const P = D.profile; if (!P) return;
-  $('profinfo').textContent = `${P.launch_count} launches, ${fmtS(P.total_seconds)} of device time · wheel zooms the timeline, drag pans, click a launch or a row to see the kernel`;
+  $('profinfo').textContent = `${P.launch_count} launches, ${fmtS(P.total_seconds)} of device time · wheel zooms the timeline, drag pans, click a launch or a row to see the kernel, a column's head to sort by it`;
   const t = $('ptable'), h = el('tr');
-  for (const c of ['kernel', 'function', 'count', 'total', 'share', 'mean', 'GB/s', 'GFLOP/s']) h.appendChild(el('th', {}, c));
+  const cols = [['kernel', 'name'], ['function', 'fn'], ['count', 'count'], ['total', 'seconds'], ['share', 'share'], ['mean', 'mean'], ['median', 'median'], ['max', 'max'], ['GB/s', 'gbps'], ['GFLOP/s', 'gflops']];
+  for (const [c, key] of cols) { const x = el('th', {title: 'sort by ' + c}, c); x.style.cursor = 'pointer';
+    x.onclick = () => { const up = key === 'name' || key === 'fn'; P.table.sort((a, b) => up ? (a[key] > b[key]) - (a[key] < b[key]) : (b[key] || 0) - (a[key] || 0)); t.replaceChildren(); profileTable(); }; h.appendChild(x); }
   const th = el('thead'); th.appendChild(h); t.appendChild(th);
   const tb = el('tbody');
   for (const r of P.table) {
@@ -327,7 +331,7 @@ function profileTable() {
     tr.appendChild(el('td', {}, r.name)); tr.appendChild(el('td', {class: 'l'}, r.fn >= 0 ? `#${r.fn} @${r.function}` : '@' + r.function));
     tr.appendChild(el('td', {}, r.count)); tr.appendChild(el('td', {}, fmtS(r.seconds)));
     const sh = el('td'); sh.appendChild(el('span', {class: 'bar-share', style: `width:${Math.round(80 * r.share)}px`})); sh.appendChild(document.createTextNode((100 * r.share).toFixed(1) + '%')); tr.appendChild(sh);
-    tr.appendChild(el('td', {}, fmtS(r.mean))); tr.appendChild(el('td', {}, num(r.gbps, 2))); tr.appendChild(el('td', {}, num(r.gflops, 2)));
+    tr.appendChild(el('td', {}, fmtS(r.mean))); tr.appendChild(el('td', {}, fmtS(r.median))); tr.appendChild(el('td', {}, fmtS(r.max))); tr.appendChild(el('td', {}, num(r.gbps, 2))); tr.appendChild(el('td', {}, num(r.gflops, 2)));
     if (r.fn >= 0) tr.onclick = () => { showTab('kernels'); selectFunction(r.fn, r.name); };
     tb.appendChild(tr);
   }
@@ -335,7 +339,8 @@ function profileTable() {
 }
 
 profileTable();
-if (D.functions.length) selectFunction(order[0]);
-const want = location.hash.slice(1);
+// the address's #tab[:function[:kernel]] opens that view (#kernels:10:r_8_16_16), else the slowest function
+const [want, wfn, wk] = decodeURIComponent(location.hash.slice(1)).split(':');
+if (D.functions.length) selectFunction(wfn && D.functions[+wfn] ? +wfn : order[0], wk);
 if (want && document.getElementById(want)) showTab(want);
 """
