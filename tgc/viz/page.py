@@ -12,22 +12,29 @@ _DATA_ID = 'tgc-viz-data'
 MAX_LAUNCHES = 20000   # the timeline keeps the first this many launches (the table counts them all)
 
 
-def profile_data(recorder, fn_index: dict[int, int]) -> dict | None:
-  """The page's profile from a profiler.Recorder: the device launches (their function by fn_index: id of the
-  CompiledFunction -> index in the page's functions), copies, and the per-kernel table slowest first."""
+def profile_data(recorder, functions: list[dict]) -> dict | None:
+  """The page's profile from a profiler.Recorder: the device launches (each with the index of its function among
+  `functions`: by the CompiledFunction that launched it, their `fn_id`, else the first that has a kernel of that name:
+  a specialized copy of a function), the copies and compiles, and the per-kernel table slowest first."""
   if recorder is None: return None
   names = {pid: name for name, pid in recorder.pids.items()}
+  by_id = {f.get('fn_id'): i for i, f in enumerate(functions)}
+  by_kernel: dict[str, int] = {}
+  for i, f in enumerate(functions):
+    for k in f['kernels']: by_kernel.setdefault(k['name'], i)
   launches, copies, table = [], [], {}
   for e in recorder.events:
     if e['ph'] != 'X': continue
     if e['cat'] == 'kernel':
       a = e['args']
-      fi = fn_index.get(a['fn_id'], -1)
+      fi = by_id.get(a['fn_id'], by_kernel.get(e['name'], -1))
       if len(launches) < MAX_LAUNCHES: launches.append({'name': e['name'], 'fn': fi, 'ts': e['ts'], 'dur': e['dur'], 'track': names[e['pid']]})
       r = table.setdefault((fi, e['name']), {'fn': fi, 'function': a['function'], 'name': e['name'], 'count': 0, 'seconds': 0.0, 'bytes': 0, 'flops': 0, 'times': []})
       r['count'] += 1; r['seconds'] += e['dur'] / 1e6; r['bytes'] += a['bytes']; r['flops'] += a['flops']; r['times'].append(e['dur'] / 1e6)
     elif e['cat'] == 'copy' and len(copies) < MAX_LAUNCHES:
       copies.append({'name': e['name'], 'ts': e['ts'], 'dur': e['dur'], 'track': names[e['pid']] + ' copies', 'bytes': e['args']['bytes']})
+    elif e['cat'] == 'compile' and len(copies) < MAX_LAUNCHES:  # (the gaps between launches: the host compiling)
+      copies.append({'name': e['name'], 'ts': e['ts'], 'dur': e['dur'], 'track': 'host compile'})
   total = sum(r['seconds'] for r in table.values()) or 1e-12
   rows = sorted(table.values(), key=lambda r: -r['seconds'])
   for r in rows:
@@ -35,7 +42,7 @@ def profile_data(recorder, fn_index: dict[int, int]) -> dict | None:
     # (median and max beside the mean: a launch that paid a device's one-time set-up stands out as max >> median)
     r.update(share=r['seconds'] / total, mean=r['seconds'] / r['count'], median=ts[len(ts) // 2], max=ts[-1],
              gbps=r['bytes'] / s / 1e9 if r['bytes'] else None, gflops=r['flops'] / s / 1e9 if r['flops'] else None)
-  return {'launches': launches, 'copies': copies, 'table': rows, 'total_seconds': total if rows else 0.0,
+  return {'launches': launches, 'copies': copies,  # (copies: the other spans, copies and the host's compiles) 'table': rows, 'total_seconds': total if rows else 0.0,
           'launch_count': sum(r['count'] for r in rows)}
 
 
@@ -118,7 +125,7 @@ main{flex:1;min-height:0}.tab{display:none;height:100%}.tab.on{display:flex}
 .bar{padding:4px 8px;background:#e9ecf1;font-size:12px;display:flex;gap:10px;align-items:center}.hint{color:#778;font-size:11px;font-weight:normal}
 #levels{flex:1;display:flex;min-height:0}.col{flex:1;display:flex;flex-direction:column;min-width:0;border-right:1px solid #ccd}
 .col h3{margin:0;padding:4px 8px;font-size:12px;background:#e9ecf1}
-pre{margin:0;flex:1;overflow:auto;padding:6px;font:11px/1.45 ui-monospace,Menlo,Consolas,monospace;background:#fff;white-space:pre}
+pre{position:relative;margin:0;flex:1;overflow:auto;padding:6px;font:11px/1.45 ui-monospace,Menlo,Consolas,monospace;background:#fff;white-space:pre}
 pre .ln{display:block}pre .mark{background:#fff3b0}pre .hot{background:#ffd36e}pre .no{color:#99a;user-select:none;display:inline-block;width:3.2em}
 pre .add{background:#e3f6e3;display:block}pre .del{background:#fde4e4;display:block}pre .hunk{color:#67a;display:block}
 table{border-collapse:collapse;width:100%;font-size:12px}th,td{padding:3px 8px;text-align:right;border-bottom:1px solid #eee;white-space:nowrap}
@@ -296,7 +303,7 @@ function drawTimeline() {
   if (!items.length) { $('profinfo').textContent = 'no launches were profiled'; return; }
   const t0 = Math.min(...items.map(e => e.ts)), t1 = Math.max(...items.map(e => e.ts + e.dur));
   if (!view) view = [t0, t1 + (t1 - t0) * 0.01 + 1];
-  const tracks = [...new Set(items.map(e => e.track))];
+  const tracks = [...new Set(items.map(e => e.track))].sort((a, b) => (a === 'host compile') - (b === 'host compile'));
   const x = t => 120 + (t - view[0]) / (view[1] - view[0]) * (W - 130);
   svg.replaceChildren();
   tracks.forEach((tr, i) => { const t = svgel('text', {x: 6, y: 40 + i * 34 + 14}); t.textContent = tr; svg.appendChild(t);

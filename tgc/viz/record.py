@@ -55,7 +55,7 @@ def finish(title: str = 'tgc viz', trace: str | None = None) -> str | None:
   p.__exit__(None, None, None)
   if watch in COMPILE_WATCHERS: COMPILE_WATCHERS.remove(watch)
   fns = functions()
-  prof = page.profile_data(p.recorder, {f['fn_id']: i for i, f in enumerate(fns)})
+  prof = page.profile_data(p.recorder, fns)
   page.write(_session['path'], fns, prof, title)
   if trace: p.recorder.write(trace)
   path = _session['path']

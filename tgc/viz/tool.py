@@ -57,8 +57,8 @@ def _ir(args, out: str) -> int:
     p = profile(args.trace)
     with p:
       for _ in range(args.run): cf(*inputs)
-    prof = page.profile_data(p.recorder, {id(cf): 0})
-    f['device'] = dev
+    f['device'], f['fn_id'] = dev, id(cf)
+    prof = page.profile_data(p.recorder, [f])
   page.write(out, [f], prof, os.path.basename(name))
   sys.stderr.write(f"tgc-viz: wrote {out}\n")
   return 0
