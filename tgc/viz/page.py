@@ -42,7 +42,8 @@ def profile_data(recorder, functions: list[dict]) -> dict | None:
     # (median and max beside the mean: a launch that paid a device's one-time set-up stands out as max >> median)
     r.update(share=r['seconds'] / total, mean=r['seconds'] / r['count'], median=ts[len(ts) // 2], max=ts[-1],
              gbps=r['bytes'] / s / 1e9 if r['bytes'] else None, gflops=r['flops'] / s / 1e9 if r['flops'] else None)
-  return {'launches': launches, 'copies': copies,  # (copies: the other spans, copies and the host's compiles) 'table': rows, 'total_seconds': total if rows else 0.0,
+  # (copies: the timeline's other spans, the devices' copies and the host's compiles)
+  return {'launches': launches, 'copies': copies, 'table': rows, 'total_seconds': total if rows else 0.0,
           'launch_count': sum(r['count'] for r in rows)}
 
 
