@@ -137,7 +137,7 @@ svg text{font:11px ui-monospace,Menlo,monospace;pointer-events:none}
 .node.sel rect{stroke:#d22;stroke-width:2.5}.edge{fill:none;stroke:#8a90a0;stroke-width:1.2}.edge:hover{stroke:#d22;stroke-width:2}
 #pipeline{flex-direction:row}#steps{width:300px;overflow:auto;background:#fff;border-right:1px solid #ccd}
 #steps div{padding:5px 10px;border-bottom:1px solid #eee;cursor:pointer;font-family:ui-monospace,monospace;font-size:12px;display:flex;justify-content:space-between;gap:8px}#steps div.sel{background:#dbe8ff}#steps div.same{color:#99a}
-#steps .t{color:#778;white-space:nowrap}#stepview{flex:1;display:flex;flex-direction:column;min-width:0}
+#steps .t{color:#778;white-space:nowrap;flex-shrink:0}#stepview{flex:1;display:flex;flex-direction:column;min-width:0}
 #profile{flex-direction:column}#timeline{position:relative;height:220px;background:#fff;border-bottom:1px solid #ccd;overflow:hidden}#tl{width:100%;height:100%;cursor:grab}
 #tip{position:absolute;display:none;background:#20232a;color:#fff;padding:4px 8px;font-size:12px;border-radius:3px;pointer-events:none;white-space:pre}
 #profile table{display:block;overflow:auto;flex:1}
