@@ -289,7 +289,7 @@ def count_flops(fn: Operation) -> int:
 def compile_module(m: Module, device: str | None = None, entry: str | None = None, out=None) -> CompiledFunction:
   """A verified tensor-level (or already lowered) module -> a CompiledFunction for its entry func.func."""
   seen = [w(m) for w in COMPILE_WATCHERS]  # (VIZ=1: the pipeline viewer keeps the module as it comes)
-  with _profiler.phase('compile @' + next((f.attrs['sym_name'] for f in m.functions('func.func')), '?')):
+  with _profiler.phase('compile function @' + next((f.attrs['sym_name'] for f in m.functions('func.func')), '?')):
     cf = _compile_module(m, device, entry, out)
   for keep in seen: keep(cf)
   return cf

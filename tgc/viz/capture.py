@@ -14,6 +14,7 @@ from tgc.ir.printer import Printer
 from tgc.viz.graph import module_graph, layout
 
 MAX_STEP_TEXT = 400_000   # a pass's whole printed module is kept up to this size (its diff always)
+MAX_TENSOR_GRAPH = 1500   # the tensor graph's drawing is kept for functions of up to this many ops
 
 
 def _level(m: Module) -> str:
@@ -110,5 +111,5 @@ def capture(text: str, filename: str, target: str = 'llvm', entry: str | None = 
       k['bytes'] = sum({e.value: e.bytes for e in kg.edges if n.id in (e.src, e.dst)}.values())
   return {'name': name, 'file': filename, 'target': target, 'source': text, 'level': level,
           'graph': {**kg.to_json(), 'layout': layout(kg)},
-          'tensor_graph': {**tensor_graph.to_json(), 'layout': layout(tensor_graph)} if level == 'tensor' and len(tensor_graph.nodes) <= 400 else None,
+          'tensor_graph': {**tensor_graph.to_json(), 'layout': layout(tensor_graph)} if level == 'tensor' and len(tensor_graph.nodes) <= MAX_TENSOR_GRAPH else None,
           'steps': steps, 'kernels': kernels}

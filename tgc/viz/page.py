@@ -56,6 +56,9 @@ def build(functions: list[dict], profile: dict | None = None, title: str = 'tgc 
       if r['fn'] == i: per[r['name']] = {k: r[k] for k in ('count', 'seconds', 'share', 'mean', 'median', 'max', 'gbps', 'gflops')}
     f['kernel_profile'] = per
     f['seconds'] = sum(v['seconds'] for v in per.values())
+    # (the order of the function list: each kernel's launches counted at their median, so that one launch that paid
+    # a device's one-time set-up does not put its function first)
+    f['typical_seconds'] = sum(v['count'] * v['median'] for v in per.values())
   data = {'title': title, 'functions': functions, 'profile': profile}
   blob = json.dumps(data, separators=(',', ':')).replace('</', '<\\/')  # (no '</script>' inside the tag)
   return _TEMPLATE.replace('{{TITLE}}', html.escape(title)).replace('{{STYLE}}', _STYLE).replace('{{SCRIPT}}', _SCRIPT) \
@@ -155,7 +158,7 @@ const num = (v, d) => v == null ? '-' : v.toFixed(d);
 let F = null, K = null, step = 0;
 
 $('title').textContent = D.title;
-const order = D.functions.map((f, i) => i).sort((a, b) => D.functions[b].seconds - D.functions[a].seconds || a - b);
+const order = D.functions.map((f, i) => i).sort((a, b) => D.functions[b].typical_seconds - D.functions[a].typical_seconds || a - b);
 for (const i of order) {
   const f = D.functions[i];
   $('fnsel').appendChild(el('option', {value: i}, `#${i} @${f.name} (${f.kernels.length} kernels${f.seconds ? ', ' + fmtS(f.seconds) : ''})`));
