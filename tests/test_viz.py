@@ -173,3 +173,20 @@ def test_the_page_draws_in_headless_chromium(tmp_path):
   assert '<g class="node kernel' in dom and 'data-k="r_4_8"' in dom, r.stderr[-2000:]
   assert 'void @r_4_8(' in dom or 'define void @r_4_8(' in dom
   assert 'kernel.reduce max' in dom and '5. kernelize' in dom and 'r_4_8</td><td class="l">#0 @softmax' in dom
+
+
+def test_tgc_viz_on_a_gpt_training_step_leads_from_the_slowest_kernel_to_its_opts_and_source(tmp_path):
+  """examples/gpt_train.py (made small): the page's table names the slowest kernels of the step by median launch
+  time; each is a kernel of a function on the page, with its opts, its uops and its source."""
+  out = tmp_path / 'gpt.html'
+  args = ['--layers', '1', '--d', '16', '--heads', '2', '--seq', '8', '--batch', '2', '--vocab', '16', '--steps', '2']
+  assert viz_main([os.path.join(ROOT, 'examples', 'gpt_train.py'), '-o', str(out), '--'] + args) == 0
+  data = page.read_data(out.read_text())
+  step = max(data['functions'], key=lambda f: len(f['kernels']))
+  assert len(step['kernels']) > 50 and any('matmul' in s['text'] for s in step['steps'][:1])
+  rows = sorted(data['profile']['table'], key=lambda r: -r['median'])
+  for r in rows[:5]:
+    f = data['functions'][r['fn']]
+    k = next(k for k in f['kernels'] if k['name'] == r['name'])
+    assert r['count'] >= 1 and k['opts'] and k['uops'] and f"@{r['name']}(" in k['source'] and k['lines']
+    assert f['kernel_profile'][r['name']]['median'] == r['median']
