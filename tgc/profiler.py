@@ -6,14 +6,14 @@ host clock around a launch and a synchronize elsewhere) and collects (kernel nam
 open it), and `p.summary()` is the per-kernel table sorted by time. `PROFILE=trace.json` does the same for a whole
 program: the trace is written at exit and the table printed on stderr.
 
-The trace has one process for the host (thread 0: each compiled function's compile with its passes and the device
-compile, and every launch as the host issued it) and one per device: its stream's launches with their device time,
+The trace has one process for the host (its main thread: each compiled function's compile with its passes, the device
+compile and each kernel's part of it, and every launch as the host issued it; compile work on other threads on
+tracks of their own) and one per device: its stream's launches with their device time,
 its copies and its allocator's allocations and frees (instant events with the bytes in use, and a counter of them).
 A launch's device span ends where the host saw the launch finish (a timed launch waits for it).
 """
 from __future__ import annotations
-import atexit, json, os, sys, time
-from collections import defaultdict
+import atexit, json, os, sys, threading, time
 from contextlib import contextmanager
 
 HOST = 'host'
@@ -147,8 +147,14 @@ def phase(name: str, cat: str = 'compile', **args):
   t0 = time.perf_counter()
   try: yield
   finally:
-    t1 = time.perf_counter()
-    for r in ACTIVE: r.span(name, cat, HOST, 'main', t0, t1, args or None)
+    t1, thread = time.perf_counter(), _thread()
+    for r in ACTIVE: r.span(name, cat, HOST, thread, t0, t1, args or None)
+
+
+def _thread() -> str:
+  """The host track of the calling thread: `main`, or the thread's name (work a compile hands to other threads)."""
+  t = threading.current_thread()
+  return 'main' if t is threading.main_thread() else t.name
 
 
 def instrumentation():
@@ -160,8 +166,9 @@ def instrumentation():
 
 def record_passes(inst) -> None:
   """The per-pass spans a PassManager run left in its Instrumentation (tgc.passes.manager)."""
+  thread = _thread()
   for r in ACTIVE:
-    for name, t0, dt in inst.spans: r.span(name, 'pass', HOST, 'main', t0, t0 + dt)
+    for name, t0, dt in inst.spans: r.span(name, 'pass', HOST, thread, t0, t0 + dt)
 
 
 class AllocatorTracer:
