@@ -131,6 +131,10 @@ def test_tgc_viz_on_an_ir_file_with_a_profiled_run(tmp_path, capsys):
   assert data['functions'][0]['kernel_profile']['r_4_8']['count'] == 3
   assert len(data['profile']['launches']) == 3
   assert sum(1 for e in json.load(open(trace))['traceEvents'] if e.get('cat') == 'kernel') == 3
+  # the same launches from the trace file, for a page made later
+  again = tmp_path / 'q.html'
+  assert viz_main([SOFTMAX, '--profile', str(trace), '-o', str(again)]) == 0
+  assert page.read_data(again.read_text())['profile']['table'][0]['count'] == 3
   html = out.read_text()
   assert '<script src' not in html and '<link' not in html and 'http://' not in html.replace('http://www.w3.org/2000/svg', '')
 
@@ -155,6 +159,7 @@ def test_tgc_viz_reports_bad_input(tmp_path, capsys):
   assert viz_main([str(tmp_path / 'missing.tgc')]) == 1
   assert "tgc-viz: error: cannot open" in capsys.readouterr().err
   assert viz_main([SOFTMAX, '--trace', 'x.json']) == 2
+  assert viz_main([SOFTMAX, '--profile', str(bad)]) == 1 and "cannot read the trace" in capsys.readouterr().err
 
 
 def _chromium():

@@ -108,6 +108,17 @@ class Recorder:
   def write(self, path: str) -> None:
     with open(path, 'w') as f: json.dump(self.chrome(), f)
 
+  @staticmethod
+  def load(path: str) -> 'Recorder':
+    """A recorder holding the events of a trace this module wrote (PROFILE=trace.json, profile('trace.json'))."""
+    with open(path) as f: data = json.load(f)
+    r = Recorder()
+    r.events = data['traceEvents'] if isinstance(data, dict) else data
+    r.pids = {e['args']['name']: e['pid'] for e in r.events if e.get('ph') == 'M' and e.get('name') == 'process_name'}
+    for e in r.events:
+      if e.get('cat') == 'kernel': r.launches.append((e['name'], e['dur'] / 1e6))
+    return r
+
 
 # the recorders of the profiles now open, innermost last: every event goes to each
 ACTIVE: list[Recorder] = []

@@ -2,6 +2,7 @@
 
     tgc-viz in.tgc -o page.html                      # the pipeline for the default device's target (or --target)
     tgc-viz in.tgc --run 10 -o page.html             # also compile it on the device, run it 10 times, profiled
+    tgc-viz in.tgc --profile trace.json              # the launches of a trace PROFILE=trace.json tgc-run in.tgc wrote
     tgc-viz train.py -o page.html -- --steps 3       # run a program (VIZ=1): every function it compiles, profiled
     tgc-viz ... --trace trace.json                   # the run's Chrome trace beside the page
 """
@@ -23,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument('--run', type=int, default=0, metavar='N', help='run an IR file N times on the device, profiled (after one call that is not)')
   ap.add_argument('--seed', type=int, default=0, help="seed of --run's random inputs")
   ap.add_argument('--trace', default=None, metavar='FILE.json', help="also write the run's Chrome trace (Perfetto opens it)")
+  ap.add_argument('--profile', default=None, metavar='FILE.json', help="an IR file's launches from a trace PROFILE= or profile() "
+                  "wrote (matched to its kernels by name), instead of --run")
   argv = list(sys.argv[1:] if argv is None else argv)
   rest = argv[argv.index('--') + 1:] if '--' in argv else []  # (a program's own arguments)
   args = ap.parse_args(argv[:len(argv) - len(rest) - (1 if '--' in argv else 0)])
@@ -36,6 +39,7 @@ def _ir(args, out: str) -> int:
   import numpy as np
   from tgc.driver import read_input, random_input, ToolError, UsageError
   if args.trace and not args.run: raise UsageError("--trace needs --run N for an IR file (a program is always run)")
+  if args.profile and args.run: raise UsageError("--profile gives the launches of an earlier run: not with --run")
   from tgc import compiler
   from tgc.viz import capture, page
   from tgc.profiler import profile
@@ -59,6 +63,10 @@ def _ir(args, out: str) -> int:
       for _ in range(args.run): cf(*inputs)
     f['device'], f['fn_id'] = dev, id(cf)
     prof = page.profile_data(p.recorder, [f])
+  if args.profile:
+    from tgc.profiler import Recorder
+    try: prof = page.profile_data(Recorder.load(args.profile), [f])
+    except (OSError, ValueError, KeyError, TypeError) as e: raise ToolError(f"cannot read the trace '{args.profile}': {e}") from None
   page.write(out, [f], prof, os.path.basename(name))
   sys.stderr.write(f"tgc-viz: wrote {out}\n")
   return 0
