@@ -59,6 +59,21 @@ def test_the_kernel_graph_has_buffers_with_shapes_dtypes_bytes_and_a_layout():
   assert f['tensor_graph'] and len(f['tensor_graph']['nodes']) == 2 + 5
 
 
+@pytest.mark.parametrize('level,first', [('kernelize', 'kernel-opt{target=c}'), ('lower-to-uop{target=c}', None)])
+def test_the_page_of_ir_below_the_tensor_level(level, first):
+  """Input already at the kernel level runs the pipeline from kernel-opt on; at the uop level there is no pass to
+  run, and the page shows its kernels as they are (their opts as the IR prints them)."""
+  from tgc.parser import parse
+  from tgc.passes.manager import PassManager
+  m = parse(open(SOFTMAX).read(), SOFTMAX)
+  PassManager.parse(level).run(m)
+  f = capture.capture(m.print(), 'low.tgc', 'c')
+  assert [s['name'] for s in f['steps']][1:2] == ([first] if first else [])
+  k, = f['kernels']
+  assert k['opts'] == '[unroll(axis = 1, amt = 0)]' and 'void r_4_8(' in k['source']
+  assert [n['kind'] for n in f['graph']['nodes']] == ['input', 'kernel', 'output']
+
+
 def test_the_trace_has_every_field_chrome_needs(tmp_path):
   from tgc import Tensor
   from tgc.compiler import profile

@@ -41,6 +41,13 @@ def _ast_lines(fn: Operation, filename: str) -> tuple[str, list[int]]:
   return text, (locs + [0] * len(lines))[:len(lines)] if len(lines) == len(ops) + 1 else [0] * len(lines)
 
 
+def _opts_text(fn: Operation) -> str:
+  """A function's opts attribute as the IR prints it ('[]': none)."""
+  from tgc.ir.attrs import fmt_attr
+  o = fn.attrs.get('opts')
+  return fmt_attr(fn.ATTRS.get('opts', 'any'), o) if o else '[]'
+
+
 def capture(text: str, filename: str, target: str = 'llvm', entry: str | None = None, noopt: bool | None = None,
             processor: str = 'auto', local_memory: int = 0, warpgroup: bool = True) -> dict:
   from tgc.parser import parse
@@ -75,10 +82,8 @@ def capture(text: str, filename: str, target: str = 'llvm', entry: str | None = 
       asts = {k.attrs['sym_name']: _ast_lines(k, filename) for k in m.functions('kernel.func')}
       host = m.lookup(name); kernel_graph = module_graph(m, host)
     if p.name == 'kernel-opt':
-      from tgc.ir.attrs import fmt_attr
       for k in m.functions('kernel.func'):
-        o = k.attrs.get('opts')
-        opts[k.attrs['sym_name']] = fmt_attr(k.ATTRS.get('opts', 'any'), o) if o else '[]'
+        opts[k.attrs['sym_name']] = _opts_text(k)
         asts.setdefault(k.attrs['sym_name'], _ast_lines(k, filename))
         asts[k.attrs['sym_name'] + '#opt'] = _ast_lines(k, filename)
   host = m.lookup(name)
@@ -96,7 +101,7 @@ def capture(text: str, filename: str, target: str = 'llvm', entry: str | None = 
     for d in (*gs, *ls): points *= d
     kernels.append({'name': kn, 'lines': sorted({l for l in ast_locs if l}) or _lines_of(fn, filename),
                     'ast': ast, 'ast_locs': ast_locs, 'opt_ast': opt_ast[0] if opt_ast else None,
-                    'opts': opts.get(kn, fn.attrs.get('opts') and str(fn.attrs['opts']) or '(kernel-opt not run)'),
+                    'opts': opts.get(kn, _opts_text(fn) if 'opts' in fn.attrs else '(kernel-opt not run)'),
                     'uops': uops, 'source': src, 'global_size': list(gs), 'local_size': list(ls),
                     'flops': count_flops(fn) * points, 'uop_count': len(fn.body.ops)})
   kg = kernel_graph

@@ -34,6 +34,7 @@ def functions() -> list[dict]:
   from tgc.compiler import device_target, device_warpgroup
   from tgc.viz.capture import capture
   out = []
+  if len(_kept) > 20: sys.stderr.write(f"tgc-viz: printing the pipeline of {len(_kept)} compiled functions\n")
   for i, (text, cf) in enumerate(_kept):
     dev = cf.dev
     try:
