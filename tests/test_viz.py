@@ -57,6 +57,10 @@ def test_the_kernel_graph_has_buffers_with_shapes_dtypes_bytes_and_a_layout():
   assert set(box) == set(kinds)
   for e in g['edges']: assert box[e['src']][1] < box[e['dst']][1]  # (edges point down the layers)
   assert f['tensor_graph'] and len(f['tensor_graph']['nodes']) == 2 + 5
+  # each op knows its input line, so the viewer colours it by the kernel whose lines hold it
+  lines = {n['label'].split(' = ')[-1]: n['line'] for n in f['tensor_graph']['nodes'] if n['kind'] == 'op'}
+  owner = {l: k['name'] for k in f['kernels'] for l in k['lines']}
+  assert owner[lines['tensor.reduce']] != owner[lines['tensor.matmul']] == owner[lines['tensor.mul']]
 
 
 @pytest.mark.parametrize('level,first', [('kernelize', 'kernel-opt{target=c}'), ('lower-to-uop{target=c}', None)])

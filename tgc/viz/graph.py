@@ -18,6 +18,7 @@ class Node:
   label: str
   kind: str          # input, output, const, kernel, op
   detail: str = ''   # a second line (a kernel's launch grid, an op's result type)
+  line: int = 0      # an op's line in its input (its location): the viewer finds the kernel that computes it
 
 
 @dataclass
@@ -122,7 +123,8 @@ def tensor_graph(fn: Operation) -> Graph:
     nid = f"op{j}"
     kind = 'output' if op.name == 'func.return' else 'const' if op.name.endswith('.const') else 'op'
     res = ', '.join(names[r] for r in op.results)
-    g.nodes.append(Node(nid, (res + ' = ' if res else '') + op.name, kind, ', '.join(str(r.type) for r in op.results)))
+    g.nodes.append(Node(nid, (res + ' = ' if res else '') + op.name, kind, ', '.join(str(r.type) for r in op.results),
+                        op.loc.line if op.loc is not None else 0))
     for v in op.operands:
       if v in maker: g.edges.append(_edge(maker[v], nid, names.get(v, '?'), v.type))
     for r in op.results: maker[r] = nid

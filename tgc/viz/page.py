@@ -155,6 +155,7 @@ const svgel = (tag, attrs) => { const e = document.createElementNS('http://www.w
 const fmtS = s => s >= 1 ? s.toFixed(3) + ' s' : s >= 1e-3 ? (s * 1e3).toFixed(3) + ' ms' : (s * 1e6).toFixed(1) + ' us';
 const fmtB = n => n >= 1 << 30 ? (n / (1 << 30)).toFixed(1) + ' GB' : n >= 1 << 20 ? (n / (1 << 20)).toFixed(1) + ' MB' : n >= 1024 ? (n / 1024).toFixed(1) + ' KB' : n + ' B';
 const num = (v, d) => v == null ? '-' : v.toFixed(d);
+const hue = name => { let h = 0; for (const c of name) h = (h * 31 + c.charCodeAt(0)) % 360; return h; };  // a colour per name
 let F = null, K = null, step = 0;
 
 $('title').textContent = D.title;
@@ -187,7 +188,7 @@ function sortedKernels() {
 
 function drawGraph() {
   const tg = $('tgraph').checked && F.tensor_graph, G = tg ? F.tensor_graph : F.graph, L = G.layout, box = L.boxes;
-  $('graphtitle').textContent = tg ? 'tensor graph (ops, values)' : 'kernel graph (kernels, buffers)';
+  $('graphtitle').textContent = tg ? 'tensor graph (ops coloured by their kernel)' : 'kernel graph (kernels, buffers)';
   const s = svgel('svg', {width: L.width, height: L.height});
   const defs = svgel('defs', {}); const mk = svgel('marker', {id: 'arr', viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto'});
   mk.appendChild(svgel('path', {d: 'M0,0L10,5L0,10z', fill: '#8a90a0'})); defs.appendChild(mk); s.appendChild(defs);
@@ -199,17 +200,22 @@ function drawGraph() {
     const p = svgel('path', {d: `M${x1},${y1} C${x1},${my} ${x2},${my} ${x2},${y2}`, class: 'edge', 'marker-end': 'url(#arr)'});
     const t = svgel('title', {}); t.textContent = `${e.value}: ${e.type}${e.bytes ? '  ' + fmtB(e.bytes) : ''}`; p.appendChild(t);
     s.appendChild(p);
-    if (G.edges.length <= 40) { const lt = svgel('text', {x: (x1 + x2) / 2 + 4, y: my + 3, fill: '#667'}); lt.textContent = `${e.type}${e.bytes ? ' ' + fmtB(e.bytes) : ''}`; s.appendChild(lt); }
+    if (!tg && G.edges.length <= 40) { const lt = svgel('text', {x: (x1 + x2) / 2 + 4, y: my + 3, fill: '#667'}); lt.textContent = `${e.type}${e.bytes ? ' ' + fmtB(e.bytes) : ''}`; s.appendChild(lt); }
   }
+  // the tensor graph: each op in the colour of the kernel that computes it (its line among the kernel's lines)
+  const owner = {}, colour = {};
+  if (tg) F.kernels.forEach((k, i) => { colour[k.name] = (i * 137.5) % 360; for (const l of k.lines) if (!(l in owner)) owner[l] = k.name; });
   for (const n of G.nodes) {
-    const b = box[n.id], g = svgel('g', {class: 'node ' + n.kind, 'data-k': n.kind === 'kernel' ? n.label : ''});
+    const kn = n.kind === 'kernel' ? n.label : (tg && owner[n.line]) || '';
+    const b = box[n.id], g = svgel('g', {class: 'node ' + n.kind, 'data-k': kn});
     const r = svgel('rect', {x: b[0], y: b[1], width: b[2], height: b[3], rx: n.kind === 'kernel' ? 6 : 14});
     if (n.kind === 'kernel' && prof[n.label]) r.setAttribute('style', `fill:hsl(${40 - 40 * prof[n.label].seconds / maxs},90%,${90 - 20 * prof[n.label].seconds / maxs}%)`);
+    if (tg && kn && n.kind !== 'input') r.setAttribute('style', `fill:hsl(${colour[kn]},70%,84%)`);
     g.appendChild(r);
     const t1 = svgel('text', {x: b[0] + 8, y: b[1] + 14}); t1.textContent = n.label; g.appendChild(t1);
     const t2 = svgel('text', {x: b[0] + 8, y: b[1] + 27, fill: '#667'}); t2.textContent = n.kind === 'kernel' && prof[n.label] ? fmtS(prof[n.label].seconds) + ' · ' + n.detail : n.detail; g.appendChild(t2);
-    const tt = svgel('title', {}); tt.textContent = n.label + '\n' + n.detail; g.appendChild(tt);
-    if (n.kind === 'kernel') g.onclick = () => selectKernel(n.label);
+    const tt = svgel('title', {}); tt.textContent = n.label + '\n' + n.detail + (tg && kn ? '\nin kernel ' + kn : ''); g.appendChild(tt);
+    if (kn) g.onclick = () => selectKernel(kn);
     s.appendChild(g);
   }
   $('graph').replaceChildren(s);
@@ -313,7 +319,6 @@ function drawTimeline() {
   tracks.forEach((tr, i) => { const t = svgel('text', {x: 6, y: 40 + i * 34 + 14}); t.textContent = tr; svg.appendChild(t);
     svg.appendChild(svgel('line', {x1: 0, x2: W, y1: 40 + i * 34 + 28, y2: 40 + i * 34 + 28, stroke: '#eee'})); });
   for (let k = 0; k <= 8; k++) { const t = view[0] + (view[1] - view[0]) * k / 8, tx = svgel('text', {x: x(t), y: 14, fill: '#778'}); tx.textContent = fmtS((t - t0) / 1e6); svg.appendChild(tx); }
-  const hue = n => { let h = 0; for (const c of n) h = (h * 31 + c.charCodeAt(0)) % 360; return h; };
   for (const e of items) {
     const a = x(e.ts), b = x(e.ts + e.dur); if (b < 120 || a > W) continue;
     const r = svgel('rect', {x: Math.max(a, 120), y: 40 + tracks.indexOf(e.track) * 34, width: Math.max(b - Math.max(a, 120), 1), height: 24, fill: `hsl(${hue(e.name)},60%,65%)`});
