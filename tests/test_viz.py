@@ -185,16 +185,31 @@ def _chromium():
   return next((p for p in map(shutil.which, ('chromium', 'chromium-browser', 'google-chrome')) if p), None)
 
 
+def _dump_dom(page_path, tmp_path) -> str:
+  r = subprocess.run([_chromium(), '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+                      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+                      f'--user-data-dir={tmp_path / "profile"}', '--dump-dom', f'file://{page_path}'], capture_output=True, text=True, timeout=120)
+  return r.stdout
+
+
 @pytest.mark.skipif(_chromium() is None, reason='no headless Chromium on PATH (apt-get install chromium): the page is not loaded in a browser')
 def test_the_page_draws_in_headless_chromium(tmp_path):
   out = tmp_path / 'p.html'
   assert viz_main([SOFTMAX, '--run', '2', '-o', str(out)]) == 0
-  r = subprocess.run([_chromium(), '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-                      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-                      f'--user-data-dir={tmp_path / "profile"}', '--dump-dom', f'file://{out}'], capture_output=True, text=True, timeout=120)
-  dom = r.stdout
+  # a person's clicks, played by a script added to a copy of the page: the profile table's row opens its kernel,
+  # a pass's step shows its diff
+  clicks = ("<script>document.querySelector('#ptable tbody tr').click();"
+            "document.querySelectorAll('#steps div')[5].click();"
+            "document.body.dataset.after = document.querySelector('nav button.on').dataset.tab + '|' +"
+            " document.querySelector('#klist tr.sel').dataset.k + '|' + document.getElementById('steptitle').textContent;</script></body>")
+  played = tmp_path / 'clicked.html'
+  played.write_text(out.read_text().replace('</body>', clicks))
+  dom = _dump_dom(played, tmp_path)
+  assert 'data-after="kernels|r_4_8|what kernelize changed (unified diff)"' in dom
+  assert '<span class="add">+kernel.func @r_4_8(' in dom
+  dom = _dump_dom(out, tmp_path)
   # what the page's script drew: the graph's kernel node, the kernel table's row, the levels, the pipeline's steps
-  assert '<g class="node kernel' in dom and 'data-k="r_4_8"' in dom, r.stderr[-2000:]
+  assert '<g class="node kernel' in dom and 'data-k="r_4_8"' in dom
   assert 'void @r_4_8(' in dom or 'define void @r_4_8(' in dom
   assert 'kernel.reduce max' in dom and '5. kernelize' in dom and 'r_4_8</td><td class="l">#0 @softmax' in dom
 
