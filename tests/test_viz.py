@@ -169,6 +169,16 @@ def test_tgc_viz_on_a_program(tmp_path):
   assert f['source'].startswith('func.func @main(%arg0: tensor<16xf32>)') and data['profile']['launch_count'] >= 1
 
 
+def test_tgc_viz_on_a_program_that_fails(tmp_path, capsys):
+  prog = tmp_path / 'fails.py'
+  prog.write_text("from tgc import Tensor\nimport numpy as np\nprint((Tensor(np.ones(4, np.float32)) * 2).sum().item())\nraise ValueError('the program failed')\n")
+  out = tmp_path / 'fails.html'
+  assert viz_main([str(prog), '-o', str(out)]) == 1
+  err = capsys.readouterr().err
+  assert 'ValueError: the program failed' in err and 'internal error' not in err
+  assert len(page.read_data(out.read_text())['functions']) == 1  # (what it compiled before it failed)
+
+
 def test_tgc_viz_reports_bad_input(tmp_path, capsys):
   bad = tmp_path / 'bad.tgc'
   bad.write_text("func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = tensor.nope %x : tensor<4xf32>\n}\n")

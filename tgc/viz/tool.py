@@ -7,7 +7,7 @@
     tgc-viz ... --trace trace.json                   # the run's Chrome trace beside the page
 """
 from __future__ import annotations
-import argparse, os, runpy, sys
+import argparse, os, runpy, sys, traceback
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,6 +81,8 @@ def _program(args, out: str) -> int:
   status = 0
   try: runpy.run_path(args.input, run_name='__main__')
   except SystemExit as e: status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+  except Exception:  # the program's own error: its traceback, as Python prints it, and the page of what it compiled
+    traceback.print_exc(); status = 1
   finally:
     sys.argv = argv
     path = record.finish(' '.join([os.path.basename(args.input)] + args.args), args.trace)
