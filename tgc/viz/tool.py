@@ -16,10 +16,10 @@ def main(argv: list[str] | None = None) -> int:
                "each kernel's levels, the pipeline pass by pass, and a profile's launch timeline.",
                usage='tgc-viz [options] INPUT.tgc | PROGRAM.py [-- PROGRAM ARGS]',
                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split('\n', 2)[2])
-  ap.add_argument('input', help='a .tgc file (IR at any level) or a Python program (.py)')
-  ap.add_argument('-o', dest='output', default=None, help='the page (default: the input with .html)')
+  ap.add_argument('input', help="a .tgc file (IR at any level; '-' for stdin) or a Python program (.py)")
+  ap.add_argument('-o', dest='output', default=None, help='the page (default: the input with .html; tgc-viz.html for stdin)')
   ap.add_argument('--target', default=None, help="an IR file's target when it is not run (default: the device's)")
-  ap.add_argument('--device', default=None, help='CPU (default), C, OPENCL, CUDA')
+  ap.add_argument('--device', default=None, help="an IR file's device: CPU (default), C, OPENCL, CUDA (a program picks its own)")
   ap.add_argument('--entry', default=None, help='@name of the func.func (default: the first)')
   ap.add_argument('--run', type=int, default=0, metavar='N', help='run an IR file N times on the device, profiled (after one call that is not)')
   ap.add_argument('--seed', type=int, default=0, help="seed of --run's random inputs")
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
   rest = argv[argv.index('--') + 1:] if '--' in argv else []  # (a program's own arguments)
   args = ap.parse_args(argv[:len(argv) - len(rest) - (1 if '--' in argv else 0)])
   args.args = rest
-  out = args.output or os.path.splitext(args.input)[0] + '.html'
+  out = args.output or ('tgc-viz.html' if args.input == '-' else os.path.splitext(args.input)[0] + '.html')
   body = (lambda: _program(args, out)) if args.input.endswith('.py') else (lambda: _ir(args, out))
   return run_tool('tgc-viz', body)
 
