@@ -56,15 +56,8 @@ def debug_level() -> int:
   except ValueError: return 0
 
 
-class profile:
-  """`with tgc.compiler.profile() as launches:` times every kernel launch in the block on its device (CUDA events
-  on CUDA, the host clock around a launch and a synchronize elsewhere), as DEBUG=2 does, without printing:
-  `launches` collects (kernel name, seconds)."""
-  active: list | None = None
-  def __enter__(self):
-    self.prev, profile.active = profile.active, []
-    return profile.active
-  def __exit__(self, *exc): profile.active = self.prev
+from tgc.profiler import profile  # noqa: E402  (tgc.compiler.profile: launches timed, a Chrome trace)
+from tgc import profiler as _profiler  # noqa: E402
 
 
 class Stats:
@@ -213,8 +206,9 @@ class CompiledFunction:
   def _launch(self, k: Kernel, args, nbytes: list) -> None:
     """One launch the slow way: timed (launch and wait) for DEBUG=2, which prints it, and tgc.compiler.profile."""
     if profile.active is None and debug_level() < 2: return k.program.launch(list(args))
+    t0 = time.perf_counter()
     dt = k.program.timed_launch(list(args))
-    if profile.active is not None: profile.active.append((k.name, dt))
+    if profile.active is not None: _profiler.record_launch(self, k, t0, time.perf_counter(), dt, sum(nbytes))
     if debug_level() >= 2: self._log_launch(k, nbytes, dt)
 
   def __call__(self, *args):
@@ -278,6 +272,14 @@ def count_flops(fn: Operation) -> int:
 
 def compile_module(m: Module, device: str | None = None, entry: str | None = None, out=None) -> CompiledFunction:
   """A verified tensor-level (or already lowered) module -> a CompiledFunction for its entry func.func."""
+  seen = [w(m) for w in COMPILE_WATCHERS]  # (VIZ=1: the pipeline viewer keeps the module as it comes)
+  with _profiler.phase('compile function @' + next((f.attrs['sym_name'] for f in m.functions('func.func')), '?')):
+    cf = _compile_module(m, device, entry, out)
+  for keep in seen: keep(cf)
+  return cf
+
+
+def _compile_module(m: Module, device: str | None, entry: str | None, out) -> CompiledFunction:
   from tgc.runtime import get_device, Device
   from tgc.ir.core import Module as _M
   dev_name = Device.canonicalize(device)
@@ -302,10 +304,18 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   for fn in fns:
     if dbg >= 4: out.write(_render(fn, target) + '\n')
     if dbg >= 5: out.write(str(fn) + '\n')
-  progs = lower(m, spec, 'binary')  # (all at once where the device can: the CPU's one LLVM module)
+  # all at once where the device can (the CPU: one LLVM module)
+  with _profiler.phase(f'device compile ({len(fns)} kernels)', kernels=[fn.attrs['sym_name'] for fn in fns]):
+    progs = lower(m, spec, 'binary')
   kernels = {fn.attrs['sym_name']: Kernel(fn, p, dev_name, count_flops(fn)) for fn, p in zip(fns, progs)}
   if dbg >= 1: out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
   return CompiledFunction(host, kernels, dev_name, out)
+
+
+# what is called with each module compile_module is about to lower; it returns what is called with the
+# CompiledFunction (the pipeline viewer, tgc.viz.record: VIZ=1 keeps every compiled function for its page)
+COMPILE_WATCHERS: list = []
+if os.environ.get('VIZ', '0') not in ('', '0'): importlib.import_module('tgc.viz.record')
 
 
 def _declare_sizes(m: Module, host: Operation) -> None:

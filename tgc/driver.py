@@ -111,6 +111,8 @@ def opt_main(argv: list[str] | None = None) -> int:
   ap.add_argument('--print-ir-before', action='append', default=[], metavar='PASS')
   ap.add_argument('--print-op-generic', action='store_true', help='print the generic form')
   ap.add_argument('--print-debuginfo', action='store_true', help='print loc(...) after each op')
+  ap.add_argument('--view-graph', action='store_true', help='print Graphviz DOT of each function instead of the IR: its kernel '
+                  'graph (kernels and buffers) once it launches kernels, else its tensor graph (ops and values)')
   ap.add_argument('--timing', action='store_true', help='per-pass wall time, to stderr')
   ap.add_argument('--pass-statistics', action='store_true', help='per-pass counters, to stderr')
   ap.add_argument('--no-verify', action='store_true', help='skip the verifier between passes')
@@ -166,6 +168,9 @@ def _run_chunk(chunk, name, offset, pm, args) -> str:
     _report(inst)
     if not args.verify_diagnostics:  # (there, they are diagnostics to expect)
       for w in pm.warnings: sys.stderr.write(w.format('tgc-opt') + '\n')
+  if args.view_graph:
+    from tgc.viz.graph import module_graph, to_dot
+    return ''.join(to_dot(module_graph(m, fn)) for fn in m.functions('func.func'))
   return Printer(generic=args.print_op_generic, locs=args.print_debuginfo).print_module(m)
 
 
@@ -383,3 +388,6 @@ def opt_entry(): sys.exit(opt_main())
 def translate_entry(): sys.exit(translate_main())
 def run_entry(): sys.exit(run_main())
 def import_onnx_entry(): sys.exit(import_onnx_main())
+def viz_entry():
+  from tgc.viz.tool import main  # (the viewer's own module: tgc/viz)
+  sys.exit(main())

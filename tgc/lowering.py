@@ -8,6 +8,7 @@ opt (kernel-opt's actions chosen, as each kernel's `opts`), uop (linearized and 
 source (the target's emitter's text) and binary (the device's compiled Programs).
 """
 from __future__ import annotations
+from tgc import profiler
 from tgc.errors import TgcError
 from tgc.ir.core import Module
 from tgc.target import Target, DeviceSpec
@@ -37,12 +38,13 @@ def lower(m: Module, target: str | Target | DeviceSpec, until: str = 'uop', noop
   level = level_of(m)
   if STAGES.index(until) > STAGES.index(level):
     stops = [s for s in STAGES[STAGES.index(level) + 1:STAGES.index(until) + 1] if s in ('kernel', 'opt', 'uop')]
-    at = level
+    at, inst = level, profiler.instrumentation()  # (None unless a profile is open: then every pass is a span)
     for s in stops:
       steps = stage_steps(spec, at, s, noopt)
-      if steps: PassManager(parse_pipeline(','.join(steps)), verify=verify_each).run(m)
+      if steps: PassManager(parse_pipeline(','.join(steps)), verify=verify_each).run(m, inst)
       at = s
       if trace is not None: trace(s, m)
+    if inst is not None: profiler.record_passes(inst)
     if stops and not verify_each:
       # (the API verifies its input and the lowered result; the tools verify after every pass, a debugging aid that
       # costs a third of the compile time)

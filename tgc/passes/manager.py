@@ -177,6 +177,7 @@ class Instrumentation:
     self.print_before_all, self.print_after_all, self.print_after_change = print_before_all, print_after_all, print_after_change
     self.timing, self.statistics, self.stream, self.generic = timing, statistics, stream or sys.stderr, generic
     self.times: list[tuple[str, float]] = []
+    self.spans: list[tuple[str, float, float]] = []  # (pass, perf_counter at its start, seconds): a profile's trace
     self.stats: list[tuple[str, dict]] = []
   def dump(self, when: str, p: Pass, m: Module):
     self.stream.write(f"// -----// IR Dump {when} {p.name} //----- //\n{m.print(generic=self.generic)}\n")
@@ -220,7 +221,7 @@ class PassManager:
       except Exception as e: raise PassFailure(p.name, f"{type(e).__name__}: {e}") from e
       dt = time.perf_counter() - t0
       if inst:
-        inst.times.append((p.name, dt))
+        inst.times.append((p.name, dt)); inst.spans.append((p.name, t0, dt))
         if p.stats: inst.stats.append((p.name, dict(p.stats)))
       if self.verify:
         try: m.verify()

@@ -27,6 +27,7 @@ class Allocator:
   `_copyin(handle, array)`, `_copyout(array, handle)` (synchronous), `_copy(dst, src, nbytes)` (on the device, in
   queue order), `_arg(handle)` and `_mem_info()` ((free, total) bytes, or None)."""
   cache_blocks = True
+  tracer = None  # while a profile is open (tgc.profiler): what records allocations, frees and copies
 
   def __init__(self, device: str):
     self.device = device
@@ -49,11 +50,13 @@ class Allocator:
       self.allocs += 1
     self.in_use += nbytes
     if self.in_use > self.peak: self.peak = self.in_use
+    if self.tracer is not None: self.tracer.alloc(self, nbytes)
     return h
 
   def free(self, handle, nbytes: int) -> None:
     """Give a block back: kept for reuse (device allocators), or released (host memory, numpy's to manage)."""
     self.in_use -= nbytes
+    if self.tracer is not None: self.tracer.free(self, nbytes)
     if self.cache_blocks:
       self.cache[nbytes].append(handle); self.cached += nbytes
     else: self._free(handle)
@@ -77,11 +80,17 @@ class Allocator:
             'copies_in': self.copies_in, 'copies_out': self.copies_out, 'copies': self.copies}
 
   def copyin(self, handle, arr: np.ndarray) -> None:
-    self.copies_in += 1; self._copyin(handle, arr)
+    self.copies_in += 1
+    if self.tracer is None: return self._copyin(handle, arr)
+    with self.tracer.copy(self, 'copy in', arr.nbytes): self._copyin(handle, arr)
   def copyout(self, arr: np.ndarray, handle) -> None:
-    self.copies_out += 1; self._copyout(arr, handle)
+    self.copies_out += 1
+    if self.tracer is None: return self._copyout(arr, handle)
+    with self.tracer.copy(self, 'copy out', arr.nbytes): self._copyout(arr, handle)
   def copy(self, dst, src, nbytes: int) -> None:
-    self.copies += 1; self._copy(dst, src, nbytes)
+    self.copies += 1
+    if self.tracer is None: return self._copy(dst, src, nbytes)
+    with self.tracer.copy(self, 'copy', nbytes): self._copy(dst, src, nbytes)
 
   # the backend
   def synchronize(self) -> None: pass
@@ -197,3 +206,7 @@ class Buffer:
       if not sys.is_finalizing(): raise  # at exit the device may already be closed
 
   def __repr__(self): return f"<Buffer {self.device} {self.size}x{self.dtype.name}{'' if self.handle is not None else ' freed'}>"
+
+
+from tgc import profiler as _profiler  # noqa: E402  (PROFILE=trace.json: a profile open from the first buffer on)
+_profiler._from_env()

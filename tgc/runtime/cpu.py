@@ -645,13 +645,15 @@ def compile_llvm_all(device, fns: list) -> list[CPUProgram]:
   program is cached by its name and everything a launch checks or runs by: the text, the buffer dtypes (i8 and u8
   kernels can share a text), the sizes the buffers are checked against, and the grid."""
   from tgc.emit.llvm import render_llvm
+  from tgc.profiler import phase
   keys = []
   for fn in fns:
-    src = render_llvm(fn, SYMBOL)
+    with phase('emit llvm @' + fn.sym_name): src = render_llvm(fn, SYMBOL)  # (a profile's trace: each kernel's)
     keys.append((fn.sym_name, src, tuple(d.name for d in buffer_signature(fn)), tuple(sorted(buffer_sizes(fn).items())), launch_dims(fn)))
   with _lock:
     new = list(dict.fromkeys(k[1] for k in keys if k[1] not in _code))
-    if new: _code.update(zip(new, jit_kernels(new)))
+    if new:
+      with phase(f'LLVM jit ({len(new)} new kernels)'): _code.update(zip(new, jit_kernels(new)))
     out = []
     for fn, key in zip(fns, keys):
       prg = _cache.get(key)

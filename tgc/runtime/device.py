@@ -86,7 +86,11 @@ class BaseDevice:
   def compile(self, fn) -> Program: raise NotImplementedError
   def compile_all(self, fns: list) -> list[Program]:
     """Every kernel a function needs, compiled at once (a device whose compiler has a cost per call overrides it)."""
-    return [self.compile(fn) for fn in fns]
+    from tgc.profiler import phase
+    out = []
+    for fn in fns:
+      with phase(f'compile kernel @{fn.sym_name}'): out.append(self.compile(fn))  # (a profile's trace: each kernel's)
+    return out
   def synchronize(self) -> None:
     """Wait until every queued launch and copy has finished."""
     self.allocator.synchronize()
