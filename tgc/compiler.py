@@ -15,10 +15,10 @@ from tgc.target import Target, get_target
 def device_target(device: str | None, dev=None) -> Target:
   """The Target a device runs: the one it names (`dev.target`; without `dev`, its class's, so that asking does not
   open the device). Every device names one (tgc.runtime.device.BaseDevice: llvm unless it says otherwise)."""
-  from tgc.runtime import Device, DEVICES
-  name = Device.canonicalize(device)
-  if dev is None and name in DEVICES:  # (graph building asks per conv and matmul: the class looked up once per path)
-    path = DEVICES[name]
+  from tgc.runtime import Device, device_class_path
+  if isinstance(device, tuple): device = device[0]  # (a sharded tensor's devices: one kind, one target)
+  path = device_class_path(Device.canonicalize(device))
+  if dev is None and path is not None:  # (graph building asks per conv and matmul: the class looked up once per path)
     dev = _CLASSES.get(path)
     if dev is None:
       mod, cls = path.split(':')
@@ -34,6 +34,7 @@ def device_warpgroup(device: str | None) -> bool:
   than compute capability 9.0 has none; asking opens it, once per process); one that does not open here (no GPU on
   this machine: graphs built to be printed) is taken to be the target's newest architecture, as kernel-opt takes it."""
   from tgc.runtime import get_device
+  if isinstance(device, tuple): device = device[0]
   t = device_target(device)
   if t.tensor_cores is None or not t.tensor_cores.warpgroup: return False
   try: return getattr(get_device(device), 'warpgroup_mma', True)

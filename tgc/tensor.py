@@ -105,11 +105,22 @@ def to_dtype(x) -> DType:
 
 # ---------------------------------------------------------------- devices
 
-def _canon_device(device) -> str:
-  from tgc.runtime import Device, DEVICES
+def _canon_device(device):
+  """A device's canonical name (`cuda:0` -> `CUDA`), or for a tuple of names (a sharded tensor's) the tuple of
+  theirs; a DeviceError for an unknown kind, a bad index, or a tuple that repeats a device or mixes kinds."""
+  from tgc.runtime import Device, device_class_path
+  if isinstance(device, (tuple, list)):
+    devs = tuple(_canon_device(d) for d in device)
+    if not devs: raise DeviceError("a tuple of devices must name at least one device")
+    if len(set(devs)) != len(devs): raise DeviceError(f"devices {devs} repeat a device")
+    if len({device_class_path(d) for d in devs}) != 1: raise DeviceError(f"devices {devs} are of different kinds")
+    return devs
   if device is not None and not isinstance(device, str): raise DeviceError(f"device must be a string, got {device!r}")
-  d = Device.canonicalize(device)
-  if d not in DEVICES: raise DeviceError(f"unknown device '{device}' (known: {', '.join(sorted(DEVICES))})")
+  try: d = Device.canonicalize(device)
+  except TgcError as e: raise DeviceError(str(e)) from None
+  if device_class_path(d) is None:
+    from tgc.runtime import DEVICES
+    raise DeviceError(f"unknown device '{device}' (known: {', '.join(sorted(DEVICES))})")
   return d
 
 

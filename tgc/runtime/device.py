@@ -67,8 +67,10 @@ class Program:
 
 
 class BaseDevice:
-  """A device: `name`, `target` (the name of the Target it compiles for), `allocator`, `compile(fn)`."""
+  """A device: `name` (`KIND` or `KIND:N`), `index` (N), `target` (the name of the Target it compiles for),
+  `allocator`, `compile(fn)`. tgc.runtime.get_device sets the name and index of the device it opens."""
   name = ''
+  index = 0
   target = 'llvm'
   def __init__(self, allocator: Allocator | None = None):
     self.allocator = allocator or HostAllocator(self.name)
