@@ -320,10 +320,13 @@ def _realize_nodes(nodes) -> None:
   for n in todo:
     # nothing to compute: an empty result (its contents are unspecified) or no elements at all.
     # (An `empty` root also makes kernelize loop forever: tests/repro/kernelize_empty_result_hangs.tgc.)
-    if n.op == 'empty' or 0 in n.shape:
+    if (n.op == 'empty' or 0 in n.shape) and type(n.device) is not tuple:
       n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, Buffer.from_numpy(n.device, np.zeros(math.prod(n.shape), n.dtype.np), n.dtype)
     else: by_dev.setdefault(n.device, []).append(n)
   for dev, group in by_dev.items():
+    if type(dev) is tuple:  # several devices: one graph per device and the collectives between them (tgc/multi.py)
+      from tgc.multi import realize as realize_multi
+      realize_multi(group); continue
     key, leaves = _graph_key(group)
     fn = _COMPILED.get((key, dev))
     if fn is None:
@@ -466,7 +469,11 @@ class Tensor(TensorAPI):
         raise DTypeError(f"data of numpy dtype {arr.dtype} is not supported")
       if dt is None: dt = _D.bool_ if arr.dtype.kind == 'b' else _D.i32 if arr.dtype.kind in 'iu' else _D.f32
     else: raise DTypeError(f"cannot make a Tensor from {type(data).__name__}")
-    self.node = _Node('BUFFER', (), None, tuple(arr.shape), dt, dev, Buffer.from_numpy(dev, _to_storage(arr, dt).reshape(-1), dt))
+    if type(dev) is tuple:  # a tuple of devices: the data replicated on each
+      from tgc.multi import shard_buffer
+      buf = shard_buffer(Buffer.from_numpy(dev[0], _to_storage(arr, dt).reshape(-1), dt), arr.shape, dt, dev, None)
+    else: buf = Buffer.from_numpy(dev, _to_storage(arr, dt).reshape(-1), dt)
+    self.node = _Node('BUFFER', (), None, tuple(arr.shape), dt, dev, buf)
 
   # ---- properties
   @property
@@ -548,14 +555,57 @@ class Tensor(TensorAPI):
     return self.numpy().reshape(()).item()
 
   def to(self, device) -> Tensor:
+    """A copy on another device (peer to peer where the devices allow); to a tuple of devices: replicated on each
+    (tinygrad's `to(GPUS)`); a sharded tensor to one device: its shards joined there."""
     dev = _canon_device(device)
     if dev == self.device: return self
+    if type(dev) is tuple: return self.shard(dev, None)
     self.realize()
-    return Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, dev, self.node.buf.copy_to(dev)))
+    b = self.node.buf
+    if type(self.device) is tuple:
+      from tgc.multi import gather_buffer
+      return Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, dev, gather_buffer(b, dev)))
+    return Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, dev, b.copy_to(dev)))
+
+  def to_(self, device) -> Tensor:
+    """`to` in place: this tensor (a weight, its requires_grad kept) takes the copy's value."""
+    self.node = self.to(device).node
+    return self
+
+  def shard(self, devices, axis: int | None = None) -> Tensor:
+    """Split along `axis` over `devices` (a tuple of device names), one equal slice a device; axis None: the whole
+    tensor on each (replicated). Elementwise ops then run shard by shard, a reduce over the sharded axis
+    all-reduces (tgc/multi.py)."""
+    from tgc.multi import shard_buffer
+    devs = _canon_device(tuple(devices) if isinstance(devices, (tuple, list)) else (devices,))
+    if axis is not None: axis = self._axis(axis)
+    self.realize()
+    src = self.node
+    buf = shard_buffer(src.buf, self.shape, self.dtype, devs, axis)
+    if buf is src.buf: return self
+    t = Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, devs, buf))
+    _autograd.record(('shard', src, t.node, devs, axis))
+    return t
+
+  def shard_(self, devices, axis: int | None = None) -> Tensor:
+    """`shard` in place."""
+    self.node = self.shard(devices, axis).node
+    return self
+
+  @property
+  def sharding(self) -> int | None:
+    """The axis a sharded tensor is split along (None: replicated on its devices, or on one device)."""
+    if type(self.device) is not tuple: return None
+    self.realize()
+    return self.node.buf.axis
 
   def to_ir(self, level: str = 'tensor', name: str = 'main') -> str:
     """The text of this tensor's graph as a func.func: level 'tensor', 'kernel' (kernelized) or 'uop'."""
     if level not in ('tensor', 'kernel', 'uop'): raise ArgumentError(f"unknown level '{level}' (expected tensor, kernel or uop)")
+    if type(self.device) is tuple:  # the per-device functions and their collectives
+      if level != 'tensor': raise ArgumentError(f"a tensor on {self.device} prints at level 'tensor' (one function a device)")
+      from tgc.multi import partition_ir
+      return partition_ir([self.node], name)
     m, _ = _build_module([self.node], name)
     m.verify()
     if level != 'tensor':
@@ -1489,7 +1539,7 @@ class _Jit:
   def __call__(self, *args, **kwargs):
     tens = [a for a in args if isinstance(a, Tensor)]
     if kwargs: tens += [kwargs[k] for k in sorted(kwargs) if isinstance(kwargs[k], Tensor)]
-    key = tuple((t.node.shape, t.node.dtype.name, t.node.device) for t in tens)
+    key = tuple((t.node.shape, t.node.dtype.name, t.node.device, getattr(t.node.buf, 'axis', None)) for t in tens)
     if kwargs or len(tens) != len(args):  # other arguments are part of the signature by value, and where each tensor goes
       key = (key, tuple(_jit_arg_key(a) for a in args), tuple((k, _jit_arg_key(kwargs[k])) for k in sorted(kwargs)))
     pending = [t for t in tens if not t.node.realized]
