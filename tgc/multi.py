@@ -130,7 +130,8 @@ class Partition:
     lvl = max(self.level.get(x, 0) for x in ins)
     outs = []
     for i, x in enumerate(ins):
-      o = self._mk(i, kind, (x,), {'op': op} if op else None, shape, x.dtype)
+      attrs = {'op': op, 'devices': self.devices, 'rank': i} if op else {'devices': self.devices, 'rank': i}
+      o = self._mk(i, kind, (x,), attrs, shape, x.dtype)
       self.level[o] = lvl + 1
       outs.append(o)
     self.collectives.append(_Collective(kind, op, list(ins), outs, lvl))
@@ -311,9 +312,6 @@ def partition_ir(roots, name: str = 'main') -> str:
   texts = []
   for i, d in enumerate(devices):
     m, _ = _build_module([xs[i] for _, xs in parts], f"{name}_{d.replace(':', '_')}")
-    for op in m.ops[0].body.ops:
-      if op.name in ('tensor.allreduce', 'tensor.allgather', 'tensor.reduce_scatter'):
-        op.attrs['devices'] = tuple(devices); op.attrs['rank'] = i
     m.verify()
     texts.append(m.print())
   return '\n'.join(texts)
