@@ -200,3 +200,31 @@ def test_to_ir_prints_one_function_a_device_with_its_collectives():
   x = Tensor(rnd(4, 4), device=DEV).shard(DEVS, 0)
   text = (x * 2).sum().to_ir()
   assert text.count('func.func @main_') == NDEV and 'tensor.allreduce add' in text and f'rank = {NDEV - 1}' in text
+
+
+# ---------------------------------------------------------------- one process per device (tgc.distributed)
+import socket, subprocess, sys, time
+
+def _free_port():
+  with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+def _ranks(world, *args, ranks=None):
+  port, here = _free_port(), os.path.dirname(__file__)
+  env = {**os.environ, 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port), 'WORLD_SIZE': str(world),
+         'PYTHONPATH': os.pathsep.join([os.path.dirname(here), os.environ.get('PYTHONPATH', '')])}
+  procs = [subprocess.Popen([sys.executable, os.path.join(here, 'dist_worker.py'), *args], env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (ranks if ranks is not None else range(world))]
+  return [(p.wait(timeout=240), p.stdout.read()) for p in procs]
+
+
+@pytest.mark.skipif(DEV != 'CPU', reason="the host backend's processes; a GPU run uses bench/multi_gpu.py --procs")
+def test_two_processes_all_reduce_their_gradients_through_the_store():
+  for rc, out in _ranks(2): assert rc == 0 and 'ok' in out, out
+
+
+@pytest.mark.skipif(DEV != 'CPU', reason="the host backend's processes")
+def test_a_missing_rank_is_a_timeout_error_not_a_hang():
+  t0 = time.monotonic()
+  (rc, out), = _ranks(2, '3', ranks=[0])  # rank 1 never starts
+  assert rc != 0 and 'DistributedError' in out and 'rank 1' in out and 'timed out after 3 s' in out, out
+  assert time.monotonic() - t0 < 60

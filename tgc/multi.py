@@ -51,6 +51,8 @@ class MultiBuffer:
 
   def numpy(self) -> np.ndarray:
     """The whole tensor, flat (the shards joined along the axis; a replicated one from its first device)."""
+    from tgc.runtime.collectives import check_engine
+    check_engine(self.devices)
     if self.axis is None: return self.bufs[0].numpy()
     return np.concatenate([self.shard_numpy(i) for i in range(len(self.bufs))], axis=self.axis).reshape(-1)
 

@@ -15,8 +15,9 @@ KINDS = ('allreduce', 'allgather', 'reduce_scatter')
 REDUCE_OPS = ('add', 'max', 'min', 'mul')
 
 
-def check_call(kind: str, op: str | None, bufs: list, ndev: int) -> None:
-  """The same dtype and size on every rank, one buffer a rank, a known kind and op; else a TgcError naming them."""
+def check_call(kind: str, op: str | None, bufs: list, ndev: int, nranks: int | None = None) -> None:
+  """The same dtype and size on every local device, one buffer a device, a known kind and op, a reduce-scatter's
+  buffers in `nranks` equal chunks; else a TgcError naming the devices and sizes."""
   if kind not in KINDS: raise TgcError(f"unknown collective '{kind}' (expected one of {', '.join(KINDS)})")
   if kind != 'allgather' and op not in REDUCE_OPS: raise TgcError(f"{kind}: unknown reduction '{op}' (expected one of {', '.join(REDUCE_OPS)})")
   if len(bufs) != ndev: raise TgcError(f"{kind}: {len(bufs)} buffers for {ndev} devices")
@@ -24,8 +25,9 @@ def check_call(kind: str, op: str | None, bufs: list, ndev: int) -> None:
   for b in bufs[1:]:
     if b.size != b0.size or b.dtype is not b0.dtype:
       raise TgcError(f"{kind}: mismatched shards: {b0.size}x{b0.dtype.name} on {b0.device} and {b.size}x{b.dtype.name} on {b.device}")
-  if kind == 'reduce_scatter' and b0.size % ndev:
-    raise TgcError(f"reduce_scatter: {b0.size} elements do not split into {ndev} equal chunks ({', '.join(b.device for b in bufs)})")
+  nranks = nranks or ndev
+  if kind == 'reduce_scatter' and b0.size % nranks:
+    raise TgcError(f"reduce_scatter: {b0.size} elements do not split into {nranks} equal chunks ({', '.join(b.device for b in bufs)})")
 
 
 class Collectives:
@@ -36,6 +38,8 @@ class Collectives:
   def allgather(self, bufs): return self.run([('allgather', None, bufs)])[0]
   def reduce_scatter(self, bufs, op='add'): return self.run([('reduce_scatter', op, bufs)])[0]
   def close(self) -> None: pass
+  def check(self) -> None:
+    """Raise the error that broke this engine (a collective that timed out), if one did."""
 
 
 _NP_REDUCE = {'add': np.add, 'max': np.maximum, 'min': np.minimum, 'mul': np.multiply}
@@ -67,6 +71,11 @@ class HostCollectives(Collectives):
 
 _ENGINES: dict[tuple, Collectives] = {}
 
+def check_engine(devices) -> None:
+  """Raise where the collectives of these devices failed (a timeout, an NCCL error): what they made is not valid."""
+  eng = _ENGINES.get(tuple(devices))
+  if eng is not None: eng.check()
+
 def for_devices(devices) -> Collectives:
   """The collectives engine of these devices (made once per tuple): NCCL where they are CUDA GPUs, else the host."""
   devices = tuple(devices)
@@ -82,4 +91,4 @@ def for_devices(devices) -> Collectives:
   return eng
 
 
-__all__ = ['KINDS', 'REDUCE_OPS', 'Collectives', 'HostCollectives', 'for_devices', 'check_call']
+__all__ = ['KINDS', 'REDUCE_OPS', 'Collectives', 'HostCollectives', 'for_devices', 'check_call', 'check_engine']
