@@ -147,11 +147,12 @@ class ProcessGroup:
     self.barriers = 0
     if backend == 'nccl':
       from tgc.runtime import nccl, get_device
-      get_device(device)  # (the GPU's context first: NCCL makes its communicator on the current device)
+      get_device(device).make_current()  # (NCCL makes its communicator on the current device)
       if rank == 0: store.set('nccl/id', nccl.unique_id())
       uid = nccl.UniqueId.from_buffer_copy(store.get('nccl/id', who='rank 0 (the NCCL id)'))
       self.barrier('the ranks to reach ncclCommInitRank')  # (every rank alive before NCCL waits on them without a timeout)
       import ctypes
+      get_device(device).make_current()
       comm = ctypes.c_void_p()
       nccl.check(nccl.lib().ncclCommInitRank(ctypes.byref(comm), world_size, uid, rank), f"ncclCommInitRank (rank {rank} of {world_size} on {device})")
       self.engine = nccl.NCCLCollectives((device,), [comm.value], nranks=world_size, timeout=store.timeout)

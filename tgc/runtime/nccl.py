@@ -188,7 +188,7 @@ class NCCLCollectives(Collectives):
             self._abort(f"nccl: collectives on {', '.join(self.devices)} did not finish within {self.timeout:g} s (batch {num}: {what}); "
                         "a rank that never joined, or a device that hung; the communicators were aborted")
           return
-        for dev, ev in evs: dev.lib.cuEventDestroy(ev)
+        for dev, ev in evs: dev.lib.cuEventDestroy_v2(ev)
         self._pending.pop(0)
 
   def _async_error(self) -> str | None:
