@@ -48,7 +48,7 @@ def close(t, want, rtol=1e-5, atol=1e-5): np.testing.assert_allclose(t.numpy(), 
 
 
 def test_shard_and_replicate_have_tinygrads_api():
-  a = rnd(4 * NDEV, 6)
+  a = rnd(4 * NDEV, 2 * NDEV)
   x = Tensor(a, device=DEV).shard(DEVS, axis=0)
   assert x.device == tgc.Device.canonicalize(DEVS) and x.sharding == 0 and x.shape == a.shape
   assert isinstance(x.node.buf, MultiBuffer) and [b.device for b in x.node.buf.bufs] == list(x.device)
@@ -228,3 +228,15 @@ def test_a_missing_rank_is_a_timeout_error_not_a_hang():
   (rc, out), = _ranks(2, '3', ranks=[0])  # rank 1 never starts
   assert rc != 0 and 'DistributedError' in out and 'rank 1' in out and 'timed out after 3 s' in out, out
   assert time.monotonic() - t0 < 60
+
+
+def test_sharding_on_devices_whose_memory_is_not_the_hosts(testc):
+  """A device-style allocator (tests/test_backend.py's TESTC: cached blocks, copies in and out): shards, the host
+  collectives and gathers go through copies."""
+  a, w = rnd(8, 6), rnd(6, 4)
+  devs = ('TESTC:0', 'TESTC:1')
+  x, wt = Tensor(a, device='TESTC').shard(devs, 0), Tensor(w, device='TESTC').to(devs)
+  close((x @ wt).sum(0), (a @ w).sum(0), rtol=1e-4)
+  close(x.T.to('TESTC:1'), a.T)
+
+from test_backend import testc  # noqa: E402,F401  (the fixture)

@@ -36,15 +36,19 @@ class CUDAAllocator(Allocator):
     """GPU to GPU on this device's stream once the source's queued work is done: over NVLink or PCIe where the pair
     allows peer access (enabled once per pair), else the driver stages it."""
     if not isinstance(src_allocator, CUDAAllocator): return False
+    import ctypes
     src_allocator.synchronize()
     me, peer = self.owner, src_allocator.owner
     self.current()
+    lib, V = me.lib, ctypes.c_void_p
     if peer.index not in me.peers:
       me.peers.add(peer.index)
-      try:
-        if me.dev.can_access_peer(peer.dev): me.ctx.enable_peer_access(peer.ctx)
-      except self.cuda.Error: pass  # (already enabled, or not allowed: the copy is staged by the driver)
-    self.cuda.memcpy_peer_async(dst, src, nbytes, me.ctx, peer.ctx, self.stream)
+      ok, a, b = ctypes.c_int(0), ctypes.c_int(), ctypes.c_int()
+      lib.cuDeviceGet(ctypes.byref(a), me.index); lib.cuDeviceGet(ctypes.byref(b), peer.index)
+      if lib.cuDeviceCanAccessPeer(ctypes.byref(ok), a, b) == 0 and ok.value:
+        lib.cuCtxEnablePeerAccess(V(peer.ctx.handle), ctypes.c_uint(0))  # (already enabled, or refused: the driver stages the copy)
+    me.check(lib.cuMemcpyPeerAsync(ctypes.c_uint64(int(dst)), V(me.ctx.handle), ctypes.c_uint64(int(src)), V(peer.ctx.handle),
+                                   ctypes.c_size_t(nbytes), V(self.stream.handle)), f"copy {peer.name} -> {me.name}")
     return True
   def _arg(self, handle): return int(handle)
   def _mem_info(self): self.current(); return self.cuda.mem_get_info()
