@@ -134,15 +134,18 @@ def test_data_parallel_training_equals_one_device(optimizer):
     opt = optim.SGD(params, lr=0.05, momentum=0.9) if optimizer == 'sgd' else optim.Adam(params, lr=0.01)
     @Tensor.jit
     def step(xt, yt):
+      calls.append(xt.device)
       opt.zero_grad()
       loss = model(xt).sparse_categorical_crossentropy(yt)
       loss.backward()
       Tensor.realize(loss, *opt.schedule_step())
       return loss
     return np.array([step(xt, yt).item() for _ in range(steps)]), [p.numpy() for p in params]
+  calls = []
   one, w1 = train(_clone(base), Tensor(x, device=DEV), Tensor(y, device=DEV))
   many, wn = train(_clone(base, DEVS), Tensor(x, device=DEV).shard(DEVS, 0), Tensor(y, device=DEV).shard(DEVS, 0))
   assert one[-1] < one[0]
+  assert len(calls) == 2  # the Python step ran once a model: the other steps were replays (the collectives too)
   np.testing.assert_allclose(many, one, rtol=1e-5)
   for a, b in zip(wn, w1): np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
@@ -196,6 +199,18 @@ def test_collectives_check_their_buffers():
   np.testing.assert_allclose(D.from_storage(eng.allreduce(h)[0].numpy(), D.bf16), sum(vals), rtol=1e-2)
 
 
+@pytest.mark.skipif(DEV != 'CUDA', reason="NCCL's watchdog: CUDA devices")
+def test_an_aborted_nccl_group_is_an_error_on_every_later_use():
+  from tgc.runtime import Buffer
+  from tgc.runtime.nccl import NCCLCollectives, NCCLError
+  devs = tgc.Device.canonicalize(DEVS)
+  eng = NCCLCollectives(devs, timeout=5)  # (an engine of its own: the shared one stays usable)
+  bufs = [Buffer.from_numpy(d, np.ones(1024, np.float32)) for d in devs]
+  np.testing.assert_allclose(eng.allreduce(bufs)[0].numpy(), NDEV)
+  eng._abort("nccl: aborted by the test")
+  with pytest.raises(NCCLError, match="aborted by the test"): eng.allreduce(bufs)
+
+
 def test_to_ir_prints_one_function_a_device_with_its_collectives():
   x = Tensor(rnd(4, 4), device=DEV).shard(DEVS, 0)
   text = (x * 2).sum().to_ir()
@@ -210,23 +225,22 @@ def _free_port():
 
 def _ranks(world, *args, ranks=None):
   port, here = _free_port(), os.path.dirname(__file__)
-  env = {**os.environ, 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port), 'WORLD_SIZE': str(world),
+  env = {**os.environ, 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port), 'WORLD_SIZE': str(world), 'DEVICE': DEV,
          'PYTHONPATH': os.pathsep.join([os.path.dirname(here), os.environ.get('PYTHONPATH', '')])}
   procs = [subprocess.Popen([sys.executable, os.path.join(here, 'dist_worker.py'), *args], env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (ranks if ranks is not None else range(world))]
   return [(p.wait(timeout=240), p.stdout.read()) for p in procs]
 
 
-@pytest.mark.skipif(DEV != 'CPU', reason="the host backend's processes; a GPU run uses bench/multi_gpu.py --procs")
-def test_two_processes_all_reduce_their_gradients_through_the_store():
+def test_two_processes_all_reduce_their_gradients():
+  # (CPU: the host backend, through the store; CUDA: NCCL, a communicator a process by ncclCommInitRank)
   for rc, out in _ranks(2): assert rc == 0 and 'ok' in out, out
 
 
-@pytest.mark.skipif(DEV != 'CPU', reason="the host backend's processes")
 def test_a_missing_rank_is_a_timeout_error_not_a_hang():
   t0 = time.monotonic()
   (rc, out), = _ranks(2, '3', ranks=[0])  # rank 1 never starts
-  assert rc != 0 and 'DistributedError' in out and 'rank 1' in out and 'timed out after 3 s' in out, out
+  assert rc != 0 and 'DistributedError' in out and 'timed out after 3 s' in out, out
   assert time.monotonic() - t0 < 60
 
 
