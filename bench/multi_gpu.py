@@ -175,15 +175,17 @@ def bench_dp(args, ns) -> None:
   ref = GPT(cfg['vocab'], cfg['seq'], cfg['d'], cfg['layers'], cfg['heads'])
   weights = [p.numpy() for p in get_parameters(ref)]
   base = None
-  print("| devices | global batch | steps/s | samples/s | scaling (samples/s over 1) | losses vs one device (same global batch) |")
-  print("| --- | --- | --- | --- | --- | --- |")
+  print("| devices | global batch | first step s (compile) | steps/s | samples/s | scaling (samples/s over 1) | losses vs one device (same global batch) |")
+  print("| --- | --- | --- | --- | --- | --- | --- |")
   for n in ns:
     devs = args.device if n == 1 else tuple(f"{args.device}:{i}" for i in range(n))
     gb = cfg['batch'] * n
     step = gpt_trainer(cfg, devs, weights, gb)
-    losses = [step().item() for _ in range(args.check_steps)]
+    t0 = time.perf_counter()
+    losses = [step().item() for _ in range(max(1, args.check_steps))]
+    first = time.perf_counter() - t0
     check = '-'
-    if n > 1:
+    if n > 1 and args.check_steps:
       one = gpt_trainer(cfg, args.device, weights, gb)
       want = [one().item() for _ in range(args.check_steps)]
       rel = max(abs(a - b) / abs(b) for a, b in zip(losses, want))
@@ -196,7 +198,7 @@ def bench_dp(args, ns) -> None:
     sps = args.steps / (time.perf_counter() - t0)
     if n == 1: base = sps
     scale = f"{sps * n / base:5.2f}x" if base else '-'
-    print(f"| {n} | {gb} | {sps:7.2f} | {sps * gb:8.1f} | {scale} | {check} |")
+    print(f"| {n} | {gb} | {first:6.1f} | {sps:7.2f} | {sps * gb:8.1f} | {scale} | {check} |")
 
 
 # ---------------------------------------------------------------- 3. tensor-parallel MLP
@@ -240,13 +242,14 @@ def main(argv=None) -> int:
   ap.add_argument('--gpus', default=None, help="device counts, e.g. 1,2,4 (default: 1, 2, 4 up to the GPUs there are)")
   ap.add_argument('--only', default='allreduce,dp,tp')
   ap.add_argument('--steps', type=int, default=10)
-  ap.add_argument('--check-steps', type=int, default=3)
+  ap.add_argument('--check-steps', type=int, default=3, help="steps whose losses are compared with one device (0: no check, no extra compile)")
   ap.add_argument('--iters', type=int, default=10)
   ap.add_argument('--max-bytes', type=int, default=1 << 30)
   ap.add_argument('--small', action='store_true', help="small shapes (a smoke run)")
   ap.add_argument('--no-torch', action='store_true')
   ap.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
+  sys.stdout.reconfigure(line_buffering=True)  # (rows appear as they are measured: a run cut short keeps them)
   if args.worker: worker(); return 0
   args.device = args.device.upper()
   if args.gpus: ns = [int(v) for v in args.gpus.split(',')]

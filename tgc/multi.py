@@ -261,23 +261,48 @@ def realize(group) -> None:
   p = Partition(devices)
   parts = p.lower(group)
   for g, nodes in p.leaves: autograd.record(('multi_leaf', g, nodes))
-  run_collectives(p)
-  _realize_nodes([x for _, xs in parts for x in xs])
+  roots = [x for _, xs in parts for x in xs]
+  run_collectives(p, roots)
+  _realize_nodes(roots)
   for g, (axis, xs) in zip(group, parts):
     g.op, g.srcs, g.attrs, g.entry = 'BUFFER', (), None, None
     g.buf = MultiBuffer(devices, [x.buf for x in xs], axis, g.shape, g.dtype)
     autograd.record(('multi_out', g, xs, axis))
 
 
-def run_collectives(p: Partition) -> None:
+# ops a later level recomputes rather than reads back (nothing, or a view of what it reads)
+_CHEAP = frozenset({'const', 'empty', 'reshape', 'expand', 'permute', 'shrink', 'pad', 'flip', 'cast', 'bitcast', 'BUFFER'})
+
+
+def _needed_later(roots, level) -> dict:
+  """For each local node: the highest level of the computations that read it (through views and casts: a node read
+  by a reshape that a level-2 op reads is needed at level 2)."""
+  from tgc.tensor import _toposort
+  later: dict = {}
+  for x in reversed(_toposort(roots)):
+    lx = level.get(x, 0)
+    need = max(lx, later.get(x, -1)) if x.op in _CHEAP else lx
+    for s in x.srcs:
+      if later.get(s, -1) < need: later[s] = need
+  return later
+
+
+def run_collectives(p: Partition, roots=()) -> None:
+  """Run the partition's collectives level by level. A level realizes what its collectives read and, with it, the
+  values it computes on the way that a later level reads too (a training step's activations, which the backward
+  reads after the all-reduce of a loss's normaliser): computed once, not again in the next level's functions."""
   from tgc import autograd
-  from tgc.tensor import _realize_nodes
+  from tgc.tensor import _realize_nodes, _toposort
   from tgc.runtime.collectives import for_devices
   if not p.collectives: return
   eng = for_devices(p.devices)
+  later = _needed_later(list(roots) + [o for c in p.collectives for o in c.outs], p.level)
   for lvl in sorted({c.level for c in p.collectives}):
     cs = [c for c in p.collectives if c.level == lvl]
-    _realize_nodes([x for c in cs for x in c.ins])
+    targets = [x for c in cs for x in c.ins]
+    keep = set(targets)
+    extra = [x for x in _toposort(targets) if x not in keep and x.op not in _CHEAP and later.get(x, -1) > lvl]
+    _realize_nodes(targets + extra)
     calls = [(c.kind, c.op, [x.buf for x in c.ins]) for c in cs]
     for c, bufs in zip(cs, eng.run(calls)):
       for o, b in zip(c.outs, bufs): o.op, o.srcs, o.attrs, o.buf, o.entry = 'BUFFER', (), None, b, None

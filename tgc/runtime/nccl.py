@@ -91,7 +91,7 @@ def unique_id() -> bytes:
 
 
 # ncclDataType_t and ncclRedOp_t
-_DTYPES = {'i8': 0, 'u8': 1, 'bool': 1, 'i32': 2, 'u32': 3, 'i64': 4, 'u64': 5, 'f16': 6, 'f32': 7, 'f64': 8, 'bf16': 9}
+_DTYPES = {'i8': 0, 'u8': 1, 'i1': 1, 'i32': 2, 'u32': 3, 'i64': 4, 'u64': 5, 'f16': 6, 'f32': 7, 'f64': 8, 'bf16': 9}
 _OPS = {'add': 0, 'mul': 1, 'max': 2, 'min': 3}
 
 
