@@ -113,6 +113,15 @@ class CompiledFunction:
     from tgc.runtime.device import Program
     self._Program, self._epoch = Program, Program.launcher_epoch
 
+  def on_device(self, device: str) -> 'CompiledFunction':
+    """The same function for another device of the same kind and target (CUDA:1 beside CUDA:0, CPU:1 beside CPU):
+    its lowered host schedule shared, its kernels compiled there (the device's compile caches make that cheap)."""
+    from tgc.runtime import get_device
+    dev = get_device(device)
+    ks = list(self.kernels.values())
+    progs = dev.compile_all([k.fn for k in ks]) if hasattr(dev, 'compile_all') else [dev.compile(k.fn) for k in ks]
+    return CompiledFunction(self.host, {k.name: Kernel(k.fn, p, dev.name, k.flops_per_point) for k, p in zip(ks, progs)}, dev.name, self.out)
+
   def _plan(self, fixed: dict | None = None):
     """The host schedule made once into what a call does, over numbered slots (the arguments first) that hold
     launch arguments (Buffer.arg). Per launch: the kernel, its launcher, what picks its arguments from the slots, its

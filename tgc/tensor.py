@@ -312,6 +312,13 @@ def _graph_key_deep(roots: list[_Node]):
 
 
 _COMPILED: dict[tuple, Any] = {}  # (graph key, device) -> CompiledFunction
+_TWINS: dict[tuple, Any] = {}  # (graph key, _twin(device)) -> the first device's CompiledFunction of that graph
+
+def _twin(dev: str) -> tuple:
+  """What a compiled function depends on besides its graph: the device's class, target and architecture."""
+  from tgc.runtime import get_device
+  d = get_device(dev)
+  return ('twin', type(d), d.target, getattr(d, 'arch', None), getattr(d, 'processor', None), getattr(d, 'local_memory', None))
 
 def _realize_nodes(nodes) -> None:
   if len(nodes) == 1: todo = [] if nodes[0].op == 'BUFFER' else nodes  # (one tensor: every eager call)
@@ -330,11 +337,15 @@ def _realize_nodes(nodes) -> None:
     key, leaves = _graph_key(group)
     fn = _COMPILED.get((key, dev))
     if fn is None:
+      twin = _twin(dev)  # (devices of one kind and target share the lowering: CUDA:1 compiles CUDA:0's kernels)
+      fn = _TWINS.get((key, twin))
+      if fn is not None: fn = _COMPILED[key, dev] = fn.on_device(dev)
+    if fn is None:
       from tgc.compiler import compile_module  # (here, not per call: the hit path skips the import machinery)
       m, args = _build_module(group)
       if args != leaves: raise TgcError("internal: _graph_key and _build_module number the leaves differently")
       m.verify()
-      fn = _COMPILED[key, dev] = compile_module(m, dev)
+      fn = _COMPILED[key, dev] = _TWINS[key, twin] = compile_module(m, dev)
     outs = fn.run([l.buf for l in leaves], check=False)  # (the key holds each leaf's shape and dtype, and the device)
     # after the launches (queued: on a GPU this overlaps them): the computed nodes become leaves of their results
     for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf, n.entry = 'BUFFER', (), None, o, None
