@@ -254,3 +254,19 @@ def test_sharding_on_devices_whose_memory_is_not_the_hosts(testc):
   close(x.T.to('TESTC:1'), a.T)
 
 from test_backend import testc  # noqa: E402,F401  (the fixture)
+
+
+def test_jit_replays_a_shard_made_inside_it_and_keys_on_the_sharded_axis():
+  calls = []
+  @Tensor.jit
+  def f(x, w):
+    calls.append(1)
+    return (x.shard(DEVS, 0) @ w).sum(1).realize()
+  w = Tensor(rnd(3, 2 * NDEV), device=DEV)
+  for i in range(3):
+    a = rnd(2 * NDEV, 3)
+    close(f(Tensor(a, device=DEV), w.shard(DEVS, 1)), (a @ w.numpy()).sum(1), rtol=1e-5)
+  assert len(calls) == 1
+  a = rnd(2 * NDEV, 3)
+  close(f(Tensor(a, device=DEV), w.to(DEVS)), (a @ w.numpy()).sum(1), rtol=1e-5)  # another sharding: traced again
+  assert len(calls) == 2
