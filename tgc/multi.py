@@ -194,9 +194,12 @@ class Partition:
       axis = next((a for a, _ in srcs if a is not None), None)
       ins = [self.to_axis(a, xs, s.shape, axis) for (a, xs), s in zip(srcs, g.srcs)]
       return axis, self.local(op, list(zip(*ins)), attrs, local_shape(shape, axis, n), dtype)
+    if op == 'matmul': return self._matmul(g, srcs)
+    if len(srcs) != 1:  # an op of several operands without a rule: on the whole values
+      ins = [self.to_axis(a, xs, s.shape, None) for (a, xs), s in zip(srcs, g.srcs)]
+      return None, self.local(op, list(zip(*ins)), attrs, shape, dtype)
     (a, xs), s = srcs[0], g.srcs[0]
     if op == 'contiguous': return a, self.local(op, [(x,) for x in xs], attrs, local_shape(shape, a, n), dtype)
-    if op == 'matmul': return self._matmul(g, srcs)
     if a is None:  # a replicated operand: the op itself on every device
       return None, self.local(op, [(x,) for x in xs], attrs, shape, dtype)
     if op == 'reduce':
