@@ -270,3 +270,23 @@ def test_jit_replays_a_shard_made_inside_it_and_keys_on_the_sharded_axis():
   a = rnd(2 * NDEV, 3)
   close(f(Tensor(a, device=DEV), w.to(DEVS)), (a @ w.numpy()).sum(1), rtol=1e-5)  # another sharding: traced again
   assert len(calls) == 2
+
+
+def test_loading_nccl_turns_nvlink_multicast_off_and_a_missing_library_is_a_clear_error(monkeypatch):
+  from tgc.runtime import nccl
+  monkeypatch.setattr(nccl, '_lib', None)
+  monkeypatch.delenv('NCCL_NVLS_ENABLE', raising=False)
+  monkeypatch.setenv('TGC_NCCL_LIB', '/nonexistent/libnccl.so.2')
+  with pytest.raises(nccl.NCCLError, match="NCCL unavailable: cannot load /nonexistent/libnccl.so.2"): nccl.lib()
+  assert os.environ['NCCL_NVLS_ENABLE'] == '0'  # set before the library loads
+  monkeypatch.setenv('NCCL_NVLS_ENABLE', '1')  # a user's own setting wins
+  with pytest.raises(nccl.NCCLError): nccl.lib()
+  assert os.environ['NCCL_NVLS_ENABLE'] == '1'
+
+
+def test_nccl_from_the_wheel_gives_its_version_and_ids():
+  from tgc.runtime import nccl
+  if not os.path.exists(nccl.library_path()): pytest.skip("the nvidia-nccl wheel is not installed here")
+  assert nccl.version() >= (2, 0, 0)
+  a, b = nccl.unique_id(), nccl.unique_id()
+  assert len(a) == 128 and a != b
