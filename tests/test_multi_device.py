@@ -290,3 +290,26 @@ def test_nccl_from_the_wheel_gives_its_version_and_ids():
   assert nccl.version() >= (2, 0, 0)
   a, b = nccl.unique_id(), nccl.unique_id()
   assert len(a) == 128 and a != b
+
+
+def test_tensor_parallel_training_keeps_weights_and_optimizer_state_sharded():
+  Tensor.manual_seed(3)
+  base = _MLP()
+  x, y = rnd(8, 16), RNG.integers(0, 4, 8)
+  split = {'l1.weight': 1, 'l1.bias': 0, 'l2.weight': 0, 'l2.bias': None}
+  def train(model, xt, yt):
+    opt = optim.Adam(get_parameters(model), lr=0.01)
+    @Tensor.jit
+    def step(xt, yt):
+      opt.zero_grad()
+      loss = model(xt).sparse_categorical_crossentropy(yt)
+      loss.backward()
+      Tensor.realize(loss, *opt.schedule_step())
+      return loss
+    return [step(xt, yt).item() for _ in range(4)], opt
+  one, _ = train(_clone(base), Tensor(x, device=DEV), Tensor(y, device=DEV))
+  tp = _clone(base, DEVS, split)
+  many, opt = train(tp, Tensor(x, device=DEV).to(DEVS), Tensor(y, device=DEV).to(DEVS))
+  np.testing.assert_allclose(many, one, rtol=1e-5)
+  assert [p.sharding for p in (tp.l1.weight, tp.l1.bias, tp.l2.weight, tp.l2.bias)] == [1, 0, 0, None]
+  assert [m.sharding for m in opt.m] == [p.sharding for p in opt.params]

@@ -29,6 +29,15 @@ from tgc.errors import TgcError, ShapeError
 
 COLLECTIVE_OPS = ('allreduce', 'allgather', 'reduce_scatter')
 
+import weakref
+_KEEP_AXIS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> the sharding its result must have
+
+
+def keep_sharding(node, axis) -> None:
+  """The value of `node` is assigned to a tensor sharded along `axis` (None: replicated): realized, it is put in that
+  sharding (an assign does not move a weight or an optimizer state to other shards)."""
+  _KEEP_AXIS[node] = axis
+
 
 class MultiBuffer:
   """A tensor's value on several devices: `bufs[i]` on `devices[i]`, the whole tensor on each (`axis` None) or its
@@ -263,7 +272,10 @@ def realize(group) -> None:
   devices = group[0].device
   p = Partition(devices)
   parts = p.lower(group)
-  for g, nodes in p.leaves: autograd.record(('multi_leaf', g, nodes))
+  for i, g in enumerate(group):  # an assigned value keeps its tensor's sharding
+    want = _KEEP_AXIS.get(g, parts[i][0])
+    if want != parts[i][0]: parts[i] = (want, p.to_axis(parts[i][0], parts[i][1], g.shape, want))
+  for g, nodes in p.leaves: autograd.record(('multi_leaf', g, nodes, g.buf.axis))
   roots = [x for _, xs in parts for x in xs]
   run_collectives(p, roots)
   _realize_nodes(roots)
@@ -316,8 +328,9 @@ def replay(e, buf, env) -> None:
   """A jit's replay of one recorded multi-device step; `buf(node)` is a node's Buffer in the replay."""
   kind = e[0]
   if kind == 'multi_leaf':
-    _, g, nodes = e
+    _, g, nodes, axis = e
     mb = buf(g)
+    if mb.axis != axis: mb = shard_buffer(mb, g.shape, g.dtype, g.device, axis)  # (as the recorded functions read it)
     for x, b in zip(nodes, mb.bufs): env[x] = b
   elif kind == 'multi_out':
     _, g, nodes, axis = e

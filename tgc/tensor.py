@@ -1512,6 +1512,9 @@ class Tensor(TensorAPI):
     if x.dtype != self.dtype: raise DTypeError(f"assign of {x.dtype!r} to a tensor of {self.dtype!r}")
     if x.device != self.device: raise DeviceError(f"assign from {x.device} to a tensor on {self.device}")
     old, self.node = self.node, x.node
+    if type(old.device) is tuple and old.op == 'BUFFER':  # a sharded weight stays sharded as it was
+      from tgc.multi import keep_sharding
+      keep_sharding(x.node, old.buf.axis)
     _autograd.record(('assign', self, old, x.node))
     return self
 
