@@ -23,13 +23,10 @@ group on GPUs), and the next level goes on from their results; the roots last. `
 each step (the per-device realizations, the collectives, the shards made and assembled).
 """
 from __future__ import annotations
-import math
+import math, weakref
 import numpy as np
 from tgc.errors import TgcError, ShapeError
 
-COLLECTIVE_OPS = ('allreduce', 'allgather', 'reduce_scatter')
-
-import weakref
 _KEEP_AXIS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> the sharding its result must have
 
 
