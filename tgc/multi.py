@@ -131,7 +131,7 @@ class Partition:
     return n
 
   def local(self, op, srcs_per_dev, attrs, shape, dtype) -> list:
-    """One op per device on that device's sources, of local `shape` (a list per device, or one for all)."""
+    """One op per device on that device's sources (`srcs_per_dev[i]`), each of the local `shape`."""
     return [self._mk(i, op, srcs_per_dev[i], attrs, shape, dtype) for i in range(self.n)]
 
   def collective(self, kind, op, ins, shape) -> list:
