@@ -313,3 +313,15 @@ def test_tensor_parallel_training_keeps_weights_and_optimizer_state_sharded():
   np.testing.assert_allclose(many, one, rtol=1e-5)
   assert [p.sharding for p in (tp.l1.weight, tp.l1.bias, tp.l2.weight, tp.l2.bias)] == [1, 0, 0, None]
   assert [m.sharding for m in opt.m] == [p.sharding for p in opt.params]
+
+
+def test_a_convolution_on_a_sharded_batch_equals_one_device():
+  a, w = rnd(2 * NDEV, 3, 8, 8), rnd(4, 3, 3, 3)
+  def run(x, wt):
+    wt.requires_grad = True
+    y = x.conv2d(wt, padding=1).relu().max_pool2d(2)
+    y.square().mean().backward()
+    return y.numpy(), wt.grad.numpy()
+  want = run(Tensor(a, device=DEV), Tensor(w, device=DEV))
+  got = run(Tensor(a, device=DEV).shard(DEVS, 0), Tensor(w, device=DEV).to(DEVS))
+  for g, wnt in zip(got, want): np.testing.assert_allclose(g, wnt, rtol=1e-4, atol=1e-5)
