@@ -17,6 +17,10 @@ def grad(xs):
 mine = grad(x[g.rank * n:(g.rank + 1) * n])
 dist.all_reduce(mine, 'sum')
 np.testing.assert_allclose(mine.numpy(), grad(x).numpy(), rtol=1e-5, atol=1e-6)
+a, b = grad(x[g.rank * n:(g.rank + 1) * n]) * g.world_size, Tensor(np.full(3, g.rank + 1.0, np.float32))
+dist.all_reduce_coalesced([a, b], 'avg')  # one batch: the averaged gradient, and the mean of 1..world
+np.testing.assert_allclose(a.numpy(), grad(x).numpy(), rtol=1e-5, atol=1e-6)
+np.testing.assert_allclose(b.numpy(), np.full(3, (g.world_size + 1) / 2, np.float32))
 both = dist.all_gather(Tensor(np.full((2,), g.rank, np.float32))).numpy()
 np.testing.assert_array_equal(both, np.repeat(np.arange(g.world_size, dtype=np.float32), 2))
 part = dist.reduce_scatter(Tensor(np.arange(2 * g.world_size, dtype=np.float32)), 'max').numpy()

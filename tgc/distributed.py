@@ -11,8 +11,8 @@ OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK stand in for the first three), takes 
 - backend "host": the collectives go through the store itself (each rank's values are posted and read by the
   others): slow, but it runs the same programs on a machine without GPUs (the tests use it).
 
-`all_reduce(t)` (in place, as torch.distributed's), `all_gather(t)` and `reduce_scatter(t)` (new tensors along axis
-0), `barrier()`, `destroy()`. Data parallelism across processes: each rank computes the gradients of its part of
+`all_reduce(t)` (in place, as torch.distributed's; `all_reduce_coalesced(ts)` for many at once, one NCCL group),
+`all_gather(t)` and `reduce_scatter(t)` (new tensors along axis 0), `barrier()`, `destroy()`. Data parallelism across processes: each rank computes the gradients of its part of
 the batch and all-reduces them (op="avg") before the optimizer step; inside a `Tensor.jit` the collectives are
 recorded and replayed with the rest of the step. Every wait has a timeout (`timeout=`, default
 $TGC_DIST_TIMEOUT or 300 s): a missing rank is a TgcError naming it, never a hang.
@@ -164,16 +164,28 @@ class ProcessGroup:
     self.store.add(f"barrier/{self.barriers}")
     self.store.wait(f"barrier/{self.barriers}", self.world_size, what=f"{what}: {self.world_size} ranks (this is rank {self.rank})")
 
-  def _collective(self, kind: str, op: str | None, t, shape):
+  def _collectives(self, kind: str, op: str | None, ts: list, shapes: list) -> list:
+    """One batch (one NCCL group) of a collective over each tensor; new tensors of the results."""
     from tgc import autograd
     from tgc.tensor import Tensor, _Node
-    if t.device != self.device: raise DistributedError(f"{kind}: the tensor is on {t.device}, this rank's device is {self.device}")
-    t.realize()
-    src = t.node
-    buf = self.engine.run([(kind, op, [src.buf])])[0][0]
-    out = _Node('BUFFER', (), None, shape, t.dtype, self.device, buf)
-    autograd.record(('collectives', self.engine, [(kind, op, [src], [out])]))
-    return Tensor(out)
+    for t in ts:
+      if t.device != self.device: raise DistributedError(f"{kind}: a tensor of shape {t.shape} is on {t.device}, this rank's device is {self.device}")
+    if ts: Tensor.realize(*ts)
+    srcs = [t.node for t in ts]
+    bufs = self.engine.run([(kind, op, [n.buf]) for n in srcs])
+    outs = [_Node('BUFFER', (), None, shape, n.dtype, self.device, b[0]) for n, shape, b in zip(srcs, shapes, bufs)]
+    autograd.record(('collectives', self.engine, [(kind, op, [n], [o]) for n, o in zip(srcs, outs)]))
+    return [Tensor(o) for o in outs]
+
+  def _collective(self, kind: str, op: str | None, t, shape): return self._collectives(kind, op, [t], [shape])[0]
+
+  def all_reduce_coalesced(self, ts: list, op: str = 'sum') -> list:
+    """all_reduce of every tensor in `ts` at once: one realize, one NCCL group (a data-parallel step's gradients).
+    Each tensor takes its result in place; returns ts."""
+    if op.lower() not in _OPS: raise DistributedError(f"all_reduce: unknown op '{op}' (expected {', '.join(_OPS)})")
+    for t, r in zip(ts, self._collectives('allreduce', _OPS[op.lower()], list(ts), [t.shape for t in ts])):
+      t.node = (r / self.world_size).node if op.lower() in ('avg', 'mean') else r.node
+    return ts
 
   def all_reduce(self, t, op: str = 'sum'):
     """t becomes the reduction of every rank's t (in place, as torch.distributed.all_reduce); op sum, avg, max,
@@ -247,6 +259,7 @@ def is_initialized() -> bool: return _group is not None
 def get_rank() -> int: return group().rank
 def get_world_size() -> int: return group().world_size
 def all_reduce(t, op: str = 'sum'): return group().all_reduce(t, op)
+def all_reduce_coalesced(ts, op: str = 'sum'): return group().all_reduce_coalesced(ts, op)
 def all_gather(t): return group().all_gather(t)
 def reduce_scatter(t, op: str = 'sum'): return group().reduce_scatter(t, op)
 def barrier() -> None: group().barrier()
@@ -256,5 +269,5 @@ def destroy() -> None:
   if _group is not None: _group.destroy(); _group = None
 
 
-__all__ = ['init', 'destroy', 'group', 'is_initialized', 'get_rank', 'get_world_size', 'all_reduce', 'all_gather', 'reduce_scatter',
+__all__ = ['init', 'destroy', 'group', 'is_initialized', 'get_rank', 'get_world_size', 'all_reduce', 'all_reduce_coalesced', 'all_gather', 'reduce_scatter',
            'barrier', 'ProcessGroup', 'TCPStore', 'DistributedError']
