@@ -109,7 +109,7 @@ def bench_allreduce(args, ns) -> None:
     devs = tuple(f"{args.device}:{i}" for i in range(n))
     sizes = [s for s in SIZES if s <= args.max_bytes]
     procs = procs_allreduce(n, sizes, args.iters) if args.device == 'CUDA' and not args.no_torch else {}
-    print(f"{n} devices | size | tgc one process | tgc process a GPU | torch.distributed | tgc / torch (one process) |")
+    print(f"\n| devices | size | tgc one process | tgc process a GPU | torch.distributed | tgc one process / torch |")
     print("| --- | --- | --- | --- | --- | --- |")
     for nbytes in sizes:
       t = allreduce_tgc(devs, nbytes, args.iters if nbytes >= (64 << 20) else 4 * args.iters)
