@@ -109,14 +109,14 @@ def bench_allreduce(args, ns) -> None:
     devs = tuple(f"{args.device}:{i}" for i in range(n))
     sizes = [s for s in SIZES if s <= args.max_bytes]
     procs = procs_allreduce(n, sizes, args.iters) if args.device == 'CUDA' and not args.no_torch else {}
-    print(f"\n| devices | size | tgc one process | tgc process a GPU | torch.distributed | tgc one process / torch |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(f"\n| devices | size | tgc one process | tgc process a GPU | torch.distributed | tgc one process / torch | tgc process a GPU / torch |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for nbytes in sizes:
       t = allreduce_tgc(devs, nbytes, args.iters if nbytes >= (64 << 20) else 4 * args.iters)
       tt, tp = procs.get(nbytes, (None, None))
       col = lambda s: f"{busbw(nbytes, n, s):7.1f}" if s else '-'
-      ratio = f"{tt / t:5.2f}" if tt else '-'
-      print(f"| {n} | {nbytes >> 20:5d} MiB | {col(t)} | {col(tp)} | {col(tt)} | {ratio} |")
+      ratio = lambda s: f"{tt / s:5.2f}" if tt and s else '-'
+      print(f"| {n} | {nbytes >> 20:5d} MiB | {col(t)} | {col(tp)} | {col(tt)} | {ratio(t)} | {ratio(tp)} |")
 
 
 # ---------------------------------------------------------------- 2. data-parallel GPT-style training
