@@ -64,7 +64,8 @@ def gradients(loss, targets, seed=None) -> list:
 
 # ---------------------------------------------------------------- assign and the jit's capture
 
-_capture: list | None = None  # while a jit records its first call: ('realize', fn, leaves, outs) and ('assign', tensor, old, new)
+_capture: list | None = None  # while a jit records its first call: ('realize', fn, leaves, outs), ('assign', tensor, old, new)
+# and a multi-device step's ('multi_leaf' | 'multi_out' | 'collectives' | 'shard', ...) (tgc/multi.py)
 
 def record(entry) -> None:
   if _capture is not None: _capture.append(entry)
@@ -105,9 +106,12 @@ class Capture:
       if n in self.olds: return self.olds[n].node.buf
       return n.buf
     for e in self.log:
-      if e[0] != 'realize': continue
-      _, cf, leaves, group = e
-      for n, o in zip(group, cf.run([buf(l) for l in leaves])): env[n] = o
+      if e[0] == 'realize':
+        _, cf, leaves, group = e
+        for n, o in zip(group, cf.run([buf(l) for l in leaves])): env[n] = o
+      elif e[0] != 'assign':  # a multi-device step: shards, collectives, results (tgc/multi.py)
+        from tgc.multi import replay
+        replay(e, buf, env)
     for t, _, new in self.assigns: t.node = _Node('BUFFER', (), None, new.shape, new.dtype, new.device, buf(new))
     outs = [Tensor(_Node('BUFFER', (), None, n.shape, n.dtype, n.device, buf(n))) for n in self.outs]
     return tuple(outs) if self.multi else outs[0]

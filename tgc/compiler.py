@@ -16,10 +16,10 @@ from tgc.lowering import lower
 def device_target(device: str | None, dev=None) -> Target:
   """The Target a device runs: the one it names (`dev.target`; without `dev`, its class's, so that asking does not
   open the device). Every device names one (tgc.runtime.device.BaseDevice: llvm unless it says otherwise)."""
-  from tgc.runtime import Device, DEVICES
-  name = Device.canonicalize(device)
-  if dev is None and name in DEVICES:  # (graph building asks per conv and matmul: the class looked up once per path)
-    path = DEVICES[name]
+  from tgc.runtime import Device, device_class_path
+  if isinstance(device, tuple): device = device[0]  # (a sharded tensor's devices: one kind, one target)
+  path = device_class_path(Device.canonicalize(device))
+  if dev is None and path is not None:  # (graph building asks per conv and matmul: the class looked up once per path)
     dev = _CLASSES.get(path)
     if dev is None:
       mod, cls = path.split(':')
@@ -35,12 +35,14 @@ def device_spec(device: str | None) -> DeviceSpec:
   that does not open here (no GPU on this machine: graphs lowered to be printed) is taken to be its target's newest
   architecture, as kernel-opt takes it."""
   from tgc.runtime import get_device, Device
+  if isinstance(device, tuple): device = device[0]
   try: return get_device(device).spec
   except TgcError: return DeviceSpec(device_target(device), device=Device.canonicalize(device))
 
 
 def device_warpgroup(device: str | None) -> bool:
   """Whether the device has its target's warpgroup tensor cores (Hopper's wgmma): its spec's (device_spec)."""
+  if isinstance(device, tuple): device = device[0]  # (a sharded tensor's devices are of one kind)
   t = device_target(device)
   if t.tensor_cores is None or not t.tensor_cores.warpgroup: return False
   return device_spec(device).has_warpgroup
@@ -90,6 +92,15 @@ class CompiledFunction:
     self.plan, self._wake = None, None
     from tgc.runtime.device import Program
     self._Program, self._epoch = Program, Program.launcher_epoch
+
+  def on_device(self, device: str) -> 'CompiledFunction':
+    """The same function for another device of the same kind and target (CUDA:1 beside CUDA:0, CPU:1 beside CPU):
+    its lowered host schedule shared, its kernels compiled there (the device's compile caches make that cheap)."""
+    from tgc.runtime import get_device
+    dev = get_device(device)
+    ks = list(self.kernels.values())
+    progs = dev.compile_all([k.fn for k in ks]) if hasattr(dev, 'compile_all') else [dev.compile(k.fn) for k in ks]
+    return CompiledFunction(self.host, {k.name: Kernel(k.fn, p, dev.name, k.flops_per_point) for k, p in zip(ks, progs)}, dev.name, self.out)
 
   def _plan(self, fixed: dict | None = None):
     """The host schedule made once into what a call does, over numbered slots (the arguments first) that hold

@@ -105,11 +105,22 @@ def to_dtype(x) -> DType:
 
 # ---------------------------------------------------------------- devices
 
-def _canon_device(device) -> str:
-  from tgc.runtime import Device, DEVICES
+def _canon_device(device):
+  """A device's canonical name (`cuda:0` -> `CUDA`), or for a tuple of names (a sharded tensor's) the tuple of
+  theirs; a DeviceError for an unknown kind, a bad index, or a tuple that repeats a device or mixes kinds."""
+  from tgc.runtime import Device, device_class_path
+  if isinstance(device, (tuple, list)):
+    devs = tuple(_canon_device(d) for d in device)
+    if not devs: raise DeviceError("a tuple of devices must name at least one device")
+    if len(set(devs)) != len(devs): raise DeviceError(f"devices {devs} repeat a device")
+    if len({device_class_path(d) for d in devs}) != 1: raise DeviceError(f"devices {devs} are of different kinds")
+    return devs
   if device is not None and not isinstance(device, str): raise DeviceError(f"device must be a string, got {device!r}")
-  d = Device.canonicalize(device)
-  if d not in DEVICES: raise DeviceError(f"unknown device '{device}' (known: {', '.join(sorted(DEVICES))})")
+  try: d = Device.canonicalize(device)
+  except TgcError as e: raise DeviceError(str(e)) from None
+  if device_class_path(d) is None:
+    from tgc.runtime import DEVICES
+    raise DeviceError(f"unknown device '{device}' (known: {', '.join(sorted(DEVICES))})")
   return d
 
 
@@ -301,6 +312,13 @@ def _graph_key_deep(roots: list[_Node]):
 
 
 _COMPILED: dict[tuple, Any] = {}  # (graph key, device) -> CompiledFunction
+_TWINS: dict[tuple, Any] = {}  # (graph key, _twin(device)) -> the first device's CompiledFunction of that graph
+
+def _twin(dev: str) -> tuple:
+  """What a compiled function depends on besides its graph: the device's class, target and architecture."""
+  from tgc.runtime import get_device
+  d = get_device(dev)
+  return ('twin', type(d), d.target, getattr(d, 'arch', None), getattr(d, 'processor', None), getattr(d, 'local_memory', None))
 
 def _realize_nodes(nodes) -> None:
   if len(nodes) == 1: todo = [] if nodes[0].op == 'BUFFER' else nodes  # (one tensor: every eager call)
@@ -309,18 +327,25 @@ def _realize_nodes(nodes) -> None:
   for n in todo:
     # nothing to compute: an empty result (its contents are unspecified) or no elements at all.
     # (An `empty` root also makes kernelize loop forever: tests/repro/kernelize_empty_result_hangs.tgc.)
-    if n.op == 'empty' or 0 in n.shape:
+    if (n.op == 'empty' or 0 in n.shape) and type(n.device) is not tuple:
       n.op, n.srcs, n.attrs, n.buf = 'BUFFER', (), None, Buffer.from_numpy(n.device, np.zeros(math.prod(n.shape), n.dtype.np), n.dtype)
     else: by_dev.setdefault(n.device, []).append(n)
   for dev, group in by_dev.items():
+    if type(dev) is tuple:  # several devices: one graph per device and the collectives between them (tgc/multi.py)
+      from tgc.multi import realize as realize_multi
+      realize_multi(group); continue
     key, leaves = _graph_key(group)
     fn = _COMPILED.get((key, dev))
+    if fn is None:
+      twin = _twin(dev)  # (devices of one kind and target share the lowering: CUDA:1 compiles CUDA:0's kernels)
+      fn = _TWINS.get((key, twin))
+      if fn is not None: fn = _COMPILED[key, dev] = fn.on_device(dev)
     if fn is None:
       from tgc.compiler import compile_module  # (here, not per call: the hit path skips the import machinery)
       m, args = _build_module(group)
       if args != leaves: raise TgcError("internal: _graph_key and _build_module number the leaves differently")
       m.verify()
-      fn = _COMPILED[key, dev] = compile_module(m, dev)
+      fn = _COMPILED[key, dev] = _TWINS[key, twin] = compile_module(m, dev)
     outs = fn.run([l.buf for l in leaves], check=False)  # (the key holds each leaf's shape and dtype, and the device)
     # after the launches (queued: on a GPU this overlaps them): the computed nodes become leaves of their results
     for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf, n.entry = 'BUFFER', (), None, o, None
@@ -455,7 +480,11 @@ class Tensor(TensorAPI):
         raise DTypeError(f"data of numpy dtype {arr.dtype} is not supported")
       if dt is None: dt = _D.bool_ if arr.dtype.kind == 'b' else _D.i32 if arr.dtype.kind in 'iu' else _D.f32
     else: raise DTypeError(f"cannot make a Tensor from {type(data).__name__}")
-    self.node = _Node('BUFFER', (), None, tuple(arr.shape), dt, dev, Buffer.from_numpy(dev, _to_storage(arr, dt).reshape(-1), dt))
+    if type(dev) is tuple:  # a tuple of devices: the data replicated on each
+      from tgc.multi import shard_buffer
+      buf = shard_buffer(Buffer.from_numpy(dev[0], _to_storage(arr, dt).reshape(-1), dt), arr.shape, dt, dev, None)
+    else: buf = Buffer.from_numpy(dev, _to_storage(arr, dt).reshape(-1), dt)
+    self.node = _Node('BUFFER', (), None, tuple(arr.shape), dt, dev, buf)
 
   # ---- properties
   @property
@@ -537,16 +566,59 @@ class Tensor(TensorAPI):
     return self.numpy().reshape(()).item()
 
   def to(self, device) -> Tensor:
+    """A copy on another device (peer to peer where the devices allow); to a tuple of devices: replicated on each
+    (tinygrad's `to(GPUS)`); a sharded tensor to one device: its shards joined there."""
     dev = _canon_device(device)
     if dev == self.device: return self
+    if type(dev) is tuple: return self.shard(dev, None)
     self.realize()
-    return Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, dev, self.node.buf.copy_to(dev)))
+    b = self.node.buf
+    if type(self.device) is tuple:
+      from tgc.multi import gather_buffer
+      return Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, dev, gather_buffer(b, dev)))
+    return Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, dev, b.copy_to(dev)))
+
+  def to_(self, device) -> Tensor:
+    """`to` in place: this tensor (a weight, its requires_grad kept) takes the copy's value."""
+    self.node = self.to(device).node
+    return self
+
+  def shard(self, devices, axis: int | None = None) -> Tensor:
+    """Split along `axis` over `devices` (a tuple of device names), one equal slice a device; axis None: the whole
+    tensor on each (replicated). Elementwise ops then run shard by shard, a reduce over the sharded axis
+    all-reduces (tgc/multi.py)."""
+    from tgc.multi import shard_buffer
+    devs = _canon_device(tuple(devices) if isinstance(devices, (tuple, list)) else (devices,))
+    if axis is not None: axis = self._axis(axis)
+    self.realize()
+    src = self.node
+    buf = shard_buffer(src.buf, self.shape, self.dtype, devs, axis)
+    if buf is src.buf: return self
+    t = Tensor(_Node('BUFFER', (), None, self.shape, self.dtype, devs, buf))
+    _autograd.record(('shard', src, t.node, devs, axis))
+    return t
+
+  def shard_(self, devices, axis: int | None = None) -> Tensor:
+    """`shard` in place."""
+    self.node = self.shard(devices, axis).node
+    return self
+
+  @property
+  def sharding(self) -> int | None:
+    """The axis a sharded tensor is split along (None: replicated on its devices, or on one device)."""
+    if type(self.device) is not tuple: return None
+    self.realize()
+    return self.node.buf.axis
 
   def to_ir(self, level: str = 'tensor', name: str = 'main') -> str:
     """The text of this tensor's graph as a func.func at a stage of its lowering for its device (what realize runs):
     'tensor', 'kernel' (kernelized), 'opt' (kernel-opt's actions chosen), 'uop', or 'source' (the device's source)."""
     from tgc.passes.pipelines import STAGES
     if level not in STAGES[:-1]: raise ArgumentError(f"unknown level '{level}' (expected {', '.join(STAGES[:-1])})")
+    if type(self.device) is tuple:  # the per-device functions and their collectives
+      if level != 'tensor': raise ArgumentError(f"a tensor on {self.device} prints at level 'tensor' (one function a device)")
+      from tgc.multi import partition_ir
+      return partition_ir([self.node], name)
     m, _ = _build_module([self.node], name)
     m.verify()
     if level == 'tensor': return m.print()
@@ -1440,6 +1512,9 @@ class Tensor(TensorAPI):
     if x.dtype != self.dtype: raise DTypeError(f"assign of {x.dtype!r} to a tensor of {self.dtype!r}")
     if x.device != self.device: raise DeviceError(f"assign from {x.device} to a tensor on {self.device}")
     old, self.node = self.node, x.node
+    if type(old.device) is tuple and old.op == 'BUFFER':  # a sharded weight stays sharded as it was
+      from tgc.multi import keep_sharding
+      keep_sharding(x.node, old.buf.axis)
     _autograd.record(('assign', self, old, x.node))
     return self
 
@@ -1478,7 +1553,7 @@ class _Jit:
   def __call__(self, *args, **kwargs):
     tens = [a for a in args if isinstance(a, Tensor)]
     if kwargs: tens += [kwargs[k] for k in sorted(kwargs) if isinstance(kwargs[k], Tensor)]
-    key = tuple((t.node.shape, t.node.dtype.name, t.node.device) for t in tens)
+    key = tuple((t.node.shape, t.node.dtype.name, t.node.device, getattr(t.node.buf, 'axis', None)) for t in tens)
     if kwargs or len(tens) != len(args):  # other arguments are part of the signature by value, and where each tensor goes
       key = (key, tuple(_jit_arg_key(a) for a in args), tuple((k, _jit_arg_key(kwargs[k])) for k in sorted(kwargs)))
     pending = [t for t in tens if not t.node.realized]

@@ -186,3 +186,51 @@ class MatmulOp(Operation):
     if a.dtype != b.dtype: raise self.error(f"operands have different types: {a} and {b}")
     want = TensorType(a.shape[:-1] + b.shape[-1:], a.dtype)
     if r != want: raise self.error(f"result must be {want}, got {r}")
+
+
+class _CollectiveOp(Operation):
+  """A collective of one rank of a per-device (SPMD) function: every device in `devices` runs its own function with
+  the same collectives in the same order; this one is rank `rank`'s part. Not pure: each rank must take part, so
+  cse and dce keep it."""
+  OPERANDS = ('src',)
+  TRAITS = frozenset()
+  def verify(self):
+    s, r = _tensor(self, self.src.type, 'operand'), _tensor(self, self.results[0].type)
+    devs, rank = self.attrs.get('devices'), self.attrs.get('rank')
+    if not isinstance(devs, tuple) or not devs or not all(isinstance(d, str) for d in devs):
+      raise self.error(f"devices must be a non-empty list of device names, got {devs!r}")
+    if len(set(devs)) != len(devs): raise self.error(f"devices {list(devs)} repeat a device")
+    if not isinstance(rank, int) or not 0 <= rank < len(devs): raise self.error(f"rank {rank} is out of range for {len(devs)} devices")
+    if s.dtype != r.dtype: raise self.error(f"changes the element type: {s} -> {r}")
+    if 'op' in self.ATTRS and self.attrs['op'] not in ('add', 'max', 'min', 'mul'):
+      raise self.error(f"unknown reduction '{self.attrs['op']}' (expected one of add, max, min, mul)")
+    want = self.result_shape(s.shape, len(devs))
+    if r.shape != want: raise self.error(f"result must be {TensorType(want, s.dtype)} for {len(devs)} devices, got {r}")
+
+
+class AllReduceOp(_CollectiveOp):
+  """Every rank gets the reduction (`op`) of all ranks' operands, element by element."""
+  name = 'tensor.allreduce'
+  ATTRS = {'op': 'ident', 'devices': 'any', 'rank': 'int'}
+  FORMAT = '$op $src : type($src) -> type($result)'
+  def result_shape(self, shape, n): return shape
+
+
+class AllGatherOp(_CollectiveOp):
+  """Every rank gets the ranks' operands joined along axis 0, in rank order."""
+  name = 'tensor.allgather'
+  ATTRS = {'devices': 'any', 'rank': 'int'}
+  FORMAT = '$src : type($src) -> type($result)'
+  def result_shape(self, shape, n):
+    if not shape: raise self.error("needs an operand of rank >= 1 (it joins along axis 0)")
+    return (shape[0] * n, *shape[1:])
+
+
+class ReduceScatterOp(_CollectiveOp):
+  """Rank i gets the i-th of n equal slices along axis 0 of the reduction (`op`) of all ranks' operands."""
+  name = 'tensor.reduce_scatter'
+  ATTRS = {'op': 'ident', 'devices': 'any', 'rank': 'int'}
+  FORMAT = '$op $src : type($src) -> type($result)'
+  def result_shape(self, shape, n):
+    if not shape or shape[0] % n: raise self.error(f"axis 0 of the operand ({shape[0] if shape else 'none'}) does not split into {n} equal slices")
+    return (shape[0] // n, *shape[1:])

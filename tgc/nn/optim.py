@@ -35,8 +35,13 @@ class Optimizer:
     return [p.grad for p in self.params]
 
   def _state(self) -> list[Tensor]:
-    """Zeros like each parameter, realized (a state tensor to assign)."""
-    return [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize() for p in self.params]
+    """Zeros like each parameter, realized (a state tensor to assign); sharded as its parameter is."""
+    out = []
+    for p in self.params:
+      z = Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous()
+      if type(p.device) is tuple and p.sharding is not None: z = z.shard(p.device, p.sharding)
+      out.append(z.realize())
+    return out
 
   def step(self) -> None: Tensor.realize(*self.schedule_step())
 

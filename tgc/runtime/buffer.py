@@ -91,6 +91,11 @@ class Allocator:
     self.copies += 1
     if self.tracer is None: return self._copy(dst, src, nbytes)
     with self.tracer.copy(self, 'copy', nbytes): self._copy(dst, src, nbytes)
+  def transfer(self, dst, src_allocator: 'Allocator', src, nbytes: int) -> bool:
+    """Copy `nbytes` from a block of another device's allocator into `dst` without the host (peer to peer), after
+    the work queued on the source; False where there is no such path (the caller goes through the host)."""
+    if not self._transfer(dst, src_allocator, src, nbytes): return False
+    self.copies += 1; return True
 
   # the backend
   def synchronize(self) -> None: pass
@@ -99,6 +104,7 @@ class Allocator:
   def _copyin(self, handle, arr: np.ndarray) -> None: raise NotImplementedError
   def _copyout(self, arr: np.ndarray, handle) -> None: raise NotImplementedError
   def _copy(self, dst, src, nbytes: int) -> None: raise NotImplementedError
+  def _transfer(self, dst, src_allocator, src, nbytes: int) -> bool: return False
   def _arg(self, handle): return handle
   def _mem_info(self): return None
 
@@ -111,14 +117,17 @@ class HostAllocator(Allocator):
   def _copyin(self, handle, arr): handle[:arr.nbytes] = arr.reshape(-1).view(np.uint8)
   def _copyout(self, arr, handle): arr.reshape(-1).view(np.uint8)[:] = handle[:arr.nbytes]
   def _copy(self, dst, src, nbytes): dst[:nbytes] = src[:nbytes]
+  def _transfer(self, dst, src_allocator, src, nbytes):
+    if not isinstance(src_allocator, HostAllocator): return False
+    dst[:nbytes] = src[:nbytes]; return True  # (CPU:0 to CPU:1: the same memory, one copy)
 
 
 class Buffer:
   """`size` elements of `dtype` in the memory of device `device`.
 
   `Buffer(device, size, dtype)` allocates; `Buffer.from_numpy(device, array)` allocates and copies in; `numpy()`
-  copies out (waiting for the device); `copy_to(device)` copies to another device (directly on one device,
-  else through the host)."""
+  copies out (waiting for the device); `copy_to(device)` copies to another device (on the device, peer to peer
+  between devices that allow it, else through the host)."""
   __slots__ = ('device', 'size', 'dtype', 'nbytes', 'handle', 'arg', 'allocator', 'owned', '_view', '__weakref__')
 
   def __init__(self, device, size: int, dtype: DType):
@@ -188,8 +197,9 @@ class Buffer:
     from tgc.runtime import get_device
     dst = Buffer(device, self.size, self.dtype)
     if not self.size: return dst
-    if get_device(device) is get_device(self.device): self.allocator.copy(dst.handle, self.handle, self.nbytes)
-    else: dst.allocator.copyin(dst.handle, self.numpy())  # no direct path between devices: through the host
+    if dst.allocator is self.allocator: self.allocator.copy(dst.handle, self.handle, self.nbytes)
+    elif not dst.allocator.transfer(dst.handle, self.allocator, self.handle, self.nbytes):
+      dst.allocator.copyin(dst.handle, self.numpy())  # no direct path between the devices: through the host
     return dst
 
   def free(self) -> None:

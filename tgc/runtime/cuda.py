@@ -20,7 +20,7 @@ class CUDAAllocator(Allocator):
   """cuMemAlloc'd blocks (pycuda DeviceAllocations); copies and launches in the order of the device's stream."""
   def __init__(self, dev: 'CUDADevice'):
     super().__init__(dev.name)
-    self.cuda, self.stream, self.current = dev.cuda, dev.stream, dev.make_current
+    self.owner, self.cuda, self.stream, self.current = dev, dev.cuda, dev.stream, dev.make_current
   def _alloc(self, nbytes):
     self.current()
     try: return self.cuda.mem_alloc(max(nbytes, 4))  # (the driver refuses 0 bytes)
@@ -32,20 +32,41 @@ class CUDAAllocator(Allocator):
   def _copyout(self, arr, handle):
     self.current(); self.cuda.memcpy_dtoh_async(arr, handle, self.stream); self.stream.synchronize()
   def _copy(self, dst, src, nbytes): self.current(); self.cuda.memcpy_dtod_async(dst, src, nbytes, self.stream)
+  def _transfer(self, dst, src_allocator, src, nbytes):
+    """GPU to GPU on this device's stream once the source's queued work is done: over NVLink or PCIe where the pair
+    allows peer access (enabled once per pair), else the driver stages it."""
+    if not isinstance(src_allocator, CUDAAllocator): return False
+    import ctypes
+    src_allocator.synchronize()
+    me, peer = self.owner, src_allocator.owner
+    self.current()
+    lib, V = me.lib, ctypes.c_void_p
+    if peer.index not in me.peers:
+      me.peers.add(peer.index)
+      ok, a, b = ctypes.c_int(0), ctypes.c_int(), ctypes.c_int()
+      lib.cuDeviceGet(ctypes.byref(a), me.index); lib.cuDeviceGet(ctypes.byref(b), peer.index)
+      if lib.cuDeviceCanAccessPeer(ctypes.byref(ok), a, b) == 0 and ok.value:
+        lib.cuCtxEnablePeerAccess(V(peer.ctx.handle), ctypes.c_uint(0))  # (already enabled, or refused: the driver stages the copy)
+    me.check(lib.cuMemcpyPeerAsync(ctypes.c_uint64(int(dst)), V(me.ctx.handle), ctypes.c_uint64(int(src)), V(peer.ctx.handle),
+                                   ctypes.c_size_t(nbytes), V(self.stream.handle)), f"copy {peer.name} -> {me.name}")
+    return True
   def _arg(self, handle): return int(handle)
   def _mem_info(self): self.current(); return self.cuda.mem_get_info()
   def synchronize(self): self.current(); self.stream.synchronize()
 
 
 class CUDADevice(BaseDevice):
-  """Device "CUDA": pycuda on device 0, in its primary context (the one torch and the runtime API use)."""
+  """Device "CUDA:N" ("CUDA" = "CUDA:0"): pycuda on GPU N, in its primary context (the one torch and the runtime API
+  use), with its own stream, allocator and modules (compiled for its own architecture)."""
   name, target = 'CUDA', 'cuda'
   def __init__(self):
     try:
       import pycuda.driver as cuda
       cuda.init()
-      if cuda.Device.count() == 0: raise TgcError("CUDA device unavailable: no GPU")
-      self.dev = cuda.Device(0)
+      count = cuda.Device.count()
+      if count == 0: raise TgcError("CUDA device unavailable: no GPU")
+      if self.index >= count: raise TgcError(f"{self.name}: no such device: this machine has {count} GPU(s) (CUDA:0 to CUDA:{count - 1})")
+      self.dev = cuda.Device(self.index)
       self.ctx = self.dev.retain_primary_context()
       self.ctx.push()
       import atexit
@@ -63,6 +84,7 @@ class CUDADevice(BaseDevice):
     self._libcuda = None
     self._hold = None
     self._modules: dict[tuple[str, bool], object] = {}
+    self.peers: set[int] = set()  # the GPUs whose memory this one's context was given access to
     super().__init__(CUDAAllocator(self))
 
   @property

@@ -68,9 +68,11 @@ class Program:
 
 
 class BaseDevice:
-  """A device: `name`, `target` (the name of the Target it compiles for), `allocator`, `compile(fn)`, and the
-  capabilities it declares beyond its target (`spec`: what the lowering asks)."""
+  """A device: `name` (`KIND` or `KIND:N`), `index` (N), `target` (the name of the Target it compiles for),
+  `allocator`, `compile(fn)`, and the capabilities it declares beyond its target (`spec`: what the lowering asks).
+  tgc.runtime.get_device sets the name and index of the device it opens."""
   name = ''
+  index = 0
   target = 'llvm'
   processor = 'auto'     # the kind of processor it is, where another than its target language's (OpenCL on a CPU: cpu)
   local_memory = 0       # the shared memory a work-group may take, in bytes (0: the target's default)
