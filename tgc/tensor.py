@@ -590,7 +590,10 @@ class Tensor(TensorAPI):
     big = not is_f and not all(-2**31 <= v < 2**31 for v in (start, stop - step))
     dt = to_dtype(dtype) if dtype is not None else (_D.f32 if is_f else _D.i64 if big else _D.i32)
     n = max(0, math.ceil((stop - start) / step))
-    vals = np.array([start + i * step for i in range(n)], dtype=np.float64 if is_f else np.int64)
+    if n and dt.is_int:  # the first and the last value must fit (torch would wrap)
+      lo, hi = _D.min_max(dt)
+      if not (lo <= start <= hi and lo <= start + (n - 1) * step <= hi): raise OverflowError(f"arange({start}, {stop}, {step}) does not fit {dt!r}")
+    vals = np.arange(n, dtype=np.float64 if is_f else np.int64) * step + start
     dev = _canon_device(device)
     return Tensor(_Node('const', (), {'value': _dense_value(vals, dt)}, (n,), dt, dev)) if n else Tensor.zeros(0, dtype=dt, device=dev)
 
@@ -731,7 +734,14 @@ class Tensor(TensorAPI):
     r = (self != 0).where((self < 0).where(self._c(-1), self._c(1)), self._c(0))
     return (self != self).where(self, r) if self.dtype.is_float else r  # NaN stays NaN
   def relu(self) -> Tensor: return self.maximum(0)
-  def sigmoid(self) -> Tensor: return (1 + (-self._float()).exp()).reciprocal()
+  def sigmoid(self) -> Tensor:
+    """1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: e^-|x| never overflows, so neither the value nor the gradient
+    meets inf * 0 at extreme inputs."""
+    x = self._float()
+    pos = x >= 0
+    e = pos.where(-x, x).exp()  # e^-|x|, with the gradient of the branch taken at 0 too
+    r = (1 + e).reciprocal()
+    return pos.where(r, e * r)
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
   def gelu(self, approximate: str = 'tanh') -> Tensor:
     """tinygrad's tanh approximation by default; approximate='none' is torch's default (erf)."""
@@ -806,6 +816,7 @@ class Tensor(TensorAPI):
   def rshift(self, y, reverse=False): return self._shift('shr', y, reverse)
 
   def pow(self, x, reverse: bool = False) -> Tensor:
+    if not reverse and isinstance(x, (float, np.floating)) and not self.dtype.is_float: return self._float().pow(x)
     if not reverse and _is_scalar(x) and not isinstance(x, (bool, np.bool_)) and float(x).is_integer() and abs(x) <= 1024:
       n = int(x)
       base = self
@@ -969,6 +980,10 @@ class Tensor(TensorAPI):
       for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (int(padding[2 * i]), int(padding[2 * i + 1]))
     else: pairs = [p or (0, 0) for p in _pairs(padding, self.ndim, 'pad')]
     x = self
+    if mode in ('reflect', 'replicate') and any(a < 0 or b < 0 for a, b in pairs):
+      # negative padding removes, after the edges were copied from the whole tensor (torch's order)
+      x = x._pad_mode([(max(a, 0), max(b, 0)) for a, b in pairs], mode)
+      return x.shrink(tuple((-min(a, 0), s + min(b, 0)) for (a, b), s in zip(pairs, x.shape)))
     if any(a < 0 or b < 0 for a, b in pairs):  # negative padding removes
       x = x.shrink(tuple((-min(a, 0), s + min(b, 0)) for (a, b), s in zip(pairs, x.shape)))
       pairs = [(max(a, 0), max(b, 0)) for a, b in pairs]
@@ -1001,7 +1016,7 @@ class Tensor(TensorAPI):
 
   def __getitem__(self, idx) -> Tensor:
     if not isinstance(idx, tuple): idx = (idx,)
-    if any(isinstance(it, (Tensor, list)) for it in idx): return self._index_tensors(idx)
+    if any(isinstance(it, (Tensor, list, tuple)) for it in idx): return self._index_tensors(idx)
     for it in idx:
       if isinstance(it, (bool, np.bool_)) or not (it is None or it is Ellipsis or isinstance(it, (int, np.integer, slice))):
         raise IndexingError(f"unsupported index {it!r} (ints, slices, None, ..., integer tensors and lists are supported)")
@@ -1231,7 +1246,9 @@ class Tensor(TensorAPI):
     return out if out is not None else Tensor.zeros(*self.shape[:d], 0, *self.shape[d + 1:], dtype=dt, device=self.device)
 
   def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
-    if isinstance(self, (tuple, list)): self, others = self[0], (*self[1:], *others)  # Tensor.stack((a, b))
+    if isinstance(self, (tuple, list)):  # Tensor.stack((a, b))
+      if others: raise ArgumentError(f"stack takes a sequence of tensors or tensors, not both ({len(others)} after the sequence)")
+      self, others = self[0], tuple(self[1:])
     ts = [self, *others]
     for t in ts:
       if not isinstance(t, Tensor): raise DTypeError(f"stack takes tensors, got {type(t).__name__}")
@@ -1307,7 +1324,8 @@ class Tensor(TensorAPI):
 
   @_graph_template
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
-    """return_indices: also the flat index (in each H*W plane) of each maximum, the first on ties, int64."""
+    """return_indices: also the flat index (in each H*W plane) of each maximum, the first on ties, in tinygrad's
+    default int (int32)."""
     k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
     st = stride if stride is not None else k
     lowest = -math.inf if self.dtype.is_float else _D.min_max(self.dtype)[0]  # pad with the dtype's lowest: ints stay ints
@@ -1320,7 +1338,7 @@ class Tensor(TensorAPI):
     idx = Tensor.arange(math.prod(sp), device=self.device).reshape(sp)._pad2d(pads, -1)._pool(k, st, dilation)
     big = math.prod(sp)
     first = (win == m.reshape(m.shape + (1,) * len(k))).where(idx._broadcast_to(win.shape), big).min(axes)
-    return m, first.cast(_D.i64)
+    return m, first.cast(_D.i32)
 
   @_graph_template
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
