@@ -22,7 +22,7 @@ import functools, math, itertools, struct
 from threading import get_ident
 from typing import Any, Callable
 import numpy as np
-from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError, ArgumentError, OutOfMemory
+from tgc.errors import TgcError, ShapeError, DTypeError, DTypeNameError, AxisError, IndexingError, SliceStepError, ArgumentError, UnsupportedError, OutOfMemory
 from tgc.tensor_api import TensorAPI
 from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
@@ -98,7 +98,7 @@ def to_dtype(x) -> DType:
   if isinstance(x, str):
     if x in _D.BY_API: return _D.BY_API[x]
     if x in _D.BY_NAME: return _D.BY_NAME[x]
-    raise DTypeError(f"unknown dtype '{x}'")
+    raise DTypeNameError(f"unknown dtype '{x}'")
   try: return _D.from_numpy(np.dtype(x))
   except (TypeError, KeyError) as e: raise DTypeError(f"unsupported dtype {x!r}") from e
 
@@ -973,7 +973,7 @@ class Tensor(TensorAPI):
   def pad(self, padding, value=0.0, mode: str = 'constant') -> Tensor:
     """pad(((before, after), ...)) per axis (None: no padding), or torch's flat (left, right, top, bottom, ...);
     mode 'constant' (value), 'reflect', 'replicate' or 'circular'."""
-    if mode not in ('constant', 'reflect', 'replicate', 'circular'): raise ArgumentError(f"pad mode {mode!r} is not constant, reflect, replicate or circular")
+    if mode not in ('constant', 'reflect', 'replicate', 'circular'): raise UnsupportedError(f"pad mode {mode!r} is not constant, reflect, replicate or circular")
     if isinstance(padding, (tuple, list)) and padding and all(isinstance(p, (int, np.integer)) for p in padding):
       if len(padding) % 2 or len(padding) // 2 > self.ndim: raise ShapeError(f"flat padding {padding} does not fit shape {self.shape}")
       pairs = [(0, 0)] * self.ndim
@@ -1034,7 +1034,7 @@ class Tensor(TensorAPI):
       size = self.shape[dim]
       if isinstance(it, slice):
         try: start, stop, step = it.indices(size)
-        except ValueError: raise IndexingError(f"slice step cannot be zero (axis {dim} of shape {self.shape})") from None
+        except ValueError: raise SliceStepError(f"slice step cannot be zero (axis {dim} of shape {self.shape})") from None
         n = len(range(start, stop, step))
         st = abs(step)
         if n == 0: bounds.append((0, 0)); pads.append(0); steps.append(1); final.append(0)

@@ -135,7 +135,13 @@ class TensorAPI:
     a, b = self._broadcasted(x)
     if a.dtype.is_float: return a - (a / b).trunc() * b
     return a._binop('mod', b)
-  def lerp(self, end, weight): return self + (end - self) * weight
+  def lerp(self, end, weight):
+    if self.dtype is _D.u8 and isinstance(weight, type(self)):
+      # uint8 images, as torch's uint8 kernels: the weight in 7-bit fixed point, the difference as int8, rounded
+      w = (weight * 128 + 0.5).cast(_D.i16)
+      d = ((end - self).cast(_D.i8) * w + 64).cast(_D.u16) >> 7
+      return (self + d).cast(_D.u8)
+    return self + (end - self) * weight
   def logaddexp(self, other):
     m = self.maximum(other)
     return m + ((self - m).exp() + (other - m).exp()).log()
@@ -302,12 +308,16 @@ class TensorAPI:
 
   def scatter_reduce(self, dim: int, index, src, reduce: str, include_self: bool = True):
     if reduce not in ('sum', 'prod', 'mean', 'amax', 'amin'): raise ArgumentError(f"scatter_reduce reduce {reduce!r} is not one of sum, prod, mean, amax, amin")
+    if isinstance(src, type(self)) and src.dtype is not self.dtype: raise DTypeError(f"scatter_reduce: src {src.dtype!r} is not self's {self.dtype!r}")
     return self._scatter(dim, index, src, reduce, include_self)
 
   def _scatter(self, dim, index, src, reduce, include_self):
     T = type(self)
     d = self._axis(dim)
+    self._tensors('scatter', index=index)
     if not isinstance(src, T): src = self._c(src)._broadcast_to(self.shape) if not isinstance(src, (list, tuple)) else T(src, device=self.device)
+    if not index.ndim == self.ndim == src.ndim or any(i > s or (a != d and i > t) for a, (i, s, t) in enumerate(zip(index.shape, src.shape, self.shape))):
+      raise ShapeError(f"scatter along axis {d}: index {index.shape} must have the rank of self {self.shape} and src {src.shape}, and fit src and (outside axis {d}) self")
     src = src.cast(self.dtype).shrink(tuple((0, s) for s in index.shape))
     n = self.shape[d]
     # oh[..., j(index axis d), ..., k(target position)]: index hits target k
@@ -318,6 +328,9 @@ class TensorAPI:
     pad = tuple(None if i == d or i == index.ndim else (0, self.shape[i] - index.shape[i]) for i in range(index.ndim + 1))
     hit_any = oh.any(-1)
     acc = _sum_dtype(self.dtype)
+    if reduce == 'set':  # of several writes to one place the last (along dim) wins, as torch and tinygrad
+      j = T.arange(index.shape[d], device=self.device)
+      oh = oh & (j == oh.where(j, -1).max(-1, keepdim=True))
     if reduce in ('set', 'sum', 'mean'):
       vals = oh.where(s, 0).sum(-1, dtype=acc)
       cnt = oh.sum(-1)
@@ -621,19 +634,21 @@ class TensorAPI:
     if not 0 < len(size) <= self.ndim or not all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) and s > 0 for s in size):
       raise ShapeError(f"interpolate: size {size} must be 1 to {self.ndim} whole numbers above 0 (the sizes of the last axes)")
     x = self
-    for i, (n_in, n_out) in enumerate(zip(self.shape[-len(size):], size)):
+    for i, (n_in, n_out) in reversed(list(enumerate(zip(self.shape[-len(size):], size)))):  # the last axis first (uint8 rounds per axis)
       ax = self.ndim - len(size) + i
       if n_in == n_out and mode != 'nearest': continue
       o = T.arange(n_out, device=self.device).cast(_D.f32)
       if mode == 'nearest': src = (o * (n_in / n_out)).floor().cast(_D.i32).minimum(n_in - 1); x = x._take(ax, src); continue
       if mode == 'nearest-exact': src = ((o + 0.5) * (n_in / n_out)).floor().cast(_D.i32).minimum(n_in - 1); x = x._take(ax, src); continue
       if mode not in ('linear', 'bilinear', 'trilinear'): raise ArgumentError(f"interpolate mode {mode!r} is not supported")
-      pos = o * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0) if align_corners else ((o + 0.5) * (n_in / n_out) - 0.5).maximum(0)
-      lo = pos.floor().cast(_D.i32).minimum(n_in - 1)
-      hi = (lo + 1).minimum(n_in - 1)
-      w = (pos - lo.cast(_D.f32)).reshape((n_out,) + (1,) * (x.ndim - ax - 1))
-      x = x._take(ax, lo) * (1 - w) + x._take(ax, hi) * w
-    return x
+      # the source position num/den of each output, in integers: exact, whatever the sizes
+      ar = T.arange(n_out, device=self.device)
+      num, den = (ar * (n_in - 1), max(n_out - 1, 1)) if align_corners else ((ar * 2 + 1) * n_in - n_out, n_out * 2)
+      num = num.clip(0, (n_in - 1) * den)
+      lo, hi = num // den, (num + den - 1) // den
+      w = ((num % den).cast(_D.f32) / den).reshape((n_out,) + (1,) * (x.ndim - ax - 1))
+      x = x._take(ax, lo).lerp(x._take(ax, hi), w)
+    return x.cast(self.dtype)
 
   def _take(self, axis: int, index):
     """Elements at the 1-d int index along axis (a one-hot reduction)."""
