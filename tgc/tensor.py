@@ -823,7 +823,7 @@ class Tensor(TensorAPI):
       if n < 0:
         if not self.dtype.is_float: raise DTypeError(f"integers to negative integer powers are not allowed ({self.dtype!r} ** {n})")
         base, n = self.reciprocal(), -n
-      if n == 0: return base.ones_like()
+      if n == 0: return base._c(True, _D.bool_).where(base._c(1), base * 0)  # 1, in x's graph (gradient 0)
       acc, p = None, base
       while n:
         if n & 1: acc = p if acc is None else acc * p
@@ -834,13 +834,7 @@ class Tensor(TensorAPI):
     b, e = self._broadcasted(x, reverse)
     out = b.dtype
     bf, ef = b._float(), e._float()
-    ret = (ef * bf.abs().log2()).exp2()
-    neg = bf < 0
-    is_int = ef.trunc() == ef
-    odd = is_int & (ef._binop('mod', ef._c(2)) != 0)
-    ret = (neg & odd).where(-ret, ret)
-    ret = (neg & is_int.logical_not() & (bf != -math.inf)).where(ret._c(math.nan), ret)  # (-inf) ** 0.3 is inf, as torch
-    ret = (ef == 0).where(ret._c(1), ret)
+    ret = bf._new('pow', (bf, ef), bf.shape, bf.dtype)  # (tensor.pow: tgc/dialects/tensor.py)
     return ret if out.is_float else ret.round().cast(out)
 
   __add__ = lambda self, y: self.add(y)
