@@ -137,7 +137,7 @@ class TensorAPI:
     return a._binop('mod', b)
   def lerp(self, end, weight):
     if self.dtype is _D.u8 and isinstance(weight, type(self)):
-      # uint8 images, as torch's uint8 kernels: the weight in 7-bit fixed point, the difference as int8, rounded
+      # uint8 images stay uint8, as tinygrad's: the weight in 7-bit fixed point, the difference as int8, rounded
       w = (weight * 128 + 0.5).cast(_D.i16)
       d = ((end - self).cast(_D.i8) * w + 64).cast(_D.u16) >> 7
       return (self + d).cast(_D.u8)
