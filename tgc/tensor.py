@@ -733,7 +733,7 @@ class Tensor(TensorAPI):
     if self.dtype.kind == 'u': return (self != 0).cast(self.dtype)
     r = (self != 0).where((self < 0).where(self._c(-1), self._c(1)), self._c(0))
     return (self != self).where(self, r) if self.dtype.is_float else r  # NaN stays NaN
-  def relu(self) -> Tensor: return self.maximum(0)
+  def relu(self) -> Tensor: return (self <= 0).where(0, self)  # a gradient of 0 at 0, as torch; NaN stays NaN
   def sigmoid(self) -> Tensor:
     """1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: e^-|x| never overflows, so neither the value nor the gradient
     meets inf * 0 at extreme inputs."""
@@ -753,7 +753,10 @@ class Tensor(TensorAPI):
   swish = silu
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
   def softplus(self, beta: float = 1, threshold: float = 20.0) -> Tensor:
-    return (self * beta > threshold).where(self, (1 + (self * beta).exp()).log() / beta)  # the identity above it: no overflow (beta 0: inf, as torch)
+    # above the threshold the identity; below, max(bx, 0) + log(1 + e^-|bx|): no exp overflows, in the value or the
+    # gradient of the branch not taken (beta 0: inf, as torch)
+    bx = self * beta
+    return (bx > threshold).where(self, (bx.relu() + (1 + (-bx.abs()).exp()).log()) / beta)
   def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
   def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
 
@@ -795,9 +798,9 @@ class Tensor(TensorAPI):
   def minimum(self, y) -> Tensor: return self._arith('min', y)
   def clip(self, min_=None, max_=None) -> Tensor:
     if min_ is None and max_ is None: raise ArgumentError("clip needs min_ or max_")
-    r = self
-    if min_ is not None: r = r.maximum(min_)
-    if max_ is not None: r = r.minimum(max_)
+    r = self  # wheres, not maximum/minimum: the gradient is 1 on the bounds too (torch's)
+    if min_ is not None: r = (r < min_).where(min_, r)
+    if max_ is not None: r = (r > max_).where(max_, r)
     return r
   clamp = clip
 
@@ -1065,7 +1068,10 @@ class Tensor(TensorAPI):
     if not axes: ret = self
     elif 0 in self.shape and any(self.shape[i] == 0 for i in axes):
       if kind == 'max' and not self.dtype.is_float and not self.dtype.is_bool: raise ShapeError(f"max of an empty axis of shape {self.shape}")
-      ret = Tensor._const({'add': 0, 'mul': 1, 'max': 0 if self.dtype.is_bool else -math.inf}[kind], keep, self.dtype, self.device)  # any() of nothing is False
+      # the reduce of one identity element padded onto each empty axis: the value of the empty reduce, and the
+      # result stays in self's graph (its gradient is self's empty one)
+      ident = {'add': 0, 'mul': 1, 'max': False if self.dtype.is_bool else -math.inf}[kind]  # any() of nothing is False
+      ret = self.pad(tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(self.shape)), value=ident)._reduce(kind, axes, True)
     else: ret = self._new('reduce', (self,), keep, self.dtype, {'kind': kind, 'axes': axes})
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
@@ -1127,14 +1133,16 @@ class Tensor(TensorAPI):
 
   def _softmax(self, axis):
     x = self._float()
-    m = x - x.max(axis, keepdim=True)
+    m = x - x.max(axis, keepdim=True).detach()  # (a shift the value does not depend on: no gradient through max)
     e = m.exp()
     return m, e, e.sum(axis, keepdim=True)
 
   @_graph_template
   def softmax(self, axis=-1) -> Tensor:
     _, e, ss = self._softmax(axis)
-    return e.div(ss)
+    # times 1/sum, not divided by it: the gradient's sum(g * e) over the axis is then the forward's own sum, and
+    # 1/ss - sum(e)/ss^2 cancels to rounding (a division's gradient sums the rounded quotients instead)
+    return e * ss.reciprocal()
 
   @_graph_template
   def log_softmax(self, axis=-1) -> Tensor:
@@ -1223,7 +1231,8 @@ class Tensor(TensorAPI):
     ts = [self, *others]
     for t in ts:
       if not isinstance(t, Tensor): raise DTypeError(f"cat takes tensors, got {type(t).__name__}")
-      if t.ndim != self.ndim or t.ndim == 0: raise ShapeError(f"cat needs tensors of the same rank >= 1, got shapes {[x.shape for x in ts]}")
+      if t.ndim == 0: raise AxisError(f"cat: a tensor of no axes has no axis {dim} to join along, got shapes {[x.shape for x in ts]}")
+      if t.ndim != self.ndim: raise ShapeError(f"cat needs tensors of the same rank, got shapes {[x.shape for x in ts]}")
     d = self._axis(dim)
     for t in ts:
       if t.shape[:d] != self.shape[:d] or t.shape[d + 1:] != self.shape[d + 1:]:
@@ -1431,9 +1440,13 @@ class Tensor(TensorAPI):
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
     """The gradients of this tensor (a scalar, or weighted by `gradient`) with respect to each target, lazy."""
     nodes = _autograd.gradients(self, targets, gradient)
-    out = []
+    out, graph = [], None
     for t, n in zip(targets, nodes):
-      if n is None and not materialize_grads: raise _autograd.GradientError(f"the tensor of shape {t.shape} is not in the graph of the loss")
+      if n is None and not materialize_grads and t.numel():
+        # zeros for a target the loss uses only through ops that pass no gradient (compares, ints); an error for
+        # one it does not use at all (a tensor without elements has its empty gradient either way)
+        graph = graph if graph is not None else set(_toposort([self.node]))
+        if t.node not in graph: raise _autograd.GradientError(f"the tensor of shape {t.shape} is not in the graph of the loss")
       out.append(Tensor(n) if n is not None else t.zeros_like(dtype=t.dtype))
     return out
 
