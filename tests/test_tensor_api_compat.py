@@ -231,3 +231,48 @@ def test_large_arange_is_fast_and_exact():
   same(r, torch.arange(-50.3, -380.2, -2.25).numpy())
   assert Tensor.arange(2 ** 31, 2 ** 31 + 3).dtype == dtypes.int64
   assert Tensor.arange(3_000_000).shape == (3_000_000,)  # (a python loop over the values took seconds)
+
+
+# ---- gradients at the edges
+
+def test_relu_and_clip_gradients_on_the_boundaries():
+  v, tv, g, tg = grad_pair(lambda t: t.relu(), [-1.0, 0.0, 1.0, math.nan])
+  same(v, tv); same(g[0], tg[0])
+  v, tv, g, tg = grad_pair(lambda t: t.clip(-2.5, 1.5), [-3.0, -2.5, 0, 1.5, 2])
+  same(v, tv); same(g[0], tg[0])
+  v, tv, g, tg = grad_pair(lambda t: t.clip(3, 0), [-1.0, 1.0, 4.0])  # min > max: all max, as torch
+  same(v, tv); same(g[0], tg[0])
+
+
+@pytest.mark.parametrize('lo,hi', [(300, 400), (-400, -300), (-3, 3)])
+def test_softplus_gradient_without_overflow(lo, hi):
+  x = rng.uniform(lo, hi, (5, 7)).astype(np.float32)
+  for beta in (1, 3, 1 / 3):
+    v, tv, g, tg = grad_pair(lambda t: t.softplus(beta) if isinstance(t, Tensor) else F.softplus(t, beta), x)
+    same(v, tv, 1e-5); same(g[0], tg[0], 1e-6)
+
+
+def test_softmax_gradient_cancels_to_rounding():
+  x = rng.uniform(-2, 2, (45, 65)).astype(np.float32)
+  v, tv, g, tg = grad_pair(lambda t: t.softmax(1), x)
+  same(v, tv, 1e-6)
+  np.testing.assert_allclose(g[0], tg[0], atol=1e-7, rtol=0)  # the gradient of sum(softmax) is 0
+
+
+def test_gradient_of_unused_and_empty_inputs():
+  x, y = rng.standard_normal(6).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+  v, tv, g, tg = grad_pair(lambda a, b: a.copysign(b) if isinstance(a, Tensor) else torch.copysign(a, b), x, y)
+  same(v, tv); same(g[0], tg[0]); same(g[1], tg[1])  # y only through its sign: zeros
+  for fn in (lambda t: t[5:2], lambda t: t[:, 0:0], lambda t: t.sum(axis=1), lambda t: t.mean(axis=1)):
+    for shape in ((3, 4), (3, 0)):
+      if fn(Tensor.ones(*shape)).numel() == 0 or 0 in shape:
+        v, tv, g, tg = grad_pair(fn, np.ones(shape, np.float32))
+        same(v, tv); same(g[0], tg[0])
+  with pytest.raises(RuntimeError): Tensor.ones(3).sum().gradient(Tensor.ones(3))  # not in the graph at all
+  with pytest.raises(IndexError): Tensor(3.14).cat(Tensor(3.14))
+
+
+def test_scatter_refuses_a_src_of_another_dtype():
+  idx = Tensor([[0, 1]])
+  with pytest.raises(RuntimeError): Tensor.ones(2, 2).half().scatter(1, idx, Tensor([[1.0, 2.0]]))
+  assert Tensor.ones(2, 2).scatter(1, idx, 3.0).numpy().tolist() == [[3.0, 3.0], [1.0, 1.0]]

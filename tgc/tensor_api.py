@@ -308,13 +308,13 @@ class TensorAPI:
 
   def scatter_reduce(self, dim: int, index, src, reduce: str, include_self: bool = True):
     if reduce not in ('sum', 'prod', 'mean', 'amax', 'amin'): raise ArgumentError(f"scatter_reduce reduce {reduce!r} is not one of sum, prod, mean, amax, amin")
-    if isinstance(src, type(self)) and src.dtype is not self.dtype: raise DTypeError(f"scatter_reduce: src {src.dtype!r} is not self's {self.dtype!r}")
     return self._scatter(dim, index, src, reduce, include_self)
 
   def _scatter(self, dim, index, src, reduce, include_self):
     T = type(self)
     d = self._axis(dim)
     self._tensors('scatter', index=index)
+    if isinstance(src, T) and src.dtype is not self.dtype: raise DTypeError(f"scatter: src {src.dtype!r} is not self's {self.dtype!r}")
     if not isinstance(src, T): src = self._c(src)._broadcast_to(self.shape) if not isinstance(src, (list, tuple)) else T(src, device=self.device)
     if not index.ndim == self.ndim == src.ndim or any(i > s or (a != d and i > t) for a, (i, s, t) in enumerate(zip(index.shape, src.shape, self.shape))):
       raise ShapeError(f"scatter along axis {d}: index {index.shape} must have the rank of self {self.shape} and src {src.shape}, and fit src and (outside axis {d}) self")
