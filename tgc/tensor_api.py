@@ -300,8 +300,10 @@ class TensorAPI:
     self.node = hit.where(vals, self.flatten()).reshape(self.shape).realize().node
 
   def scatter(self, dim: int, index, src, reduce: str | None = None):
-    """self with src[..i..] written at index[..i..] along dim; reduce 'add' or 'multiply' combines instead."""
+    """self with src[..i..] written at index[..i..] along dim; reduce 'add' or 'multiply' combines a scalar src
+    instead (a tensor src with a reduce is scatter_reduce's, as in tinygrad; torch deprecates it)."""
     if reduce not in (None, 'add', 'multiply'): raise ArgumentError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    if reduce is not None and isinstance(src, type(self)): raise DTypeError("scatter: reduce= takes a scalar src; for a tensor src use scatter_reduce")
     self._tensors('scatter', index=index)
     if reduce is None: return self._scatter(dim, index, src, 'set', True)
     return self._scatter(dim, index, src, 'sum' if reduce == 'add' else 'prod', True)
