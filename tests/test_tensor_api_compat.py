@@ -267,3 +267,21 @@ def test_scatter_refuses_a_src_of_another_dtype():
   idx = Tensor([[0, 1]])
   with pytest.raises(RuntimeError): Tensor.ones(2, 2).half().scatter(1, idx, Tensor([[1.0, 2.0]]))
   assert Tensor.ones(2, 2).scatter(1, idx, 3.0).numpy().tolist() == [[3.0, 3.0], [1.0, 1.0]]
+
+
+def test_relu_and_clip_gradients_on_the_boundaries():
+  v, tv, g, tg = grad_pair(lambda t: t.relu(), [-1.0, 0.0, 1.0, math.nan])
+  same(v, tv); same(g[0], tg[0])
+  v, tv, g, tg = grad_pair(lambda t: t.clip(-2.5, 1.5), [-3.0, -2.5, 0, 1.5, 2])
+  same(v, tv); same(g[0], tg[0])
+  v, tv, g, tg = grad_pair(lambda t: t.clip(3, 0), [-1.0, 1.0, 4.0])  # min > max: all max, as torch
+  same(v, tv); same(g[0], tg[0])
+
+
+@pytest.mark.parametrize('act', [lambda t: t.relu(), lambda t: t.clip(0, 6), lambda t: t * (t + 3).clip(0, 6) / 6])
+def test_activation_reading_a_reduce_twice_fuses(act):
+  """relu's where(r <= 0, 0, r) reads the matmul's r twice; the uses meet in the where, so r is no buffer of its own:
+  the matmul's kernel and the sum's, as with maximum(r, 0)."""
+  x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+  kir = act(x @ x.T).sum(axis=1).to_ir('kernel')
+  assert sum(l.startswith('kernel.func') for l in kir.splitlines()) == 2, kir

@@ -733,7 +733,7 @@ class Tensor(TensorAPI):
     if self.dtype.kind == 'u': return (self != 0).cast(self.dtype)
     r = (self != 0).where((self < 0).where(self._c(-1), self._c(1)), self._c(0))
     return (self != self).where(self, r) if self.dtype.is_float else r  # NaN stays NaN
-  def relu(self) -> Tensor: return self.maximum(0)
+  def relu(self) -> Tensor: return (self <= 0).where(0, self)  # a gradient of 0 at 0, as torch; NaN stays NaN
   def sigmoid(self) -> Tensor:
     """1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: e^-|x| never overflows, so neither the value nor the gradient
     meets inf * 0 at extreme inputs."""
@@ -798,9 +798,9 @@ class Tensor(TensorAPI):
   def minimum(self, y) -> Tensor: return self._arith('min', y)
   def clip(self, min_=None, max_=None) -> Tensor:
     if min_ is None and max_ is None: raise ArgumentError("clip needs min_ or max_")
-    r = self
-    if min_ is not None: r = r.maximum(min_)
-    if max_ is not None: r = r.minimum(max_)
+    r = self  # wheres, not maximum/minimum: the gradient is 1 on the bounds too (torch's)
+    if min_ is not None: r = (r < min_).where(min_, r)
+    if max_ is not None: r = (r > max_).where(max_, r)
     return r
   clamp = clip
 
