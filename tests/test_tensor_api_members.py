@@ -101,7 +101,8 @@ def test_gather_scatter():
   src = rng.standard_normal((3, 3)).astype(np.float32)
   uniq = np.array([[0, 2, 4], [1, 3, 0], [4, 3, 2]])
   close(Tensor(X).scatter(1, Tensor(uniq), Tensor(src)), T(X).scatter(1, T(uniq), T(src)))
-  close(Tensor(X).scatter(1, Tensor(idx), Tensor(src), reduce='add'), T(X).scatter(1, T(idx), T(src), reduce='add'))
+  close(Tensor(X).scatter(1, Tensor(idx), 2.5, reduce='add'), T(X).scatter(1, T(idx), 2.5, reduce='add'))
+  with pytest.raises(TypeError, match='scatter_reduce'): Tensor(X).scatter(1, Tensor(idx), Tensor(src), reduce='add')
   for red in ('sum', 'prod', 'mean', 'amax', 'amin'):
     for inc in (True, False):
       close(Tensor(X).scatter_reduce(1, Tensor(idx), Tensor(src), red, include_self=inc),

@@ -22,7 +22,7 @@ import functools, math, itertools, struct
 from threading import get_ident
 from typing import Any, Callable
 import numpy as np
-from tgc.errors import TgcError, ShapeError, DTypeError, AxisError, IndexingError, ArgumentError, OutOfMemory
+from tgc.errors import TgcError, ShapeError, DTypeError, DTypeNameError, AxisError, IndexingError, SliceStepError, ArgumentError, UnsupportedError, OutOfMemory
 from tgc.tensor_api import TensorAPI
 from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
@@ -98,7 +98,7 @@ def to_dtype(x) -> DType:
   if isinstance(x, str):
     if x in _D.BY_API: return _D.BY_API[x]
     if x in _D.BY_NAME: return _D.BY_NAME[x]
-    raise DTypeError(f"unknown dtype '{x}'")
+    raise DTypeNameError(f"unknown dtype '{x}'")
   try: return _D.from_numpy(np.dtype(x))
   except (TypeError, KeyError) as e: raise DTypeError(f"unsupported dtype {x!r}") from e
 
@@ -662,7 +662,10 @@ class Tensor(TensorAPI):
     big = not is_f and not all(-2**31 <= v < 2**31 for v in (start, stop - step))
     dt = to_dtype(dtype) if dtype is not None else (_D.f32 if is_f else _D.i64 if big else _D.i32)
     n = max(0, math.ceil((stop - start) / step))
-    vals = np.array([start + i * step for i in range(n)], dtype=np.float64 if is_f else np.int64)
+    if n and dt.is_int:  # the first and the last value must fit (torch would wrap)
+      lo, hi = _D.min_max(dt)
+      if not (lo <= start <= hi and lo <= start + (n - 1) * step <= hi): raise OverflowError(f"arange({start}, {stop}, {step}) does not fit {dt!r}")
+    vals = np.arange(n, dtype=np.float64 if is_f else np.int64) * step + start
     dev = _canon_device(device)
     return Tensor(_Node('const', (), {'value': _dense_value(vals, dt)}, (n,), dt, dev)) if n else Tensor.zeros(0, dtype=dt, device=dev)
 
@@ -802,8 +805,15 @@ class Tensor(TensorAPI):
     if self.dtype.kind == 'u': return (self != 0).cast(self.dtype)
     r = (self != 0).where((self < 0).where(self._c(-1), self._c(1)), self._c(0))
     return (self != self).where(self, r) if self.dtype.is_float else r  # NaN stays NaN
-  def relu(self) -> Tensor: return self.maximum(0)
-  def sigmoid(self) -> Tensor: return (1 + (-self._float()).exp()).reciprocal()
+  def relu(self) -> Tensor: return (self <= 0).where(0, self)  # a gradient of 0 at 0, as torch; NaN stays NaN
+  def sigmoid(self) -> Tensor:
+    """1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: e^-|x| never overflows, so neither the value nor the gradient
+    meets inf * 0 at extreme inputs."""
+    x = self._float()
+    pos = x >= 0
+    e = pos.where(-x, x).exp()  # e^-|x|, with the gradient of the branch taken at 0 too
+    r = (1 + e).reciprocal()
+    return pos.where(r, e * r)
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
   def gelu(self, approximate: str = 'tanh') -> Tensor:
     """tinygrad's tanh approximation by default; approximate='none' is torch's default (erf)."""
@@ -815,7 +825,10 @@ class Tensor(TensorAPI):
   swish = silu
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
   def softplus(self, beta: float = 1, threshold: float = 20.0) -> Tensor:
-    return (self * beta > threshold).where(self, (1 + (self * beta).exp()).log() / beta)  # the identity above it: no overflow (beta 0: inf, as torch)
+    # above the threshold the identity; below, max(bx, 0) + log(1 + e^-|bx|): no exp overflows, in the value or the
+    # gradient of the branch not taken (beta 0: inf, as torch)
+    bx = self * beta
+    return (bx > threshold).where(self, (bx.relu() + (1 + (-bx.abs()).exp()).log()) / beta)
   def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
   def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
 
@@ -857,9 +870,9 @@ class Tensor(TensorAPI):
   def minimum(self, y) -> Tensor: return self._arith('min', y)
   def clip(self, min_=None, max_=None) -> Tensor:
     if min_ is None and max_ is None: raise ArgumentError("clip needs min_ or max_")
-    r = self
-    if min_ is not None: r = r.maximum(min_)
-    if max_ is not None: r = r.minimum(max_)
+    r = self  # wheres, not maximum/minimum: the gradient is 1 on the bounds too (torch's)
+    if min_ is not None: r = (r < min_).where(min_, r)
+    if max_ is not None: r = (r > max_).where(max_, r)
     return r
   clamp = clip
 
@@ -878,13 +891,14 @@ class Tensor(TensorAPI):
   def rshift(self, y, reverse=False): return self._shift('shr', y, reverse)
 
   def pow(self, x, reverse: bool = False) -> Tensor:
+    if not reverse and isinstance(x, (float, np.floating)) and not self.dtype.is_float: return self._float().pow(x)
     if not reverse and _is_scalar(x) and not isinstance(x, (bool, np.bool_)) and float(x).is_integer() and abs(x) <= 1024:
       n = int(x)
       base = self
       if n < 0:
         if not self.dtype.is_float: raise DTypeError(f"integers to negative integer powers are not allowed ({self.dtype!r} ** {n})")
         base, n = self.reciprocal(), -n
-      if n == 0: return base.ones_like()
+      if n == 0: return base._c(True, _D.bool_).where(base._c(1), base * 0)  # 1, in x's graph (gradient 0)
       acc, p = None, base
       while n:
         if n & 1: acc = p if acc is None else acc * p
@@ -895,13 +909,7 @@ class Tensor(TensorAPI):
     b, e = self._broadcasted(x, reverse)
     out = b.dtype
     bf, ef = b._float(), e._float()
-    ret = (ef * bf.abs().log2()).exp2()
-    neg = bf < 0
-    is_int = ef.trunc() == ef
-    odd = is_int & (ef._binop('mod', ef._c(2)) != 0)
-    ret = (neg & odd).where(-ret, ret)
-    ret = (neg & is_int.logical_not() & (bf != -math.inf)).where(ret._c(math.nan), ret)  # (-inf) ** 0.3 is inf, as torch
-    ret = (ef == 0).where(ret._c(1), ret)
+    ret = bf._new('pow', (bf, ef), bf.shape, bf.dtype)  # (tensor.pow: tgc/dialects/tensor.py)
     return ret if out.is_float else ret.round().cast(out)
 
   __add__ = lambda self, y: self.add(y)
@@ -1034,13 +1042,17 @@ class Tensor(TensorAPI):
   def pad(self, padding, value=0.0, mode: str = 'constant') -> Tensor:
     """pad(((before, after), ...)) per axis (None: no padding), or torch's flat (left, right, top, bottom, ...);
     mode 'constant' (value), 'reflect', 'replicate' or 'circular'."""
-    if mode not in ('constant', 'reflect', 'replicate', 'circular'): raise ArgumentError(f"pad mode {mode!r} is not constant, reflect, replicate or circular")
+    if mode not in ('constant', 'reflect', 'replicate', 'circular'): raise UnsupportedError(f"pad mode {mode!r} is not constant, reflect, replicate or circular")
     if isinstance(padding, (tuple, list)) and padding and all(isinstance(p, (int, np.integer)) for p in padding):
       if len(padding) % 2 or len(padding) // 2 > self.ndim: raise ShapeError(f"flat padding {padding} does not fit shape {self.shape}")
       pairs = [(0, 0)] * self.ndim
       for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (int(padding[2 * i]), int(padding[2 * i + 1]))
     else: pairs = [p or (0, 0) for p in _pairs(padding, self.ndim, 'pad')]
     x = self
+    if mode in ('reflect', 'replicate') and any(a < 0 or b < 0 for a, b in pairs):
+      # negative padding removes, after the edges were copied from the whole tensor (torch's order)
+      x = x._pad_mode([(max(a, 0), max(b, 0)) for a, b in pairs], mode)
+      return x.shrink(tuple((-min(a, 0), s + min(b, 0)) for (a, b), s in zip(pairs, x.shape)))
     if any(a < 0 or b < 0 for a, b in pairs):  # negative padding removes
       x = x.shrink(tuple((-min(a, 0), s + min(b, 0)) for (a, b), s in zip(pairs, x.shape)))
       pairs = [(max(a, 0), max(b, 0)) for a, b in pairs]
@@ -1073,7 +1085,7 @@ class Tensor(TensorAPI):
 
   def __getitem__(self, idx) -> Tensor:
     if not isinstance(idx, tuple): idx = (idx,)
-    if any(isinstance(it, (Tensor, list)) for it in idx): return self._index_tensors(idx)
+    if any(isinstance(it, (Tensor, list, tuple)) for it in idx): return self._index_tensors(idx)
     for it in idx:
       if isinstance(it, (bool, np.bool_)) or not (it is None or it is Ellipsis or isinstance(it, (int, np.integer, slice))):
         raise IndexingError(f"unsupported index {it!r} (ints, slices, None, ..., integer tensors and lists are supported)")
@@ -1091,7 +1103,7 @@ class Tensor(TensorAPI):
       size = self.shape[dim]
       if isinstance(it, slice):
         try: start, stop, step = it.indices(size)
-        except ValueError: raise IndexingError(f"slice step cannot be zero (axis {dim} of shape {self.shape})") from None
+        except ValueError: raise SliceStepError(f"slice step cannot be zero (axis {dim} of shape {self.shape})") from None
         n = len(range(start, stop, step))
         st = abs(step)
         if n == 0: bounds.append((0, 0)); pads.append(0); steps.append(1); final.append(0)
@@ -1128,7 +1140,10 @@ class Tensor(TensorAPI):
     if not axes: ret = self
     elif 0 in self.shape and any(self.shape[i] == 0 for i in axes):
       if kind == 'max' and not self.dtype.is_float and not self.dtype.is_bool: raise ShapeError(f"max of an empty axis of shape {self.shape}")
-      ret = Tensor._const({'add': 0, 'mul': 1, 'max': 0 if self.dtype.is_bool else -math.inf}[kind], keep, self.dtype, self.device)  # any() of nothing is False
+      # the reduce of one identity element padded onto each empty axis: the value of the empty reduce, and the
+      # result stays in self's graph (its gradient is self's empty one)
+      ident = {'add': 0, 'mul': 1, 'max': False if self.dtype.is_bool else -math.inf}[kind]  # any() of nothing is False
+      ret = self.pad(tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(self.shape)), value=ident)._reduce(kind, axes, True)
     else: ret = self._new('reduce', (self,), keep, self.dtype, {'kind': kind, 'axes': axes})
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
@@ -1190,14 +1205,16 @@ class Tensor(TensorAPI):
 
   def _softmax(self, axis):
     x = self._float()
-    m = x - x.max(axis, keepdim=True)
+    m = x - x.max(axis, keepdim=True).detach()  # (a shift the value does not depend on: no gradient through max)
     e = m.exp()
     return m, e, e.sum(axis, keepdim=True)
 
   @_graph_template
   def softmax(self, axis=-1) -> Tensor:
     _, e, ss = self._softmax(axis)
-    return e.div(ss)
+    # times 1/sum, not divided by it: the gradient's sum(g * e) over the axis is then the forward's own sum, and
+    # 1/ss - sum(e)/ss^2 cancels to rounding (a division's gradient sums the rounded quotients instead)
+    return e * ss.reciprocal()
 
   @_graph_template
   def log_softmax(self, axis=-1) -> Tensor:
@@ -1286,7 +1303,8 @@ class Tensor(TensorAPI):
     ts = [self, *others]
     for t in ts:
       if not isinstance(t, Tensor): raise DTypeError(f"cat takes tensors, got {type(t).__name__}")
-      if t.ndim != self.ndim or t.ndim == 0: raise ShapeError(f"cat needs tensors of the same rank >= 1, got shapes {[x.shape for x in ts]}")
+      if t.ndim == 0: raise AxisError(f"cat: a tensor of no axes has no axis {dim} to join along, got shapes {[x.shape for x in ts]}")
+      if t.ndim != self.ndim: raise ShapeError(f"cat needs tensors of the same rank, got shapes {[x.shape for x in ts]}")
     d = self._axis(dim)
     for t in ts:
       if t.shape[:d] != self.shape[:d] or t.shape[d + 1:] != self.shape[d + 1:]:
@@ -1303,7 +1321,9 @@ class Tensor(TensorAPI):
     return out if out is not None else Tensor.zeros(*self.shape[:d], 0, *self.shape[d + 1:], dtype=dt, device=self.device)
 
   def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
-    if isinstance(self, (tuple, list)): self, others = self[0], (*self[1:], *others)  # Tensor.stack((a, b))
+    if isinstance(self, (tuple, list)):  # Tensor.stack((a, b))
+      if others: raise ArgumentError(f"stack takes a sequence of tensors or tensors, not both ({len(others)} after the sequence)")
+      self, others = self[0], tuple(self[1:])
     ts = [self, *others]
     for t in ts:
       if not isinstance(t, Tensor): raise DTypeError(f"stack takes tensors, got {type(t).__name__}")
@@ -1379,7 +1399,8 @@ class Tensor(TensorAPI):
 
   @_graph_template
   def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, return_indices=False):
-    """return_indices: also the flat index (in each H*W plane) of each maximum, the first on ties, int64."""
+    """return_indices: also the flat index (in each H*W plane) of each maximum, the first on ties, in tinygrad's
+    default int (int32)."""
     k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
     st = stride if stride is not None else k
     lowest = -math.inf if self.dtype.is_float else _D.min_max(self.dtype)[0]  # pad with the dtype's lowest: ints stay ints
@@ -1392,7 +1413,7 @@ class Tensor(TensorAPI):
     idx = Tensor.arange(math.prod(sp), device=self.device).reshape(sp)._pad2d(pads, -1)._pool(k, st, dilation)
     big = math.prod(sp)
     first = (win == m.reshape(m.shape + (1,) * len(k))).where(idx._broadcast_to(win.shape), big).min(axes)
-    return m, first.cast(_D.i64)
+    return m, first.cast(_D.i32)
 
   @_graph_template
   def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode=False, count_include_pad=True):
@@ -1491,9 +1512,13 @@ class Tensor(TensorAPI):
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
     """The gradients of this tensor (a scalar, or weighted by `gradient`) with respect to each target, lazy."""
     nodes = _autograd.gradients(self, targets, gradient)
-    out = []
+    out, graph = [], None
     for t, n in zip(targets, nodes):
-      if n is None and not materialize_grads: raise _autograd.GradientError(f"the tensor of shape {t.shape} is not in the graph of the loss")
+      if n is None and not materialize_grads and t.numel():
+        # zeros for a target the loss uses only through ops that pass no gradient (compares, ints); an error for
+        # one it does not use at all (a tensor without elements has its empty gradient either way)
+        graph = graph if graph is not None else set(_toposort([self.node]))
+        if t.node not in graph: raise _autograd.GradientError(f"the tensor of shape {t.shape} is not in the graph of the loss")
       out.append(Tensor(n) if n is not None else t.zeros_like(dtype=t.dtype))
     return out
 

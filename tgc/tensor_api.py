@@ -36,7 +36,9 @@ class TensorAPI:
   @classmethod
   def linspace(cls, start, stop, steps: int, dtype=None, device=None):
     if steps < 0: raise ShapeError(f"linspace needs steps >= 0, got {steps}")
-    dt = dtype or _D.f32
+    from tgc.tensor import to_dtype
+    dt = to_dtype(dtype) if dtype is not None else _D.f32
+    if dt.is_bool: raise ArgumentError("linspace cannot make a bool tensor")
     if steps == 1: return cls.full((1,), start, dtype=dt, device=device)
     return (cls.arange(steps, device=device).cast(_D.f32) * ((stop - start) / (steps - 1)) + start).cast(dt)
 
@@ -46,8 +48,24 @@ class TensorAPI:
 
   @classmethod
   def kaiming_uniform(cls, *shape, a: float = 0.01, dtype=None, device=None, seed=None):
-    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(math.prod(shape[1:] if len(shape) > 1 else shape))
+    bound = math.sqrt(3.0) * _kaiming_std(shape, a)
     return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device, seed=seed)
+
+  @classmethod
+  def kaiming_normal(cls, *shape, a: float = 0.01, dtype=None, device=None, seed=None):
+    return cls.normal(*shape, mean=0.0, std=_kaiming_std(shape, a), dtype=dtype, device=device, seed=seed)
+
+  @classmethod
+  def glorot_uniform(cls, *shape, dtype=None, device=None, seed=None):
+    dims = _dims(shape)
+    bound = math.sqrt(6 / (dims[0] + math.prod(dims[1:]))) if dims and dims[0] + math.prod(dims[1:]) > 0 else 0.0
+    return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device, seed=seed)
+
+  @classmethod
+  def scaled_uniform(cls, *shape, dtype=None, device=None, seed=None):
+    """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
+    n = math.prod(_dims(shape))
+    return cls.uniform(*shape, low=-1.0, high=1.0, dtype=dtype, device=device, seed=seed) * (n ** -0.5 if n > 0 else 1.0)
 
   def meshgrid(self, *tensors, indexing: str = 'ij'):
     """a.meshgrid(b, c) as tinygrad, or Tensor.meshgrid(a, b, c) / Tensor.meshgrid([a, b, c]) as torch."""
@@ -117,7 +135,13 @@ class TensorAPI:
     a, b = self._broadcasted(x)
     if a.dtype.is_float: return a - (a / b).trunc() * b
     return a._binop('mod', b)
-  def lerp(self, end, weight): return self + (end - self) * weight
+  def lerp(self, end, weight):
+    if self.dtype is _D.u8 and isinstance(weight, type(self)):
+      # uint8 images stay uint8, as tinygrad's: the weight in 7-bit fixed point, the difference as int8, rounded
+      w = (weight * 128 + 0.5).cast(_D.i16)
+      d = ((end - self).cast(_D.i8) * w + 64).cast(_D.u16) >> 7
+      return (self + d).cast(_D.u8)
+    return self + (end - self) * weight
   def logaddexp(self, other):
     m = self.maximum(other)
     return m + ((self - m).exp() + (other - m).exp()).log()
@@ -129,9 +153,12 @@ class TensorAPI:
   def isnan(self): return self != self
   def isfinite(self): return (self.isinf() | self.isnan()).logical_not()
   def isclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
-    close = (self == other) | ((self - other).abs() <= atol + rtol * (other.abs() if isinstance(other, type(self)) else abs(other)))
-    close = close & self.isfinite() | (self == other)
-    return close | (self.isnan() & other.isnan()) if equal_nan and isinstance(other, type(self)) else close
+    """|self - other| <= atol + rtol * |other| for finite values; infinities are close only to themselves; NaN is
+    close to NaN only with equal_nan."""
+    other = other if isinstance(other, type(self)) else self._c(other, self.dtype if self.dtype.is_float else _D.f32)
+    finite = self.isfinite() & other.isfinite() & ((self - other).abs() <= atol + rtol * other.abs())
+    close = finite | ((self.isinf() | other.isinf()) & (self == other))
+    return close | (self.isnan() & other.isnan()) if equal_nan else close
   def masked_fill(self, mask, value):
     self._tensors('masked_fill', mask=mask)
     return mask.where(value, self)
@@ -163,39 +190,54 @@ class TensorAPI:
     return ar.reshape(n, 1) >= ar.reshape(1, n)
 
   def _cum(self, axis, fill, reduce):
-    if self.ndim == 0: return self
+    ax = self._axis(axis)
+    if self.ndim == 0 or self.shape[ax] == 0: return self
     def f(x):
       n = x.shape[-1]
       xe = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
       return reduce(x._tri_last().where(xe, fill))
-    return self._along_last(axis, f)
+    return self._along_last(ax, f)
   def cumprod(self, axis: int = 0): return self._cum(axis, 1, lambda t: t.prod(-1))
   def _cumext(self, axis, inv: bool):
+    """(running extreme, index of it): the index is the last position j <= i that holds the running extreme (torch's
+    choice on ties), in tinygrad's default int."""
+    ax = self._axis(axis)
+    if self.ndim == 0 or self.shape[ax] == 0: return self, self._c(0, _D.i32)
     x = self._inverse() if inv else self
     def f(x):
       n = x.shape[-1]
       low = -math.inf if x.dtype.is_float else _D.min_max(x.dtype)[0]
       xe = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
       vals = x._tri_last().where(xe, low).max(-1)
-      # the index of the last position j <= i that holds the running extreme (torch's choice on ties)
       hit = x._tri_last() & (xe == vals.unsqueeze(-1))
       ar = type(self).arange(n, device=self.device)
-      return vals, hit.where(ar, -1).max(-1).cast(_D.i64)
-    if self.ndim == 0: return self, self._c(0, _D.i64)
-    v, i = x._along_last(axis, f)
+      return vals, hit.where(ar, -1).max(-1)
+    v, i = x._along_last(ax, f)
     return (v._inverse() if inv else v), i
   def cummax(self, axis: int = 0): return self._cumext(axis, False)
   def cummin(self, axis: int = 0): return self._cumext(axis, True)
   def logcumsumexp(self, axis: int = 0):
-    if self.ndim == 0: return self._float()
+    """log(sum(exp(x[j]) for j <= i)), each prefix shifted by its own running max (a constant for the gradient),
+    so no exp overflows and no prefix loses its small terms to a later large one."""
+    ax = self._axis(axis)
     x = self._float()
-    m = x.max(axis, keepdim=True)
-    m = m.isinf().where(0, m)
-    return (x - m).exp().cumsum(axis).log() + m
+    if self.ndim == 0 or self.shape[ax] == 0: return x
+    def f(x):
+      n = x.shape[-1]
+      m = x.cummax(-1)[0].detach()
+      m = m.isinf().where(0, m)  # an all -inf prefix: exp(-inf - 0) = 0, log 0 = -inf, not nan
+      xe = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
+      terms = x._tri_last().where(xe - m.unsqueeze(-1), -math.inf)
+      return terms.exp().sum(-1).log() + m
+    return x._along_last(ax, f)
 
   # ---- selection by indices (one-hot compares)
-  def one_hot(self, num_classes: int = -1):
-    if num_classes == -1: num_classes = int(self.max().item()) + 1
+  def one_hot(self, num_classes: int | None = None):
+    """int32 (..., num_classes); None: one more than the largest index (realizes it). As tinygrad (and jax), a
+    negative num_classes is an error, not torch's -1 for 'infer'."""
+    if not (self.dtype.is_int or self.dtype.is_bool): raise DTypeError(f"one_hot needs integer indices, got {self.dtype!r}")
+    if num_classes is None: num_classes = int(self.max().item()) + 1 if self.numel() else 0
+    if num_classes < 0: raise ArgumentError(f"one_hot num_classes must be >= 0, got {num_classes}")
     return (self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)).cast(_D.i32)
 
   def gather(self, dim: int, index):
@@ -258,8 +300,10 @@ class TensorAPI:
     self.node = hit.where(vals, self.flatten()).reshape(self.shape).realize().node
 
   def scatter(self, dim: int, index, src, reduce: str | None = None):
-    """self with src[..i..] written at index[..i..] along dim; reduce 'add' or 'multiply' combines instead."""
+    """self with src[..i..] written at index[..i..] along dim; reduce 'add' or 'multiply' combines a scalar src
+    instead (a tensor src with a reduce is scatter_reduce's, as in tinygrad; torch deprecates it)."""
     if reduce not in (None, 'add', 'multiply'): raise ArgumentError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    if reduce is not None and isinstance(src, type(self)): raise DTypeError("scatter: reduce= takes a scalar src; for a tensor src use scatter_reduce")
     self._tensors('scatter', index=index)
     if reduce is None: return self._scatter(dim, index, src, 'set', True)
     return self._scatter(dim, index, src, 'sum' if reduce == 'add' else 'prod', True)
@@ -271,7 +315,11 @@ class TensorAPI:
   def _scatter(self, dim, index, src, reduce, include_self):
     T = type(self)
     d = self._axis(dim)
+    self._tensors('scatter', index=index)
+    if isinstance(src, T) and src.dtype is not self.dtype: raise DTypeError(f"scatter: src {src.dtype!r} is not self's {self.dtype!r}")
     if not isinstance(src, T): src = self._c(src)._broadcast_to(self.shape) if not isinstance(src, (list, tuple)) else T(src, device=self.device)
+    if not index.ndim == self.ndim == src.ndim or any(i > s or (a != d and i > t) for a, (i, s, t) in enumerate(zip(index.shape, src.shape, self.shape))):
+      raise ShapeError(f"scatter along axis {d}: index {index.shape} must have the rank of self {self.shape} and src {src.shape}, and fit src and (outside axis {d}) self")
     src = src.cast(self.dtype).shrink(tuple((0, s) for s in index.shape))
     n = self.shape[d]
     # oh[..., j(index axis d), ..., k(target position)]: index hits target k
@@ -282,6 +330,9 @@ class TensorAPI:
     pad = tuple(None if i == d or i == index.ndim else (0, self.shape[i] - index.shape[i]) for i in range(index.ndim + 1))
     hit_any = oh.any(-1)
     acc = _sum_dtype(self.dtype)
+    if reduce == 'set':  # of several writes to one place the last (along dim) wins, as torch and tinygrad
+      j = T.arange(index.shape[d], device=self.device)
+      oh = oh & (j == oh.where(j, -1).max(-1, keepdim=True))
     if reduce in ('set', 'sum', 'mean'):
       vals = oh.where(s, 0).sum(-1, dtype=acc)
       cnt = oh.sum(-1)
@@ -305,22 +356,27 @@ class TensorAPI:
     if include_self: vals = vals.maximum(self) if reduce == 'amax' else vals.minimum(self)
     return hit_any.where(vals, self)
 
-  def masked_select(self, mask):
-    """The elements where mask is true, flattened (realizes the count: the output shape depends on it)."""
+  def masked_select(self, mask, size: int | None = None, fill_value=0):
+    """The elements where mask is true, flattened. size=None realizes the count (the output shape depends on it);
+    size=N gives N elements: the first N selected, then fill_value."""
     x, m = self._broadcasted(mask, match_dtype=False)
     m = m.cast(_D.bool_).flatten()
-    cnt = int(m.sum().item())
+    n = int(m.sum().item()) if size is None else int(size)
+    if n < 0: raise ArgumentError(f"masked_select size must be >= 0, got {size}")
     pos = m.cast(_D.i32).cumsum(0) - 1  # the output slot of each selected element
-    oh = (pos.unsqueeze(0) == type(self).arange(cnt, device=self.device).unsqueeze(1)) & m.unsqueeze(0)
-    return oh.where(x.flatten().unsqueeze(0), 0).sum(1, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
+    oh = (pos.unsqueeze(0) == type(self).arange(n, device=self.device).unsqueeze(1)) & m.unsqueeze(0)
+    r = oh.where(x.flatten().unsqueeze(0), 0).sum(1, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
+    return r if size is None else oh.any(1).where(r, fill_value).cast(self.dtype)
 
-  def nonzero(self):
-    """(n, ndim) int64 indices of the nonzero elements, in row-major order (realizes the count first)."""
+  def nonzero(self, size: int | None = None, fill_value=0):
+    """(n, ndim) indices (tinygrad's default int) of the nonzero elements, in row-major order: size=None realizes
+    the count first, size=N gives N rows, the first N found then rows of fill_value."""
     T = type(self)
+    if self.ndim == 0: return T.zeros(int(bool(self.item())) if size is None else size, 0, dtype=_D.i32, device=self.device)
     m = (self != 0)
     coords = [T.arange(s, device=self.device).reshape(tuple(s if j == i else 1 for j in range(self.ndim))).expand(self.shape) for i, s in enumerate(self.shape)]
-    if not coords: return T.zeros(int(bool(self.item())), 0, dtype=_D.i64, device=self.device)
-    return T.stack(*[c.masked_select(m) for c in coords], dim=1).cast(_D.i64)
+    if size is None: size = int(m.sum().item())
+    return T.stack(*[c.masked_select(m, size, fill_value) for c in coords], dim=1).cast(_D.i32)
 
   # ---- sorting (ranks by pairwise compares: O(n^2) work, one fused kernel per use)
   def _sort_last(self, descending: bool):
@@ -332,11 +388,11 @@ class TensorAPI:
     rank = (before | tie).sum(-1)  # rank of element i
     oh = rank.unsqueeze(-1) == ar  # [..., i, r]
     vals = oh.where(self.unsqueeze(-1), 0).sum(-2, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
-    idx = oh.where(ar.reshape(n, 1), 0).sum(-2).cast(_D.i64)
+    idx = oh.where(ar.reshape(n, 1), 0).sum(-2).cast(_D.i32)
     return vals, idx
 
   def sort(self, dim: int = -1, descending: bool = False):
-    if self.ndim == 0: return self, self._c(0, _D.i64)
+    if self.ndim == 0: return self, self._c(0, _D.i32)
     return self._along_last(dim, lambda x: x._sort_last(descending))
   def argsort(self, dim: int = -1, descending: bool = False): return self.sort(dim, descending)[1]
   def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True):
@@ -392,8 +448,12 @@ class TensorAPI:
     return x
 
   def roll(self, shifts, dims=None):
-    if dims is None: return self.flatten().roll(shifts, 0).reshape(self.shape)
-    shifts, dims = (shifts, dims) if isinstance(shifts, (tuple, list)) else ((shifts,), (dims,))
+    shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+    if dims is None:
+      if len(shifts) != 1: raise ShapeError(f"roll without dims takes one shift (of the flattened tensor), got {shifts}")
+      return self.flatten().roll(shifts[0], 0).reshape(self.shape)
+    dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    if len(shifts) != len(dims): raise ShapeError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
     x = self
     for s, d in zip(shifts, dims):
       d = x._axis(d)
@@ -455,13 +515,16 @@ class TensorAPI:
     if reduction == 'mean': return nll.sum() / w.sum()
     return _reduce_loss(nll, reduction)
   def cross_entropy(self, Y, reduction: str = 'mean', label_smoothing: float = 0.0):
-    """Y: class indices (N, ...) or probabilities of self's shape; classes on axis 1."""
+    """Y: class indices (N, ...) or probabilities of self's shape; classes on axis 1 (axis 0 of a 1-d input)."""
     self._tensors('cross_entropy', Y=Y)
-    lsm = self.log_softmax(1)
-    if Y.dtype.is_float and Y.shape == self.shape: tgt = Y
-    else: tgt = (Y.unsqueeze(1) == type(self).arange(self.shape[1], device=self.device).reshape((1, -1) + (1,) * (Y.ndim - 1))).cast(lsm.dtype)
-    if label_smoothing: tgt = tgt * (1 - label_smoothing) + label_smoothing / self.shape[1]
-    return _reduce_loss(-(tgt * lsm).sum(1), reduction)
+    c = 0 if self.ndim == 1 else 1
+    lsm = self.log_softmax(c)
+    if Y.shape == self.shape: tgt = Y.cast(lsm.dtype)
+    elif Y.shape == self.shape[:c] + self.shape[c + 1:]:
+      tgt = (Y.unsqueeze(c) == type(self).arange(self.shape[c], device=self.device).reshape((-1,) + (1,) * (Y.ndim - c))).cast(lsm.dtype)
+    else: raise ShapeError(f"cross_entropy: target of shape {Y.shape} is neither the input's {self.shape} nor its shape without the classes")
+    if label_smoothing: tgt = tgt * (1 - label_smoothing) + label_smoothing / self.shape[c]
+    return _reduce_loss(-(tgt * lsm).sum(c), reduction)
   def sparse_categorical_crossentropy(self, Y, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = 'mean'):
     """tinygrad's: classes on the last axis, Y integer labels; labels equal to ignore_index count for nothing."""
     self._tensors('sparse_categorical_crossentropy', Y=Y)
@@ -473,9 +536,16 @@ class TensorAPI:
     return _reduce_loss(loss, reduction)
 
   # ---- attention and linear algebra
-  def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
+  def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False):
+    """softmax(q k^T / sqrt(d) + mask) v. is_causal: the lower-triangular mask (no attn_mask with it); enable_gqa:
+    key and value heads (axis -3) shared by groups of the query's heads."""
     if dropout_p: raise ArgumentError("scaled_dot_product_attention: dropout_p is not supported (dropout needs Tensor.train)")
     self._tensors('scaled_dot_product_attention', 'attn_mask', key=key, value=value, attn_mask=attn_mask)
+    if is_causal and attn_mask is not None: raise ArgumentError("scaled_dot_product_attention: attn_mask and is_causal=True exclude each other")
+    if enable_gqa and self.ndim >= 3:
+      hq, hk, hv = self.shape[-3], key.shape[-3], value.shape[-3]
+      if hk == 0 or hv == 0 or hq % hk or hq % hv: raise ShapeError(f"scaled_dot_product_attention: {hq} query heads do not split into groups for {hk} key and {hv} value heads")
+      key, value = key.repeat_interleave(hq // hk, dim=-3), value.repeat_interleave(hq // hv, dim=-3)
     q = self
     s = q.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]))
     if is_causal:
@@ -566,25 +636,41 @@ class TensorAPI:
     if not 0 < len(size) <= self.ndim or not all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) and s > 0 for s in size):
       raise ShapeError(f"interpolate: size {size} must be 1 to {self.ndim} whole numbers above 0 (the sizes of the last axes)")
     x = self
-    for i, (n_in, n_out) in enumerate(zip(self.shape[-len(size):], size)):
+    for i, (n_in, n_out) in reversed(list(enumerate(zip(self.shape[-len(size):], size)))):  # the last axis first (uint8 rounds per axis)
       ax = self.ndim - len(size) + i
       if n_in == n_out and mode != 'nearest': continue
       o = T.arange(n_out, device=self.device).cast(_D.f32)
       if mode == 'nearest': src = (o * (n_in / n_out)).floor().cast(_D.i32).minimum(n_in - 1); x = x._take(ax, src); continue
       if mode == 'nearest-exact': src = ((o + 0.5) * (n_in / n_out)).floor().cast(_D.i32).minimum(n_in - 1); x = x._take(ax, src); continue
       if mode not in ('linear', 'bilinear', 'trilinear'): raise ArgumentError(f"interpolate mode {mode!r} is not supported")
-      pos = o * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0) if align_corners else ((o + 0.5) * (n_in / n_out) - 0.5).maximum(0)
-      lo = pos.floor().cast(_D.i32).minimum(n_in - 1)
-      hi = (lo + 1).minimum(n_in - 1)
-      w = (pos - lo.cast(_D.f32)).reshape((n_out,) + (1,) * (x.ndim - ax - 1))
-      x = x._take(ax, lo) * (1 - w) + x._take(ax, hi) * w
-    return x
+      # the source position num/den of each output, in integers: exact, whatever the sizes
+      ar = T.arange(n_out, device=self.device)
+      num, den = (ar * (n_in - 1), max(n_out - 1, 1)) if align_corners else ((ar * 2 + 1) * n_in - n_out, n_out * 2)
+      num = num.clip(0, (n_in - 1) * den)
+      lo, hi = num // den, (num + den - 1) // den
+      w = ((num % den).cast(_D.f32) / den).reshape((n_out,) + (1,) * (x.ndim - ax - 1))
+      x = x._take(ax, lo).lerp(x._take(ax, hi), w)
+    return x.cast(self.dtype)
 
   def _take(self, axis: int, index):
     """Elements at the 1-d int index along axis (a one-hot reduction)."""
     n = self.shape[axis]
     oh = (index.reshape(-1, 1) == type(self).arange(n, device=self.device).reshape(1, n)).reshape((index.numel(), n) + (1,) * (self.ndim - axis - 1))
     return oh.where(self.unsqueeze(axis), 0).sum(axis + 1, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
+
+
+def _dims(shape) -> tuple:
+  """The sizes of a creation call's shape (Tensor.f(2, 3) or Tensor.f((2, 3))); negative sizes are an error."""
+  from tgc.tensor import _shape_arg, _new_shape
+  return _new_shape(_shape_arg(shape), 'shape')
+
+
+def _kaiming_std(shape, a: float) -> float:
+  """He initialisation's standard deviation: gain sqrt(2 / (1 + a^2)) over sqrt(fan_in), fan_in = prod(shape[1:])
+  (the size itself for a 1-d shape)."""
+  dims = _dims(shape)
+  fan_in = math.prod(dims[1:] if len(dims) > 1 else dims)
+  return math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(fan_in) if fan_in > 0 else 0.0
 
 
 def _sum_dtype(dt):

@@ -172,6 +172,37 @@ class ContiguousOp(Operation):
     _tensor(self, self.src.type, 'operand')
 
 
+class PowOp(Operation):
+  """base ** exponent of floats, elementwise (torch's and tinygrad's pow). A composite: its own gradient rule
+  (tgc/passes/autodiff.py) is exact where the exp2/log2 it decomposes into meet 0 * inf, at a base of 0 or inf."""
+  name = 'tensor.pow'
+  OPERANDS = ('lhs', 'rhs')
+  TRAITS = {PURE}
+  FORMAT = '$lhs, $rhs : type($result)'
+  def verify(self):
+    r = _tensor(self, self.results[0].type)
+    if self.lhs.type != r or self.rhs.type != r: raise self.error(f"operands {self.lhs.type} and {self.rhs.type} must be the result type {r}")
+    if not r.dtype.is_float: raise self.error(f"needs a float type, got {r}")
+  def decompose(self, rw):
+    """exp2(e * log2|b|), negated for a negative base to an odd integer power, NaN for a negative finite base to
+    a fractional one, 1 for an exponent of 0."""
+    from tgc.ir.core import REGISTRY
+    from tgc.ir import dtypes as D
+    t = self.results[0].type
+    tb = TensorType(t.shape, D.bool_)
+    def op(name, *srcs, ty=t): return rw.create(REGISTRY['tensor.' + name], list(srcs), [ty], None, self.loc).results[0]
+    def c(v, ty=t): return rw.create(REGISTRY['tensor.const'], [], [ty], {'value': v}, self.loc).results[0]
+    b, e = self.lhs, self.rhs
+    neg = op('cmplt', b, c(0.0), ty=tb)
+    ret = op('exp2', op('mul', e, op('log2', op('where', neg, op('neg', b), b))))
+    is_int = op('cmpeq', op('trunc', e), e, ty=tb)
+    odd = op('and', is_int, op('cmpne', op('mod', e, c(2.0)), c(0.0), ty=tb), ty=tb)
+    ret = op('where', op('and', neg, odd, ty=tb), op('neg', ret), ret)
+    frac = op('and', op('and', neg, op('not', is_int, ty=tb), ty=tb), op('cmpne', b, c(-math.inf), ty=tb), ty=tb)
+    ret = op('where', frac, c(math.nan), ret)  # ((-inf) ** 0.3 is inf, as torch)
+    return op('where', op('cmpeq', e, c(0.0), ty=tb), c(1.0), ret)
+
+
 class MatmulOp(Operation):
   name = 'tensor.matmul'
   OPERANDS = ('lhs', 'rhs')

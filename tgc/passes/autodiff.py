@@ -77,6 +77,15 @@ def _mod(b, op, g):  # fmod(x, y) = x - trunc(x / y) * y
   x, y = op.operands
   return [g, b.alu('neg', b.alu('mul', g, b.alu('trunc', b.alu('fdiv', x, y))))]
 
+def _pow(b, op, g):
+  """d/db = e * b^(e-1) (0 for e = 0); d/de = b^e * ln(b), at b = 0: 0 for e >= 0 and -inf below (torch's)."""
+  x, e = op.operands
+  zero_e, zero_b = b.cmp('cmpeq', e, b.c(0.0, e)), b.cmp('cmpeq', x, b.c(0.0, x))
+  db = b.where(zero_e, b.c(0.0, g), b.alu('mul', e, b.alu('pow', x, b.alu('sub', e, b.c(1.0, e)))))
+  de_zero = b.where(b.cmp('cmplt', e, b.c(0.0, e)), b.c(-math.inf, g), b.c(0.0, g))
+  de = b.where(zero_b, de_zero, b.alu('mul', op.results[0], b.alu('mul', b.alu('log2', x), b.c(math.log(2), x))))
+  return [b.alu('mul', g, db), b.alu('mul', g, de)]
+
 def _cast(b, op, g):
   return [b.cast(g, op.src.type.dtype) if op.src.type.dtype.is_float and op.results[0].type.dtype.is_float else None]
 
@@ -92,6 +101,7 @@ RULES = {
   'mul': lambda b, op, g: [b.alu('mul', g, op.rhs), b.alu('mul', g, op.lhs)],
   'fdiv': lambda b, op, g: [b.alu('fdiv', g, op.rhs), b.alu('neg', b.alu('fdiv', b.alu('mul', g, op.results[0]), op.rhs))],
   'mod': _mod,
+  'pow': _pow,
   'max': lambda b, op, g: _tie_split(b, op, g, lambda x, y: b.cmp('cmplt', y, x)),
   'min': lambda b, op, g: _tie_split(b, op, g, lambda x, y: b.cmp('cmplt', x, y)),
   'where': lambda b, op, g: [None, b.where(op.cond, g, b.c(0.0, g)), b.where(op.cond, b.c(0.0, g), g)],

@@ -149,8 +149,9 @@ class Scheduler:
       u = stack.pop()
       for user in self.users.get(u, []):
         w = user.results[0] if user.results else None
-        if w is None or w in self.R or not (user.name == 'tensor.reshape' or (ELEMENTWISE in user.TRAITS and hasattr(user, 'opname'))):
+        if w is None or not (user.name == 'tensor.reshape' or (ELEMENTWISE in user.TRAITS and hasattr(user, 'opname'))):
           out.add(u); continue
+        if w in self.R: out.add(w); continue  # a buffer the uses meet in (relu's where(r > 0, r, 0)) is the sink
         if w not in seen: seen.add(w); stack.append(w)
       if u in self.R and u is not v: out.add(u)
     return len(out) == 1 and next(iter(out)) is not v
