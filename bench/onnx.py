@@ -5,6 +5,7 @@ compile + run) and the steady-state call (median of --calls, the runtimes' calls
     python bench/onnx.py --device CUDA --calls 50
     python bench/onnx.py --threads 1        # every runtime on one thread: steadier where other jobs share the cores
     python bench/onnx.py --models silero_vad
+    python bench/onnx.py --models gpt2,bert,vit,resnet,torch_transformer --profile 1   # torch's exports (pip install torch)
 
 --device names tgc's device (default: tgc's Device.DEFAULT, $DEVICE or CPU) and picks the others' to match: onnxruntime's
 CUDAExecutionProvider for CUDA where this onnxruntime has it (else its CPU provider, said in the header), tinygrad's
@@ -20,6 +21,12 @@ its disk cache: tgc's first call compiles every kernel too); its second call, th
 Each runtime's outputs (of its last call) are checked against onnxruntime on the CPU: `max err` is the largest
 absolute difference over the largest reference magnitude, per model; a runtime above 1e-3 there is reported wrong and
 its times are not printed.
+
+The models: the real ones of tgc.frontend.onnx_models (PP-OCR, silero VAD, from their pip wheels) and the kinds a
+model library holds, exported by torch from small configs with random weights (a GPT-2 style decoder, a BERT style
+encoder, a ViT, a ResNet, torch.nn.TransformerEncoder). --profile N prints, for the N models slowest against
+onnxruntime, where tgc's call spends its time: tgc.compiler.profile's per-kernel times (one call, each launch timed
+alone), the largest first, and the call's time outside the kernels.
 """
 from __future__ import annotations
 import argparse, os, statistics, sys, tempfile, time
@@ -101,6 +108,7 @@ def main() -> int:
   ap.add_argument('--calls', type=int, default=20)
   ap.add_argument('--threads', type=int, default=0, help="threads of each runtime (onnxruntime's intra-op pool, tgc's CPU_THREADS, tinygrad's NUM_CPU_THREADS); 0: their defaults")
   ap.add_argument('--models', default=None, help='comma-separated model names (default: all)')
+  ap.add_argument('--profile', type=int, default=0, metavar='N', help="per-kernel times of tgc's call for the N models slowest against onnxruntime")
   ap.add_argument('--no-tinygrad', action='store_true')
   ap.add_argument('--warm-cache', action='store_true', help="keep $TGC_CACHE (compiled kernels on disk): the first call then shows cache hits")
   args = ap.parse_args()
@@ -124,18 +132,19 @@ def main() -> int:
   print(tiny_what if tiny else f"tinygrad: not run ({tiny_what})")
   print(f"{'model':<12} {'runtime':<12} {'first call ms':>14} {'steady ms':>10} {'vs ort':>7} {'max err':>8}")
   names = args.models.split(',') if args.models else sorted(MODELS)
+  ratios, calls = {}, {}
   with tempfile.TemporaryDirectory(prefix='tgc-bench-onnx-') as tmp:
     for name in names:
       make, package = MODELS[name]
       path, feeds = make()
       if path is None: print(f"{name:<12} ({package} is not installed)"); continue
-      def ort_call(state={}):
+      def ort_call(state={}, path=path, feeds=feeds, name=name):
         if 'sess' not in state:
           state['sess'] = ort.InferenceSession(path, opts, providers=providers)
           # (onnxruntime falls back to the CPU, with a warning only, where the CUDA provider's libraries do not load)
           if state['sess'].get_providers()[0] != providers[0]: print(f"# onnxruntime runs {name} on {state['sess'].get_providers()[0]}")
         return state['sess'].run(None, feeds)
-      def tgc_call(state={}):
+      def tgc_call(state={}, path=path, feeds=feeds):
         if 'model' not in state: state['model'] = fe.load(path, device=device)
         return state['model'](**feeds)
       fns = {'onnxruntime': ort_call, 'tgc': tgc_call}
@@ -148,8 +157,21 @@ def main() -> int:
         first, steady = row
         err = max_err(fns[rt](), ref)
         if not err <= TOL: print(f"{name:<12} {rt:<12} {'wrong':>14} {'':>10} {'':>7} {err:>8.1e}"); continue
-        print(f"{name:<12} {rt:<12} {first * 1e3:>14.1f} {steady * 1e3:>10.3f} {steady / rows['onnxruntime'][1]:>6.1f}x {err:>8.1e}")
+        print(f"{name:<12} {rt:<12} {first * 1e3:>14.1f} {steady * 1e3:>10.3f} {steady / rows['onnxruntime'][1]:>6.2f}x {err:>8.1e}")
+        if rt == 'tgc': ratios[name], calls[name] = steady / rows['onnxruntime'][1], (fns[rt], steady)
+    for name in sorted(ratios, key=ratios.get, reverse=True)[:args.profile]: profile(name, *calls[name])
   return 0
+
+
+def profile(name: str, call, steady: float, top: int = 12):
+  """tgc's kernels of one call of this model, by time (tgc.compiler.profile: each launch timed alone)."""
+  from tgc.compiler import profile as prof
+  with prof() as launches: call()
+  by = {}
+  for k, dt in launches: by[k] = by.get(k, 0.0) + dt
+  total = sum(by.values())
+  print(f"\n{name}: {len(launches)} launches, {total * 1e3:.3f} ms in kernels (timed alone); steady call {steady * 1e3:.3f} ms")
+  for k, dt in sorted(by.items(), key=lambda kv: -kv[1])[:top]: print(f"  {dt * 1e3:8.3f} ms {dt / total:6.1%}  {k}")
 
 
 if __name__ == '__main__':
