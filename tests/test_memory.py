@@ -109,6 +109,28 @@ def test_a_specialized_function_keeps_its_intermediates(device):
     np.testing.assert_array_equal(o, want)
 
 
+def test_a_specialized_function_batches_its_small_launches():
+  """On the CPU, a specialized function's launches that settled on one thread run as one native call (a step of the
+  plan), still counted one by one and computing the same; profiling times them one by one again."""
+  from tgc.tensor import _build_module
+  from tgc.runtime import cpu
+  x = np.linspace(-1, 1, 64).astype(np.float32)
+  y = Tensor(x)
+  for _ in range(30): y = (y * 1.5 - 0.25).contiguous()
+  m, _ = _build_module([y.node], 'f')
+  fn = tgc.compiler.compile_module(m, 'CPU').specialize({})
+  want = x.copy()
+  for _ in range(30): want = want * np.float32(1.5) - np.float32(0.25)
+  for _ in range(3): np.testing.assert_allclose(fn(x)[0], want, rtol=1e-5, atol=1e-4)  # (the first calls settle each kernel)
+  assert len(fn.plan[0]) < 30  # launches merged
+  plain = tgc.compiler.compile_module(_build_module([y.node], 'f')[0], 'CPU')  # (not specialized: launch by launch)
+  n0 = cpu.stats['launches']
+  np.testing.assert_array_equal(fn(x * 2)[0], plain(x * 2)[0])
+  assert cpu.stats['launches'] - n0 == 60
+  with tgc.compiler.profile() as launches: fn(x)
+  assert len(launches) == 30
+
+
 def test_to_copies_between_devices():
   opencl()
   a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device='OPENCL')

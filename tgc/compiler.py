@@ -97,6 +97,11 @@ class Kernel:
     self.flops_per_point = flops_per_point
 
 
+def _pick(idx):
+  """What takes the values of these slots from a call's slot list, as a tuple."""
+  return operator.itemgetter(*idx) if len(idx) > 1 else lambda env, i=idx[0]: (env[i],)
+
+
 class CompiledFunction:
   """A compiled func.func on one device. `run(buffers)` runs its host schedule on Buffers of the device and
   returns the result Buffers (launches queued, nothing copied); calling it with numpy arrays (one per argument)
@@ -176,11 +181,36 @@ class CompiledFunction:
           held[s_ - nargs], args[s_ - nargs] = h, al._arg(h)
         for s_, nb in frees[i]: spare.setdefault(nb, []).append(held[s_ - nargs])
         allocs[i], frees[i] = [a for a in allocs[i] if a[0] in fresh], []
-    pick = lambda idx: operator.itemgetter(*idx) if len(idx) > 1 else lambda env, i=idx[0]: (env[i],)
-    steps = [(k, k.program.launcher(), pick(idx), idx, tuple(a), tuple(f)) for (k, idx), a, f in zip(launches, allocs, frees)]
+      if launches:  # (the results' blocks all at the call's start: the launches between run as one batch)
+        allocs = [[a for al_ in allocs for a in al_]] + [[] for _ in launches]
+      batch = (nargs + len(args), {nargs + i: a for i, a in enumerate(args) if a is not None}, tuple(range(nargs)) + tuple(fresh))
+    else: batch = None
+    steps = [(k, k.program.launcher(), _pick(idx), idx, tuple(a), tuple(f)) for (k, idx), a, f in zip(launches, allocs, frees)]
     self._wake = self._waker(launches)
     if allocs[-1]: steps.append((None, None, None, (), tuple(allocs[-1]), ()))
-    return steps, [(s_, s_ in made) for s_ in ret], fresh, args, held, nbytes
+    return self._batched(steps, batch), [(s_, s_ in made) for s_ in ret], fresh, args, held, nbytes, steps, batch
+
+  def _batched(self, steps, batch):
+    """The steps with each run of launches the device can make as one native call (a CPU's settled one-thread
+    kernels, of a plan that keeps its intermediates: their arguments are fixed but the call's own) merged into one
+    step. `batch`: (the slots, the fixed slots' addresses, the slots a call sets), or None."""
+    make = getattr(self.dev, 'batch_launcher', None)
+    if batch is None or make is None: return steps
+    out, run = [], []
+    def flush():
+      launch = make([(k.program, idx) for k, _, _, idx, _, _ in run], *batch) if len(run) > 1 else None
+      if launch is None: out.extend(run)
+      else: out.append((None, launch, _pick(batch[2]), tuple(i for st in run for i in st[3]), run[0][4], ()))
+      run.clear()
+    for st in steps:
+      k, _, _, _, allocs, frees = st
+      if k is not None and getattr(k.program, 'split', None) is False and not frees and (not allocs or not run): run.append(st)
+      else:
+        flush()
+        if k is not None and getattr(k.program, 'split', None) is False and not frees: run.append(st)
+        else: out.append(st)
+    flush()
+    return out
 
   def specialize(self, fixed: dict) -> 'CompiledFunction':
     """This function with the arguments numbered in `fixed` bound to those Buffers for good (an ONNX model's
@@ -203,9 +233,10 @@ class CompiledFunction:
     if self.plan is None: self.plan = self._plan()
     if self._epoch != self._Program.launcher_epoch: self._relaunch()
     if self._wake is not None: self._wake()
-    steps, ret, fresh, tail, held, nbytes = self.plan
+    steps, ret, fresh, tail, held, nbytes, plain, _ = self.plan
     env, blk = [*[b.arg for b in bufs], *tail], {}
     timed = profile.active is not None or debug_level() >= 2
+    if timed: steps = plain  # (each launch timed alone)
     dev, al = self.dev, self.dev.allocator
     alloc, free, arg = al.alloc, al.free, al._arg
     self._busy.acquire()
@@ -232,9 +263,10 @@ class CompiledFunction:
   def _relaunch(self) -> None:
     """A program's launcher changed (Program.launcher_epoch): the plan's steps take every launcher anew."""
     self._epoch = self._Program.launcher_epoch
-    steps, *rest = self.plan
-    self.plan = ([(k, k.program.launcher() if k is not None else None, *s_[1:]) for k, *s_ in steps], *rest)
-    self._wake = self._waker([(k, None) for k, *_ in steps if k is not None])
+    _, ret, fresh, args, held, nbytes, plain, batch = self.plan
+    plain = [(k, k.program.launcher() if k is not None else None, *s_[1:]) for k, *s_ in plain]
+    self.plan = (self._batched(plain, batch), ret, fresh, args, held, nbytes, plain, batch)
+    self._wake = self._waker([(k, None) for k, *_ in plain if k is not None])
 
   def _waker(self, launches):
     """What a call does first where some launch may be split across threads (a CPU kernel that is split or still
