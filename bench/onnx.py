@@ -25,8 +25,8 @@ its times are not printed.
 The models: the real ones of tgc.frontend.onnx_models (PP-OCR, silero VAD, from their pip wheels) and the kinds a
 model library holds, exported by torch from small configs with random weights (a GPT-2 style decoder, a BERT style
 encoder, a ViT, a ResNet, torch.nn.TransformerEncoder). --profile N prints, for the N models slowest against
-onnxruntime, where tgc's call spends its time: tgc.compiler.profile's per-kernel times (one call, each launch timed
-alone), the largest first, and the call's time outside the kernels.
+onnxruntime, where tgc's call spends its time: tgc.compiler.profile's per-kernel times (each launch timed
+alone, the median of several calls), the largest first, beside the steady call's time.
 """
 from __future__ import annotations
 import argparse, os, statistics, sys, tempfile, time
@@ -163,16 +163,20 @@ def main() -> int:
   return 0
 
 
-def profile(name: str, call, steady: float, top: int = 12):
-  """tgc's kernels of one call of this model, by time (tgc.compiler.profile: each launch timed alone)."""
+def profile(name: str, call, steady: float, top: int = 12, calls: int = 7):
+  """tgc's kernels of a call of this model, by time: tgc.compiler.profile's (each launch timed alone), the median of
+  each launch over `calls` calls (one call's times on a shared machine hold other processes' time slices)."""
   from tgc.compiler import profile as prof
-  with prof() as launches: call()
+  runs = []
+  for _ in range(calls):
+    with prof() as launches: call()
+    runs.append(launches)
   by = {}
-  for k, dt in launches: by[k] = by.get(k, 0.0) + dt
+  for i, (k, _) in enumerate(runs[0]): by[k] = by.get(k, 0.0) + statistics.median(r[i][1] for r in runs)
   total = sum(by.values())
-  print(f"\n{name}: {len(launches)} launches, {total * 1e3:.3f} ms in kernels (timed alone); steady call {steady * 1e3:.3f} ms")
+  print(f"\n{name}: {len(runs[0])} launches, {total * 1e3:.3f} ms in kernels (each timed alone, medians of {calls} calls); "
+        f"steady call {steady * 1e3:.3f} ms")
   for k, dt in sorted(by.items(), key=lambda kv: -kv[1])[:top]: print(f"  {dt * 1e3:8.3f} ms {dt / total:6.1%}  {k}")
-
 
 if __name__ == '__main__':
   sys.exit(main())

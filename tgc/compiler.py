@@ -191,12 +191,12 @@ class CompiledFunction:
     return self._batched(steps, batch), [(s_, s_ in made) for s_ in ret], fresh, args, held, nbytes, steps, batch
 
   def _batched(self, steps, batch):
-    """The steps with each run of launches the device can make as one native call (a CPU's settled one-thread
-    kernels, of a plan that keeps its intermediates: their arguments are fixed but the call's own) merged into one
+    """The steps with each run of launches the device can make as one native call (a CPU's one-thread kernels, of a plan that keeps its intermediates: their arguments are fixed but the call's own) merged into one
     step. `batch`: (the slots, the fixed slots' addresses, the slots a call sets), or None."""
-    make = getattr(self.dev, 'batch_launcher', None)
+    make, one = getattr(self.dev, 'batch_launcher', None), getattr(self.dev, 'batchable', None)
     if batch is None or make is None: return steps
     out, run = [], []
+    ok = lambda k, frees: k is not None and one(k.program) and not frees
     def flush():
       launch = make([(k.program, idx) for k, _, _, idx, _, _ in run], *batch) if len(run) > 1 else None
       if launch is None: out.extend(run)
@@ -204,11 +204,10 @@ class CompiledFunction:
       run.clear()
     for st in steps:
       k, _, _, _, allocs, frees = st
-      if k is not None and getattr(k.program, 'split', None) is False and not frees and (not allocs or not run): run.append(st)
+      if ok(k, frees) and (not allocs or not run): run.append(st)
       else:
         flush()
-        if k is not None and getattr(k.program, 'split', None) is False and not frees: run.append(st)
-        else: out.append(st)
+        (run if ok(k, frees) else out).append(st)
     flush()
     return out
 

@@ -706,11 +706,12 @@ class CPUDevice(HostDevice):
   def __init__(self): BaseDevice.__init__(self, HostPointerAllocator(self.name))
   def compile(self, fn) -> CPUProgram: return compile_llvm(self, fn)
   def compile_all(self, fns: list) -> list[CPUProgram]: return compile_llvm_all(self, fns)
+  def batchable(self, p) -> bool:
+    """Whether program p runs on one thread (settled so, or every launch while CPU_THREADS=1): a batch may take it."""
+    return isinstance(p, CPUProgram) and (p.split is False or (p.split is None and threads() < 2))
   def batch_launcher(self, calls, nslots, fixed, var):
-    """A launcher of several settled one-thread kernels as one native call (see batch_launcher), or None where one
-    of them is not a CPUProgram of this device's."""
-    if not all(isinstance(p, CPUProgram) and p.split is False for p, _ in calls): return None
-    return batch_launcher(calls, nslots, fixed, var)
+    """A launcher of several one-thread kernels (batchable) as one native call (see batch_launcher)."""
+    return batch_launcher(calls, nslots, fixed, var) if all(self.batchable(p) for p, _ in calls) else None
   def wake_workers(self) -> None:
     """A call with split launches starts: wake the pool's workers now, so that they spin by its first split launch
     (a sleeping worker takes a wake-up to join; one that slept long, on a virtual machine, much longer)."""
