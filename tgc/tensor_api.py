@@ -88,10 +88,12 @@ class TensorAPI:
     r = (r / (r * r + 1).sqrt()).asin()
     return big.where(x.sign() * (math.pi / 2) - r, r)
   def erf(self):
-    """Abramowitz and Stegun 7.1.26 (error < 1.5e-7), odd extension."""
+    """Abramowitz and Stegun 7.1.26 (error < 1.5e-7), odd extension. exp(-x^2) is taken at x^2 <= 20 at most: past
+    |x| = 4.5 erf is 1 to a float32's precision either way, and the term stays a normal number (a denormal result costs
+    a CPU a hundred times an ordinary one: GELU over large activations ran 20x slower)."""
     x = self._float()
     t = (1 + 0.3275911 * x.abs()).reciprocal()
-    return (1 - _poly(t, _ERF) * t * (-(x * x)).exp()) * x.sign()
+    return (1 - _poly(t, _ERF) * t * (-(x * x).minimum(20.0)).exp()) * x.sign()
 
   # ---- activations
   def relu6(self): return self.relu().minimum(6)
