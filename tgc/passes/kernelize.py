@@ -10,7 +10,8 @@ Which values become buffers (tinygrad's rules, ir.md):
     reduction); elementwise values are recomputed in each consumer instead, as tinygrad does;
   - a computed value under a pad (padding must read 0, not f(0));
   - a factor of a sum of products that it reads broadcast RECOMPUTE (16) times or more per element and that costs
-    several ALU ops a point (a 1x1 conv's input after batch norms and activations): computed once, not per output.
+    several ALU ops and loads a point (a 1x1 conv's input after batch norms and activations, a matmul's input that is
+    a layernorm of a residual sum): computed once, not per output.
 A buffer that is a reduce whose result a later reduce over the same rows reads back as a broadcast (softmax's
 max under its exp-sum) is computed and stored by that later reduce's kernel, in a stage before its own
 (choose_fusions): softmax is two kernels.
@@ -171,15 +172,19 @@ class Scheduler:
         if op.src.type.numel >= RECOMPUTE * b.type.numel and self._alu_cost(b) >= 4: self.R.add(b)
 
   def _alu_cost(self, v: Value, limit: int = 4) -> int:
-    """ALU ops computing v down to buffers and leaves (at most `limit` counted)."""
-    n, seen, stack = 0, set(), [v]
-    while stack and n < limit:
+    """ALU ops computing v down to buffers and leaves, and the buffers it reads past the first (each a load per point
+    where v is recomputed: a layernorm's (x + y - mean) * rstd reads four), at most `limit` counted."""
+    n, seen, stack, reads = 0, set(), [v], set()
+    while stack and n + max(0, len(reads) - 1) < limit:
       u = stack.pop()
-      if u in seen or u.op is None or _is_leaf(u) or (u in self.R and u is not v) or u.op.name == 'tensor.reduce': continue
+      if u in seen: continue
       seen.add(u)
+      if u.op is None or (u in self.R and u is not v): reads.add(u); continue
+      if _is_leaf(u) or u.op.name == 'tensor.reduce': continue
+      if MOVEMENT in u.op.TRAITS: stack.append(u.op.operands[0]); continue
       if ELEMENTWISE in u.op.TRAITS and hasattr(u.op, 'opname'): n += 1
       stack += u.op.operands
-    return n
+    return n + max(0, len(reads) - 1)
 
   def reads(self, start) -> dict[Value, list[tuple]]:
     """The buffers (values of R, arguments) that computing the values `start` reads, each with the movement paths
