@@ -222,7 +222,7 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
       cur = math.prod(ks.full[i] for i, kd in enumerate(ks.kinds) if kd in ('upcast', 'unroll'))
       plain = not any(kd == 'upcast' for kd in ks.kinds)
       contig = [ks.strides(op)[r] for op in loads]
-      if plain and not gpu and all(c in (0, 1) for c in contig) and 1 in contig and s % vec == 0 and s > vec:
+      if plain and not gpu and all(c in (0, 1) for c in contig) and 1 in contig and s > vec and (s % vec == 0 or cpu_pad(ks, r, vec, apply)):
         apply(Opt('unroll', r, vec))  # a plain reduction over contiguous memory: vector lanes along it
       elif s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: apply(Opt('unroll', r, 0))
       elif staged and s % (4 * unroll) == 0 and cur * 4 * unroll <= MAX_LANES: apply(Opt('unroll', r, 4 * unroll))  # a longer step between barriers
@@ -250,6 +250,7 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
         amt = next((a for a in (32, 16, 8) if -(-s // a) * a - s <= s // 8), None)
         if amt and s % amt: apply(Opt('padto', ax, amt))
       if all(ks.strides(op)[ax] in (1, 0) for op in loads + [ks.store]) and ks.strides(ks.store)[ax] == 1:
+        if not gpu and s > vec and s % 4: cpu_pad(ks, ax, vec, apply)  # (a multiple of 4 takes 4 or 8 lanes as it is)
         for amt in (vec, 8, 4, 2):
           if amt <= vec and ks.full[ax] % amt == 0 and apply(Opt('upcast', ax, amt)): break
       # GPU layout change (a load contiguous along another axis than the store's: a transpose): a thread takes a
@@ -292,6 +293,17 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
     if not used: return heuristic(k, t, max_upcast, allow_local, unroll, processor, cpu, False, local_memory, warpgroup)  # no work-group to share them
     return stage_ring(ks, opts, t, smem_budget)
   return opts
+
+
+# ---- CPU: vectors along rows no vector width divides
+def cpu_pad(ks: Schedule, ax: int, vec: int, apply) -> bool:
+  """CPU: an axis of odd length past a vector (a ViT's softmax over 65 tokens) is padded to the vector width (PADTO:
+  the padding is computed, masked where a reduce would see it, never stored), where that wastes at most a third, so
+  that it runs in vector lanes instead of one element at a time (scalar exp2 polynomials: a 130x65 softmax took
+  0.18 ms a kernel). Whether it applied."""
+  s = ks.full[ax]
+  ns = -(-s // vec) * vec
+  return ns != s and (ns - s) * 3 <= ns and apply(Opt('padto', ax, vec))
 
 
 def pad_to_tiles(ks: Schedule, multiples, tile=None) -> list | None:
