@@ -4,6 +4,7 @@ compile + run) and the steady-state call (median of --calls, the runtimes' calls
     python bench/onnx.py                    # needs: pip install onnx onnxruntime; pip install --no-deps rapidocr-onnxruntime silero-vad
     python bench/onnx.py --device CUDA --calls 50
     python bench/onnx.py --threads 1        # every runtime on one thread: steadier where other jobs share the cores
+    python bench/onnx.py --threads 1 --cpu-time   # ... timed in CPU time: on a loaded machine, wall time is mostly waiting
     python bench/onnx.py --models silero_vad
     python bench/onnx.py --models gpt2,bert,vit,resnet,torch_transformer --profile 1   # torch's exports (pip install torch)
 
@@ -40,7 +41,7 @@ from tgc.frontend.onnx_models import MODELS
 TOL = 1e-3  # ten times the real-model tests' 1e-4: a GPU's other summation orders (and tinygrad's) still pass
 
 
-def timed(fns: dict, calls: int) -> dict:
+def timed(fns: dict, calls: int, clock=time.perf_counter) -> dict:
   """{runtime: (first call, median steady call) or an exception}: the first calls in turn, one untimed warm call
   each (tinygrad's jit captures there), then the steady calls interleaved, so that load from other processes on a
   shared machine falls on every runtime alike. A runtime whose first call raises is left out of the rest."""
@@ -55,7 +56,7 @@ def timed(fns: dict, calls: int) -> dict:
   for fn in fns.values(): fn()
   for _ in range(calls):
     for k, fn in fns.items():
-      t = time.perf_counter(); fn(); steady[k].append(time.perf_counter() - t)
+      t = clock(); fn(); steady[k].append(clock() - t)
   return {k: v if isinstance(v, Exception) else (v, statistics.median(steady[k])) for k, v in first.items()}
 
 
@@ -108,6 +109,7 @@ def main() -> int:
   ap.add_argument('--calls', type=int, default=20)
   ap.add_argument('--threads', type=int, default=0, help="threads of each runtime (onnxruntime's intra-op pool, tgc's CPU_THREADS, tinygrad's NUM_CPU_THREADS); 0: their defaults")
   ap.add_argument('--models', default=None, help='comma-separated model names (default: all)')
+  ap.add_argument('--cpu-time', action='store_true', help="steady calls timed in this process's CPU time, not wall time: with --threads 1 (every runtime on the calling thread) a measure that load from other processes barely moves")
   ap.add_argument('--profile', type=int, default=0, metavar='N', help="per-kernel times of tgc's call for the N models slowest against onnxruntime")
   ap.add_argument('--no-tinygrad', action='store_true')
   ap.add_argument('--warm-cache', action='store_true', help="keep $TGC_CACHE (compiled kernels on disk): the first call then shows cache hits")
@@ -128,7 +130,7 @@ def main() -> int:
   providers = ['CUDAExecutionProvider', 'CPUExecutionProvider'] if device == 'CUDA' and 'CUDAExecutionProvider' in ort.get_available_providers() else ['CPUExecutionProvider']
   tiny, tiny_what = (None, '--no-tinygrad') if args.no_tinygrad else start_tinygrad(device)
   print(f"onnxruntime {ort.__version__} on {providers[0]}" + (f" (no CUDAExecutionProvider in {ort.get_available_providers()})" if device == 'CUDA' and providers[0] != 'CUDAExecutionProvider' else ''))
-  print(f"tgc on {device}" + (f"; every runtime on {args.threads} thread(s)" if args.threads else ''))
+  print(f"tgc on {device}" + (f"; every runtime on {args.threads} thread(s)" if args.threads else '') + ("; steady calls in CPU time" if args.cpu_time else ''))
   print(tiny_what if tiny else f"tinygrad: not run ({tiny_what})")
   print(f"{'model':<12} {'runtime':<12} {'first call ms':>14} {'steady ms':>10} {'vs ort':>7} {'max err':>8}")
   names = args.models.split(',') if args.models else sorted(MODELS)
@@ -149,7 +151,7 @@ def main() -> int:
         return state['model'](**feeds)
       fns = {'onnxruntime': ort_call, 'tgc': tgc_call}
       if tiny: fns['tinygrad'] = tinygrad_call(path, feeds, tmp)
-      rows = timed(dict(fns), args.calls)
+      rows = timed(dict(fns), args.calls, time.process_time if args.cpu_time else time.perf_counter)
       ref = ort.InferenceSession(path, providers=['CPUExecutionProvider']).run(None, feeds)
       for rt, row in rows.items():
         if isinstance(row, Exception):
