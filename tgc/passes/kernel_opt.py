@@ -203,6 +203,7 @@ def heuristic(k: Operation, t: Target, max_upcast: int = 0, allow_local: bool | 
           key = (all(s in (0, 1) for s in st), amt)
           if amt and (best is None or key > best_key): best, best_key = (ax, amt), key
           if want == 2 and best: break
+      if best is None and not gpu and step == len(wants) - 1 and vec_bcast is not None: best = cpu_pad_rows(ks, cands, loads, want, vec_bcast, apply)
       if best is None: continue
       # CPU: an output axis that takes a quarter of the vector or less (258 filters: 2 lanes) where every load reads
       # the reduce axis contiguously: no register tile, the lanes go along the reduce (silero's STFT, 3x258 by 256
@@ -304,6 +305,18 @@ def cpu_pad(ks: Schedule, ax: int, vec: int, apply) -> bool:
   s = ks.full[ax]
   ns = -(-s // vec) * vec
   return ns != s and (ns - s) * 3 <= ns and apply(Opt('padto', ax, vec))
+
+
+def cpu_pad_rows(ks: Schedule, cands, loads, rows: int, vec_bcast, apply):
+  """CPU: where no row axis of a register tile (beside its vector axis) divides by a useful amount (a ViT's 65 tokens), the first candidate
+  that would take the tile's rows is padded to them (PADTO, at most a third wasted; the padded rows are computed, not
+  stored): (axis, rows) for the upcast, or None. A one-row tile reloads every vector of the other operand per row."""
+  for ax in cands:
+    st = [ks.strides(op)[ax] for op in loads]
+    if tuple(s == 0 for s in st) == vec_bcast: continue
+    if any(s == 0 for s in st) and any(s not in (0, None) for s in st) and ks.full[ax] > rows and cpu_pad(ks, ax, rows, apply):
+      return (ax, rows)
+  return None
 
 
 def pad_to_tiles(ks: Schedule, multiples, tile=None) -> list | None:
