@@ -314,8 +314,10 @@ def cpu_pad_rows(ks: Schedule, cands, loads, rows: int, vec_bcast, apply):
   for ax in cands:
     st = [ks.strides(op)[ax] for op in loads]
     if tuple(s == 0 for s in st) == vec_bcast: continue
-    if any(s == 0 for s in st) and any(s not in (0, None) for s in st) and ks.full[ax] > rows and cpu_pad(ks, ax, rows, apply):
-      return (ax, rows)
+    if any(s == 0 for s in st) and any(s not in (0, None) for s in st):
+      # (the tile's rows, else half of them: a conv's 3x3 output pixels take 4 rows where 8 would waste more than a third)
+      amt = next((a for a in (rows, rows // 2) if a >= 2 and cpu_pad(ks, ax, a, apply)), None)
+      if amt: return (ax, amt)
   return None
 
 
