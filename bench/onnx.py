@@ -4,7 +4,9 @@ compile + run) and the steady-state call (median of --calls, the runtimes' calls
     python bench/onnx.py                    # needs: pip install onnx onnxruntime; pip install --no-deps rapidocr-onnxruntime silero-vad
     python bench/onnx.py --device CUDA --calls 50
     python bench/onnx.py --threads 1        # every runtime on one thread: steadier where other jobs share the cores
+    python bench/onnx.py --threads 1 --cpu-time   # ... timed in CPU time: on a loaded machine, wall time is mostly waiting
     python bench/onnx.py --models silero_vad
+    python bench/onnx.py --models gpt2,bert,vit,resnet,torch_transformer --profile 1   # torch's exports (pip install torch)
 
 --device names tgc's device (default: tgc's Device.DEFAULT, $DEVICE or CPU) and picks the others' to match: onnxruntime's
 CUDAExecutionProvider for CUDA where this onnxruntime has it (else its CPU provider, said in the header), tinygrad's
@@ -20,6 +22,12 @@ its disk cache: tgc's first call compiles every kernel too); its second call, th
 Each runtime's outputs (of its last call) are checked against onnxruntime on the CPU: `max err` is the largest
 absolute difference over the largest reference magnitude, per model; a runtime above 1e-3 there is reported wrong and
 its times are not printed.
+
+The models: the real ones of tgc.frontend.onnx_models (PP-OCR, silero VAD, from their pip wheels) and the kinds a
+model library holds, exported by torch from small configs with random weights (a GPT-2 style decoder, a BERT style
+encoder, a ViT, a ResNet, torch.nn.TransformerEncoder). --profile N prints, for the N models slowest against
+onnxruntime, where tgc's call spends its time: tgc.compiler.profile's per-kernel times (each launch timed
+alone, the median of several calls), the largest first, beside the steady call's time.
 """
 from __future__ import annotations
 import argparse, os, statistics, sys, tempfile, time
@@ -33,7 +41,7 @@ from tgc.frontend.onnx_models import MODELS
 TOL = 1e-3  # ten times the real-model tests' 1e-4: a GPU's other summation orders (and tinygrad's) still pass
 
 
-def timed(fns: dict, calls: int) -> dict:
+def timed(fns: dict, calls: int, clock=time.perf_counter) -> dict:
   """{runtime: (first call, median steady call) or an exception}: the first calls in turn, one untimed warm call
   each (tinygrad's jit captures there), then the steady calls interleaved, so that load from other processes on a
   shared machine falls on every runtime alike. A runtime whose first call raises is left out of the rest."""
@@ -48,7 +56,7 @@ def timed(fns: dict, calls: int) -> dict:
   for fn in fns.values(): fn()
   for _ in range(calls):
     for k, fn in fns.items():
-      t = time.perf_counter(); fn(); steady[k].append(time.perf_counter() - t)
+      t = clock(); fn(); steady[k].append(clock() - t)
   return {k: v if isinstance(v, Exception) else (v, statistics.median(steady[k])) for k, v in first.items()}
 
 
@@ -101,6 +109,8 @@ def main() -> int:
   ap.add_argument('--calls', type=int, default=20)
   ap.add_argument('--threads', type=int, default=0, help="threads of each runtime (onnxruntime's intra-op pool, tgc's CPU_THREADS, tinygrad's NUM_CPU_THREADS); 0: their defaults")
   ap.add_argument('--models', default=None, help='comma-separated model names (default: all)')
+  ap.add_argument('--cpu-time', action='store_true', help="steady calls timed in this process's CPU time, not wall time: with --threads 1 (every runtime on the calling thread) a measure that load from other processes barely moves")
+  ap.add_argument('--profile', type=int, default=0, metavar='N', help="per-kernel times of tgc's call for the N models slowest against onnxruntime")
   ap.add_argument('--no-tinygrad', action='store_true')
   ap.add_argument('--warm-cache', action='store_true', help="keep $TGC_CACHE (compiled kernels on disk): the first call then shows cache hits")
   args = ap.parse_args()
@@ -120,27 +130,28 @@ def main() -> int:
   providers = ['CUDAExecutionProvider', 'CPUExecutionProvider'] if device == 'CUDA' and 'CUDAExecutionProvider' in ort.get_available_providers() else ['CPUExecutionProvider']
   tiny, tiny_what = (None, '--no-tinygrad') if args.no_tinygrad else start_tinygrad(device)
   print(f"onnxruntime {ort.__version__} on {providers[0]}" + (f" (no CUDAExecutionProvider in {ort.get_available_providers()})" if device == 'CUDA' and providers[0] != 'CUDAExecutionProvider' else ''))
-  print(f"tgc on {device}" + (f"; every runtime on {args.threads} thread(s)" if args.threads else ''))
+  print(f"tgc on {device}" + (f"; every runtime on {args.threads} thread(s)" if args.threads else '') + ("; steady calls in CPU time" if args.cpu_time else ''))
   print(tiny_what if tiny else f"tinygrad: not run ({tiny_what})")
   print(f"{'model':<12} {'runtime':<12} {'first call ms':>14} {'steady ms':>10} {'vs ort':>7} {'max err':>8}")
   names = args.models.split(',') if args.models else sorted(MODELS)
+  ratios, calls = {}, {}
   with tempfile.TemporaryDirectory(prefix='tgc-bench-onnx-') as tmp:
     for name in names:
       make, package = MODELS[name]
       path, feeds = make()
       if path is None: print(f"{name:<12} ({package} is not installed)"); continue
-      def ort_call(state={}):
+      def ort_call(state={}, path=path, feeds=feeds, name=name):
         if 'sess' not in state:
           state['sess'] = ort.InferenceSession(path, opts, providers=providers)
           # (onnxruntime falls back to the CPU, with a warning only, where the CUDA provider's libraries do not load)
           if state['sess'].get_providers()[0] != providers[0]: print(f"# onnxruntime runs {name} on {state['sess'].get_providers()[0]}")
         return state['sess'].run(None, feeds)
-      def tgc_call(state={}):
+      def tgc_call(state={}, path=path, feeds=feeds):
         if 'model' not in state: state['model'] = fe.load(path, device=device)
         return state['model'](**feeds)
       fns = {'onnxruntime': ort_call, 'tgc': tgc_call}
       if tiny: fns['tinygrad'] = tinygrad_call(path, feeds, tmp)
-      rows = timed(dict(fns), args.calls)
+      rows = timed(dict(fns), args.calls, time.process_time if args.cpu_time else time.perf_counter)
       ref = ort.InferenceSession(path, providers=['CPUExecutionProvider']).run(None, feeds)
       for rt, row in rows.items():
         if isinstance(row, Exception):
@@ -148,9 +159,26 @@ def main() -> int:
         first, steady = row
         err = max_err(fns[rt](), ref)
         if not err <= TOL: print(f"{name:<12} {rt:<12} {'wrong':>14} {'':>10} {'':>7} {err:>8.1e}"); continue
-        print(f"{name:<12} {rt:<12} {first * 1e3:>14.1f} {steady * 1e3:>10.3f} {steady / rows['onnxruntime'][1]:>6.1f}x {err:>8.1e}")
+        print(f"{name:<12} {rt:<12} {first * 1e3:>14.1f} {steady * 1e3:>10.3f} {steady / rows['onnxruntime'][1]:>6.2f}x {err:>8.1e}")
+        if rt == 'tgc': ratios[name], calls[name] = steady / rows['onnxruntime'][1], (fns[rt], steady)
+    for name in sorted(ratios, key=ratios.get, reverse=True)[:args.profile]: profile(name, *calls[name])
   return 0
 
+
+def profile(name: str, call, steady: float, top: int = 12, calls: int = 7):
+  """tgc's kernels of a call of this model, by time: tgc.compiler.profile's (each launch timed alone), the median of
+  each launch over `calls` calls (one call's times on a shared machine hold other processes' time slices)."""
+  from tgc.compiler import profile as prof
+  runs = []
+  for _ in range(calls):
+    with prof() as launches: call()
+    runs.append(launches)
+  by = {}
+  for i, (k, _) in enumerate(runs[0]): by[k] = by.get(k, 0.0) + statistics.median(r[i][1] for r in runs)
+  total = sum(by.values())
+  print(f"\n{name}: {len(runs[0])} launches, {total * 1e3:.3f} ms in kernels (each timed alone, medians of {calls} calls); "
+        f"steady call {steady * 1e3:.3f} ms")
+  for k, dt in sorted(by.items(), key=lambda kv: -kv[1])[:top]: print(f"  {dt * 1e3:8.3f} ms {dt / total:6.1%}  {k}")
 
 if __name__ == '__main__':
   sys.exit(main())

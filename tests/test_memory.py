@@ -85,6 +85,52 @@ def test_intermediates_go_back_to_the_allocator_after_their_last_launch(device):
   np.testing.assert_array_equal(y.numpy(), np.full(n, 13, np.float32))
 
 
+@pytest.mark.parametrize('device', ['CPU', 'C'])
+def test_a_specialized_function_keeps_its_intermediates(device):
+  """A specialized function (an ONNX model's) owns its intermediates on a host device: allocated once, shared by the
+  slots whose launches do not overlap (12 kernels, two blocks); a call allocates its result alone, and calls with
+  other inputs still compute from their own."""
+  from tgc.tensor import _build_module
+  dev, n = get_device(device), 1 << 16
+  x = Tensor(np.ones(n, np.float32), device=device)
+  y = x
+  for _ in range(12): y = (y * 2 + 1).contiguous()
+  m, _ = _build_module([y.node], 'f')
+  base = dev.allocator.in_use
+  fn = tgc.compiler.compile_module(m, device).specialize({})
+  outs = [fn(np.full(n, v, np.float32))[0] for v in (1.0, 3.0, -2.0)]
+  held = dev.allocator.in_use - base
+  assert held == 2 * 4 * n, held  # two blocks take turns: a launch's input and its output
+  for _ in range(5): fn(np.zeros(n, np.float32))
+  assert dev.allocator.in_use - base == held
+  for v, o in zip((1.0, 3.0, -2.0), outs):
+    want = np.full(n, v, np.float32)
+    for _ in range(12): want = want * 2 + 1
+    np.testing.assert_array_equal(o, want)
+
+
+def test_a_specialized_function_batches_its_small_launches():
+  """On the CPU, a specialized function's launches that settled on one thread run as one native call (a step of the
+  plan), still counted one by one and computing the same; profiling times them one by one again."""
+  from tgc.tensor import _build_module
+  from tgc.runtime import cpu
+  x = np.linspace(-1, 1, 64).astype(np.float32)
+  y = Tensor(x)
+  for _ in range(30): y = (y * 1.5 - 0.25).contiguous()
+  m, _ = _build_module([y.node], 'f')
+  fn = tgc.compiler.compile_module(m, 'CPU').specialize({})
+  want = x.copy()
+  for _ in range(30): want = want * np.float32(1.5) - np.float32(0.25)
+  for _ in range(3): np.testing.assert_allclose(fn(x)[0], want, rtol=1e-5, atol=1e-4)  # (the first calls settle each kernel)
+  assert len(fn.plan[0]) < 30  # launches merged
+  plain = tgc.compiler.compile_module(_build_module([y.node], 'f')[0], 'CPU')  # (not specialized: launch by launch)
+  n0 = cpu.stats['launches']
+  np.testing.assert_array_equal(fn(x * 2)[0], plain(x * 2)[0])
+  assert cpu.stats['launches'] - n0 == 60
+  with tgc.compiler.profile() as launches: fn(x)
+  assert len(launches) == 30
+
+
 def test_to_copies_between_devices():
   opencl()
   a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device='OPENCL')

@@ -52,6 +52,18 @@ TENSOR = {
   %3 = tensor.add %2, %c : tensor<5x4xi32>
   func.return %3 : tensor<5x4xi32>
 }""", lambda a: [(np.pad(a, ((1, 2), (0, 1)))[1:6, 1:5][:, ::-1] + 3).astype(np.int32)], [('i32', (4, 4))]),
+  'gather': ("""func.func @gather(%x: tensor<6x5xf32>, %i: tensor<4x5xi64>, %j: tensor<3xi32>, %k: tensor<6x3xi8>) -> (tensor<4x5xf32>, tensor<3x5xf32>, tensor<6x3xf32>) {
+  %0 = tensor.gather %x, %i 0 : tensor<6x5xf32>, tensor<4x5xi64> -> tensor<4x5xf32>
+  %1 = tensor.reshape %j : tensor<3xi32> -> tensor<3x1xi32>
+  %2 = tensor.expand %1 : tensor<3x1xi32> -> tensor<3x5xi32>
+  %3 = tensor.gather %x, %2 0 : tensor<6x5xf32>, tensor<3x5xi32> -> tensor<3x5xf32>
+  %4 = tensor.add %3, %3 : tensor<3x5xf32>
+  %5 = tensor.flip %x [1] : tensor<6x5xf32>
+  %6 = tensor.gather %5, %k 1 : tensor<6x5xf32>, tensor<6x3xi8> -> tensor<6x3xf32>
+  func.return %0, %4, %6 : tensor<4x5xf32>, tensor<3x5xf32>, tensor<6x3xf32>
+}""", lambda x, i, j, k: [np.take_along_axis(x, np.clip(i, 0, 5), 0), 2 * x[np.clip(j, 0, 5)],
+                          np.take_along_axis(x[:, ::-1], np.clip(k, 0, 4).astype(np.int64), 1)],
+     [('f32', (6, 5)), ('i64', (4, 5)), ('i32', (3,)), ('i8', (6, 3))]),
   'casts': ("""func.func @casts(%a: tensor<12xf32>, %i: tensor<12xi32>) -> (tensor<12xi8>, tensor<12xu8>, tensor<12xi64>, tensor<12xf16>, tensor<12xbf16>, tensor<12xf64>, tensor<12xf32>, tensor<12xi1>, tensor<12xu16>) {
   %0 = tensor.cast %a : tensor<12xf32> -> tensor<12xi8>
   %1 = tensor.cast %i : tensor<12xi32> -> tensor<12xu8>

@@ -6,7 +6,7 @@ constants) on the device's Buffers. DEBUG levels print each stage, as tinygrad's
 launch's device time (CUDA events on CUDA; elsewhere the host's clock around a launch and a synchronize).
 """
 from __future__ import annotations
-import copy, importlib, math, operator, os, sys, time
+import copy, importlib, math, operator, os, sys, threading, time
 from tgc.errors import TgcError
 from tgc.ir.core import Module, Operation
 from tgc.ir.types import TensorType
@@ -78,6 +78,11 @@ class Kernel:
     self.flops_per_point = flops_per_point
 
 
+def _pick(idx):
+  """What takes the values of these slots from a call's slot list, as a tuple."""
+  return operator.itemgetter(*idx) if len(idx) > 1 else lambda env, i=idx[0]: (env[i],)
+
+
 class CompiledFunction:
   """A compiled func.func on one device. `run(buffers)` runs its host schedule on Buffers of the device and
   returns the result Buffers (launches queued, nothing copied); calling it with numpy arrays (one per argument)
@@ -90,6 +95,7 @@ class CompiledFunction:
     self.result_types = host.result_types
     self.name = host.attrs['sym_name']
     self.plan, self._wake = None, None
+    self._busy = threading.Lock()  # (a plan's intermediates are one call's at a time)
     from tgc.runtime.device import Program
     self._Program, self._epoch = Program, Program.launcher_epoch
 
@@ -102,7 +108,7 @@ class CompiledFunction:
     progs = dev.compile_all([k.fn for k in ks]) if hasattr(dev, 'compile_all') else [dev.compile(k.fn) for k in ks]
     return CompiledFunction(self.host, {k.name: Kernel(k.fn, p, dev.name, k.flops_per_point) for k, p in zip(ks, progs)}, dev.name, self.out)
 
-  def _plan(self, fixed: dict | None = None):
+  def _plan(self, fixed: dict | None = None, keep: bool = False):
     """The host schedule made once into what a call does, over numbered slots (the arguments first) that hold
     launch arguments (Buffer.arg). Per launch: the kernel, its launcher, what picks its arguments from the slots, its
     slots, the blocks allocated just before it (for the slots it is the first to use) and the intermediate blocks
@@ -111,7 +117,9 @@ class CompiledFunction:
     the arguments as a call starts them, the Buffers made here and every slot's bytes. A reshape is its operand's
     slot (buffers are flat); a host constant is a Buffer made here, once. Intermediates are bare blocks of the
     allocator, not Buffers: nothing outside a call sees them, and one goes back to the allocator as soon as its
-    last launch is queued. `fixed` (argument number -> Buffer): those arguments are these Buffers for good; the
+    last launch is queued; on a device that keeps_intermediates (the host's, whose launches run at once) they are the
+    plan's instead where `keep` (a specialized function: a model called again and again), allocated here once and
+    shared by slots whose launches do not overlap. `fixed` (argument number -> Buffer): those arguments are these Buffers for good; the
     launches that read nothing else (nor what other launches write) run here, once."""
     from tgc.runtime import Buffer
     nargs = len(self.host.body.args)
@@ -151,18 +159,55 @@ class CompiledFunction:
       i = first.get(s_, len(launches))  # (the last: results no launch writes, all the same)
       if s_ in ret: allocs[i].append((s_, nbytes[s_])); fresh[s_] = (n, dt)
       elif i < len(launches): allocs[i].append((s_, nbytes[s_])); frees[last[s_]].append((s_, nbytes[s_]))
-    pick = lambda idx: operator.itemgetter(*idx) if len(idx) > 1 else lambda env, i=idx[0]: (env[i],)
-    steps = [(k, k.program.launcher(), pick(idx), idx, tuple(a), tuple(f)) for (k, idx), a, f in zip(launches, allocs, frees)]
+    args, held = [b and b.arg for b in tail], list(tail)
+    if keep and getattr(self.dev, 'keeps_intermediates', False):
+      # the intermediates' blocks are the plan's, allocated once (a block whose last launch is done goes to a later
+      # slot of its size): a call allocates and frees only its results' blocks, and launches take fixed arguments
+      al, spare = self.dev.allocator, {}
+      for i in range(len(launches)):
+        for s_, nb in allocs[i]:
+          if s_ in fresh: continue
+          h = spare[nb].pop() if spare.get(nb) else al.alloc(nb)
+          held[s_ - nargs], args[s_ - nargs] = h, al._arg(h)
+        for s_, nb in frees[i]: spare.setdefault(nb, []).append(held[s_ - nargs])
+        allocs[i], frees[i] = [a for a in allocs[i] if a[0] in fresh], []
+      if launches:  # (the results' blocks all at the call's start: the launches between run as one batch)
+        allocs = [[a for al_ in allocs for a in al_]] + [[] for _ in launches]
+      batch = (nargs + len(args), {nargs + i: a for i, a in enumerate(args) if a is not None}, tuple(range(nargs)) + tuple(fresh))
+    else: batch = None
+    steps = [(k, k.program.launcher(), _pick(idx), idx, tuple(a), tuple(f)) for (k, idx), a, f in zip(launches, allocs, frees)]
     self._wake = self._waker(launches)
     if allocs[-1]: steps.append((None, None, None, (), tuple(allocs[-1]), ()))
-    return steps, [(s_, s_ in made) for s_ in ret], fresh, [b and b.arg for b in tail], tail, nbytes
+    return self._batched(steps, batch), [(s_, s_ in made) for s_ in ret], fresh, args, held, nbytes, steps, batch
+
+  def _batched(self, steps, batch):
+    """The steps with each run of launches the device can make as one native call (a CPU's one-thread kernels, of a plan that keeps its intermediates: their arguments are fixed but the call's own) merged into one
+    step. `batch`: (the slots, the fixed slots' addresses, the slots a call sets), or None."""
+    make, one = getattr(self.dev, 'batch_launcher', None), getattr(self.dev, 'batchable', None)
+    if batch is None or make is None: return steps
+    out, run = [], []
+    ok = lambda k, frees: k is not None and one(k.program) and not frees
+    def flush():
+      launch = make([(k.program, idx) for k, _, _, idx, _, _ in run], *batch) if len(run) > 1 else None
+      if launch is None: out.extend(run)
+      else: out.append((None, launch, _pick(batch[2]), tuple(i for st in run for i in st[3]), run[0][4], ()))
+      run.clear()
+    for st in steps:
+      k, _, _, _, allocs, frees = st
+      if ok(k, frees) and (not allocs or not run): run.append(st)
+      else:
+        flush()
+        (run if ok(k, frees) else out).append(st)
+    flush()
+    return out
 
   def specialize(self, fixed: dict) -> 'CompiledFunction':
     """This function with the arguments numbered in `fixed` bound to those Buffers for good (an ONNX model's
     weights): what depends on them alone is computed now, once, and a call runs the rest. A call still passes every
-    argument; the fixed ones must be the same Buffers."""
+    argument; the fixed ones must be the same Buffers. On a host device its intermediates are its own, kept between
+    calls (no allocation per launch: a model's per-call cost)."""
     f = copy.copy(self)
-    f.plan = self._plan(fixed)
+    f.plan, f._busy = self._plan(fixed, keep=True), threading.Lock()
     return f
 
   def run(self, bufs: list, check: bool = True) -> list:
@@ -177,11 +222,13 @@ class CompiledFunction:
     if self.plan is None: self.plan = self._plan()
     if self._epoch != self._Program.launcher_epoch: self._relaunch()
     if self._wake is not None: self._wake()
-    steps, ret, fresh, tail, held, nbytes = self.plan
+    steps, ret, fresh, tail, held, nbytes, plain, _ = self.plan
     env, blk = [*[b.arg for b in bufs], *tail], {}
     timed = profile.active is not None or debug_level() >= 2
+    if timed: steps = plain  # (each launch timed alone)
     dev, al = self.dev, self.dev.allocator
     alloc, free, arg = al.alloc, al.free, al._arg
+    self._busy.acquire()
     try:
       for k, launch, pick, idx, allocs, frees in steps:
         for s, nb in allocs:
@@ -192,6 +239,7 @@ class CompiledFunction:
     except BaseException:
       for s, h in blk.items(): free(h, nbytes[s])  # (a failed launch: the blocks still go back)
       raise
+    finally: self._busy.release()
     # after the launches (queued: a GPU runs them meanwhile), the results' blocks become Buffers
     adopt = self._Buffer.adopt
     out = {s: adopt(dev, *fresh[s], h, env[s]) for s, h in blk.items()}
@@ -204,9 +252,10 @@ class CompiledFunction:
   def _relaunch(self) -> None:
     """A program's launcher changed (Program.launcher_epoch): the plan's steps take every launcher anew."""
     self._epoch = self._Program.launcher_epoch
-    steps, *rest = self.plan
-    self.plan = ([(k, k.program.launcher() if k is not None else None, *s_[1:]) for k, *s_ in steps], *rest)
-    self._wake = self._waker([(k, None) for k, *_ in steps if k is not None])
+    _, ret, fresh, args, held, nbytes, plain, batch = self.plan
+    plain = [(k, k.program.launcher() if k is not None else None, *s_[1:]) for k, *s_ in plain]
+    self.plan = (self._batched(plain, batch), ret, fresh, args, held, nbytes, plain, batch)
+    self._wake = self._waker([(k, None) for k, *_ in plain if k is not None])
 
   def _waker(self, launches):
     """What a call does first where some launch may be split across threads (a CPU kernel that is split or still

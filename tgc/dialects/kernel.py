@@ -72,15 +72,18 @@ class KernelFuncOp(Operation):
         if st.value in below: raise st.error(f"stores a value of the iteration shape {list(full or out)}: a reduce kernel stores what comes after its reduce")
 
 
-def _check_view(op, buf_t: BufType, vs):
+def _check_view(op, buf_t: BufType, vs, gather=None):
   """The lowest view (the one that indexes the buffer) stays inside it, and each view above it inside the shape of
-  the one below (the linear index it makes is that view's), where its mask lets it read."""
+  the one below (the linear index it makes is that view's), where its mask lets it read. A gather's (stride, size)
+  adds 0 .. (size - 1) * stride to the buffer index (the lowest view's)."""
+  glo, ghi = (0, 0) if gather is None else sorted((0, (gather[1] - 1) * gather[0]))
   for i, v in enumerate(vs.views):
     rng = v.mask or tuple((0, s) for s in v.shape)
     if all(a < b for a, b in rng):  # (else it reads nothing)
       lo = v.offset + sum(a * st if st >= 0 else (b - 1) * st for (a, b), st in zip(rng, v.strides))
       hi = v.offset + sum((b - 1) * st if st >= 0 else a * st for (a, b), st in zip(rng, v.strides))
       n = buf_t.numel if i == 0 else math.prod(vs.views[i - 1].shape)
+      if i == 0: lo, hi = lo + glo, hi + ghi
       if lo < 0 or hi >= n:
         if i == 0: raise op.error(f"view reads elements {lo}..{hi}, outside {buf_t} ({buf_t.numel} elements)")
         raise op.error(f"view #{i} makes indices {lo}..{hi}, outside the {n} elements of the view below it {list(vs.views[i - 1].shape)}")
@@ -90,16 +93,33 @@ def _check_view(op, buf_t: BufType, vs):
 
 
 class LoadOp(Operation):
+  """`kernel.load %buf [views] : f32` reads the element the view stack makes of each iteration point.
+  `kernel.load %buf [views] (%index, stride, size) : f32` is a gather: a load whose index is a computed value (another
+  buffer's contents: an embedding's token ids) adds clamp(%index, 0, size - 1) * stride to the view's index, so that
+  no index value can read outside the buffer (the view addresses the point's other coordinates, stride 0 along the
+  gathered one; the gathered axis's size elements lie stride apart)."""
   name = 'kernel.load'
-  OPERANDS = ('buf',)
-  ATTRS = {'view': 'views'}
+  OPERANDS = ('buf', 'index?')
+  ATTRS = {'view': 'views', 'stride': 'int?', 'size': 'int?'}
   TRAITS = {PURE}
-  FORMAT = '$buf $view : type($result)'
+  FORMAT = '$buf $view?{ ($index, $stride, $size)} : type($result)'
+  @property
+  def gather(self) -> tuple[int, int] | None:
+    """(stride, size) of a gather's computed index, or None for a plain load."""
+    return (self.attrs['stride'], self.attrs['size']) if len(self.operands) == 2 else None
   def verify(self):
     b, r = self.buf.type, self.results[0].type
     if not isinstance(b, BufType): raise self.error(f"loads from a !kernel.buf, got {b}")
     if r != b.dtype: raise self.error(f"result type {r} does not match the buffer's element type {b.dtype}")
-    _check_view(self, b, self.view)
+    has = [k for k in ('stride', 'size') if k in self.attrs]
+    if (len(self.operands) == 2) != (len(has) == 2) or (has and len(has) != 2):
+      raise self.error("a gather takes an index operand, a stride and a size together")
+    g = self.gather
+    if g is not None:
+      t = self.index.type
+      if not isinstance(t, DType) or t.is_float or t.is_bool: raise self.error(f"index must be an integer scalar, got {t}")
+      if g[1] < 1: raise self.error(f"gathers along an axis of size {g[1]}: at least 1")
+    _check_view(self, b, self.view, g)
 
 
 class StoreOp(Operation):

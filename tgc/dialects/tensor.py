@@ -203,6 +203,27 @@ class PowOp(Operation):
     return op('where', op('cmpeq', e, c(0.0), ty=tb), c(1.0), ret)
 
 
+class GatherOp(Operation):
+  """`tensor.gather %src, %index axis`: out[p] = src[p with its coordinate along axis replaced by index[p]] (torch's
+  gather, ONNX's GatherElements): index has src's rank and shape but along axis, and out is index's shape. An index
+  value outside [0, src's size along axis) reads the element at the nearer end (clamped: never outside the tensor);
+  the Tensor API wraps negative indices first."""
+  name = 'tensor.gather'
+  OPERANDS = ('src', 'index')
+  ATTRS = {'axis': 'int'}
+  TRAITS = {PURE}
+  FORMAT = '$src, $index $axis : type($src), type($index) -> type($result)'
+  def verify(self):
+    x, i, r = (_tensor(self, t) for t in (self.src.type, self.index.type, self.results[0].type))
+    if not i.dtype.is_int: raise self.error(f"index must be an integer tensor, got {i}")
+    if i.rank != x.rank or not 0 <= self.axis < x.rank: raise self.error(f"gathers along axis {self.axis} of {x} by {i}: the ranks must match and hold the axis")
+    if any(a != b for k, (a, b) in enumerate(zip(x.shape, i.shape)) if k != self.axis):
+      raise self.error(f"index shape {list(i.shape)} differs from the source's {list(x.shape)} outside axis {self.axis}")
+    if x.shape[self.axis] == 0 and i.numel: raise self.error(f"gathers from an empty axis {self.axis} of {x}")
+    want = TensorType(i.shape, x.dtype)
+    if r != want: raise self.error(f"result must be {want}, got {r}")
+
+
 class MatmulOp(Operation):
   name = 'tensor.matmul'
   OPERANDS = ('lhs', 'rhs')

@@ -4,7 +4,7 @@
   [ ... ]      a bracketed group, ( ... ) a parenthesised one
   ,            a separator: the parser passes the custom form's commas as tokens, (text, line, col) tuples,
                and each must be where the format has one (inside [ ] and ( ) the grammar requires them)
-  ?{ ... }     an optional group, present when its first operand or attribute is
+  ?{ ... }     an optional group, present when its first operand or attribute (in a group inside it too) is
   : type($x), type($y) -> type($r)    the types: of operands (checked) and results (taken)
 
 Whitespace in the format is where the printer puts spaces.
@@ -14,6 +14,13 @@ import re
 from tgc.ir.attrs import Ident, LList, Tup, Ref, Record, AttrError, normalize, fmt_attr
 
 _TOK = re.compile(r'\s*(\$\w+|\?\{|\}|\[|\]|\(|\)|,|:|->|type\(\$\w+\))')
+
+
+def _leaves(ds):
+  """The operands and attributes of a format's directives, in order, inside groups too."""
+  for d in ds:
+    if d.kind in ('operand', 'attr'): yield d
+    elif d.children: yield from _leaves(d.children)
 
 
 class FormatError(Exception):
@@ -188,7 +195,7 @@ class Format:
         self._print(d.children, op, groups, name, out)
         out.append(']' if d.name == '[' else ')')
       elif d.kind == 'optional':
-        first = next((c for c in d.children if c.kind in ('operand', 'attr')), None)
+        first = next(_leaves(d.children), None)
         present = first is None or (groups.get(first.name) if first.kind == 'operand' else first.name in op.attrs)
         if present: self._print(d.children, op, groups, name, out)
 

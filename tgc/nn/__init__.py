@@ -106,11 +106,12 @@ class GroupNorm:
 
 
 class Embedding:
-  """Rows of weight (vocab_size, embed_size) by integer index: a one-hot compare times the weight (a matmul)."""
+  """Rows of weight (vocab_size, embed_size) by integer index: a gather of rows (an index outside the vocabulary
+  reads the nearest row: clamped)."""
   def __init__(self, vocab_size: int, embed_size: int):
     self.vocab_size, self.embed_size = vocab_size, embed_size
     self.weight = _uniform((vocab_size, embed_size), math.sqrt(6 / (vocab_size + embed_size)))
   def __call__(self, idx: Tensor) -> Tensor:
     if idx.dtype.is_float: raise DTypeError(f"Embedding needs integer indices, got {idx.dtype!r}")
-    hot = idx.unsqueeze(-1) == Tensor.arange(self.vocab_size, device=idx.device).cast(idx.dtype)
-    return hot.cast(self.weight.dtype) @ self.weight
+    rows = idx.reshape(-1, 1).expand(idx.numel(), self.embed_size)
+    return self.weight._gather(0, rows).reshape(*idx.shape, self.embed_size)

@@ -89,6 +89,20 @@ def _pow(b, op, g):
 def _cast(b, op, g):
   return [b.cast(g, op.src.type.dtype) if op.src.type.dtype.is_float and op.results[0].type.dtype.is_float else None]
 
+def _gather(b, op, g):
+  """A gather's gradient: each source element gets the sum of the output gradients whose (clamped) index is its
+  position along the axis (a one-hot compare of the index with the positions, times g, summed over the axis)."""
+  x, idx, a = op.src, op.index, op.axis
+  O, n = idx.type.shape, x.type.shape[a]
+  E, ins = O[:a + 1] + (n,) + O[a + 1:], O[:a + 1] + (1,) + O[a + 1:]
+  it = idx.type
+  clamped = b.alu('min', b.alu('max', idx, b.c(0, idx)), b.c(n - 1, idx))
+  pos = b.op('const', (), TensorType((n,), it.dtype), {'value': tuple(range(n))})
+  pos = b.expand(b.move('reshape', pos, (1,) * (a + 1) + (n,) + (1,) * (len(O) - a - 1)), E)
+  hit = b.cast(b.cmp('cmpeq', b.expand(b.move('reshape', clamped, ins), E), pos), g.type.dtype)
+  s = b.reduce('add', b.alu('mul', hit, b.expand(b.move('reshape', g, ins), E)), (a,))
+  return [b.move('reshape', s, x.type.shape), None]
+
 RULES = {
   'neg': lambda b, op, g: [b.alu('neg', g)],
   'exp2': lambda b, op, g: [b.alu('mul', g, b.alu('mul', op.results[0], b.c(math.log(2), g)))],
@@ -115,6 +129,7 @@ RULES = {
   'shrink': lambda b, op, g: [b.move('pad', g, op.src.type.shape, {'pads': tuple((lo, s - hi) for (lo, hi), s in zip(op.bounds, op.src.type.shape))})],
   'flip': lambda b, op, g: [b.move('flip', g, g.type.shape, {'axes': op.axes})],
   'contiguous': lambda b, op, g: [g],
+  'gather': _gather,
   'matmul': lambda b, op, g: [b.op('matmul', (g, b.transpose(op.rhs)), op.lhs.type), b.op('matmul', (b.transpose(op.lhs), g), op.rhs.type)],
 }
 # ops whose outputs carry no gradient to their operands (constant, integer or bool only, or piecewise constant)

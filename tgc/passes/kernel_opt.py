@@ -239,6 +239,7 @@ def generic(tl: Tiling) -> list | None:
           key = (all(s in (0, 1) for s in st), amt)
           if amt and (best is None or key > best_key): best, best_key = (ax, amt), key
           if want == 2 and best: break
+      if best is None and not gpu and step == len(wants) - 1 and vec_bcast is not None: best = cpu_pad_rows(tl.ks, cands, loads, want, vec_bcast, tl.apply)
       if best is None: continue
       # CPU: an output axis that takes a quarter of the vector or less (258 filters: 2 lanes) where every load reads
       # the reduce axis contiguously: no register tile, the lanes go along the reduce (silero's STFT, 3x258 by 256
@@ -258,7 +259,7 @@ def generic(tl: Tiling) -> list | None:
       cur = math.prod(tl.ks.full[i] for i, kd in enumerate(tl.ks.kinds) if kd in ('upcast', 'unroll'))
       plain = not any(kd == 'upcast' for kd in tl.ks.kinds)
       contig = [tl.ks.strides(op)[r] for op in loads]
-      if plain and not gpu and all(c in (0, 1) for c in contig) and 1 in contig and s % vec == 0 and s > vec:
+      if plain and not gpu and all(c in (0, 1) for c in contig) and 1 in contig and s > vec and (s % vec == 0 or cpu_pad(tl.ks, r, vec, tl.apply)):
         tl.apply(Opt('unroll', r, vec))  # a plain reduction over contiguous memory: vector lanes along it
       elif s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: tl.apply(Opt('unroll', r, 0))
       elif staged and s % (4 * unroll) == 0 and cur * 4 * unroll <= MAX_LANES: tl.apply(Opt('unroll', r, 4 * unroll))  # a longer step between barriers
@@ -286,6 +287,7 @@ def generic(tl: Tiling) -> list | None:
         amt = next((a for a in (32, 16, 8) if -(-s // a) * a - s <= s // 8), None)
         if amt and s % amt: tl.apply(Opt('padto', ax, amt))
       if all(tl.ks.strides(op)[ax] in (1, 0) for op in loads + [tl.ks.store]) and tl.ks.strides(tl.ks.store)[ax] == 1:
+        if not gpu and s > vec and s % 4: cpu_pad(tl.ks, ax, vec, tl.apply)  # (a multiple of 4 takes 4 or 8 lanes as it is)
         for amt in (vec, 8, 4, 2):
           if amt <= vec and tl.ks.full[ax] % amt == 0 and tl.apply(Opt('upcast', ax, amt)): break
       # GPU layout change (a load contiguous along another axis than the store's: a transpose): a thread takes a
@@ -341,6 +343,31 @@ def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: 
   tl = Tiling(k, spec, max_upcast, allow_local, unroll, stage)
   if not tl.ks.full: return tl.opts
   return next(opts for strategy in STRATEGIES if (opts := strategy(tl)) is not None)
+
+
+# ---- CPU: vectors along rows no vector width divides
+def cpu_pad(ks: Schedule, ax: int, vec: int, apply) -> bool:
+  """CPU: an axis of odd length past a vector (a ViT's softmax over 65 tokens) is padded to the vector width (PADTO:
+  the padding is computed, masked where a reduce would see it, never stored), where that wastes at most a third, so
+  that it runs in vector lanes instead of one element at a time (scalar exp2 polynomials: a 130x65 softmax took
+  0.18 ms a kernel). Whether it applied."""
+  s = ks.full[ax]
+  ns = -(-s // vec) * vec
+  return ns != s and (ns - s) * 3 <= ns and apply(Opt('padto', ax, vec))
+
+
+def cpu_pad_rows(ks: Schedule, cands, loads, rows: int, vec_bcast, apply):
+  """CPU: where no row axis of a register tile (beside its vector axis) divides by a useful amount (a ViT's 65 tokens), the first candidate
+  that would take the tile's rows is padded to them (PADTO, at most a third wasted; the padded rows are computed, not
+  stored): (axis, rows) for the upcast, or None. A one-row tile reloads every vector of the other operand per row."""
+  for ax in cands:
+    st = [ks.strides(op)[ax] for op in loads]
+    if tuple(s == 0 for s in st) == vec_bcast: continue
+    if any(s == 0 for s in st) and any(s not in (0, None) for s in st):
+      # (the tile's rows, else half of them: a conv's 3x3 output pixels take 4 rows where 8 would waste more than a third)
+      amt = next((a for a in (rows, rows // 2) if a >= 2 and cpu_pad(ks, ax, a, apply)), None)
+      if amt: return (ax, amt)
+  return None
 
 
 def pad_to_tiles(ks: Schedule, multiples, tile=None) -> list | None:

@@ -10,7 +10,8 @@ Which values become buffers (tinygrad's rules, ir.md):
     reduction); elementwise values are recomputed in each consumer instead, as tinygrad does;
   - a computed value under a pad (padding must read 0, not f(0));
   - a factor of a sum of products that it reads broadcast RECOMPUTE (16) times or more per element and that costs
-    several ALU ops a point (a 1x1 conv's input after batch norms and activations): computed once, not per output.
+    several ALU ops and loads a point (a 1x1 conv's input after batch norms and activations, a matmul's input that is
+    a layernorm of a residual sum): computed once, not per output.
 A buffer that is a reduce whose result a later reduce over the same rows reads back as a broadcast (softmax's
 max under its exp-sum) is computed and stored by that later reduce's kernel, in a stage before its own
 (choose_fusions): softmax is two kernels.
@@ -63,9 +64,10 @@ def _reduce_under(v: Value):
   return next(iter(found)) if len(found) == 1 else None
 
 
-def _path_views(leaf_shape, path) -> ViewStack:
-  """The view stack that reads a buffer of leaf_shape through the movement ops of `path` (the last is applied first)."""
-  st = ViewStack.from_shape(leaf_shape)
+def _path_views(leaf_shape, path, start: ViewStack | None = None) -> ViewStack:
+  """The view stack that reads a buffer of leaf_shape (or through the stack `start`) through the movement ops of
+  `path` (the last is applied first)."""
+  st = start or ViewStack.from_shape(leaf_shape)
   for op in reversed(path):
     n = op.name
     if n == 'tensor.reshape': st = st.reshape(op.results[0].type.shape)
@@ -171,15 +173,19 @@ class Scheduler:
         if op.src.type.numel >= RECOMPUTE * b.type.numel and self._alu_cost(b) >= 4: self.R.add(b)
 
   def _alu_cost(self, v: Value, limit: int = 4) -> int:
-    """ALU ops computing v down to buffers and leaves (at most `limit` counted)."""
-    n, seen, stack = 0, set(), [v]
-    while stack and n < limit:
+    """ALU ops computing v down to buffers and leaves, and the buffers it reads past the first (each a load per point
+    where v is recomputed: a layernorm's (x + y - mean) * rstd reads four), at most `limit` counted."""
+    n, seen, stack, reads = 0, set(), [v], set()
+    while stack and n + max(0, len(reads) - 1) < limit:
       u = stack.pop()
-      if u in seen or u.op is None or _is_leaf(u) or (u in self.R and u is not v) or u.op.name == 'tensor.reduce': continue
+      if u in seen: continue
       seen.add(u)
+      if u.op is None or (u in self.R and u is not v): reads.add(u); continue
+      if _is_leaf(u) or u.op.name == 'tensor.reduce': continue
+      if MOVEMENT in u.op.TRAITS: stack.append(u.op.operands[0]); continue
       if ELEMENTWISE in u.op.TRAITS and hasattr(u.op, 'opname'): n += 1
       stack += u.op.operands
-    return n
+    return n + max(0, len(reads) - 1)
 
   def reads(self, start) -> dict[Value, list[tuple]]:
     """The buffers (values of R, arguments) that computing the values `start` reads, each with the movement paths
@@ -276,7 +282,7 @@ class Scheduler:
         if u.name == 'func.return': continue
         if u.name == 'tensor.reshape' and u.results[0] not in self.R:  # a reshape of the output is only a store view
           stack.append((u.results[0], base)); continue
-        if MOVEMENT in u.TRAITS or u.name in ('tensor.reduce', 'tensor.matmul'): out.add(base); continue
+        if MOVEMENT in u.TRAITS or u.name in ('tensor.reduce', 'tensor.matmul', 'tensor.gather'): out.add(base); continue
         if ELEMENTWISE in u.TRAITS and u.results[0] not in seen and u.results[0] not in self.R:
           seen.add(u.results[0]); stack.append((u.results[0], u.results[0]))
     return out
@@ -410,6 +416,7 @@ class _KernelBuilder:
       return self.add(K('const')([], [dt], {'value': op.attrs['value']}, op.loc))
     if MOVEMENT in op.TRAITS: return self.emit(op.operands[0], path + (op,), below)
     if op.name == 'tensor.contiguous': return self.emit(op.operands[0], path, below)
+    if op.name == 'tensor.gather': return self.gather(op, path, below)
     if op.name == 'tensor.reduce':
       if below or any(p.name != 'tensor.reshape' for p in path): raise _Realize(v)
       full, axes = op.src.type.shape, tuple(sorted(op.axes))
@@ -434,9 +441,27 @@ class _KernelBuilder:
       self.inlined[v] = r
     return r
 
-  def load(self, host: Value, path, below: bool) -> Value:
-    st = self.views(host.type.shape, path)
-    op = K('load')([self.arg_for(host)], [host.type.dtype], {'view': st}, None)
+  def gather(self, op, path, below: bool) -> Value:
+    """A gather is a load whose index along its axis is the index operand's value at the point (computed in this
+    kernel like any value); its view addresses the point's other coordinates. The source is a buffer read through
+    one view without a mask along the axis (that axis's elements lie one stride apart), else it becomes one."""
+    s, src, a = self.s, op.src, op.axis
+    base, spath = src, ()
+    while base not in s.R and base.op is not None and MOVEMENT in base.op.TRAITS: spath += (base.op,); base = base.op.operands[0]
+    if not (base in s.R or base.op is None or _is_leaf(base)): raise _Realize(base)
+    host = s.buffers[base] if base in s.buffers else s.host_buffer(base)
+    sv = _path_views(base.type.shape, spath).views
+    if len(sv) != 1 or (sv[0].mask is not None and sv[0].mask[a] != (0, src.type.shape[a])): raise _Realize(src)
+    v, out = sv[0], op.results[0].type.shape
+    rest = View.create(out, tuple(0 if i == a else st for i, st in enumerate(v.strides)), v.offset,
+                       None if v.mask is None else tuple((0, out[a]) if i == a else m for i, m in enumerate(v.mask)))
+    ix = self.emit(op.index, path, below)
+    return self.load(host, path, below, start=ViewStack((rest,)), gather=(ix, v.strides[a], src.type.shape[a]))
+
+  def load(self, host: Value, path, below: bool, start=None, gather=None) -> Value:
+    st = _path_views(host.type.shape, path, start)
+    if gather is None: op = K('load')([self.arg_for(host)], [host.type.dtype], {'view': st}, None)
+    else: op = K('load')([self.arg_for(host), gather[0]], [host.type.dtype], {'view': st, 'stride': gather[1], 'size': gather[2]}, None)
     self.loads.append(op)
     if not below: self.after.append(op)
     return self.add(op)

@@ -556,16 +556,20 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     dt = op.results[0].type
     if op in self.tiles: return self.load_tile(op, idx, lane_axes, c)  # (only while its reduce loop is open)
     buf = self.buf[op.buf]
+    gx = self.gathered(op, lane_axes, c)
     def one(lane):
       i, valid = self.index(op, idx, lane_axes, c, lane)
+      if gx is not None: i = b.add(i, gx(lane))
       cv = b.cval(valid)
       if cv == 0: return b.const(0, dt)
       if cv == 1: return b.emit('load', [buf, i], dt)
       return b.emit('load', [buf, i, valid, b.const(0, dt)], dt)
     st = self.vec_stride(op)
-    if st == 0: return one(0)
-    if st == 1 and self.aligned(self.index(op, idx, lane_axes, c, 0)[0]):
+    uniform = gx is None or not isinstance(self.vals[op.index][self.project(op.index, lane_axes, c)].type, VecType)
+    if st == 0 and uniform: return one(0)
+    if st == 1 and uniform and self.aligned(self.index(op, idx, lane_axes, c, 0)[0]) and (gx is None or self.aligned(gx(0))):
       i, valid = self.index(op, idx, lane_axes, c, 0)
+      if gx is not None: i = b.add(i, gx(0))
       t = VecType(self.W, dt)
       cv = b.cval(valid)
       if cv == 1: return b.emit('load', [buf, i], t)
@@ -573,6 +577,23 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       zero = b.emit('vectorize', [b.const(0, dt)] * self.W, t)
       return b.emit('load', [buf, i, valid, zero], t)
     return b.emit('vectorize', [one(l) for l in range(self.W)], VecType(self.W, dt))
+
+  def gathered(self, op, lane_axes, c):
+    """A gather's term of the index, per vector lane: clamp(index, 0, size - 1) * stride in the index type (the
+    clamp keeps every index value inside the buffer, which uop bounds then proves); None for a plain load."""
+    g = op.gather
+    if g is None: return None
+    b, (stride, size) = self.b, g
+    v = self.vals[op.index][self.project(op.index, lane_axes, c)]
+    def term(lane):
+      x = b.emit('gep', [v], elem(v.type), {'index': lane}) if isinstance(v.type, VecType) else v
+      t = elem(x.type)
+      # clamped in the index's own type first: a 64-bit id past 2**31 must not wrap into range when narrowed
+      lo, hi = max(0, D.min_max(t)[0]), min(size - 1, D.min_max(t)[1])
+      x = b.alu('min', b.alu('max', x, b.const(lo, t)), b.const(hi, t))
+      if t != b.idx_dt: x = b.emit('cast', [x], b.idx_dt)
+      return b.mul(x, b.const(stride))
+    return term
 
   def store(self, op, idx, lane_axes, c):
     b = self.b

@@ -254,7 +254,7 @@ class Schedule:
   def check(self, target: Target | DeviceSpec) -> 'Schedule':
     """This schedule, where it lowers on `target` (its language's limits); else an OptError naming the kernel, the
     first rule broken in the order lowering meets them: the unrolled lanes, work-groups and shared memory on a GPU
-    language alone, tensor cores on a target that has them, the launch grid's sizes, tensor cores' operands, dtypes
+    language alone, gathers neither on tensor cores nor staged, tensor cores on a target that has them, the launch grid's sizes, tensor cores' operands, dtypes
     and warps (tc_operands; a warpgroup's: its staged operands and its warps along m), the shared memory the staged
     tiles take (per reduce loop)."""
     t = target.target if isinstance(target, DeviceSpec) else target
@@ -265,6 +265,8 @@ class Schedule:
     if any(kd in ('local', 'group') for kd in kinds) and t.is_cpu: raise OptError(f"@{name}: local and group dims need a GPU target, not {t.name}")
     if self.smem and (t.is_cpu or not t.local_memory): raise OptError(f"@{name}: smem needs a GPU target with shared memory, not {t.name}")
     tc = any(kd in ('tcm', 'tcn', 'tck') for kd in kinds)
+    if (tc and any(op.name == 'kernel.load' and op.gather is not None for op in self.k.walk())) or any(op.gather is not None for op in self.smem):
+      raise OptError(f"@{name}: a gather (a load by a computed index) is read neither by tensor cores nor through smem's tiles")
     if tc and t.tensor_cores is None:
       raise OptError(f"@{name}: tensor cores (tc) need the {' or '.join(x.name for x in tensor_core_targets())} target, not {t.name}")
     def grid(ax, prefix):  # (on a CPU only the outermost global axis is a launch dim, the rest loops)

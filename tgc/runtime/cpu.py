@@ -676,12 +676,44 @@ class HostPointerAllocator(HostAllocator):
     except (TypeError, ValueError): return handle.ctypes.data  # a read-only or empty array
 
 
+def batch_launcher(calls: list, nslots: int, fixed: dict, var: tuple):
+  """One native function that runs kernels one after another on this thread, as one call from Python: `calls` are
+  (program, the slots of its buffers) of settled one-thread CPUPrograms, the slots numbered in an array of nslots
+  pointers that holds `fixed` ({slot: address}) for good. The launcher it returns takes the addresses of the `var`
+  slots (a call's arguments and results), in that order."""
+  import llvmlite.binding as llvm
+  tm = _target_machine()
+  used = sorted({s_ for _, idx in calls for s_ in idx})
+  body = [f"  %p{s_} = getelementptr ptr, ptr %env, i64 {s_}\n  %s{s_} = load ptr, ptr %p{s_}, align 8" for s_ in used]
+  for i, (prg, idx) in enumerate(calls):
+    body.append(f"  %f{i} = inttoptr i64 {prg.addr} to ptr\n  call void %f{i}({''.join(f'ptr %s{s_}, ' for s_ in idx)}i32 0, i32 {prg.global_size[0]})")
+  ir = "define void @batch(ptr %env) {\n" + "\n".join(body) + "\n  ret void\n}\n"
+  with _lock:
+    mod = llvm.parse_assembly(ir); mod.verify()
+    mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
+    ee = llvm.create_mcjit_compiler(mod, tm); ee.finalize_object(); _engines.append(ee)
+  fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ee.get_function_address('batch'))
+  env = (ctypes.c_void_p * max(nslots, 1))()
+  for s_, a in fixed.items(): env[s_] = a
+  n = len(calls)
+  def launch(vals):
+    for s_, a in zip(var, vals): env[s_] = a
+    fn(env); stats['launches'] += n
+  return launch
+
+
 class CPUDevice(HostDevice):
   """The default device: LLVM through llvmlite's MCJIT on the host CPU. compile() returns the cached program."""
   name, target = 'CPU', 'llvm'
   def __init__(self): BaseDevice.__init__(self, HostPointerAllocator(self.name))
   def compile(self, fn) -> CPUProgram: return compile_llvm(self, fn)
   def compile_all(self, fns: list) -> list[CPUProgram]: return compile_llvm_all(self, fns)
+  def batchable(self, p) -> bool:
+    """Whether program p runs on one thread (settled so, or every launch while CPU_THREADS=1): a batch may take it."""
+    return isinstance(p, CPUProgram) and (p.split is False or (p.split is None and threads() < 2))
+  def batch_launcher(self, calls, nslots, fixed, var):
+    """A launcher of several one-thread kernels (batchable) as one native call (see batch_launcher)."""
+    return batch_launcher(calls, nslots, fixed, var) if all(self.batchable(p) for p, _ in calls) else None
   def wake_workers(self) -> None:
     """A call with split launches starts: wake the pool's workers now, so that they spin by its first split launch
     (a sleeping worker takes a wake-up to join; one that slept long, on a virtual machine, much longer)."""

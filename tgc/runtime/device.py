@@ -99,5 +99,7 @@ class BaseDevice:
 
 
 class HostDevice(BaseDevice):
-  """A device whose memory is the host's (CPU, C, INTERP): buffers are numpy arrays, launches run at once."""
+  """A device whose memory is the host's (CPU, C, INTERP): buffers are numpy arrays, launches run at once, so a
+  specialized function's intermediate buffers can be its own, allocated once (keeps_intermediates)."""
+  keeps_intermediates = True
   def __init__(self): super().__init__(HostAllocator(self.name))
