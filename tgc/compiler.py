@@ -305,7 +305,7 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   if not funcs: raise TgcError("no func.func to run")
   host = funcs[0] if entry is None else m.lookup(entry.lstrip('@'))
   if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
-  if not m.functions('uop.func') or any(op.name.startswith('tensor.') and op.name not in ('tensor.reshape', 'tensor.const') for op in host.body.ops):
+  if not m.functions('uop.func') or m.functions('kernel.func') or any(op.name.startswith('tensor.') and op.name not in ('tensor.reshape', 'tensor.const') for op in host.body.ops):
     # an OpenCL device on a CPU: CPU tiles; a CUDA device: SMEM's tiles may take the shared memory it allows
     lower(m, target, out, dbg, getattr(dev, 'processor', 'auto'), getattr(dev, 'local_memory', 0), device_warpgroup(dev_name))
   _declare_sizes(m, host)

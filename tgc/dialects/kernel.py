@@ -115,8 +115,15 @@ class StoreOp(Operation):
     if len(self.view.views) != 1 or self.view.views[0].mask is not None:
       raise self.error("stores through a single unmasked view")
     _check_view(self, b, self.view)
-    n = math.prod(self.view.views[0].shape)  # a launch writes its whole output buffer: none of it is left unwritten
+    v = self.view.views[0]
+    n = math.prod(v.shape)  # a launch writes its whole output buffer: none of it is left unwritten
     if n != b.numel: raise self.error(f"view writes {n} elements, {b} has {b.numel}: a store covers its buffer")
+    # ... each element once: the axes' strides (largest last, signs aside) are a layout's, so that no element is
+    # written twice (by threads in an order no device agrees on) while another keeps what the allocator left
+    step = 1
+    for st, sz in sorted((abs(st), sz) for sz, st in zip(v.shape, v.strides) if sz > 1):
+      if st != step: raise self.error(f"view (shape {list(v.shape)}, strides {list(v.strides)}) writes some elements of {b} more than once: a store writes each element of its buffer once")
+      step *= sz
 
 
 class ConstOp(Operation):
@@ -161,11 +168,11 @@ class LaunchOp(Operation):
     k = module.lookup(self.callee)
     if k is None or k.name not in ('kernel.func', 'uop.func'): raise self.error(f"launches unknown kernel '@{self.callee}'")
     if k.name == 'kernel.func': want = [(a.type.dtype, a.type.numel) for a in k.body.args]
-    else:  # after linearize: the kernel's buffers are its define_globals
-      glob = sorted((op.attrs['index'], op.results[0].type.dtype) for op in k.body.ops if op.name == 'uop.define_global')
-      want = [(dt, None) for _, dt in glob]
+    else:  # after linearize: the kernel's buffers are its define_globals, of the sizes they declare
+      glob = {op.attrs['index']: (op.results[0].type.dtype, op.attrs.get('size')) for op in k.body.ops if op.name == 'uop.define_global'}
+      want = [glob[i] for i in sorted(glob)]
     if len(want) != len(self.args): raise self.error(f"passes {len(self.args)} buffers, @{self.callee} takes {len(want)}")
     for i, (v, (dt, n)) in enumerate(zip(self.args, want)):
       t = v.type
       if not isinstance(t, TensorType) or t.dtype != dt or (n is not None and t.numel != n):
-        raise self.error(f"argument #{i} is {t}, @{self.callee} expects a buffer of {n if n is not None else ''} {dt}".replace('  ', ' '))
+        raise self.error(f"argument #{i} is {t}, @{self.callee} expects a buffer of {f'{n} ' if n is not None else ''}{dt}")

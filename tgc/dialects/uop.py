@@ -72,6 +72,31 @@ class UopFuncOp(Operation):
         if glob.setdefault(i, dt) is not dt: raise op.error(f"buffer {i} is defined with two dtypes, {glob[i]} and {dt}")
     missing = next((i for i in range(len(glob)) if i not in glob), None)
     if missing is not None: raise self.error(f"buffer argument {missing} has no uop.define_global (buffers are numbered from 0 without gaps)")
+    self.verify_launch()
+    from tgc.dialects.uop_bounds import outside_accesses
+    for op, size, lo, hi in outside_accesses(self):
+      what = f"buffer {op.buf.op.attrs['index']}" if op.buf.op.name == 'uop.define_global' else f"local buffer {op.buf.op.attrs['sym']}"
+      verb = 'reads' if op.name == 'uop.load' else 'writes'
+      raise op.error(f"{verb} elements {_num(lo)}..{_num(hi)} of {what}, which declares {size}: "
+                     f"an index the verifier sees must stay inside its buffer (gate it, or declare a larger size)")
+
+  def verify_launch(self):
+    """The launch runs exactly the indices its uop.specials range over: each axis's size in global_size (local_size)
+    is the extent of every special on that axis (a thread past it would index as the analysis never sees)."""
+    seen: dict = {}
+    for op in self.body.ops:
+      if op.name != 'uop.special' or not isinstance(op.attrs.get('size'), int): continue
+      ax = op.attrs['axis']
+      k = int(ax[4]) if ax[4:].isdigit() else -1
+      given = self.attrs.get('global_size' if ax.startswith('gidx') else 'local_size') or ()
+      if 0 <= k < len(given) and given[k] != op.size:
+        attr = 'global_size' if ax.startswith('gidx') else 'local_size'
+        raise op.error(f"extent {op.size} differs from the launch's {attr}[{k}] = {given[k]}: a launch runs exactly the {ax} values its specials range over")
+      if seen.setdefault(ax, op).size != op.size:
+        raise op.error(f"extent {op.size} differs from another {ax}'s {seen[ax].size} (line {seen[ax].loc.line if seen[ax].loc else '?'}): the specials of one axis share its extent")
+
+
+def _num(x) -> str: return str(int(x)) if abs(x) != float('inf') else ('-inf' if x < 0 else 'inf')
 
 
 def _ptr(op, v, what='buffer'):

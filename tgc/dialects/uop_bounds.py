@@ -38,9 +38,20 @@ def _bounds(v, memo, narrow):
     return (a[0], max(a[0], b[1] - 1))
   opn = getattr(op, 'opname', None)
   if opn in ('cmplt', 'cmpne', 'cmpeq', 'and', 'or', 'xor') and t.is_bool: return (0, 1)
-  if opn is None or len(op.operands) != 2 or opn not in ('add', 'sub', 'mul', 'idiv', 'mod', 'max', 'min'): return (lo_t, hi_t)
+  if opn == 'cast':
+    s = op.operands[0].type
+    if not isinstance(s, D.DType) or s.is_float: return (lo_t, hi_t)
+    r = bounds(op.operands[0], memo, narrow)
+    return r if lo_t <= r[0] and r[1] <= hi_t else (lo_t, hi_t)  # a value the new type holds is unchanged
+  if opn == 'where':
+    (a0, a1), (b0, b1) = bounds(op.operands[1], memo, narrow), bounds(op.operands[2], memo, narrow)
+    return (min(a0, b0), max(a1, b1))
+  if opn is None or len(op.operands) != 2 or opn not in _INT_ALU: return (lo_t, hi_t)
   (a0, a1), (b0, b1) = bounds(op.operands[0], memo, narrow), bounds(op.operands[1], memo, narrow)
-  if opn == 'add': r = (a0 + b0, a1 + b1)
+  if opn in ('shl', 'shr', 'and'):  # by a constant amount (shifts) or mask, of a value that is not negative
+    if not (b0 == b1 and a0 >= 0 and b0 >= 0 and (opn == 'and' or b0 < t.bits)): return (lo_t, hi_t)
+    r = (a0 << b0, a1 << b0) if opn == 'shl' else (a0 >> b0, a1 >> b0) if opn == 'shr' else (0, min(a1, b0))
+  elif opn == 'add': r = (a0 + b0, a1 + b1)
   elif opn == 'sub': r = (a0 - b1, a1 - b0)
   elif opn == 'mul':
     c = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]; r = (min(c), max(c))
@@ -53,6 +64,30 @@ def _bounds(v, memo, narrow):
     if b0 == b1 and b0 > 0 and a0 >= 0: r = (0, min(a1, b0 - 1)) if a1 >= b0 else (a0, a1)
     else: return (lo_t, hi_t)
   if r[0] < lo_t or r[1] > hi_t: return (lo_t, hi_t)  # might wrap: know nothing
+  return r
+
+
+_INT_ALU = ('add', 'sub', 'mul', 'idiv', 'mod', 'max', 'min', 'shl', 'shr', 'and')
+_LEAVES = ('uop.special', 'uop.define_var', 'uop.const')  # (and uop.range, over its visible bounds)
+
+
+def visible(v: Value, memo: dict) -> bool:
+  """Whether the analysis models every op v is computed from: launch indices, loop counters, constants, variables
+  and the integer ops over them, so that its bounds are the verifier's to check. A value read from memory, an
+  accumulator or a float's cast is data: an access it indexes is guarded at run time instead."""
+  key = ('visible', v)
+  r = memo.get(key)
+  if r is None:
+    op = v.op
+    t = v.type
+    if op is None or not isinstance(t, D.DType) or t.is_float: r = False
+    elif op.name in _LEAVES: r = True
+    elif op.name == 'uop.range': r = all(visible(x, memo) for x in op.operands)
+    else:
+      opn = getattr(op, 'opname', None)
+      src = op.operands[1:] if opn == 'where' else op.operands
+      r = (opn in _INT_ALU or opn in ('cast', 'where')) and all(visible(x, memo) for x in src)
+    memo[key] = r
   return r
 
 
@@ -109,19 +144,33 @@ def _index_bounds(idx, memo, nar):
   return bounds(idx, {}, nar)
 
 
-def unproven_accesses(fn, memo: dict | None = None) -> set:
-  """Loads and stores of a uop.func not provably inside their define_global's size (a missing size: all)."""
-  memo = {} if memo is None else memo
-  out, ifs = set(), []
+def accesses(fn, memo: dict):
+  """(op, declared size or None, lo, hi, conditional) for each load and store of a uop.func: the elements it may
+  touch under its gate and the uop.ifs around it, the size its define_global or define_local declares, and whether
+  a gate or a uop.if decides if it happens."""
+  ifs = []
   for op in fn.body.ops:
     if op.name == 'uop.if': ifs.append(op.operands[0])
     elif op.name == 'uop.endif' and ifs: ifs.pop()
     if op.name not in ('uop.load', 'uop.store'): continue
     d = op.buf.op
-    size = d.attrs.get('size') if d is not None else None
-    if d is None or d.name != 'uop.define_global':
-      if d is not None and d.name == 'uop.define_local': size = d.attrs.get('size')
-    if size is None: out.add(op); continue
-    lo, hi = access_range(op, memo, ifs)
-    if not (lo >= 0 and hi < size): out.add(op)
-  return out
+    size = d.attrs.get('size') if d is not None and d.name in ('uop.define_global', 'uop.define_local') else None
+    cond = bool(ifs) or len(op.operands) == 4  # (a gated load: buf, idx, gate, alt; a gated store: buf, idx, value, gate)
+    yield (op, size, *access_range(op, memo, ifs), cond) if size is not None else (op, None, None, None, cond)
+
+
+def unproven_accesses(fn, memo: dict | None = None) -> set:
+  """Loads and stores of a uop.func not provably inside their define_global's size (a missing size: all)."""
+  memo = {} if memo is None else memo
+  return {op for op, size, lo, hi, _ in accesses(fn, memo) if size is None or not (lo >= 0 and hi < size)}
+
+
+def outside_accesses(fn, memo: dict | None = None) -> list:
+  """(op, size, lo, hi) of the unconditional loads and stores whose index the analysis sees whole (`visible`) and
+  cannot keep inside the size their buffer declares: what the verifier rejects. The rest are proven, or guarded at
+  run time: a data-dependent index, or a gate (or uop.if) whose condition the analysis cannot narrow the index by
+  (a padded tile's `m < 20 && n < 7` over the index m * 7 + n); a guarded access outside its buffer behaves as if
+  its gate were false (a load gives its alternative value, or zero; a store writes nothing), on every device."""
+  memo = {} if memo is None else memo
+  return [(op, size, lo, hi) for op, size, lo, hi, cond in accesses(fn, memo)
+          if size is not None and not cond and not (lo >= 0 and hi < size) and visible(op.idx, memo)]

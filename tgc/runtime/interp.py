@@ -42,6 +42,18 @@ def _store(buf: np.ndarray, idx: int, val, t, where: str):
   buf.reshape(-1)[idx:idx + n] = np.broadcast_to(v, (n,))
 
 
+def _inside(op, idx: int, t) -> bool:
+  """Whether an access stays inside the size its buffer declares: one outside it behaves as if its gate were false, as
+  the emitters' run-time guards make it (the verifier rejects those it can see; uop_bounds.outside_accesses)."""
+  size = op.buf.op.attrs.get('size')
+  return size is None or 0 <= idx <= size - (t.count if isinstance(t, VecType) else 1)
+
+
+def _zero(t):
+  z = const_value(0, elem(t))
+  return np.full(t.count, z) if isinstance(t, VecType) else np.asarray(z)
+
+
 def run_uop_func(fn, buffers: list[np.ndarray]) -> None:
   """Execute one uop.func over its whole launch grid; outputs are written into `buffers` in place."""
   if fn.name != 'uop.func': raise TgcError(f"expected a uop.func, got '{fn.name}'")
@@ -99,10 +111,11 @@ def _run_point(fn, ops, pair, bufs, special, locals_, name):
     elif nm in ('endif', 'barrier'): pass
     elif nm == 'load':
       t = op.results[0].type
-      if op.gate is not None and not bool(get(op.gate)): val[op.results[0]] = np.array(get(op.alt))
+      if (op.gate is not None and not bool(get(op.gate))) or not _inside(op, int(get(op.idx)), t):
+        val[op.results[0]] = np.array(get(op.alt)) if op.alt is not None else _zero(t)
       else: val[op.results[0]] = _load(get(op.buf), int(get(op.idx)), t, f"{name}: 'uop.load'")
     elif nm == 'store':
-      if op.gate is None or bool(get(op.gate)):
+      if (op.gate is None or bool(get(op.gate))) and _inside(op, int(get(op.idx)), op.value.type):
         _store(get(op.buf), int(get(op.idx)), get(op.value), op.value.type, f"{name}: 'uop.store'")
     elif nm == 'vectorize': val[op.results[0]] = np.array([get(s) for s in op.srcs])
     elif nm == 'gep': val[op.results[0]] = np.asarray(get(op.vec)[op.attrs['index']])
