@@ -46,7 +46,7 @@ class FuncOp(Operation):
         t = op.results[0].type
         if isinstance(t, TensorType) and t.numel: unwritten[op.results[0]] = op
         continue
-      if op.name == 'tensor.reshape' and op.operands and op.operands[0] in unwritten:
+      if op.name in ('kernel.reshape', 'tensor.reshape') and op.operands and op.operands[0] in unwritten:
         unwritten[op.results[0]] = unwritten[op.operands[0]]; continue
       outs = set()
       if op.name == 'kernel.launch':

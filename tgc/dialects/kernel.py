@@ -158,6 +158,19 @@ class AllocOp(Operation):
     if not isinstance(self.results[0].type, TensorType): raise self.error(f"allocates a tensor, got {self.results[0].type}")
 
 
+class ReshapeOp(Operation):
+  """kernel.reshape %buf : tensor<64x64x1xf32> -> tensor<64x64xf32>: a host buffer at another shape of as many
+  elements (buffers are flat: no copy, the same memory), for a result or an argument the schedule passes on."""
+  name = 'kernel.reshape'
+  OPERANDS = ('src',)
+  TRAITS = {PURE}
+  FORMAT = '$src : type($src) -> type($result)'
+  def verify(self):
+    s, r = self.src.type, self.results[0].type
+    if not isinstance(s, TensorType) or not isinstance(r, TensorType): raise self.error(f"reshapes a host buffer (a tensor), got {s} -> {r}")
+    if s.dtype != r.dtype or s.numel != r.numel: raise self.error(f"cannot view {s} ({s.numel} elements) as {r} ({r.numel} elements): a reshape keeps the buffer")
+
+
 class LaunchOp(Operation):
   name = 'kernel.launch'
   OPERANDS = ('args*',)
