@@ -157,6 +157,8 @@ class SpecialOp(Operation):
       raise self.error(f"axis must be gidx0..gidx2 or lidx0..lidx2, got '{a}'")
     if self.size < 1: raise self.error(f"size must be positive, got {self.size}")
     _int(self, self.results[0], 'result')
+    t = self.results[0].type
+    if self.size - 1 > D.min_max(t)[1]: raise self.error(f"size {self.size} does not fit its type {t}: an index past {D.min_max(t)[1]} would wrap")
 
 
 class ConstOp(Operation):

@@ -29,13 +29,18 @@ def _bounds(v, memo, narrow):
   op = v.op
   if op is None: return (lo_t, hi_t)
   n = op.name
-  if n == 'uop.const':
-    c = op.attrs['value']; return (c, c) if isinstance(c, int) else (lo_t, hi_t)
-  if n == 'uop.special': return (0, op.attrs['size'] - 1)
-  if n == 'uop.define_var': return (op.attrs['min'], op.attrs['max'])
-  if n == 'uop.range':
-    a, b = bounds(op.operands[0], memo, narrow), bounds(op.operands[1], memo, narrow)
-    return (a[0], max(a[0], b[1] - 1))
+  if n in ('uop.const', 'uop.special', 'uop.define_var', 'uop.range'):
+    if n == 'uop.const':
+      c = op.attrs['value']
+      if not isinstance(c, int): return (lo_t, hi_t)
+      c = (c - lo_t) % (hi_t - lo_t + 1) + lo_t  # what the device holds: an integer wraps to its type (0xff : i8 is -1)
+      r = (c, c)
+    elif n == 'uop.special': r = (0, op.attrs['size'] - 1)
+    elif n == 'uop.define_var': r = (op.attrs['min'], op.attrs['max'])
+    else:
+      a, b = bounds(op.operands[0], memo, narrow), bounds(op.operands[1], memo, narrow)
+      r = (a[0], max(a[0], b[1] - 1))
+    return r if lo_t <= r[0] and r[1] <= hi_t else (lo_t, hi_t)  # (a value its type cannot hold: know nothing)
   opn = getattr(op, 'opname', None)
   if opn in ('cmplt', 'cmpne', 'cmpeq', 'and', 'or', 'xor') and t.is_bool: return (0, 1)
   if opn == 'cast':
