@@ -74,9 +74,9 @@ class UopFuncOp(Operation):
     if missing is not None: raise self.error(f"buffer argument {missing} has no uop.define_global (buffers are numbered from 0 without gaps)")
     self.verify_launch()
     from tgc.dialects.uop_bounds import outside_accesses
-    for op, size, lo, hi in outside_accesses(self):
-      what = f"buffer {op.buf.op.attrs['index']}" if op.buf.op.name == 'uop.define_global' else f"local buffer {op.buf.op.attrs['sym']}"
-      verb = 'reads' if op.name == 'uop.load' else 'writes'
+    for op, buf, size, lo, hi in outside_accesses(self):
+      what = f"buffer {buf.op.attrs['index']}" if buf.op.name == 'uop.define_global' else f"local buffer {buf.op.attrs['sym']}"
+      verb = 'writes' if op.name == 'uop.store' or (op.name == 'uop.copy_async' and buf is op.dst) else 'reads'
       raise op.error(f"{verb} elements {_num(lo)}..{_num(hi)} of {what}, which declares {size}: "
                      f"an index the verifier sees must stay inside its buffer (gate it, or declare a larger size)")
 

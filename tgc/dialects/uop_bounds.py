@@ -7,7 +7,7 @@ that no kernel, however it was written, touches memory outside the buffers it de
 """
 from __future__ import annotations
 from tgc.ir.core import Value
-from tgc.ir.types import VecType
+from tgc.ir.types import PtrType, VecType
 from tgc.ir import dtypes as D
 
 INF = float('inf')
@@ -136,12 +136,12 @@ def access_range(op, memo: dict, enclosing: list = ()) -> tuple:
   """[lo, hi] of the elements a load or store touches (vector lanes included), under its gate and the conditions
   of the uop.ifs around it."""
   gate = op.gate if op.name == 'uop.load' else (op.operands[3] if len(op.operands) == 4 else None)
-  gates = list(enclosing) + ([gate] if gate is not None else [])
-  nar = narrowed(gates, memo) if gates else None
-  lo, hi = _index_bounds(op.idx, memo, nar)
   t = op.results[0].type if op.name == 'uop.load' else op.value.type
-  n = t.count if isinstance(t, VecType) else 1
-  return lo, hi + n - 1
+  return _range(op.idx, t.count if isinstance(t, VecType) else 1, list(enclosing) + ([gate] if gate is not None else []), memo)
+
+def _range(idx, lanes: int, gates: list, memo) -> tuple:
+  lo, hi = _index_bounds(idx, memo, narrowed(gates, memo) if gates else None)
+  return lo, hi + lanes - 1
 
 def _index_bounds(idx, memo, nar):
   if not nar: return bounds(idx, memo)
@@ -150,32 +150,40 @@ def _index_bounds(idx, memo, nar):
 
 
 def accesses(fn, memo: dict):
-  """(op, declared size or None, lo, hi, conditional) for each load and store of a uop.func: the elements it may
-  touch under its gate and the uop.ifs around it, the size its define_global or define_local declares, and whether
-  a gate or a uop.if decides if it happens."""
+  """(op, buffer, index, declared size or None, lo, hi, conditional) for each access of a uop.func to memory: the elements
+  it may touch under its gate and the uop.ifs around it, the size its define_global or define_local declares, and
+  whether a gate or a uop.if decides if it happens. Loads and stores; a uop.copy_async's write to shared memory
+  (always: a false gate writes zeros) and its read of global memory."""
   ifs = []
+  size = lambda b: b.op.attrs.get('size') if b.op is not None and b.op.name in ('uop.define_global', 'uop.define_local') else None
   for op in fn.body.ops:
     if op.name == 'uop.if': ifs.append(op.operands[0])
     elif op.name == 'uop.endif' and ifs: ifs.pop()
-    if op.name not in ('uop.load', 'uop.store'): continue
-    d = op.buf.op
-    size = d.attrs.get('size') if d is not None and d.name in ('uop.define_global', 'uop.define_local') else None
-    cond = bool(ifs) or len(op.operands) == 4  # (a gated load: buf, idx, gate, alt; a gated store: buf, idx, value, gate)
-    yield (op, size, *access_range(op, memo, ifs), cond) if size is not None else (op, None, None, None, cond)
+    if op.name in ('uop.load', 'uop.store'):
+      n = size(op.buf)
+      cond = bool(ifs) or len(op.operands) == 4  # (a gated load: buf, idx, gate, alt; a gated store: buf, idx, value, gate)
+      yield (op, op.buf, op.idx, n, *(access_range(op, memo, ifs) if n is not None else (None, None)), cond)
+    elif op.name == 'uop.copy_async' and isinstance(op.dst.type, PtrType):
+      lanes = max(1, op.attrs['bytes'] // op.dst.type.dtype.itemsize)
+      for buf, idx, gated in ((op.dst, op.didx, False), (op.src, op.sidx, op.gate is not None)):
+        n = size(buf)
+        gates = list(ifs) + ([op.gate] if gated else [])
+        yield (op, buf, idx, n, *(_range(idx, lanes, gates, memo) if n is not None else (None, None)), bool(gates))
 
 
 def unproven_accesses(fn, memo: dict | None = None) -> set:
   """Loads and stores of a uop.func not provably inside their define_global's size (a missing size: all)."""
   memo = {} if memo is None else memo
-  return {op for op, size, lo, hi, _ in accesses(fn, memo) if size is None or not (lo >= 0 and hi < size)}
+  return {op for op, _, _, size, lo, hi, _ in accesses(fn, memo)
+          if op.name in ('uop.load', 'uop.store') and (size is None or not (lo >= 0 and hi < size))}
 
 
 def outside_accesses(fn, memo: dict | None = None) -> list:
-  """(op, size, lo, hi) of the unconditional loads and stores whose index the analysis sees whole (`visible`) and
+  """(op, buffer, size, lo, hi) of the unconditional accesses whose index the analysis sees whole (`visible`) and
   cannot keep inside the size their buffer declares: what the verifier rejects. The rest are proven, or guarded at
   run time: a data-dependent index, or a gate (or uop.if) whose condition the analysis cannot narrow the index by
   (a padded tile's `m < 20 && n < 7` over the index m * 7 + n); a guarded access outside its buffer behaves as if
   its gate were false (a load gives its alternative value, or zero; a store writes nothing), on every device."""
   memo = {} if memo is None else memo
-  return [(op, size, lo, hi) for op, size, lo, hi, cond in accesses(fn, memo)
-          if size is not None and not cond and not (lo >= 0 and hi < size) and visible(op.idx, memo)]
+  return [(op, buf, size, lo, hi) for op, buf, idx, size, lo, hi, cond in accesses(fn, memo)
+          if size is not None and not cond and not (lo >= 0 and hi < size) and visible(idx, memo)]
