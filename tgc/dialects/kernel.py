@@ -189,3 +189,16 @@ class LaunchOp(Operation):
       t = v.type
       if not isinstance(t, TensorType) or t.dtype != dt or (n is not None and t.numel != n):
         raise self.error(f"argument #{i} is {t}, @{self.callee} expects a buffer of {f'{n} ' if n is not None else ''}{dt}")
+    # a buffer the kernel writes is passed once: as another argument too, its threads would read what others write, in
+    # an order no two devices need agree on
+    from tgc.dialects.builtin import _stored_args
+    root = [_buffer_root(v) for v in self.args]
+    for i in sorted(_stored_args(k)):
+      j = next((j for j, r in enumerate(root) if j != i and i < len(root) and r is root[i]), None)
+      if j is not None: raise self.error(f"passes the buffer @{self.callee} writes (argument #{i}) also as argument #{j}: a kernel reads no buffer it writes")
+
+
+def _buffer_root(v):
+  """The host buffer a value is (through kernel.reshape and tensor.reshape: the same memory)."""
+  while v.op is not None and v.op.name in ('kernel.reshape', 'tensor.reshape'): v = v.op.operands[0]
+  return v
