@@ -82,7 +82,13 @@ class UopFuncOp(Operation):
 
   def verify_launch(self):
     """The launch runs exactly the indices its uop.specials range over: each axis's size in global_size (local_size)
-    is the extent of every special on that axis (a thread past it would index as the analysis never sees)."""
+    is the extent of every special on that axis (a thread past it would index as the analysis never sees), and a
+    global axis larger than 1 has a special (else its work-groups all do the same work: a lie about the grid). A
+    work-group may hold threads no lidx names: the lanes of a warp's collective ops."""
+    axes = {op.attrs.get('axis') for op in self.body.ops if op.name == 'uop.special'}
+    for k, n in enumerate(self.attrs.get('global_size') or ()):
+      if n > 1 and f"gidx{k}" not in axes:
+        raise self.error(f"global_size[{k}] = {n} launches work-groups no uop.special gidx{k} tells apart: they would all do the same work")
     seen: dict = {}
     for op in self.body.ops:
       if op.name != 'uop.special' or not isinstance(op.attrs.get('size'), int): continue

@@ -6,7 +6,6 @@ Values are numpy 0-d arrays (scalars) or 1-d arrays (vec<N x T>) in the dtype's 
 rounded float32, i1 as numpy bool). Slow by design: correctness and clear errors only.
 """
 from __future__ import annotations
-import itertools
 import numpy as np
 from tgc.errors import TgcError
 from tgc.ir import alu, dtypes as D
@@ -67,9 +66,16 @@ def run_uop_func(fn, buffers: list[np.ndarray]) -> None:
   locals_ = {}  # define_local buffers are shared by the threads of a work-group; barriers need lockstep, so unsupported
   if any(op.name == 'uop.define_local' for op in ops) or (any(op.name == 'uop.barrier' for op in ops) and max(ls) > 1):
     raise TgcError(f"{name}: the interpreter does not support shared memory or barriers across threads (uop.define_local / uop.barrier)")
-  for g in itertools.product(*(range(n) for n in gs)):
-    for l in itertools.product(*(range(n) for n in ls)):
+  for g in _points(gs):
+    for l in _points(ls):
       _run_point(fn, ops, pair, bufs, {'gidx': g, 'lidx': l}, locals_, name)
+
+
+def _points(sizes):
+  """Every point of a grid, in order, one at a time (itertools.product would hold each axis's range as a tuple)."""
+  for x in range(sizes[0]):
+    for y in range(sizes[1]):
+      for z in range(sizes[2]): yield (x, y, z)
 
 
 def _run_point(fn, ops, pair, bufs, special, locals_, name):
