@@ -214,6 +214,12 @@ MAX_DIFF_ELEMENTS = 4096  # the reference interpreter runs a point at a time
 
 
 def _small(text: str) -> bool:
+  """Few enough elements and launch points for the interpreter (a point at a time, in Python)."""
+  points = 1
+  for m in re.finditer(r'(?:global_size|local_size) = \[([\d, ]*)\]|uop\.special \w+ (\d+)', text):
+    for d in re.findall(r'\d+', m.group(0).split('=')[-1] if m.group(1) is not None else m.group(2)):
+      points *= min(int(d), 1 << 40)
+  if points > (1 << 16): return False
   total = 0
   for m in re.finditer(r'tensor<([\dx]*?)x?[a-z]', text):
     n = 1
