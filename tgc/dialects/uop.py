@@ -82,13 +82,16 @@ class UopFuncOp(Operation):
 
   def verify_launch(self):
     """The launch runs exactly the indices its uop.specials range over: each axis's size in global_size (local_size)
-    is the extent of every special on that axis (a thread past it would index as the analysis never sees), and a
-    global axis larger than 1 has a special (else its work-groups all do the same work: a lie about the grid). A
-    work-group may hold threads no lidx names: the lanes of a warp's collective ops."""
+    is the extent of every special on that axis (a thread past it would index as the analysis never sees), and an
+    axis larger than 1 has a special (else its work-groups, or threads, all do the same work: a lie about the grid),
+    but for the threads of a work-group whose warp-collective ops (WARP_OPS) take every lane."""
     axes = {op.attrs.get('axis') for op in self.body.ops if op.name == 'uop.special'}
-    for k, n in enumerate(self.attrs.get('global_size') or ()):
-      if n > 1 and f"gidx{k}" not in axes:
-        raise self.error(f"global_size[{k}] = {n} launches work-groups no uop.special gidx{k} tells apart: they would all do the same work")
+    collective = any(op.name in WARP_OPS for op in self.body.ops)
+    for attr, pre, what in (('global_size', 'gidx', 'work-groups'), ('local_size', 'lidx', 'threads')):
+      if pre == 'lidx' and collective: continue
+      for k, n in enumerate(self.attrs.get(attr) or ()):
+        if n > 1 and f"{pre}{k}" not in axes:
+          raise self.error(f"{attr}[{k}] = {n} launches {what} no uop.special {pre}{k} tells apart: they would all do the same work")
     seen: dict = {}
     for op in self.body.ops:
       if op.name != 'uop.special' or not isinstance(op.attrs.get('size'), int): continue
