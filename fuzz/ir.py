@@ -3,7 +3,9 @@
 `python -m fuzz.ir --seed 1 --seconds 600 --out fuzz-out`. A case is a module: either kernel.funcs (loads through
 random in-bounds views, masked views and view stacks, ALU ops of every kind, casts and bitcasts, a reduce) launched
 one after another by a host func.func, or a hand-made uop.func (gidx, a loop with an accumulator, index arithmetic,
-gated loads). It is compiled with tgc.compile on every device, all in this one process, so that the devices' program
+gated loads). A third of the cases then lie about a size (fuzz.hostile: a launch's global_size, a special's extent,
+a view's shape, strides, offset or mask, a type's dimension, one entry more or less in a list): the verifier must
+refuse the module, or every device must run it and agree (host buffers between guard pages: fuzz.guard_pages). It is compiled with tgc.compile on every device, all in this one process, so that the devices' program
 caches are shared across cases as a user's are; every device's results must equal the reference interpreter's
 (INTERP) bit for bit for integers and bools, and within a tolerance for floats. A float reaches a cast to an integer,
 a comparison or a bitcast only where every device must compute it exactly (loads, constants, neg, max, min, trunc,
@@ -11,6 +13,7 @@ where, exact casts), so that contraction (fma) and transcendental approximations
 """
 from __future__ import annotations
 import math, sys
+from fuzz.hostile import mutate_text
 
 NAME = 'ir'
 INTS = ('i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64')
@@ -184,8 +187,8 @@ def gen_uop_module(r):
   n = r.choice((1, 3, 4, 8, 17, 32))
   loop = r.randrange(1, 9) if r.random() < 0.6 else 0
   ins = [r.choice((1, 5, 8, 16, 33)) for _ in range(r.randrange(1, 3))]
-  L = [f"  %g0 = uop.define_global 0 : !uop.ptr<{dt}>"]
-  L += [f"  %g{i + 1} = uop.define_global {i + 1} : !uop.ptr<{dt}>" for i in range(len(ins))]
+  L = [f"  %g0 = uop.define_global 0 {{size = {n}}} : !uop.ptr<{dt}>"]
+  L += [f"  %g{i + 1} = uop.define_global {i + 1} {{size = {m}}} : !uop.ptr<{dt}>" for i, m in enumerate(ins)]
   L += [f"  %c0 = uop.const 0 : i32", f"  %gid = uop.special gidx0 {n} : i32"]
   vals, cnt = [], [0]
   def emit(text, ty=dt):
@@ -234,7 +237,12 @@ def gen_uop_module(r):
 
 
 def generate(r):
-  return {'text': gen_uop_module(r) if r.random() < 0.3 else gen_kernel_module(r), 'seed': r.randrange(1 << 30)}
+  text = gen_uop_module(r) if r.random() < 0.3 else gen_kernel_module(r)
+  case = {'text': text, 'seed': r.randrange(1 << 30)}
+  if r.random() < 0.35:  # a size lied about (fuzz.hostile): the verifier refuses it, or every device agrees on it
+    for _ in range(r.choice((1, 1, 2))): text = mutate_text(r, text)
+    case.update(text=text, mutated=True)
+  return case
 
 
 def shrink(case):
@@ -307,7 +315,7 @@ def run(case):
   from tgc.errors import TgcError
   from tgc.parser import parse
   devs = case.get('devices') or DEVICES
-  results = {}
+  results, refused = {}, {}
   for d in devs:
     try:
       m = parse(case['text'], 'case.tgc')
@@ -315,10 +323,16 @@ def run(case):
     try:
       fn = tgc.compile(m, d)
       results[d] = (fn(*_inputs(fn, case['seed'])), fn.result_types)
-    except TgcError as e: return 'error', f"{d}: {type(e).__name__}: {e}"
+    except TgcError as e:
+      if not case.get('mutated'): return 'error', f"{d}: {type(e).__name__}: {e}"
+      refused[d] = f"{type(e).__name__}: {e}"  # a lie the lowering finds: every device must find it
     except Exception as e:
       import traceback
       return f"exception:{type(e).__name__}", f"{d}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
+  if refused:
+    if not results: return 'rejected', None
+    d, msg = next(iter(refused.items()))
+    return 'error', f"{d} refuses what {', '.join(results)} run{'s' if len(results) == 1 else ''}: {msg}"
   ref = results.get('INTERP')
   if ref is None: return 'ok', None
   for d, (outs, types) in results.items():

@@ -1,17 +1,24 @@
-"""Mutation fuzzer of the tools over the lit_tests/ and examples/ corpus.
+"""Mutation fuzzer of the tools over the lit_tests/ and examples/ corpus, at every level of the pipeline.
 
-`python -m fuzz.mutate --seed 1 --seconds 600 --out fuzz-out`. A mutant is a corpus chunk (a file, or one
-`// -----` part of a split file) changed in one to four places: a number made interesting (0, -1, 2**31, 2**64,
-a 40-digit one, nan, inf, -0.0 ...), a name, type, op or attribute swapped for another from the corpus, a value
-reference swapped, a token or line deleted, duplicated or moved, a line taken from another file, a file cut short.
-Each mutant goes through the tools, driven in-process (in the crash-isolated child): tgc-opt (parse, verify,
-print; the printed text must parse again), tgc-opt with pass pipelines, tgc-translate to every target, and tgc-run
-on a device. Every call must succeed, or exit 1 with a diagnostic at a place (`file:line:col: error:`) or naming the
-tool (`tgc-opt: error:`, for what has no place); exit 3 (an internal error), a Python traceback, another exit
-status, a signal or a hang is a finding.
+`python -m fuzz.mutate --seed 1 --seconds 600 --out fuzz-out`. The corpus is every chunk of a file (a file, or one
+`// -----` part of a split file), and each valid chunk with a func.func also lowered to the kernel level (kernelize)
+and to the uop level (lower-to-uop), so that mutants of kernel ASTs, host schedules and uop.funcs come from real
+ones. A mutant is a chunk changed in one to four places: a number made interesting (0, -1, 2**31, 2**64, a 40-digit
+one, nan, inf, -0.0 ...), a size moved near its value or a list of sizes made longer or shorter (fuzz.hostile: a
+launch's global_size, a special's extent, a buffer's declared size, a view's shape, strides and mask, a type's
+dimensions), a name, type, op or attribute swapped for another from the corpus, a value reference swapped, a token
+or line deleted, duplicated or moved, a line taken from another file, a file cut short.
+Each mutant goes through the tools, driven in-process (in the crash-isolated child, its host buffers between guard
+pages: fuzz.guard_pages): tgc-opt (parse, verify, print; the printed text must parse again), tgc-opt with pass
+pipelines, tgc-translate to every target, and tgc-run on a device. Every call must succeed, or exit 1 with a
+diagnostic at a place (`file:line:col: error:`) or naming the tool (`tgc-opt: error:`, for what has no place);
+exit 3 (an internal error), a Python traceback, another exit status, a signal or a hang is a finding. A small
+mutant that runs is also run on the reference interpreter and on CPU or C with the same inputs: they must agree
+(`mismatch` otherwise).
 """
 from __future__ import annotations
 import glob, io, os, re, sys
+from fuzz.hostile import mutate_text
 
 NAME = 'mutate'
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,9 +37,13 @@ _VOCAB: dict[str, list[str]] | None = None
 MAX_RUN_ELEMENTS = 1 << 20
 
 
-def corpus() -> list[str]:
-  """Every chunk of every .tgc file under lit_tests/ and examples/, comment lines dropped."""
-  global _CORPUS
+LOWERINGS = ('canonicalize,tensor-decompose,canonicalize,kernelize', 'lower-to-uop')  # the kernel and uop levels
+
+
+def corpus(levels: bool = True) -> list[str]:
+  """Every chunk of every .tgc file under lit_tests/ and examples/, comment lines dropped; with `levels`, each valid
+  one with a func.func also lowered to the kernel and the uop level (valid chunks first: the first _VALID)."""
+  global _CORPUS, _VALID
   if _CORPUS is None:
     chunks = []
     for path in sorted(glob.glob(os.path.join(ROOT, 'lit_tests', '**', '*.tgc'), recursive=True) + glob.glob(os.path.join(ROOT, 'examples', '*.tgc'))):
@@ -40,10 +51,26 @@ def corpus() -> list[str]:
       for ch in re.split(r'^// -----.*$', text, flags=re.M):
         body = '\n'.join(l for l in ch.split('\n') if not l.lstrip().startswith('//') and l.strip())
         if body.strip(): chunks.append((body + '\n', 'expected-' in ch))
-    _CORPUS = [c for c, bad in chunks if not bad] + [c for c, bad in chunks if bad]
-    global _VALID
-    _VALID = sum(1 for _, bad in chunks if not bad)
+    valid = [c for c, bad in chunks if not bad]
+    if levels: valid += _lowered(valid)
+    _CORPUS = valid + [c for c, bad in chunks if bad]
+    _VALID = len(valid)
   return _CORPUS
+
+
+def _lowered(chunks: list[str]) -> list[str]:
+  """The chunks with a func.func lowered to each level of LOWERINGS (a few seconds, the same every time)."""
+  from tgc.parser import parse
+  from tgc.passes.manager import PassManager, parse_pipeline
+  out = []
+  for ch in chunks:
+    if 'func.func' not in ch or _too_big(ch): continue
+    for p in LOWERINGS:
+      try:
+        m = parse(ch, 'corpus.tgc'); PassManager(parse_pipeline(p)).run(m)
+      except Exception: continue  # (a chunk a pipeline refuses, or one for a device: its text level is there)
+      out.append(str(m))
+  return out
 
 
 def vocab() -> dict[str, list[str]]:
@@ -65,7 +92,8 @@ def _mutate_once(r, text: str) -> str:
   toks = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(text)]
   lines = text.split('\n')
   kind = r.choice(('number', 'number', 'number', 'word', 'op', 'op', 'value', 'value', 'delete-token', 'dup-token', 'delete-line', 'dup-line',
-                   'swap-lines', 'foreign-line', 'truncate', 'type', 'type', 'type', 'char'))
+                   'swap-lines', 'foreign-line', 'truncate', 'type', 'type', 'type', 'char', 'size', 'size', 'size', 'size', 'size'))
+  if kind == 'size': return mutate_text(r, text)
   V = vocab()
   def replace(pred, choices):
     cand = [t for t in toks if pred(t[2])]
@@ -117,7 +145,7 @@ _LOCATED = re.compile(r'^(?:[^\n:]+:\d+:\d+: (?:error|warning|note): |tgc-(?:opt
 def setup() -> str:
   import tgc.driver, tgc.parser  # noqa: F401  (imported once: the child's cost, not each case's)
   from tgc.passes import manager  # noqa: F401
-  return f"{len(corpus())} corpus chunks, {len(PIPELINES)} pipelines, targets {', '.join(TARGETS)}, run on {', '.join(RUN_DEVICES)}"
+  return f"{len(corpus(levels=False))} corpus chunks and their lowerings, {len(PIPELINES)} pipelines, targets {', '.join(TARGETS)}, run on {', '.join(RUN_DEVICES)}"
 
 
 def call(main, argv) -> tuple[int, str, str]:
@@ -177,7 +205,47 @@ def run(case):
     res = _judge(name, rc, err)
     if res[1] is not None: return res
     if res[0] == 'diagnosed': worst = 'accepted, later diagnosed'
+    elif name.startswith('tgc-run') and _small(text):
+      bad = _differ(text, case['device'] if case['device'] != 'INTERP' else 'CPU')
+      if bad: return 'mismatch', bad
   return worst, None
+
+
+MAX_DIFF_ELEMENTS = 4096  # the reference interpreter runs a point at a time
+
+
+def _small(text: str) -> bool:
+  """Few enough elements and launch points for the interpreter (a point at a time, in Python)."""
+  points = 1
+  for m in re.finditer(r'(?:global_size|local_size) = \[([\d, ]*)\]|uop\.special \w+ (\d+)', text):
+    for d in re.findall(r'\d+', m.group(0).split('=')[-1] if m.group(1) is not None else m.group(2)):
+      points *= min(int(d), 1 << 40)
+  if points > (1 << 16): return False
+  total = 0
+  for m in re.finditer(r'tensor<([\dx]*?)x?[a-z]', text):
+    n = 1
+    for d in m.group(1).split('x'):
+      if d: n *= int(d) if len(d) < 7 else 1 << 40
+    total += n
+  return total <= MAX_DIFF_ELEMENTS
+
+
+def _differ(text: str, device: str) -> str | None:
+  """How the reference interpreter's results and the device's differ on the same inputs (None: they agree, or one
+  of them refuses the module with a TgcError, which tgc-run has reported already)."""
+  import tgc
+  from tgc.errors import TgcError
+  from tgc.parser import parse
+  from fuzz.ir import _inputs, _same
+  res = {}
+  for d in ('INTERP', device):
+    try:
+      fn = tgc.compile(parse(text, 'mutant.tgc'), d)
+      res[d] = (fn(*_inputs(fn, 1)), fn.result_types)
+    except TgcError: return None
+  for i, (g, w, t) in enumerate(zip(res[device][0], res['INTERP'][0], res['INTERP'][1])):
+    err = _same(g, w, t.dtype)
+    if err: return f"tgc-run mutant.tgc --device={device} and --device=INTERP disagree: result {i} ({t}): {err}"
 
 
 _TMP = None

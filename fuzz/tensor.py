@@ -12,6 +12,7 @@ so that rounding never flips a decision.
 """
 from __future__ import annotations
 import json, math, sys
+from fuzz.hostile import mutate_list
 
 NAME = 'tensor'
 FLOATS = ('float16', 'bfloat16', 'float32', 'float64')
@@ -191,13 +192,35 @@ def _step(r, vals, steps):
   if choice in ('realize', 'contiguous'): add(choice, [i], None, a.shape, a.dtype, a.bound, a.exact)
 
 
+HOSTILE_OPS = ('reshape', 'permute', 'expand', 'pad', 'shrink', 'flip', 'reduce')
+
+
 def generate(r):
   vals, steps = [], []
   for _ in range(r.randrange(1, 3)): _input(r, vals, steps, _rand_shape(r), r.choice(DTYPES))
   for _ in range(r.randrange(1, 14)):
     if len(vals) < 40: _step(r, vals, steps)
+  if r.random() < 0.15 and _hostile(r, vals, steps): return {'steps': steps, 'outs': [len(steps) - 1], 'hostile': True}
   outs = sorted({len(vals) - 1} | {r.randrange(len(vals)) for _ in range(r.randrange(0, 3))})
   return {'steps': steps, 'outs': outs}
+
+
+def _hostile(r, vals, steps) -> bool:
+  """A last step that moves or reduces a value with its argument lied about (fuzz.hostile.mutate_list: an entry near
+  its value or -1, one entry more or less): tgc must refuse it with an error a user catches (TgcError, ValueError,
+  IndexError, TypeError) or, where numpy computes it too, give numpy's result."""
+  n = len(steps)
+  for _ in range(20):
+    _step(r, vals, steps)
+    if len(steps) > n and steps[-1]['op'] in HOSTILE_OPS and steps[-1]['arg'] is not None: break
+    del steps[n:], vals[n:]
+  else: return False
+  st = steps[-1]
+  if st['op'] == 'reduce':
+    if st['arg'][1] is None: return False
+    st['arg'] = [st['arg'][0], mutate_list(r, st['arg'][1]), st['arg'][2]]
+  else: st['arg'] = mutate_list(r, st['arg'])
+  return True
 
 
 def shrink(case):
@@ -418,20 +441,27 @@ def run(case):
   import numpy as np
   from tgc.errors import TgcError
   steps, outs = case['steps'], case['outs']
-  ref, dts = _numpy_eval(steps)
-  bounds, rels = _value_bounds(steps, ref, dts)
+  hostile = case.get('hostile', False)
+  try: ref, dts = _numpy_eval(steps)
+  except Exception:
+    if not hostile: raise
+    ref = None  # numpy refuses the lie: tgc must refuse it too, or compute something numpy cannot be asked about
+  if ref is not None: bounds, rels = _value_bounds(steps, ref, dts)
+  outcome = 'ok'
   for d in case.get('devices', DEVICES):
     try: got = _tgc_eval(steps, outs, d)
-    except TgcError as e:  # the program is valid: tgc refusing it is a finding too
-      return 'error', f"{d}: {type(e).__name__}: {e}"
+    except (TgcError, ValueError, IndexError, TypeError) as e:
+      if hostile: outcome = 'rejected'; continue  # (a clean refusal of a lie; any other exception is a finding)
+      return 'error', f"{d}: {type(e).__name__}: {e}"  # the program is valid: tgc refusing it is a finding too
     except Exception as e:
       import traceback
       return f"exception:{type(e).__name__}", f"{d}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
+    if ref is None: continue
     for o, (g, gdt) in zip(outs, got):
       if gdt != dts[o]: return 'mismatch', f"{d}: value {o} has dtype {gdt}, numpy's rules give {dts[o]}"
       err = _compare(g, ref[o], dts[o], bounds[o], rels[o])
       if err: return 'mismatch', f"{d}: value {o} (step {steps[o]['op']} {steps[o].get('arg')}): {err}"
-  return 'ok', None
+  return outcome, None
 
 
 def _value_bounds(steps, ref, dts):

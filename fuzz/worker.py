@@ -4,6 +4,10 @@ import importlib, json, os, sys, traceback
 
 
 def main():
+  guard = os.environ.get('TGC_GUARD', 'after')
+  if guard != 'off':  # a kernel that touches memory outside its buffers dies here, a crash the harness reports
+    from fuzz.guard_pages import install
+    install(guard)
   fz = importlib.import_module(sys.argv[1])
   out = os.fdopen(int(os.environ['TGC_FUZZ_FD']), 'w')
   def answer(**kw): out.write(json.dumps(kw) + '\n'); out.flush()

@@ -48,3 +48,40 @@ def test_generators_never_raise(name):
   fz = importlib.import_module(f'fuzz.{name}')
   for n in range(900, 1000):
     fz.generate(random.Random(f"4343:{n}"))
+
+
+@pytest.mark.parametrize('how', ['alloc', 'wrap'])
+def test_guard_pages_stop_a_write_past_a_host_buffer(how):
+  """Every fuzzer's child installs fuzz.guard_pages: a byte written past a host buffer (an allocator's block, or an
+  argument a host device would use in place) kills the process at once instead of corrupting the heap."""
+  code = ("import ctypes, numpy as np\nfrom fuzz.guard_pages import install\ninstall('after')\nfrom tgc.runtime.buffer import Buffer\n"
+          "from tgc.ir import dtypes as D\n"
+          f"b = {'Buffer(' + repr('CPU') + ', 5, D.f32)' if how == 'alloc' else 'Buffer.wrap(' + repr('CPU') + ', np.zeros(5, np.float32))'}\n"
+          "ctypes.memset(b.arg, 1, 20)\nprint('inside', flush=True)\nctypes.memset(b.arg + 20, 1, 1)\nprint('past')\n")
+  p = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                     env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', '')))
+  assert p.returncode == -11 and 'inside' in p.stdout and 'past' not in p.stdout, (p.returncode, p.stdout, p.stderr[-2000:])
+
+
+def test_hostile_mutations_reach_every_kind_of_size():
+  """fuzz.hostile moves the sizes that found the memory corruption: a launch's global_size, a special's extent, a
+  buffer's declared size, a view's list, a type's dimension; and the verifier refuses or runs what it makes."""
+  from fuzz.hostile import mutate_text, mutate_list
+  from tgc.errors import TgcError
+  from tgc.parser import parse
+  text = ("uop.func @u() attributes {global_size = [4], local_size = [1]} {\n  %0 = uop.define_global 0 {size = 4} : !uop.ptr<f32>\n"
+          "  %1 = uop.special gidx0 4 : i32\n  %2 = uop.load %0[%1] : f32\n  uop.store %0[%1], %2 : f32\n}\n"
+          "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  kernel.launch @u(%a)\n  func.return %a : tensor<4xf32>\n}\n")
+  hit = set()
+  for n in range(300):
+    r = random.Random(n)
+    m = mutate_text(r, text)
+    if m == text: continue
+    a, b = text.splitlines(), m.splitlines()
+    for x, y in zip(a, b):
+      if x != y:
+        hit |= {k for k in ('global_size', 'local_size', 'size =', 'gidx0', 'tensor<') if k in x}
+    try: parse(m, 'm.tgc')
+    except TgcError as e: assert getattr(e, 'loc', None) is not None, (m, e)  # refused at a place
+  assert hit == {'global_size', 'local_size', 'size =', 'gidx0', 'tensor<'}, hit
+  assert any(mutate_list(random.Random(n), [[0, 1], [2, 3]]) != [[0, 1], [2, 3]] for n in range(5))

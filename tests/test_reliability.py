@@ -419,3 +419,141 @@ def test_out_of_memory_and_oversized_grids_are_tgc_errors():
   assert isinstance(e.value, MemoryError)
   with pytest.raises(OutOfMemory): Tensor.rand(1 << 50)
   with pytest.raises(tgc.TgcError, match='more than a launch grid holds'): Tensor.ones(4).pad(((0, 1 << 40),)).realize()
+
+
+# ---------------------------------------------------------------- IR that lies about its sizes
+SUMSQ = """func.func @sumsq(%a: tensor<4x4xf32>) -> tensor<4x1xf32> {
+  %0 = tensor.reduce add %a [1] : tensor<4x4xf32> -> tensor<4x1xf32>
+  %c = tensor.const 0.25 : tensor<4x1xf32>
+  %1 = tensor.mul %0, %c : tensor<4x1xf32>
+  %2 = tensor.expand %1 : tensor<4x1xf32> -> tensor<4x4xf32>
+  %3 = tensor.sub %a, %2 : tensor<4x4xf32>
+  %4 = tensor.mul %3, %3 : tensor<4x4xf32>
+  %5 = tensor.reduce add %4 [1] : tensor<4x4xf32> -> tensor<4x1xf32>
+  func.return %5 : tensor<4x1xf32>
+}
+"""
+
+
+def _located(err: str, path, line: int, msg: str) -> bool:
+  """A diagnostic at path:line, with the line quoted and a caret under it."""
+  lines = err.splitlines()
+  return (len(lines) >= 3 and re.match(rf"{re.escape(str(path))}:{line}:\d+: error: .*{re.escape(msg)}", lines[0]) is not None
+          and lines[2].strip() == '^')
+
+
+@pytest.mark.parametrize('dev', HOST_DEVICES)
+def test_launch_grid_past_the_specials_is_rejected(tmp_path, dev):
+  """global_size = [100] over `uop.special gidx0 4` ran 100 threads that stored past a 4-element buffer (SIGSEGV on
+  CPU): the launch must run exactly the specials' extents, or the IR is rejected at the special."""
+  m = parse(SUMSQ, 's.tgc'); driver.lower_for_target(m, 'llvm')
+  text = str(m)
+  assert 'global_size = [4]' in text and 'uop.special gidx0 4' in text
+  p = tmp_path / 'gs.tgc'; p.write_text(text.replace('global_size = [4]', 'global_size = [100]'))
+  rc, err = tool(driver.run_main, str(p), f'--device={dev}')
+  assert rc == 1 and _located(err, p, 4, "'uop.special' extent 4 differs from the launch's global_size[0] = 100"), err
+  a = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+  d = a - a.mean(1, keepdims=True)
+  np.testing.assert_allclose(tgc.compile(text, dev)(a)[0], (d * d).sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def _gather_kernel(size: int, host: str) -> str:
+  """Row i of a 7x6 input read at i * 6 + 5 (elements 5..41), from a buffer that declares `size`."""
+  return (f"uop.func @u() attributes {{global_size = [7], local_size = [1]}} {{\n  %0 = uop.define_global 0 {{size = 7}} : !uop.ptr<f32>\n"
+          f"  %1 = uop.define_global 1 {{size = {size}}} : !uop.ptr<f32>\n  %2 = uop.special gidx0 7 : i32\n  %3 = uop.const 6 : i32\n"
+          f"  %4 = uop.mul %2, %3 : i32\n  %5 = uop.const 5 : i32\n  %6 = uop.add %4, %5 : i32\n  %7 = uop.load %1[%6] : f32\n"
+          f"  uop.store %0[%2], %7 : f32\n}}\nfunc.func @main(%a: {host}) -> tensor<7xf32> {{\n  %o = kernel.alloc : tensor<7xf32>\n"
+          f"  kernel.launch @u(%o, %a)\n  func.return %o : tensor<7xf32>\n}}\n")
+
+
+@pytest.mark.parametrize('size,host,line,msg', [
+  (24, 'tensor<7x6xf32>', 9, "'uop.load' reads elements 5..41 of buffer 1, which declares 24"),
+  (42, 'tensor<4x6xf32>', 14, "'kernel.launch' argument #1 is tensor<4x6xf32>, @u expects a buffer of 42 f32"),
+  (24, 'tensor<4x6xf32>', 9, "'uop.load' reads elements 5..41 of buffer 1, which declares 24")])
+def test_declared_sizes_bound_accesses_and_launches(tmp_path, size, host, line, msg):
+  """A define_global of size 24 whose loads reach 41 while the host passed 42 elements: CPU (guarded at 24) and the
+  interpreter (reading the 42) disagreed. Every access the analysis sees stays inside the declared size, and a
+  launch passes buffers of the declared sizes; else the verifier says where."""
+  p = tmp_path / 'g.tgc'; p.write_text(_gather_kernel(size, host))
+  rc, err = tool(driver.run_main, str(p), '--device=CPU')
+  assert rc == 1 and _located(err, p, line, msg), err
+  a = np.arange(42, dtype=np.float32).reshape(7, 6)
+  for dev in HOST_DEVICES:
+    np.testing.assert_array_equal(tgc.compile(_gather_kernel(42, 'tensor<7x6xf32>'), dev)(a)[0], a[:, 5])
+
+
+GUARDED = """uop.func @u() attributes {global_size = [8], local_size = [1]} {
+  %0 = uop.define_global 0 {size = 8} : !uop.ptr<f32>
+  %1 = uop.define_global 1 {size = 8} : !uop.ptr<f32>
+  %2 = uop.define_global 2 {size = 8} : !uop.ptr<i32>
+  %g = uop.special gidx0 8 : i32
+  %c4 = uop.const 4 : i32
+  %i = uop.add %g, %c4 : i32
+  %far = uop.const 100 : i32
+  %ok = uop.cmpne %g, %far : i32 -> i1
+  %alt = uop.const -1.0 : f32
+  %x = uop.load %1[%i], %ok, %alt : f32
+  %j = uop.load %2[%g] : i32
+  %y = uop.load %1[%j] : f32
+  %s = uop.add %x, %y : f32
+  uop.store %0[%g], %s : f32
+}
+func.func @main(%a: tensor<8xf32>, %b: tensor<8xi32>) -> tensor<8xf32> {
+  %o = kernel.alloc : tensor<8xf32>
+  kernel.launch @u(%o, %a, %b)
+  func.return %o : tensor<8xf32>
+}
+"""
+
+
+@pytest.mark.parametrize('dev', ALL_DEVICES)
+def test_guarded_access_outside_its_size_means_the_same_everywhere(dev):
+  """What the verifier cannot see (a gate it cannot narrow the index by, an index read from memory) is guarded at run
+  time: outside its declared size an access behaves as if gated off (its alternative value, or zero), on every
+  device and in the interpreter alike."""
+  a = np.arange(1, 9, dtype=np.float32)
+  b = np.array([0, 7, 8, -1, 3, 1 << 30, -(1 << 31), 2], np.int32)
+  x = np.where(np.arange(8) + 4 < 8, a[np.minimum(np.arange(8) + 4, 7)], -1.0)
+  y = np.where((b >= 0) & (b < 8), a[np.clip(b, 0, 7)], 0.0)
+  np.testing.assert_array_equal(tgc.compile(GUARDED, dev)(a, b)[0], (x + y).astype(np.float32))
+
+
+def test_a_module_of_kernel_and_uop_funcs_is_lowered_before_it_runs():
+  """A host launching a kernel.func beside a uop.func was not lowered (an internal KeyError in the host schedule)."""
+  text = ("func.func @host(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = kernel.alloc : tensor<4xf32>\n  kernel.launch @k(%0, %a)\n"
+          "  func.return %0 : tensor<4xf32>\n}\nkernel.func @k(%data0: !kernel.buf<4xf32>, %data1: !kernel.buf<4xf32>) {\n"
+          "  %0 = kernel.load %data1 [view(shape = [4], strides = [1], offset = 0)] : f32\n  %1 = kernel.neg %0 : f32\n"
+          "  kernel.store %data0 [view(shape = [4], strides = [1], offset = 0)], %1 : f32\n}\n" + _copy_kernel(4))
+  a = np.array([1, -2, 3.5, 0], np.float32)
+  for dev in HOST_DEVICES: np.testing.assert_array_equal(tgc.compile(text, dev)(a)[0], -a)
+
+
+@pytest.mark.parametrize('op', ['uop.define_local temp0 4 : !uop.ptr<f32, local>', 'uop.barrier'])
+def test_c_target_refusals_are_located(tmp_path, op):
+  p = tmp_path / 'wg.tgc'
+  p.write_text("uop.func @E_4() attributes {global_size = [1], local_size = [4]} {\n  %0 = uop.define_global 0 {size = 4} : !uop.ptr<f32>\n"
+               f"  {'%1 = ' if 'local' in op else ''}{op}\n  %2 = uop.special lidx0 4 : i32\n  %3 = uop.const 1.0 : f32\n  uop.store %0[%2], %3 : f32\n}}\n")
+  rc, err = tool(driver.translate_main, str(p), '--target=c')
+  assert rc == 1 and _located(err, p, 3, "of more than one thread is not supported by the c target"), err
+
+
+def test_the_lowered_host_holds_no_tensor_op_of_the_level_above():
+  """lower-to-uop left tensor.reshape in the host: a reshape there is kernel.reshape (the same buffer, no copy)."""
+  text = ("func.func @f(%a: tensor<4x4xf32>) -> (tensor<4xf32>, tensor<16xf32>) {\n  %0 = tensor.reduce add %a [0] : tensor<4x4xf32> -> tensor<1x4xf32>\n"
+          "  %1 = tensor.reshape %0 : tensor<1x4xf32> -> tensor<4xf32>\n  %2 = tensor.reshape %a : tensor<4x4xf32> -> tensor<16xf32>\n"
+          "  func.return %1, %2 : tensor<4xf32>, tensor<16xf32>\n}\n")
+  m = parse(text, 'r.tgc'); driver.lower_for_target(m, 'llvm')
+  host = m.lookup('f')
+  assert {op.name for op in host.body.ops} == {'kernel.alloc', 'kernel.launch', 'kernel.reshape', 'func.return'}, str(host)
+  a = np.arange(16, dtype=np.float32).reshape(4, 4)
+  for dev in HOST_DEVICES:
+    s, flat = tgc.compile(str(m), dev)(a)
+    np.testing.assert_array_equal(s, a.sum(0)); np.testing.assert_array_equal(flat, a.reshape(-1))
+
+
+@pytest.mark.parametrize('call,msg', [(lambda t: t.reshape(-1, -1), "cannot reshape (2, 3) to (-1, -1)"),
+                                      (lambda t: t.reshape(-2, 3), "cannot reshape (2, 3) to (-2, 3)"),
+                                      (lambda t: t.pad(((0, 1), (1, 0), (2, 2))), "pad of shape (2, 3) needs one (a, b) pair per axis"),
+                                      (lambda t: t.shrink(((0, 1),)), "shrink of shape (2, 3) needs one (a, b) pair per axis")])
+def test_shape_errors_name_the_shapes(call, msg):
+  with pytest.raises(ValueError, match=re.escape(msg)): call(Tensor(np.ones((2, 3), np.float32)))

@@ -131,7 +131,7 @@ class CompiledFunction:
       if n == 'func.return': ret = [slot[v] for v in op.operands]; break
       if n == 'kernel.launch': launches.append((self.kernels[op.attrs['callee']], tuple(slot[v] for v in op.operands))); continue
       r = op.results[0]
-      if n == 'tensor.reshape': slot[r] = slot[op.operands[0]]; continue
+      if n in ('kernel.reshape', 'tensor.reshape'): slot[r] = slot[op.operands[0]]; continue
       slot[r] = nargs + len(tail)
       t = r.type
       nbytes.append(t.numel * t.dtype.itemsize)

@@ -431,10 +431,10 @@ def _broadcast_shape(*shapes) -> tuple[int, ...]:
     out = tuple(r)
   return out
 
-def _pairs(arg, ndim, what):
-  """pad/shrink arguments: a tuple of (a, b) (or None) per axis."""
-  if not isinstance(arg, (tuple, list)) or len(arg) != ndim:
-    raise ShapeError(f"{what} needs one (a, b) pair per axis of a {ndim}-d tensor, got {arg!r}")
+def _pairs(arg, shape, what):
+  """pad/shrink arguments: a tuple of (a, b) (or None) per axis of `shape`."""
+  if not isinstance(arg, (tuple, list)) or len(arg) != len(shape):
+    raise ShapeError(f"{what} of shape {tuple(shape)} needs one (a, b) pair per axis ({len(shape)}), got {arg!r}")
   out = []
   for p in arg:
     if p is None: out.append(None); continue
@@ -977,8 +977,8 @@ class Tensor(TensorAPI):
     if shape == self.shape: return self  # (the shape it has: nothing below can fail)
     n = self.node
     if shape and min(shape) < 0:
-      if shape.count(-1) > 1: raise ShapeError(f"reshape to {shape}: only one size can be -1")
-      if min(shape) < -1: raise ShapeError(f"reshape to {shape}: negative size")
+      if shape.count(-1) > 1: raise ShapeError(f"cannot reshape {self.shape} to {shape}: only one size can be -1")
+      if min(shape) < -1: raise ShapeError(f"cannot reshape {self.shape} to {shape}: a negative size")
       known = math.prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known: raise ShapeError(f"cannot reshape {self.shape} to {shape}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
@@ -1047,7 +1047,7 @@ class Tensor(TensorAPI):
       if len(padding) % 2 or len(padding) // 2 > self.ndim: raise ShapeError(f"flat padding {padding} does not fit shape {self.shape}")
       pairs = [(0, 0)] * self.ndim
       for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (int(padding[2 * i]), int(padding[2 * i + 1]))
-    else: pairs = [p or (0, 0) for p in _pairs(padding, self.ndim, 'pad')]
+    else: pairs = [p or (0, 0) for p in _pairs(padding, self.shape, 'pad')]
     x = self
     if mode in ('reflect', 'replicate') and any(a < 0 or b < 0 for a, b in pairs):
       # negative padding removes, after the edges were copied from the whole tensor (torch's order)
@@ -1067,7 +1067,7 @@ class Tensor(TensorAPI):
 
   def shrink(self, arg) -> Tensor:
     shape = self.shape
-    bounds = _pairs(arg, len(shape), 'shrink')
+    bounds = _pairs(arg, shape, 'shrink')
     bounds = tuple([(0, s) if b is None else b for b, s in zip(bounds, shape)])
     out, same = [], True
     for i, ((lo, hi), s) in enumerate(zip(bounds, shape)):

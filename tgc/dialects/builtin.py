@@ -4,6 +4,9 @@ from tgc.ir.core import Operation, FUNCTION, TERMINATOR
 from tgc.ir.types import TensorType
 
 
+HOST_OPS = ('kernel.alloc', 'kernel.launch', 'kernel.reshape')  # what kernelize leaves beside host constants
+
+
 class FuncOp(Operation):
   name = 'func.func'
   RESULTS = 0
@@ -31,6 +34,8 @@ class FuncOp(Operation):
       raise ret.error(f"returns ({', '.join(map(str, got))}) but @{self.sym_name} is declared to return ({', '.join(map(str, self.result_types))})")
     for op in ops[:-1]:
       if op.has(TERMINATOR): raise op.error("must be the last op of its function")
+      if op.dialect not in ('tensor', 'func') and op.name not in HOST_OPS and not op.has(FUNCTION):
+        raise op.error(f"is not allowed in a func.func: its body is tensor ops and the host schedule's {', '.join(HOST_OPS)}")
 
   def verify_symbols(self, module):
     self._verify_allocs_written(module)
@@ -46,7 +51,7 @@ class FuncOp(Operation):
         t = op.results[0].type
         if isinstance(t, TensorType) and t.numel: unwritten[op.results[0]] = op
         continue
-      if op.name == 'tensor.reshape' and op.operands and op.operands[0] in unwritten:
+      if op.name in ('kernel.reshape', 'tensor.reshape') and op.operands and op.operands[0] in unwritten:
         unwritten[op.results[0]] = unwritten[op.operands[0]]; continue
       outs = set()
       if op.name == 'kernel.launch':

@@ -135,8 +135,15 @@ class StoreOp(Operation):
     if len(self.view.views) != 1 or self.view.views[0].mask is not None:
       raise self.error("stores through a single unmasked view")
     _check_view(self, b, self.view)
-    n = math.prod(self.view.views[0].shape)  # a launch writes its whole output buffer: none of it is left unwritten
+    v = self.view.views[0]
+    n = math.prod(v.shape)  # a launch writes its whole output buffer: none of it is left unwritten
     if n != b.numel: raise self.error(f"view writes {n} elements, {b} has {b.numel}: a store covers its buffer")
+    # ... each element once: the axes' strides (largest last, signs aside) are a layout's, so that no element is
+    # written twice (by threads in an order no device agrees on) while another keeps what the allocator left
+    step = 1
+    for st, sz in sorted((abs(st), sz) for sz, st in zip(v.shape, v.strides) if sz > 1):
+      if st != step: raise self.error(f"view (shape {list(v.shape)}, strides {list(v.strides)}) writes some elements of {b} more than once: a store writes each element of its buffer once")
+      step *= sz
 
 
 class ConstOp(Operation):
@@ -171,6 +178,19 @@ class AllocOp(Operation):
     if not isinstance(self.results[0].type, TensorType): raise self.error(f"allocates a tensor, got {self.results[0].type}")
 
 
+class ReshapeOp(Operation):
+  """kernel.reshape %buf : tensor<64x64x1xf32> -> tensor<64x64xf32>: a host buffer at another shape of as many
+  elements (buffers are flat: no copy, the same memory), for a result or an argument the schedule passes on."""
+  name = 'kernel.reshape'
+  OPERANDS = ('src',)
+  TRAITS = {PURE}
+  FORMAT = '$src : type($src) -> type($result)'
+  def verify(self):
+    s, r = self.src.type, self.results[0].type
+    if not isinstance(s, TensorType) or not isinstance(r, TensorType): raise self.error(f"reshapes a host buffer (a tensor), got {s} -> {r}")
+    if s.dtype != r.dtype or s.numel != r.numel: raise self.error(f"cannot view {s} ({s.numel} elements) as {r} ({r.numel} elements): a reshape keeps the buffer")
+
+
 class LaunchOp(Operation):
   name = 'kernel.launch'
   OPERANDS = ('args*',)
@@ -181,11 +201,24 @@ class LaunchOp(Operation):
     k = module.lookup(self.callee)
     if k is None or k.name not in ('kernel.func', 'uop.func'): raise self.error(f"launches unknown kernel '@{self.callee}'")
     if k.name == 'kernel.func': want = [(a.type.dtype, a.type.numel) for a in k.body.args]
-    else:  # after linearize: the kernel's buffers are its define_globals
-      glob = sorted((op.attrs['index'], op.results[0].type.dtype) for op in k.body.ops if op.name == 'uop.define_global')
-      want = [(dt, None) for _, dt in glob]
+    else:  # after linearize: the kernel's buffers are its define_globals, of the sizes they declare
+      glob = {op.attrs['index']: (op.results[0].type.dtype, op.attrs.get('size')) for op in k.body.ops if op.name == 'uop.define_global'}
+      want = [glob[i] for i in sorted(glob)]
     if len(want) != len(self.args): raise self.error(f"passes {len(self.args)} buffers, @{self.callee} takes {len(want)}")
     for i, (v, (dt, n)) in enumerate(zip(self.args, want)):
       t = v.type
       if not isinstance(t, TensorType) or t.dtype != dt or (n is not None and t.numel != n):
-        raise self.error(f"argument #{i} is {t}, @{self.callee} expects a buffer of {n if n is not None else ''} {dt}".replace('  ', ' '))
+        raise self.error(f"argument #{i} is {t}, @{self.callee} expects a buffer of {f'{n} ' if n is not None else ''}{dt}")
+    # a buffer the kernel writes is passed once: as another argument too, its threads would read what others write, in
+    # an order no two devices need agree on
+    from tgc.dialects.builtin import _stored_args
+    root = [_buffer_root(v) for v in self.args]
+    for i in sorted(_stored_args(k)):
+      j = next((j for j, r in enumerate(root) if j != i and i < len(root) and r is root[i]), None)
+      if j is not None: raise self.error(f"passes the buffer @{self.callee} writes (argument #{i}) also as argument #{j}: a kernel reads no buffer it writes")
+
+
+def _buffer_root(v):
+  """The host buffer a value is (through kernel.reshape and tensor.reshape: the same memory)."""
+  while v.op is not None and v.op.name in ('kernel.reshape', 'tensor.reshape'): v = v.op.operands[0]
+  return v

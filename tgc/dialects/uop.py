@@ -72,6 +72,40 @@ class UopFuncOp(Operation):
         if glob.setdefault(i, dt) is not dt: raise op.error(f"buffer {i} is defined with two dtypes, {glob[i]} and {dt}")
     missing = next((i for i in range(len(glob)) if i not in glob), None)
     if missing is not None: raise self.error(f"buffer argument {missing} has no uop.define_global (buffers are numbered from 0 without gaps)")
+    self.verify_launch()
+    from tgc.dialects.uop_bounds import outside_accesses
+    for op, buf, size, lo, hi in outside_accesses(self):
+      what = f"buffer {buf.op.attrs['index']}" if buf.op.name == 'uop.define_global' else f"local buffer {buf.op.attrs['sym']}"
+      verb = 'writes' if op.name == 'uop.store' or (op.name == 'uop.copy_async' and buf is op.dst) else 'reads'
+      raise op.error(f"{verb} elements {_num(lo)}..{_num(hi)} of {what}, which declares {size}: "
+                     f"an index the verifier sees must stay inside its buffer (gate it, or declare a larger size)")
+
+  def verify_launch(self):
+    """The launch runs exactly the indices its uop.specials range over: each axis's size in global_size (local_size)
+    is the extent of every special on that axis (a thread past it would index as the analysis never sees), and an
+    axis larger than 1 has a special (else its work-groups, or threads, all do the same work: a lie about the grid),
+    but for the threads of a work-group whose warp-collective ops (WARP_OPS) take every lane."""
+    axes = {op.attrs.get('axis') for op in self.body.ops if op.name == 'uop.special'}
+    collective = any(op.name in WARP_OPS for op in self.body.ops)
+    for attr, pre, what in (('global_size', 'gidx', 'work-groups'), ('local_size', 'lidx', 'threads')):
+      if pre == 'lidx' and collective: continue
+      for k, n in enumerate(self.attrs.get(attr) or ()):
+        if n > 1 and f"{pre}{k}" not in axes:
+          raise self.error(f"{attr}[{k}] = {n} launches {what} no uop.special {pre}{k} tells apart: they would all do the same work")
+    seen: dict = {}
+    for op in self.body.ops:
+      if op.name != 'uop.special' or not isinstance(op.attrs.get('size'), int): continue
+      ax = op.attrs['axis']
+      k = int(ax[4]) if ax[4:].isdigit() else -1
+      given = self.attrs.get('global_size' if ax.startswith('gidx') else 'local_size') or ()
+      if 0 <= k < len(given) and given[k] != op.size:
+        attr = 'global_size' if ax.startswith('gidx') else 'local_size'
+        raise op.error(f"extent {op.size} differs from the launch's {attr}[{k}] = {given[k]}: a launch runs exactly the {ax} values its specials range over")
+      if seen.setdefault(ax, op).size != op.size:
+        raise op.error(f"extent {op.size} differs from another {ax}'s {seen[ax].size} (line {seen[ax].loc.line if seen[ax].loc else '?'}): the specials of one axis share its extent")
+
+
+def _num(x) -> str: return str(int(x)) if abs(x) != float('inf') else ('-inf' if x < 0 else 'inf')
 
 
 def _ptr(op, v, what='buffer'):
@@ -132,6 +166,8 @@ class SpecialOp(Operation):
       raise self.error(f"axis must be gidx0..gidx2 or lidx0..lidx2, got '{a}'")
     if self.size < 1: raise self.error(f"size must be positive, got {self.size}")
     _int(self, self.results[0], 'result')
+    t = self.results[0].type
+    if self.size - 1 > D.min_max(t)[1]: raise self.error(f"size {self.size} does not fit its type {t}: an index past {D.min_max(t)[1]} would wrap")
 
 
 class ConstOp(Operation):

@@ -7,7 +7,7 @@ that no kernel, however it was written, touches memory outside the buffers it de
 """
 from __future__ import annotations
 from tgc.ir.core import Value
-from tgc.ir.types import VecType
+from tgc.ir.types import PtrType, VecType
 from tgc.ir import dtypes as D
 
 INF = float('inf')
@@ -29,21 +29,37 @@ def _bounds(v, memo, narrow):
   op = v.op
   if op is None: return (lo_t, hi_t)
   n = op.name
-  if n == 'uop.const':
-    c = op.attrs['value']; return (c, c) if isinstance(c, int) else (lo_t, hi_t)
-  if n == 'uop.special': return (0, op.attrs['size'] - 1)
-  if n == 'uop.define_var': return (op.attrs['min'], op.attrs['max'])
-  if n == 'uop.range':
-    a, b = bounds(op.operands[0], memo, narrow), bounds(op.operands[1], memo, narrow)
-    return (a[0], max(a[0], b[1] - 1))
+  if n in ('uop.const', 'uop.special', 'uop.define_var', 'uop.range'):
+    if n == 'uop.const':
+      c = op.attrs['value']
+      if not isinstance(c, int): return (lo_t, hi_t)
+      c = (c - lo_t) % (hi_t - lo_t + 1) + lo_t  # what the device holds: an integer wraps to its type (0xff : i8 is -1)
+      r = (c, c)
+    elif n == 'uop.special': r = (0, op.attrs['size'] - 1)
+    elif n == 'uop.define_var': r = (op.attrs['min'], op.attrs['max'])
+    else:
+      a, b = bounds(op.operands[0], memo, narrow), bounds(op.operands[1], memo, narrow)
+      r = (a[0], max(a[0], b[1] - 1))
+    return r if lo_t <= r[0] and r[1] <= hi_t else (lo_t, hi_t)  # (a value its type cannot hold: know nothing)
   opn = getattr(op, 'opname', None)
   if opn == 'cast' and isinstance(op.operands[0].type, D.DType) and op.operands[0].type.is_int:  # (a gather's clamped index)
     a0, a1 = bounds(op.operands[0], memo, narrow)
     return (a0, a1) if lo_t <= a0 and a1 <= hi_t else (lo_t, hi_t)
   if opn in ('cmplt', 'cmpne', 'cmpeq', 'and', 'or', 'xor') and t.is_bool: return (0, 1)
-  if opn is None or len(op.operands) != 2 or opn not in ('add', 'sub', 'mul', 'idiv', 'mod', 'max', 'min'): return (lo_t, hi_t)
+  if opn == 'cast':
+    s = op.operands[0].type
+    if not isinstance(s, D.DType) or s.is_float: return (lo_t, hi_t)
+    r = bounds(op.operands[0], memo, narrow)
+    return r if lo_t <= r[0] and r[1] <= hi_t else (lo_t, hi_t)  # a value the new type holds is unchanged
+  if opn == 'where':
+    (a0, a1), (b0, b1) = bounds(op.operands[1], memo, narrow), bounds(op.operands[2], memo, narrow)
+    return (min(a0, b0), max(a1, b1))
+  if opn is None or len(op.operands) != 2 or opn not in _INT_ALU: return (lo_t, hi_t)
   (a0, a1), (b0, b1) = bounds(op.operands[0], memo, narrow), bounds(op.operands[1], memo, narrow)
-  if opn == 'add': r = (a0 + b0, a1 + b1)
+  if opn in ('shl', 'shr', 'and'):  # by a constant amount (shifts) or mask, of a value that is not negative
+    if not (b0 == b1 and a0 >= 0 and b0 >= 0 and (opn == 'and' or b0 < t.bits)): return (lo_t, hi_t)
+    r = (a0 << b0, a1 << b0) if opn == 'shl' else (a0 >> b0, a1 >> b0) if opn == 'shr' else (0, min(a1, b0))
+  elif opn == 'add': r = (a0 + b0, a1 + b1)
   elif opn == 'sub': r = (a0 - b1, a1 - b0)
   elif opn == 'mul':
     c = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]; r = (min(c), max(c))
@@ -56,6 +72,30 @@ def _bounds(v, memo, narrow):
     if b0 == b1 and b0 > 0 and a0 >= 0: r = (0, min(a1, b0 - 1)) if a1 >= b0 else (a0, a1)
     else: return (lo_t, hi_t)
   if r[0] < lo_t or r[1] > hi_t: return (lo_t, hi_t)  # might wrap: know nothing
+  return r
+
+
+_INT_ALU = ('add', 'sub', 'mul', 'idiv', 'mod', 'max', 'min', 'shl', 'shr', 'and')
+_LEAVES = ('uop.special', 'uop.define_var', 'uop.const')  # (and uop.range, over its visible bounds)
+
+
+def visible(v: Value, memo: dict) -> bool:
+  """Whether the analysis models every op v is computed from: launch indices, loop counters, constants, variables
+  and the integer ops over them, so that its bounds are the verifier's to check. A value read from memory, an
+  accumulator or a float's cast is data: an access it indexes is guarded at run time instead."""
+  key = ('visible', v)
+  r = memo.get(key)
+  if r is None:
+    op = v.op
+    t = v.type
+    if op is None or not isinstance(t, D.DType) or t.is_float: r = False
+    elif op.name in _LEAVES: r = True
+    elif op.name == 'uop.range': r = all(visible(x, memo) for x in op.operands)
+    else:
+      opn = getattr(op, 'opname', None)
+      src = op.operands[1:] if opn == 'where' else op.operands
+      r = (opn in _INT_ALU or opn in ('cast', 'where')) and all(visible(x, memo) for x in src)
+    memo[key] = r
   return r
 
 
@@ -99,12 +139,12 @@ def access_range(op, memo: dict, enclosing: list = ()) -> tuple:
   """[lo, hi] of the elements a load or store touches (vector lanes included), under its gate and the conditions
   of the uop.ifs around it."""
   gate = op.gate if op.name == 'uop.load' else (op.operands[3] if len(op.operands) == 4 else None)
-  gates = list(enclosing) + ([gate] if gate is not None else [])
-  nar = narrowed(gates, memo) if gates else None
-  lo, hi = _index_bounds(op.idx, memo, nar)
   t = op.results[0].type if op.name == 'uop.load' else op.value.type
-  n = t.count if isinstance(t, VecType) else 1
-  return lo, hi + n - 1
+  return _range(op.idx, t.count if isinstance(t, VecType) else 1, list(enclosing) + ([gate] if gate is not None else []), memo)
+
+def _range(idx, lanes: int, gates: list, memo) -> tuple:
+  lo, hi = _index_bounds(idx, memo, narrowed(gates, memo) if gates else None)
+  return lo, hi + lanes - 1
 
 def _index_bounds(idx, memo, nar):
   if not nar: return bounds(idx, memo)
@@ -112,19 +152,41 @@ def _index_bounds(idx, memo, nar):
   return bounds(idx, {}, nar)
 
 
-def unproven_accesses(fn, memo: dict | None = None) -> set:
-  """Loads and stores of a uop.func not provably inside their define_global's size (a missing size: all)."""
-  memo = {} if memo is None else memo
-  out, ifs = set(), []
+def accesses(fn, memo: dict):
+  """(op, buffer, index, declared size or None, lo, hi, conditional) for each access of a uop.func to memory: the elements
+  it may touch under its gate and the uop.ifs around it, the size its define_global or define_local declares, and
+  whether a gate or a uop.if decides if it happens. Loads and stores; a uop.copy_async's write to shared memory
+  (always: a false gate writes zeros) and its read of global memory."""
+  ifs = []
+  size = lambda b: b.op.attrs.get('size') if b.op is not None and b.op.name in ('uop.define_global', 'uop.define_local') else None
   for op in fn.body.ops:
     if op.name == 'uop.if': ifs.append(op.operands[0])
     elif op.name == 'uop.endif' and ifs: ifs.pop()
-    if op.name not in ('uop.load', 'uop.store'): continue
-    d = op.buf.op
-    size = d.attrs.get('size') if d is not None else None
-    if d is None or d.name != 'uop.define_global':
-      if d is not None and d.name == 'uop.define_local': size = d.attrs.get('size')
-    if size is None: out.add(op); continue
-    lo, hi = access_range(op, memo, ifs)
-    if not (lo >= 0 and hi < size): out.add(op)
-  return out
+    if op.name in ('uop.load', 'uop.store'):
+      n = size(op.buf)
+      cond = bool(ifs) or len(op.operands) == 4  # (a gated load: buf, idx, gate, alt; a gated store: buf, idx, value, gate)
+      yield (op, op.buf, op.idx, n, *(access_range(op, memo, ifs) if n is not None else (None, None)), cond)
+    elif op.name == 'uop.copy_async' and isinstance(op.dst.type, PtrType):
+      lanes = max(1, op.attrs['bytes'] // op.dst.type.dtype.itemsize)
+      for buf, idx, gated in ((op.dst, op.didx, False), (op.src, op.sidx, op.gate is not None)):
+        n = size(buf)
+        gates = list(ifs) + ([op.gate] if gated else [])
+        yield (op, buf, idx, n, *(_range(idx, lanes, gates, memo) if n is not None else (None, None)), bool(gates))
+
+
+def unproven_accesses(fn, memo: dict | None = None) -> set:
+  """Loads and stores of a uop.func not provably inside their define_global's size (a missing size: all)."""
+  memo = {} if memo is None else memo
+  return {op for op, _, _, size, lo, hi, _ in accesses(fn, memo)
+          if op.name in ('uop.load', 'uop.store') and (size is None or not (lo >= 0 and hi < size))}
+
+
+def outside_accesses(fn, memo: dict | None = None) -> list:
+  """(op, buffer, size, lo, hi) of the unconditional accesses whose index the analysis sees whole (`visible`) and
+  cannot keep inside the size their buffer declares: what the verifier rejects. The rest are proven, or guarded at
+  run time: a data-dependent index, or a gate (or uop.if) whose condition the analysis cannot narrow the index by
+  (a padded tile's `m < 20 && n < 7` over the index m * 7 + n); a guarded access outside its buffer behaves as if
+  its gate were false (a load gives its alternative value, or zero; a store writes nothing), on every device."""
+  memo = {} if memo is None else memo
+  return [(op, buf, size, lo, hi) for op, buf, idx, size, lo, hi, cond in accesses(fn, memo)
+          if size is not None and not cond and not (lo >= 0 and hi < size) and visible(idx, memo)]

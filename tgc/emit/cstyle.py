@@ -255,10 +255,10 @@ class Lang:
     return lines
   def grid_close(self, k) -> int: return 1 + sum(1 for n in k.gs[1:] + k.ls if n > 1)
   def define_local(self, k, op) -> str:
-    if math.prod(k.ls) > 1: raise TgcError(f"{self.name}: @{k.name}: shared memory across a work-group of more than one thread is not supported by the c target")
+    if math.prod(k.ls) > 1: raise op.error(f"in @{k.name}: shared memory across a work-group of more than one thread is not supported by the {self.name} target")
     return f"{self.reg(op.results[0].type.dtype)} {op.attrs['sym']}[{op.attrs['size']}];"
-  def render_barrier(self, k) -> str:
-    if math.prod(k.ls) > 1: raise TgcError(f"{self.name}: @{k.name}: 'uop.barrier' across a work-group of more than one thread is not supported by the c target")
+  def render_barrier(self, k, op) -> str:
+    if math.prod(k.ls) > 1: raise op.error(f"in @{k.name}: a barrier across a work-group of more than one thread is not supported by the {self.name} target")
     return '/* barrier: one thread per work-group */'
   def space(self, buf_op, written: bool) -> str: return ''
 
@@ -478,7 +478,7 @@ class KernelRenderer:
       self.expr[res] = name
     elif nm in ('endrange', 'endif'): self.emit('}')
     elif nm == 'if': self.emit(f"if ({bare(self.get(op.cond))}) {{")
-    elif nm == 'barrier': self.emit(L.render_barrier(self))
+    elif nm == 'barrier': self.emit(L.render_barrier(self, op))
     elif nm == 'load':
       e = L.load(self.get(op.buf), self.get(op.idx), t, self.space(op.buf))
       cond = self.guarded(op, t, self.get(op.gate) if op.gate is not None else None)

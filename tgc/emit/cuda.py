@@ -40,7 +40,7 @@ class CUDALang(Lang):
     most = max(o.attrs.get('align', 16) for o in k.fn.body.ops if o.name == 'uop.define_local')
     first = f"extern __shared__ __align__({most}) unsigned char tg_shared[]; " if offsets[sym] == min(offsets.values()) else ''
     return f"{first}{dt}* {sym} = ({dt}*)(tg_shared + {offsets[sym]});"
-  def render_barrier(self, k): return '__syncthreads();'
+  def render_barrier(self, k, op): return '__syncthreads();'
   def shuffle_xor(self, x, mask, dt): return f"__shfl_xor_sync(0xffffffffu, {x}, {mask})"
   def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.v[{i}]"
   def ctor(self, t, lanes): return f"make_{self.vtype(t)}({','.join(lanes)})"

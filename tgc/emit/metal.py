@@ -28,7 +28,7 @@ class MetalLang(Lang):
   def grid_open(self, k): return []
   def grid_close(self, k): return 0
   def define_local(self, k, op): return f"threadgroup {self.reg(op.results[0].type.dtype)} {op.attrs['sym']}[{op.attrs['size']}];"
-  def render_barrier(self, k): return 'threadgroup_barrier(mem_flags::mem_threadgroup);'
+  def render_barrier(self, k, op): return 'threadgroup_barrier(mem_flags::mem_threadgroup);'
   def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.v[{i}]"
   def ctor(self, t, lanes): return f"{self.vtype(t)}({','.join(lanes)})" if t.count <= 4 else f"{self.vtype(t)}{{{','.join(lanes)}}}"
   def space(self, buf_op, written): return 'threadgroup ' if buf_op.name == 'uop.define_local' else 'device ' if written else 'const device '

@@ -32,7 +32,7 @@ class OpenCLLang(Lang):
   def define_local(self, k, op):
     dt = op.results[0].type.dtype
     return f"__local {self.mem(dt)} {op.attrs['sym']}[{op.attrs['size']}];"
-  def render_barrier(self, k): return 'barrier(CLK_LOCAL_MEM_FENCE);'
+  def render_barrier(self, k, op): return 'barrier(CLK_LOCAL_MEM_FENCE);'
   vector_ops = ('add', 'sub', 'mul', 'fdiv')
   signed_wraps = False  # OpenCL C has no -fwrapv: see Lang.signed_wraps
   def vector_operators(self, t):  # OpenCL C's vector types take arithmetic operators; floats only (signed overflow is UB)

@@ -334,7 +334,7 @@ class Scheduler:
       while b not in self.buffers and b.op is not None and b.op.name == 'tensor.reshape': chain.append(b.op); b = b.op.operands[0]
       buf = self.buffers.get(b) or self.host_buffer(b)
       for op in reversed(chain):
-        r = REGISTRY['tensor.reshape']([buf], [op.results[0].type], None, op.loc)
+        r = REGISTRY['kernel.reshape']([buf], [op.results[0].type], None, op.loc)
         self.host_ops.append(r); buf = r.results[0]
       outs.append(buf)
     ret.operands = outs

@@ -6,7 +6,6 @@ Values are numpy 0-d arrays (scalars) or 1-d arrays (vec<N x T>) in the dtype's 
 rounded float32, i1 as numpy bool). Slow by design: correctness and clear errors only.
 """
 from __future__ import annotations
-import itertools
 import numpy as np
 from tgc.errors import TgcError
 from tgc.ir import alu, dtypes as D
@@ -42,6 +41,18 @@ def _store(buf: np.ndarray, idx: int, val, t, where: str):
   buf.reshape(-1)[idx:idx + n] = np.broadcast_to(v, (n,))
 
 
+def _inside(op, idx: int, t) -> bool:
+  """Whether an access stays inside the size its buffer declares: one outside it behaves as if its gate were false, as
+  the emitters' run-time guards make it (the verifier rejects those it can see; uop_bounds.outside_accesses)."""
+  size = op.buf.op.attrs.get('size')
+  return size is None or 0 <= idx <= size - (t.count if isinstance(t, VecType) else 1)
+
+
+def _zero(t):
+  z = const_value(0, elem(t))
+  return np.full(t.count, z) if isinstance(t, VecType) else np.asarray(z)
+
+
 def run_uop_func(fn, buffers: list[np.ndarray]) -> None:
   """Execute one uop.func over its whole launch grid; outputs are written into `buffers` in place."""
   if fn.name != 'uop.func': raise TgcError(f"expected a uop.func, got '{fn.name}'")
@@ -55,9 +66,16 @@ def run_uop_func(fn, buffers: list[np.ndarray]) -> None:
   locals_ = {}  # define_local buffers are shared by the threads of a work-group; barriers need lockstep, so unsupported
   if any(op.name == 'uop.define_local' for op in ops) or (any(op.name == 'uop.barrier' for op in ops) and max(ls) > 1):
     raise TgcError(f"{name}: the interpreter does not support shared memory or barriers across threads (uop.define_local / uop.barrier)")
-  for g in itertools.product(*(range(n) for n in gs)):
-    for l in itertools.product(*(range(n) for n in ls)):
+  for g in _points(gs):
+    for l in _points(ls):
       _run_point(fn, ops, pair, bufs, {'gidx': g, 'lidx': l}, locals_, name)
+
+
+def _points(sizes):
+  """Every point of a grid, in order, one at a time (itertools.product would hold each axis's range as a tuple)."""
+  for x in range(sizes[0]):
+    for y in range(sizes[1]):
+      for z in range(sizes[2]): yield (x, y, z)
 
 
 def _run_point(fn, ops, pair, bufs, special, locals_, name):
@@ -99,10 +117,11 @@ def _run_point(fn, ops, pair, bufs, special, locals_, name):
     elif nm in ('endif', 'barrier'): pass
     elif nm == 'load':
       t = op.results[0].type
-      if op.gate is not None and not bool(get(op.gate)): val[op.results[0]] = np.array(get(op.alt))
+      if (op.gate is not None and not bool(get(op.gate))) or not _inside(op, int(get(op.idx)), t):
+        val[op.results[0]] = np.array(get(op.alt)) if op.alt is not None else _zero(t)
       else: val[op.results[0]] = _load(get(op.buf), int(get(op.idx)), t, f"{name}: 'uop.load'")
     elif nm == 'store':
-      if op.gate is None or bool(get(op.gate)):
+      if (op.gate is None or bool(get(op.gate))) and _inside(op, int(get(op.idx)), op.value.type):
         _store(get(op.buf), int(get(op.idx)), get(op.value), op.value.type, f"{name}: 'uop.store'")
     elif nm == 'vectorize': val[op.results[0]] = np.array([get(s) for s in op.srcs])
     elif nm == 'gep': val[op.results[0]] = np.asarray(get(op.vec)[op.attrs['index']])
