@@ -305,18 +305,36 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   if not funcs: raise TgcError("no func.func to run")
   host = funcs[0] if entry is None else m.lookup(entry.lstrip('@'))
   if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
+  from tgc.runtime import workers
+  st, prog, t0 = workers.STATS, workers.Progress(dbg), time.perf_counter()
   if not m.functions('uop.func') or any(op.name.startswith('tensor.') and op.name not in ('tensor.reshape', 'tensor.const') for op in host.body.ops):
     # an OpenCL device on a CPU: CPU tiles; a CUDA device: SMEM's tiles may take the shared memory it allows
+    prog.phase('lower', 0)
     lower(m, target, out, dbg, getattr(dev, 'processor', 'auto'), getattr(dev, 'local_memory', 0), device_warpgroup(dev_name))
   _declare_sizes(m, host)
   fns = m.functions('uop.func')
+  t1 = time.perf_counter()
+  st.add('lower', t1 - t0); st.kernels += len(fns)
+  st.lower_per_kernel += [(t1 - t0) / len(fns)] * len(fns) if fns else []
   for fn in fns:
     if dbg >= 4: out.write(_render(fn, target) + '\n')
     if dbg >= 5: out.write(str(fn) + '\n')
-  # all at once where the device can (the CPU: one LLVM module); a device that only has compile() one by one
-  progs = dev.compile_all(fns) if hasattr(dev, 'compile_all') else [dev.compile(fn) for fn in fns]
+  # all at once where the device can (the CPU: on the compile workers, each kernel source once); a device that only
+  # has compile() one by one
+  e0, c0 = st.phases.get('emit', 0.0), st.phases.get('compile', 0.0)
+  try:
+    if hasattr(dev, 'compile_all'):
+      import inspect  # (a device of another package may take the kernels alone)
+      progs = dev.compile_all(fns, progress=prog) if 'progress' in inspect.signature(dev.compile_all).parameters else dev.compile_all(fns)
+    else: progs = [dev.compile(fn) for fn in fns]
+  finally: prog.close()
+  t2 = time.perf_counter()
+  if st.phases.get('emit', 0.0) == e0 and st.phases.get('compile', 0.0) == c0: st.add('compile', t2 - t1)  # (a device that does not split them)
   kernels = {fn.attrs['sym_name']: Kernel(fn, p, dev_name, count_flops(fn)) for fn, p in zip(fns, progs)}
-  if dbg >= 1: out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
+  if dbg >= 1:
+    out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
+    emit, comp = st.phases.get('emit', 0.0) - e0, st.phases.get('compile', 0.0) - c0
+    out.write(f"{host.attrs['sym_name']}: compiled in {t2 - t0:.3f} s: lower {t1 - t0:.3f} s, emit {emit:.3f} s, compile {comp:.3f} s\n")
   return CompiledFunction(host, kernels, dev_name, out)
 
 

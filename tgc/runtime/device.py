@@ -73,9 +73,15 @@ class BaseDevice:
   def __init__(self, allocator: Allocator | None = None):
     self.allocator = allocator or HostAllocator(self.name)
   def compile(self, fn) -> Program: raise NotImplementedError
-  def compile_all(self, fns: list) -> list[Program]:
-    """Every kernel a function needs, compiled at once (a device whose compiler has a cost per call overrides it)."""
-    return [self.compile(fn) for fn in fns]
+  def compile_all(self, fns: list, progress=None) -> list[Program]:
+    """Every kernel a function needs, compiled at once (a device whose compiler has a cost per call overrides it);
+    `progress` (a tgc.runtime.workers.Progress) is stepped as each is done."""
+    if progress is not None: progress.phase('compile', len(fns))
+    out = []
+    for fn in fns:
+      out.append(self.compile(fn))
+      if progress is not None: progress.step()
+    return out
   def synchronize(self) -> None:
     """Wait until every queued launch and copy has finished."""
     self.allocator.synchronize()
