@@ -17,7 +17,7 @@ a scalar, anything else a gather of scalar loads. A reduce is a `uop.define_acc`
 before its loops and `uop.phi` inside them; a reduce over a vector lane ends with a horizontal reduce.
 """
 from __future__ import annotations
-import functools, itertools, math
+import functools, itertools, math, operator
 from tgc.ir.core import Operation, Module, Value, Block, REGISTRY
 from tgc.ir.types import PtrType, VecType, elem
 from tgc.ir import dtypes as D, alu
@@ -31,6 +31,10 @@ U = lambda n: REGISTRY[f'uop.{n}']
 MAX_GLOBAL_DIMS = 3
 VEC_WIDTHS = (2, 4, 8, 16)
 MAX_ACCS = 24     # accumulators kept apart per unrolled lane at most (registers: 32 vector registers on AVX-512)
+
+
+_INT_FOLD = {'add': operator.add, 'sub': operator.sub, 'mul': operator.mul, 'and': operator.and_, 'or': operator.or_, 'xor': operator.xor,
+             'max': max, 'min': min, 'cmplt': operator.lt, 'cmpne': operator.ne, 'cmpeq': operator.eq}
 
 
 class UopBuilder:
@@ -71,14 +75,24 @@ class UopBuilder:
 
   def const(self, x, dt=None):
     dt = dt or self.idx_dt
-    return self.emit('const', [], dt, {'value': float(x) if dt.is_float else int(x)})
+    v = float(x) if dt.is_float else int(x)
+    r = self.cache.get(('const', (), dt, (('value', v),)))  # (emit's key: index building asks for constants most)
+    return r if r is not None else self.emit('const', [], dt, {'value': v})
   def true(self): return self.const(1, D.bool_)
   def alu(self, name, a, b, dt=None):
     ca, cb = self.cval(a), self.cval(b)
     t = dt or a.type
     if ca is not None and cb is not None and isinstance(t, D.DType) and (t.is_int or t.is_bool):
+      src = elem(a.type)
+      f = _INT_FOLD.get(name)
+      if f is not None and not src.width and not t.width:  # (Python's ints, wrapped to the dtype: as exec_alu, faster)
+        r = f(ca, cb)
+        if name not in alu.COMPARE and t.is_int:
+          m = 1 << t.bits
+          r = r % m if not t.is_signed else (r + (m >> 1)) % m - (m >> 1)
+        return self.const(int(r), D.bool_ if name in alu.COMPARE else t)
       import numpy as np
-      r = alu.exec_alu(name, elem(a.type), np.array(ca), np.array(cb))
+      r = alu.exec_alu(name, src, np.array(ca), np.array(cb))
       return self.const(int(r), D.bool_ if name in alu.COMPARE else t)
     if name == 'add':
       if ca == 0: return b
