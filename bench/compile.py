@@ -8,7 +8,8 @@ Each row runs in a fresh process: `cold` with an empty disk cache (TGC_CACHE_DIR
 `warm` in a new process on the cache the cold run filled. A row's seconds are the first step's wall time (building
 the graph, lowering, compiling, the step itself), split into phases: lower (tensor -> uop passes), emit (rendering
 kernel source), compile (the device's compiler, or loading from the disk cache), run (the rest: graph building,
-scheduling, the launches). `py/kernel` is the median Python time (lower + emit) per kernel.
+scheduling, the launches). `cpu s` is the CPU time the first step took in this process and its compile workers
+(what a busy machine cannot inflate); `py/kernel` the median Python CPU time (lower + emit) per kernel.
 
 The models: `tiny` (2 layers, d 32, 2 heads, seq 16, batch 4) and `gpt` (4 layers, d 384, 6 heads, seq 256,
 batch 16), both f32 with AdamW, a causal attention and a GELU MLP, tied embeddings off.
@@ -78,21 +79,22 @@ def child(args) -> None:
   from tgc.runtime import Device
   Device.DEFAULT = args.device
   if args.device == 'CPU': os.environ.setdefault('CPU_THREADS', '1')  # (the launches are not what is measured)
-  t0 = time.perf_counter()
+  c0, t0 = os.times(), time.perf_counter()
   step = gpt_step(**MODELS[args.model], device=args.device)
   t1 = time.perf_counter()
   if args.profile:
     import cProfile, pstats
     pr = cProfile.Profile(); pr.enable()
   loss = step().item()
-  t2 = time.perf_counter()
+  t2, c2 = time.perf_counter(), os.times()
   if args.profile:
     pr.disable()
     pstats.Stats(pr, stream=sys.stderr).sort_stats('tottime').print_stats(40)
     pstats.Stats(pr, stream=sys.stderr).sort_stats('cumulative').print_stats(60)
   second = time.perf_counter(); step().item(); second = time.perf_counter() - second
   st = workers.STATS
-  print(json.dumps({'build': t1 - t0, 'first': t2 - t1, 'second': second, 'loss': loss, 'kernels': st.kernels, 'compiled': st.compiled,
+  cpu = sum(getattr(c2, f) - getattr(c0, f) for f in ('user', 'system', 'children_user', 'children_system'))
+  print(json.dumps({'build': t1 - t0, 'first': t2 - t1, 'cpu': cpu, 'second': second, 'loss': loss, 'kernels': st.kernels, 'compiled': st.compiled,
                     'phases': dict(st.phases), 'per_kernel': st.median_python_ms(), 'version': tgc.__version__}))
 
 
@@ -115,7 +117,7 @@ def main(argv=None) -> int:
   args.device = args.device.upper()
   if args.child: return child(args) or 0
   models = list(MODELS) if args.model == 'all' else [args.model]
-  hdr = f"{'model':<6s} {'device':<6s} {'cache':<5s} {'kernels':>7s} {'first s':>8s} {'lower':>7s} {'emit':>7s} {'compile':>8s} {'run':>7s} {'py/kernel':>9s} {'step 2 s':>8s}"
+  hdr = f"{'model':<6s} {'device':<6s} {'cache':<5s} {'kernels':>7s} {'first s':>8s} {'cpu s':>7s} {'lower':>7s} {'emit':>7s} {'compile':>8s} {'run':>7s} {'py/kernel':>9s} {'step 2 s':>8s}"
   print(hdr); print('-' * len(hdr))
   for model in models:
     with tempfile.TemporaryDirectory(prefix='tgc-cache-') as cache:
@@ -125,7 +127,7 @@ def main(argv=None) -> int:
         r = run_child(model, args.device, cache)
         ph = r['phases']
         other = r['build'] + r['first'] - sum(ph.values())
-        print(f"{model:<6s} {args.device:<6s} {label:<5s} {r['kernels']:7d} {r['build'] + r['first']:8.2f} {ph.get('lower', 0):7.2f} {ph.get('emit', 0):7.2f} "
+        print(f"{model:<6s} {args.device:<6s} {label:<5s} {r['kernels']:7d} {r['build'] + r['first']:8.2f} {r['cpu']:7.2f} {ph.get('lower', 0):7.2f} {ph.get('emit', 0):7.2f} "
               f"{ph.get('compile', 0):8.2f} {other:7.2f} {r['per_kernel']:7.1f}ms {r['second']:8.3f}", flush=True)
   return 0
 

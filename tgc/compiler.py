@@ -306,7 +306,7 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   host = funcs[0] if entry is None else m.lookup(entry.lstrip('@'))
   if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
   from tgc.runtime import workers
-  st, prog, t0 = workers.STATS, workers.Progress(dbg), time.perf_counter()
+  st, prog, t0, cpu0 = workers.STATS, workers.Progress(dbg), time.perf_counter(), time.process_time()
   if not m.functions('uop.func') or any(op.name.startswith('tensor.') and op.name not in ('tensor.reshape', 'tensor.const') for op in host.body.ops):
     # an OpenCL device on a CPU: CPU tiles; a CUDA device: SMEM's tiles may take the shared memory it allows
     prog.phase('lower', 0)
@@ -315,7 +315,7 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   fns = m.functions('uop.func')
   t1 = time.perf_counter()
   st.add('lower', t1 - t0); st.kernels += len(fns)
-  st.lower_per_kernel += [(t1 - t0) / len(fns)] * len(fns) if fns else []
+  st.lower_per_kernel += [(time.process_time() - cpu0) / len(fns)] * len(fns) if fns else []
   for fn in fns:
     if dbg >= 4: out.write(_render(fn, target) + '\n')
     if dbg >= 5: out.write(str(fn) + '\n')

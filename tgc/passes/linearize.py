@@ -55,6 +55,16 @@ class UopBuilder:
     if key is not None: self.cache[key] = r; self.scopes[-1].append(key)
     return r
 
+  def indexed(self, vs, at: tuple):
+    """vs.to_indexed(at) built once per view stack and point while the scope that built it is open: what building it
+    again would return (its ops are pure, found again), without the work (loads of one layout index alike)."""
+    key = ('indexed', id(vs), at)
+    hit = self.cache.get(key)
+    if hit is not None: return hit[1]
+    r = vs.to_indexed(at, self)
+    self.cache[key] = (vs, r); self.scopes[-1].append(key)  # (vs held: its id names no other stack meanwhile)
+    return r
+
   def open_range(self, start, end):
     r = self.emit('range', [start, end], self.idx_dt, pure=False)
     self.scopes.append([])
@@ -723,8 +733,8 @@ class Lowerer:
 
   def index(self, op, idx, lane_axes, c, lane=0):
     vs = self.views[op]  # (an axis of size 1, a reduce axis of a view at the stored shape, has index 0 in any stage)
-    at = [self.b.const(0) if n == 1 else e for e, n in zip(self.at(idx, lane_axes, c, lane), vs.shape)]
-    return vs.to_indexed(at, self.b)
+    at = tuple(self.b.const(0) if n == 1 else e for e, n in zip(self.at(idx, lane_axes, c, lane), vs.shape))
+    return self.b.indexed(vs, at)
 
   def vec_stride(self, op):
     if self.vec is None or self.W == 1: return 0

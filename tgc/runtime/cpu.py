@@ -677,8 +677,8 @@ def compile_llvm_all(device, fns: list, progress=None) -> list[CPUProgram]:
 
 def _render(i: int, fns: list) -> tuple[str, float]:
   from tgc.emit.llvm import render_llvm
-  t = time.perf_counter()
-  return render_llvm(fns[i], SYMBOL), time.perf_counter() - t
+  t = time.process_time()
+  return render_llvm(fns[i], SYMBOL), time.process_time() - t
 
 
 def compile_llvm(device, fn) -> CPUProgram:

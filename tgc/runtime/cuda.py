@@ -240,14 +240,14 @@ class CUDADevice(BaseDevice):
     from tgc.emit.cuda import render_cuda
     from tgc.runtime import workers
     import time
-    st, t0 = workers.STATS, time.perf_counter()
+    st, t0, cpu0 = workers.STATS, time.perf_counter(), time.process_time()
     groups: dict[bool, list] = {}
     for fn in fns: groups.setdefault(bool(fn.attrs.get('contract')), []).append(fn)
     n = workers.workers()
     parts = [(fmad, g[i::n]) for fmad, g in sorted(groups.items()) for i in range(min(n, len(g)))]
     srcs = [render_cuda(list(g)) for _, g in parts]
     t1 = time.perf_counter(); st.add('emit', t1 - t0)
-    st.emit_per_kernel += [(t1 - t0) / max(len(fns), 1)] * len(fns)
+    st.emit_per_kernel += [(time.process_time() - cpu0) / max(len(fns), 1)] * len(fns)
     if progress is not None: progress.phase('compile', len(fns))
     cubins = workers.run(_cubin_of, len(parts), (srcs, [f for f, _ in parts], self.arch), cost=lambda i: len(srcs[i]),
                          done=progress and (lambda i, dt: progress.step(len(parts[i][1]))))

@@ -69,8 +69,8 @@ def run(fn: Callable, n: int, args: tuple = (), cost: Callable[[int], float] | N
 class CompileStats:
   """What compiling took in this process: seconds per phase (lower: the passes to the uop level; emit: rendering
   kernel source; compile: the device's compiler or loading from the disk cache), kernels asked for and kernels
-  actually compiled (not found in a cache), and each rendered kernel's Python seconds (lowering's share and its
-  emit): what bench/compile.py and DEBUG=1 print."""
+  actually compiled (not found in a cache), and each kernel's Python seconds (lowering's share and its emit, in CPU
+  time: what the kernel costs whatever else the machine runs): what bench/compile.py and DEBUG=1 print."""
   def __init__(self): self.reset()
   def reset(self):
     self.phases: dict[str, float] = {}
@@ -79,7 +79,7 @@ class CompileStats:
     self.emit_per_kernel: list[float] = []
   def add(self, phase: str, seconds: float) -> None: self.phases[phase] = self.phases.get(phase, 0.0) + seconds
   def median_python_ms(self) -> float:
-    """The median of lower + emit per kernel, in ms (lowering's seconds shared evenly among a batch's kernels)."""
+    """The median of lower + emit per kernel, in CPU ms (lowering's seconds shared evenly among a batch's kernels)."""
     xs = sorted(l + e for l, e in zip(self.lower_per_kernel, self.emit_per_kernel))
     return 1e3 * xs[len(xs) // 2] if xs else 0.0
 
