@@ -639,3 +639,29 @@ def test_nvcc_is_the_fallback_without_nvrtc(tmp_path, monkeypatch):
   src = 'extern "C" __global__ void k(float* a) { a[0] = 1.0f; }\n'
   assert cuda_rt.compile_cuda(src, 'sm_90')[:4] == b'\x7fELF'
   with pytest.raises(tgc.TgcError, match='nvcc rejected'): cuda_rt.compile_cuda(src.replace('1.0f', 'nothing'), 'sm_90')
+
+
+def test_compile_all_groups_kernels_into_modules_on_the_workers(monkeypatch):
+  """CUDADevice.compile_all without a GPU (the driver's part stubbed): kernels allowed fma and the others go to
+  different modules, each module's source is compiled once (on the workers), and every kernel gets the module that
+  holds it, whatever the number of workers."""
+  from tgc.runtime.cuda import CUDADevice
+  m = all_kernels()
+  fns = m.functions('uop.func')[:7]
+  fns[1].attrs['contract'] = fns[4].attrs['contract'] = True
+  for n_workers in ('1', '3'):
+    monkeypatch.setenv('TGC_COMPILE_WORKERS', n_workers)
+    dev = CUDADevice.__new__(CUDADevice)
+    dev.arch, loaded = 'sm_90', []
+    def module(src, fmad=False, cubin=None):
+      loaded.append((src, fmad, cubin)); return len(loaded) - 1
+    dev.module = module
+    monkeypatch.setattr(cuda_rt, 'compile_cuda', lambda src, arch, fmad=False, compiler=None: f"cubin {arch} {fmad} {hash(src)}".encode())
+    monkeypatch.setattr(cuda_rt, 'CUDAProgram', lambda dev, fn, module: (fn.sym_name, module))
+    progs = dev.compile_all(fns)
+    assert [p[0] for p in progs] == [f.sym_name for f in fns]
+    for fn, (name, mi) in zip(fns, progs):
+      src, fmad, cubin = loaded[mi]
+      assert f" {name}(" in src and fmad == bool(fn.attrs.get('contract')) and cubin == f"cubin sm_90 {fmad} {hash(src)}".encode()
+    sizes = [sum(bool(f.attrs.get('contract')) == c for f in fns) for c in (False, True)]
+    assert len(loaded) == sum(min(int(n_workers), k) for k in sizes)

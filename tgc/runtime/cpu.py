@@ -150,7 +150,8 @@ def jit_kernels(texts: list[str], done=None) -> list[int]:
   cached are compiled on the compile workers (tgc.runtime.workers: processes), the longest first. `done(i, seconds)`
   is called as each finishes."""
   from tgc.runtime import workers
-  _target_machine()  # (initialised before the workers fork: each has it)
+  from tgc import cache  # noqa: F401
+  _target_machine(); codegen_id()  # (made before the workers fork: each has them)
   res = workers.run(_object_of, len(texts), (texts,), cost=lambda i: len(texts[i]), done=done)
   for _, compiled in res: stats['compiles' if compiled else 'disk_hits'] += 1
   return load_objects([o for o, _ in res], [kernel_symbol(t) for t in texts])
@@ -650,6 +651,7 @@ def compile_llvm_all(device, fns: list, progress=None) -> list[CPUProgram]:
   runs by: the text, the buffer dtypes (i8 and u8 kernels can share a text), the sizes the buffers are checked
   against, and the grid. `progress`: a workers.Progress to step as kernels finish."""
   from tgc.runtime import workers
+  import tgc.emit.llvm  # noqa: F401  (imported here, before the workers fork: a worker imports nothing)
   st = workers.STATS
   t0 = time.perf_counter()
   if progress is not None: progress.phase('emit', len(fns))

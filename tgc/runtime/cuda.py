@@ -249,6 +249,7 @@ class CUDADevice(BaseDevice):
     t1 = time.perf_counter(); st.add('emit', t1 - t0)
     st.emit_per_kernel += [(time.process_time() - cpu0) / max(len(fns), 1)] * len(fns)
     if progress is not None: progress.phase('compile', len(fns))
+    compiler_id('nvrtc' if _nvrtc() is not None else 'nvcc')  # (found before the workers fork: each has it)
     cubins = workers.run(_cubin_of, len(parts), (srcs, [f for f, _ in parts], self.arch), cost=lambda i: len(srcs[i]),
                          done=progress and (lambda i, dt: progress.step(len(parts[i][1]))))
     mod = {}
