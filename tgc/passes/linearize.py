@@ -45,6 +45,7 @@ class UopBuilder:
     self.cache: dict = {}
     self.idx_dt = idx_dt
     self.scopes: list[list] = [[]]   # cache keys made inside each open range: forgotten at its end
+    self.consts: dict = {}           # every uop.const's result -> its value (cval: asked of every operand of index math)
 
   def emit(self, name, srcs, t, attrs=None, pure=True) -> Value:
     key = (name, tuple(srcs), t, tuple(sorted(attrs.items())) if attrs else ()) if pure else None
@@ -53,6 +54,7 @@ class UopBuilder:
     self.ops.append(op)
     r = op.results[0] if op.results else None
     if key is not None: self.cache[key] = r; self.scopes[-1].append(key)
+    if name == 'const': self.consts[r] = op.attrs['value']
     return r
 
   def indexed(self, vs, at: tuple):
@@ -79,9 +81,7 @@ class UopBuilder:
     self.emit('endif', [], None, pure=False)
     for k in self.scopes.pop(): self.cache.pop(k, None)
 
-  def cval(self, v):
-    op = v.op
-    return op.attrs['value'] if op is not None and op.name == 'uop.const' else None
+  def cval(self, v): return self.consts.get(v)
 
   def const(self, x, dt=None):
     dt = dt or self.idx_dt
