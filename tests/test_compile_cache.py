@@ -186,3 +186,12 @@ def test_debug_prints_the_phases(monkeypatch):
   np.testing.assert_array_equal(f(x)[0], x.sum(1, keepdims=True))
   line = next(l for l in out.getvalue().splitlines() if 'compiled in' in l)
   assert all(w in line for w in ('lower', 'emit', 'compile'))
+
+
+def _pid(i): return os.getpid()
+
+def test_small_batches_stay_in_this_process(monkeypatch):
+  """Below min_cost a batch runs here (starting processes would cost more than it saves); above it, on the workers."""
+  monkeypatch.setenv('TGC_COMPILE_WORKERS', '2')
+  assert set(workers.run(_pid, 4, cost=lambda i: 10, min_cost=100)) == {os.getpid()}
+  assert os.getpid() not in workers.run(_pid, 4, cost=lambda i: 30, min_cost=100)

@@ -120,18 +120,6 @@ def compile_object(text: str) -> bytes:
   return tm.emit_object(mod)
 
 
-def cached_object(text: str) -> tuple[bytes, bool]:
-  """The object file of a kernel text: from the disk cache (tgc.cache, kind `llvm`, keyed by the text and
-  codegen_id()), else compiled and stored there. (object, whether it was compiled)."""
-  from tgc import cache
-  k = cache.key(text, codegen_id())
-  obj = cache.get('llvm', k)
-  if obj is not None: return obj, False
-  obj = compile_object(text)
-  cache.put('llvm', k, obj)
-  return obj, True
-
-
 def load_objects(objs: list[bytes], names: list[str]) -> list[int]:
   """Object files -> the addresses of the named functions, all loaded into one engine (kept for the process)."""
   import llvmlite.binding as llvm
@@ -144,19 +132,31 @@ def load_objects(objs: list[bytes], names: list[str]) -> list[int]:
   return addrs
 
 
+# the work below which a batch is not worth starting worker processes for (about a tenth of a second of it: LLVM
+# compiles some 500 KB of kernel text a second, and the emitter some 30 uops a millisecond)
+POOL_MIN_TEXT, POOL_MIN_UOPS = 64_000, 3_000
+
+
 def jit_kernels(texts: list[str], done=None) -> list[int]:
   """Kernel texts (each an LLVM module defining @kernel) -> the addresses of their machine code. Each text is its own
   object file, kept in the disk cache (the next process, or another program with the same kernel, loads it); those not
-  cached are compiled on the compile workers (tgc.runtime.workers: processes), the longest first. `done(i, seconds)`
-  is called as each finishes."""
+  cached are compiled on the compile workers (tgc.runtime.workers: processes), the longest first, and stored by this
+  process. `done(i, seconds)` is called as each is compiled or found."""
+  from tgc import cache
   from tgc.runtime import workers
-  from tgc import cache  # noqa: F401
-  _target_machine(); codegen_id()  # (made before the workers fork: each has them)
-  res = workers.run(_object_of, len(texts), (texts,), cost=lambda i: len(texts[i]), done=done)
-  for _, compiled in res: stats['compiles' if compiled else 'disk_hits'] += 1
-  return load_objects([o for o, _ in res], [kernel_symbol(t) for t in texts])
+  _target_machine()  # (made before the workers fork: each has it)
+  keys = [cache.key(t, codegen_id()) for t in texts]
+  objs = [cache.get('llvm', k) for k in keys]
+  miss = [i for i, o in enumerate(objs) if o is None]
+  for i, o in enumerate(objs):
+    if o is not None and done: done(i, 0.0)
+  new = workers.run(_object_of, len(miss), ([texts[i] for i in miss],), cost=lambda j: len(texts[miss[j]]), min_cost=POOL_MIN_TEXT,
+                    done=done and (lambda j, dt: done(miss[j], dt)))
+  for i, o in zip(miss, new): objs[i] = o; cache.put('llvm', keys[i], o)
+  stats['compiles'] += len(miss); stats['disk_hits'] += len(texts) - len(miss)
+  return load_objects(objs, [kernel_symbol(t) for t in texts])
 
-def _object_of(i: int, texts: list[str]): return cached_object(texts[i])
+def _object_of(i: int, texts: list[str]) -> bytes: return compile_object(texts[i])
 
 
 # ---- running one launch across the cores ----
@@ -655,7 +655,7 @@ def compile_llvm_all(device, fns: list, progress=None) -> list[CPUProgram]:
   st = workers.STATS
   t0 = time.perf_counter()
   if progress is not None: progress.phase('emit', len(fns))
-  srcs = workers.run(_render, len(fns), (fns,), cost=lambda i: len(fns[i].body.ops), done=progress and (lambda i, dt: progress.step()))
+  srcs = workers.run(_render, len(fns), (fns,), cost=lambda i: len(fns[i].body.ops), min_cost=POOL_MIN_UOPS, done=progress and (lambda i, dt: progress.step()))
   st.emit_per_kernel += [dt for _, dt in srcs]
   t1 = time.perf_counter(); st.add('emit', t1 - t0)
   keys = []

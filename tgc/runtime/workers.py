@@ -38,11 +38,13 @@ def _mark_worker():
 
 
 def run(fn: Callable, n: int, args: tuple = (), cost: Callable[[int], float] | None = None,
-        done: Callable[[int, float], None] | None = None) -> list:
+        done: Callable[[int, float], None] | None = None, min_cost: float = 0) -> list:
   """[fn(0, *args), ..., fn(n - 1, *args)], on the pool where it pays. `cost(i)`: a guess at item i's work (the
-  costliest go first); `done(i, seconds)`: called here as each item finishes (a progress line)."""
+  costliest go first); `min_cost`: the work (in cost's units) below which starting processes costs more than it
+  saves, and the items run here; `done(i, seconds)`: called here as each item finishes (a progress line)."""
   global _job
   procs = min(workers(), n)
+  if cost is not None and min_cost and sum(cost(i) for i in range(n)) < min_cost: procs = 1
   if procs < 2 or _in_worker or sys.platform == 'win32' or not hasattr(os, 'fork'):
     out = []
     for i in range(n):
@@ -51,6 +53,8 @@ def run(fn: Callable, n: int, args: tuple = (), cost: Callable[[int], float] | N
     return out
   import multiprocessing as mp
   from concurrent.futures import ProcessPoolExecutor
+  from concurrent.futures.process import BrokenProcessPool
+  from tgc.errors import TgcError
   order = sorted(range(n), key=lambda i: -cost(i)) if cost else list(range(n))
   prev, _job = _job, (fn, args)
   out: list = [None] * n
@@ -60,7 +64,8 @@ def run(fn: Callable, n: int, args: tuple = (), cost: Callable[[int], float] | N
       from concurrent.futures import as_completed
       for f in as_completed(futs):
         i = futs[f]
-        out[i], dt = f.result()
+        try: out[i], dt = f.result()
+        except BrokenProcessPool: raise TgcError(f"a compile worker process died (killed, or a crash in the compiler) on item {i} of {n}; TGC_COMPILE_WORKERS=1 compiles in this process") from None
         if done: done(i, dt)
   finally: _job = prev
   return out
