@@ -60,11 +60,11 @@ class UopBuilder:
   def indexed(self, vs, at: tuple):
     """vs.to_indexed(at) built once per view stack and point while the scope that built it is open: what building it
     again would return (its ops are pure, found again), without the work (loads of one layout index alike)."""
-    key = ('indexed', id(vs), at)
-    hit = self.cache.get(key)
-    if hit is not None: return hit[1]
-    r = vs.to_indexed(at, self)
-    self.cache[key] = (vs, r); self.scopes[-1].append(key)  # (vs held: its id names no other stack meanwhile)
+    key = ('indexed', vs, at)  # (by value: the loads and stores of one layout have stacks equal, not the same)
+    r = self.cache.get(key)
+    if r is None:
+      r = self.cache[key] = vs.to_indexed(at, self)
+      self.scopes[-1].append(key)
     return r
 
   def open_range(self, start, end):
