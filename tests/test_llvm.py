@@ -1,5 +1,6 @@
 """The LLVM emitter and the CPU runtime, checked against numpy and tgc.ir.alu (and the interpreter)."""
 import os, sys
+import unittest.mock as um
 import numpy as np
 import pytest
 import llvmlite.binding as llvm
@@ -669,25 +670,26 @@ print(cpu.stats['compiles'], cpu.stats['disk_hits'])
 """
 
 def test_compiled_kernels_are_kept_on_disk(tmp_path):
-  """A batch's object file is kept under $TGC_CACHE/llvm: the next process with the same kernels loads it instead of
-  compiling; a damaged file is compiled anew (and replaced); another codegen_id (LLVM, the CPU, the optimisation) is
-  another file."""
+  """Each kernel's object file is kept in the disk cache (tgc.cache, kind llvm): the next process with the same kernels
+  loads them instead of compiling; a damaged entry is compiled anew (and replaced); another codegen_id (LLVM, the
+  CPU, the optimisation) is another entry."""
   import subprocess, sys
-  env = {**os.environ, 'TGC_CACHE': str(tmp_path), 'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(tgc.__file__)), os.environ.get('PYTHONPATH', '')])}
+  from tgc import cache
+  env = {**os.environ, 'TGC_CACHE_DIR': str(tmp_path), 'PYTHONPATH': os.pathsep.join([os.path.dirname(os.path.dirname(tgc.__file__)), os.environ.get('PYTHONPATH', '')])}
+  env.pop('TGC_CACHE', None)
   run = lambda: tuple(map(int, subprocess.run([sys.executable, '-c', _DISK.format(tests=os.path.dirname(__file__))], env=env, capture_output=True, text=True, check=True).stdout.split()))
   assert run() == (3, 0)
-  files = list((tmp_path / 'llvm').iterdir())
-  assert len(files) == 1
+  with um.patch.dict(os.environ, {'TGC_CACHE_DIR': str(tmp_path)}): files = cache.entries('llvm')
+  assert len(files) == 3
   assert run() == (0, 3)
-  files[0].write_bytes(files[0].read_bytes()[:-100])  # (a file cut short)
-  assert run() == (3, 0) and run() == (0, 3)
+  with open(files[0], 'r+b') as f: f.truncate(os.path.getsize(files[0]) - 100)  # (an entry cut short)
+  assert run() == (1, 2) and run() == (0, 3)
   text = "define void @kernel(ptr %a, i32 %s, i32 %e) {\n  store i32 12345, ptr %a\n  ret void\n}\n"
-  import unittest.mock as um
-  with um.patch.dict(os.environ, {'TGC_CACHE': str(tmp_path / 'own')}):
+  with um.patch.dict(os.environ, {'TGC_CACHE_DIR': str(tmp_path / 'own')}):
     n0 = cpu.stats['compiles']; cpu.jit_kernels([text])
     with um.patch.object(cpu, '_codegen_id', cpu.codegen_id() + ' another CPU'): cpu.jit_kernels([text])
     cpu.jit_kernels([text])
-  assert cpu.stats['compiles'] - n0 == 2 and len(list((tmp_path / 'own' / 'llvm').iterdir())) == 2
+    assert cpu.stats['compiles'] - n0 == 2 and len(cache.entries('llvm')) == 2
 
 
 def _rowsum(n, m=37):

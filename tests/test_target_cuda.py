@@ -577,3 +577,91 @@ def test_kernels_of_a_function_compile_as_one_module():
   x = np.maximum(a.astype(np.float64) @ b, 0)
   e = np.exp(x - x.max(1, keepdims=True))
   np.testing.assert_allclose(out, e / e.sum(1, keepdims=True) + a.sum(dtype=np.float64), rtol=1e-4, atol=1e-4)
+
+
+# ---- compiling: NVRTC, nvcc as the fallback, the disk cache of cubins (no GPU needed) ----
+from tgc.runtime import cuda as cuda_rt
+
+
+def _nvrtc_or_skip():
+  if cuda_rt._nvrtc() is None: pytest.skip("NVRTC (cuda-python's cuda.bindings.nvrtc) is not installed")
+
+
+def test_every_kernel_compiles_with_nvrtc():
+  """NVRTC builds what nvcc builds: every kernel of the test programs, for sm_90."""
+  _nvrtc_or_skip()
+  cubin = cuda_rt.nvrtc_cubin(render_cuda(all_kernels()), 'sm_90')
+  assert cubin[:4] == b'\x7fELF'
+
+
+def test_warpgroup_kernels_compile_with_nvrtc_for_sm_90a():
+  """A source with wgmma builds for sm_90a (compile_cuda picks it on an sm_90 device, as nvcc_arch says)."""
+  _nvrtc_or_skip()
+  name, build, arrays, ref, tol = WG_CASES[0]
+  m, _ = _tc_module(build, arrays, 'INTERP')
+  lower(m, 'cuda', local_memory=H100_SHARED)
+  src = render_cuda(m)
+  assert nvcc_arch(src, 'sm_90') == 'sm_90a'
+  assert cuda_rt.compile_cuda(src, 'sm_90', compiler='nvrtc')[:4] == b'\x7fELF'
+
+
+def test_nvrtc_refusal_is_a_clear_error():
+  _nvrtc_or_skip()
+  with pytest.raises(tgc.TgcError, match=r'nvrtc rejected the emitted source:(.|\n)*undefined_thing'):
+    cuda_rt.nvrtc_cubin('extern "C" __global__ void k(float* a) { a[0] = undefined_thing; }\n', 'sm_90')
+
+
+def test_cubins_are_kept_in_the_disk_cache(tmp_path, monkeypatch):
+  """A cubin is compiled once per source, architecture, fmad and compiler version; the next ask (another process
+  alike) loads it. nvcc stands in for whichever compiler is installed here."""
+  from tgc import cache
+  monkeypatch.delenv('TGC_CACHE', raising=False)
+  monkeypatch.setenv('TGC_CACHE_DIR', str(tmp_path))
+  calls = []
+  def fake(src, arch, fmad=False):
+    calls.append((arch, fmad)); return b'\x7fELF cubin for ' + arch.encode()
+  monkeypatch.setattr(cuda_rt, 'nvcc_cubin', fake)
+  monkeypatch.setitem(cuda_rt._compiler_ids, 'nvcc', 'nvcc 13.0 (test)')
+  src = 'extern "C" __global__ void k(float* a) { a[0] = 1.0f; }\n'
+  assert cuda_rt.compile_cuda(src, 'sm_90', compiler='nvcc') == b'\x7fELF cubin for sm_90'
+  assert cuda_rt.compile_cuda(src, 'sm_90', compiler='nvcc') == b'\x7fELF cubin for sm_90'
+  cuda_rt.compile_cuda(src, 'sm_80', compiler='nvcc'); cuda_rt.compile_cuda(src, 'sm_90', True, compiler='nvcc')
+  assert calls == [('sm_90', False), ('sm_80', False), ('sm_90', True)] and len(cache.entries('cuda')) == 3
+  monkeypatch.setitem(cuda_rt._compiler_ids, 'nvcc', 'nvcc 13.1 (test)')
+  cuda_rt.compile_cuda(src, 'sm_90', compiler='nvcc')
+  assert len(calls) == 4
+
+
+def test_nvcc_is_the_fallback_without_nvrtc(tmp_path, monkeypatch):
+  monkeypatch.setenv('TGC_CACHE', '0')
+  monkeypatch.setattr(cuda_rt, '_nvrtc', lambda: None)
+  if NVCC is None: pytest.skip("nvcc is not installed")
+  src = 'extern "C" __global__ void k(float* a) { a[0] = 1.0f; }\n'
+  assert cuda_rt.compile_cuda(src, 'sm_90')[:4] == b'\x7fELF'
+  with pytest.raises(tgc.TgcError, match='nvcc rejected'): cuda_rt.compile_cuda(src.replace('1.0f', 'nothing'), 'sm_90')
+
+
+def test_compile_all_groups_kernels_into_modules_on_the_workers(monkeypatch):
+  """CUDADevice.compile_all without a GPU (the driver's part stubbed): kernels allowed fma and the others go to
+  different modules, each module's source is compiled once (on the workers), and every kernel gets the module that
+  holds it, whatever the number of workers."""
+  from tgc.runtime.cuda import CUDADevice
+  m = all_kernels()
+  fns = m.functions('uop.func')[:7]
+  fns[1].attrs['contract'] = fns[4].attrs['contract'] = True
+  for n_workers in ('1', '3'):
+    monkeypatch.setenv('TGC_COMPILE_WORKERS', n_workers)
+    dev = CUDADevice.__new__(CUDADevice)
+    dev.arch, loaded = 'sm_90', []
+    def module(src, fmad=False, cubin=None):
+      loaded.append((src, fmad, cubin)); return len(loaded) - 1
+    dev.module = module
+    monkeypatch.setattr(cuda_rt, 'compile_cuda', lambda src, arch, fmad=False, compiler=None: f"cubin {arch} {fmad} {hash(src)}".encode())
+    monkeypatch.setattr(cuda_rt, 'CUDAProgram', lambda dev, fn, module: (fn.sym_name, module))
+    progs = dev.compile_all(fns)
+    assert [p[0] for p in progs] == [f.sym_name for f in fns]
+    for fn, (name, mi) in zip(fns, progs):
+      src, fmad, cubin = loaded[mi]
+      assert f" {name}(" in src and fmad == bool(fn.attrs.get('contract')) and cubin == f"cubin sm_90 {fmad} {hash(src)}".encode()
+    sizes = [sum(bool(f.attrs.get('contract')) == c for f in fns) for c in (False, True)]
+    assert len(loaded) == sum(min(int(n_workers), k) for k in sizes)

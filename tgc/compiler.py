@@ -354,21 +354,35 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
   if not funcs: raise TgcError("no func.func to run")
   host = funcs[0] if entry is None else m.lookup(entry.lstrip('@'))
   if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
+  from tgc.runtime import workers
+  st, prog, t0, cpu0 = workers.STATS, workers.Progress(dbg), time.perf_counter(), time.process_time()
   # (the device's spec: an OpenCL device on a CPU gets CPU tiles, a CUDA device SMEM's tiles in the shared memory it allows)
   def trace(stage, m):
     if stage == 'opt' and dbg >= 3:
       for k in m.functions('kernel.func'): out.write(str(k) + '\n')
+  prog.phase('lower', 0)
   lower(m, spec, 'uop', trace=trace)
   _declare_sizes(m, host)
   fns = m.functions('uop.func')
+  t1 = time.perf_counter()
+  st.add('lower', t1 - t0); st.kernels += len(fns)
+  st.lower_per_kernel += [(time.process_time() - cpu0) / len(fns)] * len(fns) if fns else []
   for fn in fns:
     if dbg >= 4: out.write(_render(fn, target) + '\n')
     if dbg >= 5: out.write(str(fn) + '\n')
-  # all at once where the device can (the CPU: one LLVM module)
-  with _profiler.phase(f'device compile ({len(fns)} kernels)', kernels=[fn.attrs['sym_name'] for fn in fns]):
-    progs = lower(m, spec, 'binary')
+  # all at once where the device can (the CPU: on the compile workers, each kernel source once)
+  e0, c0 = st.phases.get('emit', 0.0), st.phases.get('compile', 0.0)
+  try:
+    with _profiler.phase(f'device compile ({len(fns)} kernels)', kernels=[fn.attrs['sym_name'] for fn in fns]):
+      progs = lower(m, spec, 'binary', progress=prog)
+  finally: prog.close()
+  t2 = time.perf_counter()
+  if st.phases.get('emit', 0.0) == e0 and st.phases.get('compile', 0.0) == c0: st.add('compile', t2 - t1)  # (a device that does not split them)
   kernels = {fn.attrs['sym_name']: Kernel(fn, p, dev_name, count_flops(fn)) for fn, p in zip(fns, progs)}
-  if dbg >= 1: out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
+  if dbg >= 1:
+    out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
+    emit, comp = st.phases.get('emit', 0.0) - e0, st.phases.get('compile', 0.0) - c0
+    out.write(f"{host.attrs['sym_name']}: compiled in {t2 - t0:.3f} s: lower {t1 - t0:.3f} s, emit {emit:.3f} s, compile {comp:.3f} s\n")
   return CompiledFunction(host, kernels, dev_name, out)
 
 

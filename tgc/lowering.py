@@ -26,11 +26,12 @@ def level_of(m: Module) -> str:
 
 
 def lower(m: Module, target: str | Target | DeviceSpec, until: str = 'uop', noopt: bool | None = None, trace=None,
-          verify_each: bool = False, **capabilities):
+          verify_each: bool = False, progress=None, **capabilities):
   """Lower `m` in place from its level (level_of) to stage `until`, for `target`: a DeviceSpec, or a target (its name
   or a Target) with the device's capabilities as keywords (DeviceSpec's: processor, local_memory, warpgroup, cpu,
   device). noopt=None: as NOOPT says. `trace(stage, m)`: called as m reaches each stage on the way (tgc.compile's
-  DEBUG printing). verify_each: verify after every pass (the tools'), else once at the end. Returns the module for
+  DEBUG printing). verify_each: verify after every pass (the tools'), else once at the end. progress: a
+  tgc.runtime.workers.Progress the binary stage steps. Returns the module for
   the IR stages, the source text for `source`, the compiled Programs (of the uop.funcs, in order) for `binary`."""
   if until not in STAGES: raise TgcError(f"unknown stage '{until}' (expected {', '.join(STAGES)})")
   spec = DeviceSpec.of(target, **capabilities)
@@ -56,7 +57,10 @@ def lower(m: Module, target: str | Target | DeviceSpec, until: str = 'uop', noop
   if until == 'binary':
     from tgc.runtime import get_device
     dev = get_device(spec.runtime_device)
-    return dev.compile_all(m.functions('uop.func'))
+    fns = m.functions('uop.func')
+    if progress is None: return dev.compile_all(fns)
+    import inspect  # (a device of another package may take the kernels alone)
+    return dev.compile_all(fns, progress=progress) if 'progress' in inspect.signature(dev.compile_all).parameters else dev.compile_all(fns)
   return m
 
 

@@ -162,6 +162,16 @@ def phase(name: str, cat: str = 'compile', **args):
     for r in ACTIVE: r.span(name, cat, HOST, thread, t0, t1, args or None)
 
 
+def record_durations(items, t0: float, thread: str = 'compile workers', cat: str = 'compile') -> None:
+  """Spans timed where no profile runs (a compile worker's render of each kernel): (name, seconds) laid end to end
+  from t0 on a host track of their own; their lengths are measured, their places only kept in order."""
+  if not ACTIVE: return
+  t = t0
+  for name, dt in items:
+    for r in ACTIVE: r.span(name, cat, HOST, thread, t, t + dt)
+    t += dt
+
+
 def _thread() -> str:
   """The host track of the calling thread: `main`, or the thread's name (work a compile hands to other threads)."""
   t = threading.current_thread()

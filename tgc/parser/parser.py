@@ -336,9 +336,8 @@ _lark = None
 
 
 def _cache_dir() -> str | None:
-  cache = os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'), 'tgc')
-  try: os.makedirs(cache, exist_ok=True); return cache
-  except OSError: return None
+  from tgc.cache import cache_dir  # (tgc's one cache directory: TGC_CACHE=0 turns it off)
+  return cache_dir()
 
 def _lark_init() -> str | None:
   """lark's __init__.py, found without importing lark."""

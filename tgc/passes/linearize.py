@@ -17,7 +17,7 @@ a scalar, anything else a gather of scalar loads. A reduce is a `uop.define_acc`
 before its loops and `uop.phi` inside them; a reduce over a vector lane ends with a horizontal reduce.
 """
 from __future__ import annotations
-import itertools, math
+import functools, itertools, math, operator
 from tgc.ir.core import Operation, Module, Value, Block, REGISTRY
 from tgc.ir.types import PtrType, VecType, elem
 from tgc.ir import dtypes as D, alu
@@ -34,6 +34,10 @@ VEC_WIDTHS = (2, 4, 8, 16)
 MAX_ACCS = 24     # accumulators kept apart per unrolled lane at most (registers: 32 vector registers on AVX-512)
 
 
+_INT_FOLD = {'add': operator.add, 'sub': operator.sub, 'mul': operator.mul, 'and': operator.and_, 'or': operator.or_, 'xor': operator.xor,
+             'max': max, 'min': min, 'cmplt': operator.lt, 'cmpne': operator.ne, 'cmpeq': operator.eq}
+
+
 class UopBuilder:
   """Appends uops to a list, hash-consing pure ones and folding the obvious (x+0, x*1, constants).
   Doubles as the expression builder of ViewStack.to_indexed."""
@@ -42,6 +46,7 @@ class UopBuilder:
     self.cache: dict = {}
     self.idx_dt = idx_dt
     self.scopes: list[list] = [[]]   # cache keys made inside each open range: forgotten at its end
+    self.consts: dict = {}           # every uop.const's result -> its value (cval: asked of every operand of index math)
 
   def emit(self, name, srcs, t, attrs=None, pure=True) -> Value:
     key = (name, tuple(srcs), t, tuple(sorted(attrs.items())) if attrs else ()) if pure else None
@@ -50,6 +55,17 @@ class UopBuilder:
     self.ops.append(op)
     r = op.results[0] if op.results else None
     if key is not None: self.cache[key] = r; self.scopes[-1].append(key)
+    if name == 'const': self.consts[r] = op.attrs['value']
+    return r
+
+  def indexed(self, vs, at: tuple):
+    """vs.to_indexed(at) built once per view stack and point while the scope that built it is open: what building it
+    again would return (its ops are pure, found again), without the work (loads of one layout index alike)."""
+    key = ('indexed', vs, at)  # (by value: the loads and stores of one layout have stacks equal, not the same)
+    r = self.cache.get(key)
+    if r is None:
+      r = self.cache[key] = vs.to_indexed(at, self)
+      self.scopes[-1].append(key)
     return r
 
   def open_range(self, start, end):
@@ -66,20 +82,28 @@ class UopBuilder:
     self.emit('endif', [], None, pure=False)
     for k in self.scopes.pop(): self.cache.pop(k, None)
 
-  def cval(self, v):
-    op = v.op
-    return op.attrs['value'] if op is not None and op.name == 'uop.const' else None
+  def cval(self, v): return self.consts.get(v)
 
   def const(self, x, dt=None):
     dt = dt or self.idx_dt
-    return self.emit('const', [], dt, {'value': float(x) if dt.is_float else int(x)})
+    v = float(x) if dt.is_float else int(x)
+    r = self.cache.get(('const', (), dt, (('value', v),)))  # (emit's key: index building asks for constants most)
+    return r if r is not None else self.emit('const', [], dt, {'value': v})
   def true(self): return self.const(1, D.bool_)
   def alu(self, name, a, b, dt=None):
     ca, cb = self.cval(a), self.cval(b)
     t = dt or a.type
     if ca is not None and cb is not None and isinstance(t, D.DType) and (t.is_int or t.is_bool):
+      src = elem(a.type)
+      f = _INT_FOLD.get(name)
+      if f is not None and not src.width and not t.width:  # (Python's ints, wrapped to the dtype: as exec_alu, faster)
+        r = f(ca, cb)
+        if name not in alu.COMPARE and t.is_int:
+          m = 1 << t.bits
+          r = r % m if not t.is_signed else (r + (m >> 1)) % m - (m >> 1)
+        return self.const(int(r), D.bool_ if name in alu.COMPARE else t)
       import numpy as np
-      r = alu.exec_alu(name, elem(a.type), np.array(ca), np.array(cb))
+      r = alu.exec_alu(name, src, np.array(ca), np.array(cb))
       return self.const(int(r), D.bool_ if name in alu.COMPARE else t)
     if name == 'add':
       if ca == 0: return b
@@ -506,8 +530,8 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
 
   def index(self, op, idx, lane_axes, c, lane=0):
     vs = self.views[op]  # (an axis of size 1, a reduce axis of a view at the stored shape, has index 0 in any stage)
-    at = [self.b.const(0) if n == 1 else e for e, n in zip(self.at(idx, lane_axes, c, lane), vs.shape)]
-    return vs.to_indexed(at, self.b)
+    at = tuple(self.b.const(0) if n == 1 else e for e, n in zip(self.at(idx, lane_axes, c, lane), vs.shape))
+    return self.b.indexed(vs, at)
 
   def vec_stride(self, op):
     if self.vec is None or self.W == 1: return 0

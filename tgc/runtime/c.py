@@ -1,11 +1,11 @@
 """The C device: tgc.emit.c source, built by the system C compiler into a shared library, called through ctypes.
 
-Libraries are cached by source text, in process and on disk ($TGC_CACHE or ~/.cache/tgc/c, named by the hash of
-the source, the compiler and its flags, and the host CPU), so an identical kernel is compiled once. The kernel loops over its own grid: one call runs
+Libraries are cached by source text, in process and on disk (tgc.cache: keyed by the source, the compiler, its
+version and flags, and the host CPU), so an identical kernel is compiled once. The kernel loops over its own grid: one call runs
 gidx0 in [start, end) (all of it by default).
 """
 from __future__ import annotations
-import ctypes, hashlib, os, subprocess, tempfile, threading
+import ctypes, os, subprocess, tempfile, threading
 from tgc.errors import TgcError
 from tgc.runtime.device import BaseDevice, HostDevice
 from tgc.runtime.cpu import HostKernelProgram, HostPointerAllocator
@@ -15,12 +15,6 @@ CC = os.environ.get('CC', 'cc')
 CFLAGS = ['-std=c99', '-O2', '-shared', '-fPIC', '-march=native', '-fwrapv', '-fno-strict-aliasing', '-ffp-contract=off', '-fno-math-errno']
 _lock = threading.Lock()
 _libs: dict[str, ctypes.CDLL] = {}
-
-
-def cache_dir() -> str:
-  d = os.environ.get('TGC_CACHE') or os.path.join(os.path.expanduser('~'), '.cache', 'tgc')
-  d = os.path.join(d, 'c'); os.makedirs(d, exist_ok=True)
-  return d
 
 
 _host_id: str | None = None
@@ -39,22 +33,54 @@ def host_id() -> str:
   return _host_id
 
 
+_cc_version: str | None = None
+
+def cc_version() -> str:
+  """The C compiler's own account of its version (`cc --version`'s first line): part of the disk cache's key."""
+  global _cc_version
+  if _cc_version is None:
+    try: _cc_version = subprocess.run([CC, '--version'], capture_output=True, text=True, timeout=30).stdout.split('\n')[0]
+    except (OSError, subprocess.SubprocessError): _cc_version = '?'
+  return _cc_version
+
+
+def build_library(src: str) -> bytes:
+  """C source -> the bytes of a shared library built by the system C compiler (a TgcError where it refuses)."""
+  with tempfile.TemporaryDirectory() as td:
+    cfile, lib = os.path.join(td, 'k.c'), os.path.join(td, 'k.so')
+    with open(cfile, 'w') as f: f.write(src)
+    try: p = subprocess.run([CC, *CFLAGS, cfile, '-o', lib, '-lm'], capture_output=True, text=True, timeout=120)
+    except FileNotFoundError: raise TgcError(f"C device unavailable: no C compiler '{CC}'") from None
+    if p.returncode != 0: raise TgcError(f"c: the C compiler rejected the emitted source:\n{p.stderr}\n{src}")
+    with open(lib, 'rb') as f: return f.read()
+
+
+def load_library(data: bytes) -> ctypes.CDLL:
+  """A shared library's bytes, loaded (from a file of this process's own, removed once loaded)."""
+  fd, path = tempfile.mkstemp(suffix='.so', prefix='tgc-c-')
+  try:
+    with os.fdopen(fd, 'wb') as f: f.write(data)
+    return ctypes.CDLL(path)
+  finally: os.unlink(path)
+
+
 def compile_c(src: str) -> ctypes.CDLL:
-  """C source -> a loaded shared library (cached by source)."""
+  """C source -> a loaded shared library: cached by source in the process, and on disk (tgc.cache, kind `c`, keyed
+  by the source, the compiler, its version and flags, and the host CPU -march=native builds for)."""
+  from tgc import cache
   with _lock:
     lib = _libs.get(src)
     if lib is not None: return lib
-    key = hashlib.sha256((src + ' '.join([CC] + CFLAGS) + host_id()).encode()).hexdigest()[:24]
-    path = os.path.join(cache_dir(), f"{key}.so")
-    if not os.path.exists(path):
-      with tempfile.TemporaryDirectory() as td:
-        cfile, tmp = os.path.join(td, 'k.c'), os.path.join(td, 'k.so')
-        with open(cfile, 'w') as f: f.write(src)
-        try: p = subprocess.run([CC, *CFLAGS, cfile, '-o', tmp, '-lm'], capture_output=True, text=True, timeout=120)
-        except FileNotFoundError: raise TgcError(f"C device unavailable: no C compiler '{CC}'") from None
-        if p.returncode != 0: raise TgcError(f"c: the C compiler rejected the emitted source:\n{p.stderr}\n{src}")
-        os.replace(tmp, path)  # atomic: a concurrent process sees a whole library or none
-    lib = _libs[src] = ctypes.CDLL(path)
+    k = cache.key(src, CC, cc_version(), ' '.join(CFLAGS), host_id())
+    data = cache.get('c', k)
+    if data is not None:
+      try: lib = load_library(data)
+      except OSError: data = None  # (whole, yet not a library this machine loads: built anew below)
+    if data is None:
+      data = build_library(src)
+      cache.put('c', k, data)
+      lib = load_library(data)
+    _libs[src] = lib
     return lib
 
 

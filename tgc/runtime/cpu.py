@@ -49,13 +49,20 @@ def _target_machine():
   return _tm
 
 
-def _optimize(mod, tm) -> None:
+# The SLP vectorizer finds vectors in a kernel's scalar code (a small kernel's loads and stores side by side); in an
+# unrolled kernel of thousands of instructions it searches for long (1.5 s at 3900 lines, 8 s at 12000, 5 to 10
+# times the rest of the pipeline) and, on every such kernel of a GPT training step (14 of 93 over 2000 lines), changed
+# nothing: those have their vectors from kernel-opt already. Below this it runs (and does change kernels of 2100).
+SLP_MAX_LINES = 3000
+
+
+def _optimize(mod, tm, slp: bool = True) -> None:
   import llvmlite.binding as llvm
   if hasattr(llvm, 'create_pass_builder'):  # the new pass manager (llvmlite >= 0.44)
     pto = llvm.create_pipeline_tuning_options(speed_level=2)
     # kernel-opt vectorises explicitly (vec<N> values); LLVM's loop vectorizer adds little to that and can
     # take seconds (28 s on a 17-long max reduce) on the short constant-trip loops kernels are made of
-    pto.loop_vectorization, pto.slp_vectorization = False, True
+    pto.loop_vectorization, pto.slp_vectorization = False, slp
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
   else:  # pragma: no cover  (older llvmlite: the legacy pass manager)
@@ -78,15 +85,6 @@ def jit(ir_text: str, names: list[str]) -> dict[str, int]:
   return {n: ee.get_function_address(n) for n in names}
 
 
-def cache_dir() -> str | None:
-  """Where compiled kernels are kept between processes: $TGC_CACHE/llvm (default ~/.cache/tgc/llvm), as the C
-  device keeps its libraries; None where it cannot be made."""
-  d = os.path.join(os.environ.get('TGC_CACHE') or os.path.join(os.path.expanduser('~'), '.cache', 'tgc'), 'llvm')
-  try: os.makedirs(d, exist_ok=True)
-  except OSError: return None
-  return d
-
-
 _codegen_id: str | None = None
 
 def codegen_id() -> str:
@@ -99,59 +97,66 @@ def codegen_id() -> str:
     try: opt = inspect.getsource(_optimize)
     except (OSError, TypeError): opt = '?'
     _codegen_id = '|'.join([llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)), tm.triple, llvm.get_host_cpu_name(),
-                            llvm.get_host_cpu_features().flatten(), 'opt=2 jit', opt])
+                            llvm.get_host_cpu_features().flatten(), f'opt=2 jit slp<={SLP_MAX_LINES}', opt])
   return _codegen_id
 
 
-def _cached_object(path: str) -> bytes | None:
-  """A cached object file's bytes, if it is whole (its SHA-256 heads it)."""
-  try:
-    with open(path, 'rb') as f: data = f.read()
-  except OSError: return None
-  return data[32:] if len(data) > 32 and hashlib.sha256(data[32:]).digest() == data[:32] else None
+def kernel_symbol(text: str) -> str:
+  """The name a kernel text's function takes in machine code (distinct texts: distinct names)."""
+  return f"k{hashlib.sha1(text.encode()).hexdigest()[:24]}"
 
 
-def jit_kernels(texts: list[str]) -> list[int]:
-  """Kernel texts (each an LLVM module defining @kernel) -> the addresses of their machine code, all compiled as one
-  module: LLVM's fixed costs per module (the pass pipeline's set-up, code generation's, an engine) are paid once.
-  Each is parsed and verified alone first, so that a bad kernel's error names it. The object file is kept on disk
-  (cache_dir()), named by the hash of the texts and codegen_id(): the next process that needs the same kernels loads
-  it instead of compiling."""
+def compile_object(text: str) -> bytes:
+  """One kernel text (an LLVM module defining @kernel) -> an object file defining it as kernel_symbol(text),
+  optimised (tgc's pipeline) and compiled for this host's CPU; a TgcError naming the kernel where it does not verify."""
   import llvmlite.binding as llvm
   tm = _target_machine()
-  names = [f"k{hashlib.sha1(t.encode()).hexdigest()[:24]}" for t in texts]  # (distinct texts: distinct names)
-  d = cache_dir()
-  path = d and os.path.join(d, hashlib.sha256('\0'.join([codegen_id(), *sorted(texts)]).encode()).hexdigest()[:32] + '.o')
-  obj = path and _cached_object(path)
-  for attempt in range(2):
-    if obj is None:
-      mods = []
-      for t, n in zip(texts, names):
-        try:
-          mod = llvm.parse_assembly(t); mod.verify()
-        except RuntimeError as e: raise TgcError(f"llvm: the emitted IR does not verify: {e}\n{t}") from None
-        mod.get_function(SYMBOL).name = n
-        mods.append(mod)
-      mod = mods[0]
-      for m in mods[1:]: mod.link_in(m)
-      mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
-      _optimize(mod, tm)
-      obj = tm.emit_object(mod)
-      stats['compiles'] += len(texts)
-      if path:
-        try:
-          with open(tmp := f"{path}.{os.getpid()}.{threading.get_ident()}", 'wb') as f: f.write(hashlib.sha256(obj).digest() + obj)
-          os.replace(tmp, path)  # atomic: a concurrent process sees a whole file or none
-        except OSError: pass
-    else: stats['disk_hits'] += len(texts)
-    ee = llvm.create_mcjit_compiler(llvm.parse_assembly(''), tm)
-    ee.add_object_file(llvm.ObjectFileRef.from_data(obj))
-    ee.finalize_object()
-    _engines.append(ee)
-    addrs = [ee.get_function_address(n) for n in names]
-    if all(addrs): return addrs
-    obj = None  # (a cached file without these kernels: compile them)
-  raise TgcError("llvm: compiled kernels are missing from their object file")
+  try:
+    mod = llvm.parse_assembly(text); mod.verify()
+  except RuntimeError as e: raise TgcError(f"llvm: the emitted IR does not verify: {e}\n{text}") from None
+  mod.get_function(SYMBOL).name = kernel_symbol(text)
+  mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
+  _optimize(mod, tm, slp=text.count('\n') <= SLP_MAX_LINES)
+  return tm.emit_object(mod)
+
+
+def load_objects(objs: list[bytes], names: list[str]) -> list[int]:
+  """Object files -> the addresses of the named functions, all loaded into one engine (kept for the process)."""
+  import llvmlite.binding as llvm
+  ee = llvm.create_mcjit_compiler(llvm.parse_assembly(''), _target_machine())
+  for o in objs: ee.add_object_file(llvm.ObjectFileRef.from_data(o))
+  ee.finalize_object()
+  _engines.append(ee)
+  addrs = [ee.get_function_address(n) for n in names]
+  if not all(addrs): raise TgcError("llvm: compiled kernels are missing from their object files")
+  return addrs
+
+
+# the work below which a batch is not worth starting worker processes for (about a tenth of a second of it: LLVM
+# compiles some 500 KB of kernel text a second, and the emitter some 30 uops a millisecond)
+POOL_MIN_TEXT, POOL_MIN_UOPS = 64_000, 3_000
+
+
+def jit_kernels(texts: list[str], done=None) -> list[int]:
+  """Kernel texts (each an LLVM module defining @kernel) -> the addresses of their machine code. Each text is its own
+  object file, kept in the disk cache (the next process, or another program with the same kernel, loads it); those not
+  cached are compiled on the compile workers (tgc.runtime.workers: processes), the longest first, and stored by this
+  process. `done(i, seconds)` is called as each is compiled or found."""
+  from tgc import cache
+  from tgc.runtime import workers
+  _target_machine()  # (made before the workers fork: each has it)
+  keys = [cache.key(t, codegen_id()) for t in texts]
+  objs = [cache.get('llvm', k) for k in keys]
+  miss = [i for i, o in enumerate(objs) if o is None]
+  for i, o in enumerate(objs):
+    if o is not None and done: done(i, 0.0)
+  new = workers.run(_object_of, len(miss), ([texts[i] for i in miss],), cost=lambda j: len(texts[miss[j]]), min_cost=POOL_MIN_TEXT,
+                    done=done and (lambda j, dt: done(miss[j], dt)))
+  for i, o in zip(miss, new): objs[i] = o; cache.put('llvm', keys[i], o)
+  stats['compiles'] += len(miss); stats['disk_hits'] += len(texts) - len(miss)
+  return load_objects(objs, [kernel_symbol(t) for t in texts])
+
+def _object_of(i: int, texts: list[str]) -> bytes: return compile_object(texts[i])
 
 
 # ---- running one launch across the cores ----
@@ -640,22 +645,36 @@ class CPUProgram(HostKernelProgram):
     return launch
 
 
-def compile_llvm_all(device, fns: list) -> list[CPUProgram]:
+def compile_llvm_all(device, fns: list, progress=None) -> list[CPUProgram]:
   """uop.funcs -> their compiled programs. Machine code is shared by LLVM IR text (rendered under one symbol, so two
   kernels that differ in name only share it; the text holds everything the code depends on but the grid's gidx0
-  range, which each launch passes); the kernels not compiled before are compiled together, as one module. A
-  program is cached by its name and everything a launch checks or runs by: the text, the buffer dtypes (i8 and u8
-  kernels can share a text), the sizes the buffers are checked against, and the grid."""
-  from tgc.emit.llvm import render_llvm
+  range, which each launch passes); the texts not compiled before in this process are rendered and compiled on the
+  compile workers (deduplicated: each text once). A program is cached by its name and everything a launch checks or
+  runs by: the text, the buffer dtypes (i8 and u8 kernels can share a text), the sizes the buffers are checked
+  against, and the grid. `progress`: a workers.Progress to step as kernels finish."""
+  from tgc.runtime import workers
   from tgc.profiler import phase
+  import tgc.emit.llvm  # noqa: F401  (imported here, before the workers fork: a worker imports nothing)
+  st = workers.STATS
+  t0 = time.perf_counter()
+  if progress is not None: progress.phase('emit', len(fns))
+  with phase(f'emit llvm ({len(fns)} kernels)'):  # (a profile's trace)
+    srcs = workers.run(_render, len(fns), (fns,), cost=lambda i: len(fns[i].body.ops), min_cost=POOL_MIN_UOPS, done=progress and (lambda i, dt: progress.step()))
+  st.emit_per_kernel += [dt for _, dt in srcs]
+  from tgc.profiler import record_durations
+  record_durations([('emit llvm @' + fn.sym_name, dt) for fn, (_, dt) in zip(fns, srcs)], t0)
+  t1 = time.perf_counter(); st.add('emit', t1 - t0)
   keys = []
-  for fn in fns:
-    with phase('emit llvm @' + fn.sym_name): src = render_llvm(fn, SYMBOL)  # (a profile's trace: each kernel's)
+  for fn, (src, _) in zip(fns, srcs):
     keys.append((fn.sym_name, src, tuple(d.name for d in buffer_signature(fn)), tuple(sorted(buffer_sizes(fn).items())), launch_dims(fn)))
   with _lock:
     new = list(dict.fromkeys(k[1] for k in keys if k[1] not in _code))
+    if progress is not None: progress.phase('compile', len(new))
     if new:
-      with phase(f'LLVM jit ({len(new)} new kernels)'): _code.update(zip(new, jit_kernels(new)))
+      c0 = stats['compiles']
+      with phase(f'LLVM jit ({len(new)} new kernels)'): _code.update(zip(new, jit_kernels(new, done=progress and (lambda i, dt: progress.step()))))
+      st.compiled += stats['compiles'] - c0
+    st.add('compile', time.perf_counter() - t1)
     out = []
     for fn, key in zip(fns, keys):
       prg = _cache.get(key)
@@ -663,6 +682,11 @@ def compile_llvm_all(device, fns: list) -> list[CPUProgram]:
       else: prg = _cache[key] = CPUProgram(device, fn, key[1], _code[key[1]])
       out.append(prg)
     return out
+
+def _render(i: int, fns: list) -> tuple[str, float]:
+  from tgc.emit.llvm import render_llvm
+  t = time.process_time()
+  return render_llvm(fns[i], SYMBOL), time.process_time() - t
 
 
 def compile_llvm(device, fn) -> CPUProgram:
@@ -709,7 +733,7 @@ class CPUDevice(HostDevice):
   name, target = 'CPU', 'llvm'
   def __init__(self): BaseDevice.__init__(self, HostPointerAllocator(self.name))
   def compile(self, fn) -> CPUProgram: return compile_llvm(self, fn)
-  def compile_all(self, fns: list) -> list[CPUProgram]: return compile_llvm_all(self, fns)
+  def compile_all(self, fns: list, progress=None) -> list[CPUProgram]: return compile_llvm_all(self, fns, progress)
   def batchable(self, p) -> bool:
     """Whether program p runs on one thread (settled so, or every launch while CPU_THREADS=1): a batch may take it."""
     return isinstance(p, CPUProgram) and (p.split is False or (p.split is None and threads() < 2))

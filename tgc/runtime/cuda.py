@@ -3,17 +3,110 @@
 Memory is the device's: buffers are plain driver allocations (cuMemAlloc, never managed memory) from a caching
 allocator, copied in when a tensor is made and out when it is read. Launches are queued on the device's one stream
 (the driver's cuLaunchKernel through ctypes): the host returns at once and waits only in `synchronize()` or a copy
-out. pycuda's compiler driver runs nvcc (its disk cache makes a second compile of the same source cheap); modules are
+out. Sources become cubins for the device's architecture (sm_90a where they hold wgmma) through NVRTC
+(`cuda.bindings.nvrtc`, in process: no compiler to start), or nvcc where NVRTC is not importable; cubins are kept in
+the disk cache (tgc.cache, kind `cuda`) and a function's kernels are compiled on the compile workers. Modules are
 loaded by the driver and cached by source in the process. On a machine without pycuda or a GPU, opening the device
 raises TgcError("CUDA device unavailable: ...").
 """
 from __future__ import annotations
-import os, tempfile, threading
+import os, shutil, subprocess, tempfile, threading
 from tgc.errors import TgcError
 from tgc.runtime.buffer import Allocator
 from tgc.runtime.device import BaseDevice, Program
 
 _lock = threading.Lock()
+
+
+def _nvrtc():
+  """cuda.bindings.nvrtc (cuda-python), or None where it is not installed or finds no libnvrtc."""
+  try:
+    from cuda.bindings import nvrtc
+    err, *_ = nvrtc.nvrtcVersion()
+    return nvrtc if int(err) == 0 else None
+  except Exception: return None  # (ImportError, or the library not found: cuda.pathfinder's own error)
+
+
+def nvcc_path() -> str | None:
+  return shutil.which('nvcc') or next((p for p in ('/usr/local/cuda/bin/nvcc', '/usr/local/bin/nvcc') if os.path.exists(p)), None)
+
+
+_compiler_ids: dict[str, str] = {}
+
+def compiler_id(which: str) -> str:
+  """The CUDA compiler's name and version (part of the disk cache's key)."""
+  if which not in _compiler_ids:
+    if which == 'nvrtc':
+      _, major, minor = _nvrtc().nvrtcVersion()
+      _compiler_ids[which] = f"nvrtc {major}.{minor}"
+    else:
+      try: v = subprocess.run([nvcc_path(), '--version'], capture_output=True, text=True, timeout=60).stdout.strip().split('\n')[-1]
+      except (OSError, subprocess.SubprocessError, TypeError): v = '?'
+      _compiler_ids[which] = f"nvcc {v}"
+  return _compiler_ids[which]
+
+
+def include_dirs() -> list[str]:
+  """Where the CUDA headers the sources include (cuda_fp16.h, cuda_bf16.h) are: NVRTC has no search path of its own.
+  $CUDA_HOME or $CUDA_PATH, nvcc's toolkit, /usr/local/cuda, and the pip wheels' (nvidia/cu13, nvidia/cuda_runtime)."""
+  import sys
+  roots = [os.environ.get('CUDA_HOME'), os.environ.get('CUDA_PATH'), nvcc_path() and os.path.dirname(os.path.dirname(os.path.realpath(nvcc_path()))), '/usr/local/cuda']
+  for d in sys.path:
+    for sub in ('nvidia/cu13', 'nvidia/cu12', 'nvidia/cuda_runtime', 'nvidia/cuda_nvcc'): roots.append(os.path.join(d or '.', sub))
+  out = []
+  for r in roots:
+    inc = r and os.path.join(r, 'include')
+    if inc and os.path.isfile(os.path.join(inc, 'cuda_fp16.h')) and inc not in out: out.append(inc)
+  return out
+
+
+def nvrtc_cubin(src: str, arch: str, fmad: bool = False) -> bytes:
+  """CUDA C++ source -> a cubin for `arch` (sm_90a, ...) through NVRTC; a TgcError with NVRTC's log where it refuses."""
+  nvrtc = _nvrtc()
+  err, prog = nvrtc.nvrtcCreateProgram(src.encode(), b'tgc.cu', 0, [], [])
+  if int(err): raise TgcError(f"cuda: nvrtc could not take the source ({err})")
+  try:
+    opts = [f'--gpu-architecture={arch}'.encode(), f'--fmad={str(fmad).lower()}'.encode(), *(f'-I{d}'.encode() for d in include_dirs())]
+    err, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    if int(err):
+      _, n = nvrtc.nvrtcGetProgramLogSize(prog)
+      log = b' ' * n
+      nvrtc.nvrtcGetProgramLog(prog, log)
+      raise TgcError(f"cuda: nvrtc rejected the emitted source:\n{log.decode(errors='replace').rstrip(chr(0))}\n{src}")
+    _, n = nvrtc.nvrtcGetCUBINSize(prog)
+    cubin = b' ' * n
+    err, = nvrtc.nvrtcGetCUBIN(prog, cubin)
+    if int(err): raise TgcError(f"cuda: nvrtc made no cubin ({err})")
+    return cubin
+  finally: nvrtc.nvrtcDestroyProgram(prog)
+
+
+def nvcc_cubin(src: str, arch: str, fmad: bool = False) -> bytes:
+  """CUDA C++ source -> a cubin for `arch` through nvcc (a subprocess); a TgcError with its messages where it refuses."""
+  nvcc = nvcc_path()
+  if nvcc is None: raise TgcError("cuda: neither NVRTC (pip install cuda-python) nor nvcc is available to compile kernels")
+  with tempfile.TemporaryDirectory() as td:
+    cu, out = os.path.join(td, 'k.cu'), os.path.join(td, 'k.cubin')
+    with open(cu, 'w') as f: f.write(src)
+    p = subprocess.run([nvcc, '--cubin', f'-arch={arch}', f'--fmad={str(fmad).lower()}', '-o', out, cu], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0: raise TgcError(f"cuda: nvcc rejected the emitted source:\n{p.stderr}\n{src}")
+    with open(out, 'rb') as f: return f.read()
+
+
+def compile_cuda(src: str, arch: str, fmad: bool = False, compiler: str | None = None) -> bytes:
+  """CUDA C++ source -> a cubin for a device of `arch` (sm_90: sm_90a where the source holds wgmma), from the disk
+  cache (keyed by the source, the architecture, fmad and the compiler's version) or compiled: by NVRTC, or nvcc where
+  NVRTC is not importable (`compiler` picks one: 'nvrtc' or 'nvcc')."""
+  from tgc import cache
+  from tgc.emit.cuda import nvcc_arch
+  arch = nvcc_arch(src, arch)
+  compiler = compiler or ('nvrtc' if _nvrtc() is not None else 'nvcc')
+  k = cache.key(src, arch, f'fmad={fmad}', compiler_id(compiler))
+  cubin = cache.get('cuda', k)
+  if cubin is None:
+    cubin = (nvrtc_cubin if compiler == 'nvrtc' else nvcc_cubin)(src, arch, fmad)
+    cache.put('cuda', k, cubin)
+  return cubin
 
 
 class CUDAAllocator(Allocator):
@@ -139,20 +232,14 @@ class CUDADevice(BaseDevice):
     except Exception: pass  # the process is ending: the driver frees what is left
     self.ctx.pop()
 
-  def module(self, src: str, fmad: bool = False):
+  def module(self, src: str, fmad: bool = False, cubin: bytes | None = None):
     """The loaded module (a CUmodule) of this source; fmad: mul+add may fuse into fma (kernels marked `contract`),
-    else exact. nvcc runs through pycuda's compiler driver (its disk cache makes a second compile cheap)."""
+    else exact. Its cubin: `cubin` where the caller compiled it, else compile_cuda's (the disk cache, NVRTC, nvcc)."""
     import ctypes
-    from pycuda.compiler import compile as nvcc
     with _lock:
       m = self._modules.get((src, fmad))
       if m is None:
-        # one compiler cache per process: pycuda's shared one races when several processes fill it at once
-        cache = os.path.join(tempfile.gettempdir(), f"tgc-pycuda-{os.getpid()}")
-        os.makedirs(cache, exist_ok=True)
-        from tgc.emit.cuda import nvcc_arch
-        try: cubin = nvcc(src, no_extern_c=True, arch=nvcc_arch(src, self.arch), options=[f'--fmad={str(fmad).lower()}'], cache_dir=cache)
-        except Exception as e: raise TgcError(f"cuda: nvcc rejected the emitted source:\n{e}\n{src}") from None
+        if cubin is None: cubin = compile_cuda(src, self.arch, fmad)
         self.make_current()
         m = ctypes.c_void_p()
         self.check(self.lib.cuModuleLoadData(ctypes.byref(m), cubin), 'loading a module')
@@ -168,14 +255,34 @@ class CUDADevice(BaseDevice):
 
   def compile(self, fn) -> 'CUDAProgram': return CUDAProgram(self, fn)
 
-  def compile_all(self, fns) -> list:
-    """A function's kernels in one module a compile (those allowed fma and the others apart): nvcc's start-up and
-    the driver's load once, not once a kernel (PP-OCR's classifier, 99 kernels: 58 s on an H100 one by one)."""
+  def compile_all(self, fns, progress=None) -> list:
+    """A function's kernels in a few modules (those allowed fma and the others apart, each cut into one module a
+    compile worker): a compiler's start-up and the driver's load once a module, not once a kernel (PP-OCR's
+    classifier, 99 kernels: 58 s on an H100 one by one), the modules compiled side by side on the workers."""
     from tgc.emit.cuda import render_cuda
+    from tgc.runtime import workers
+    import time
+    st, t0, cpu0 = workers.STATS, time.perf_counter(), time.process_time()
     groups: dict[bool, list] = {}
     for fn in fns: groups.setdefault(bool(fn.attrs.get('contract')), []).append(fn)
-    mods = {fmad: self.module(render_cuda(list(g)), fmad) for fmad, g in groups.items() if len(g) > 1}
-    return [CUDAProgram(self, fn, mods.get(bool(fn.attrs.get('contract')))) for fn in fns]
+    n = workers.workers()
+    parts = [(fmad, g[i::n]) for fmad, g in sorted(groups.items()) for i in range(min(n, len(g)))]
+    srcs = [render_cuda(list(g)) for _, g in parts]
+    t1 = time.perf_counter(); st.add('emit', t1 - t0)
+    st.emit_per_kernel += [(time.process_time() - cpu0) / max(len(fns), 1)] * len(fns)
+    if progress is not None: progress.phase('compile', len(fns))
+    compiler_id('nvrtc' if _nvrtc() is not None else 'nvcc')  # (found before the workers fork: each has it)
+    cubins = workers.run(_cubin_of, len(parts), (srcs, [f for f, _ in parts], self.arch), cost=lambda i: len(srcs[i]),
+                         done=progress and (lambda i, dt: progress.step(len(parts[i][1]))))
+    mod = {}
+    for (fmad, g), src, cubin in zip(parts, srcs, cubins):
+      m = self.module(src, fmad, cubin)
+      for fn in g: mod[id(fn)] = m
+    st.add('compile', time.perf_counter() - t1)
+    return [CUDAProgram(self, fn, mod[id(fn)]) for fn in fns]
+
+
+def _cubin_of(i: int, srcs: list, fmads: list, arch: str) -> bytes: return compile_cuda(srcs[i], arch, fmads[i])
 
 
 def param_block(n: int):

@@ -86,12 +86,15 @@ class BaseDevice:
     from tgc.target import DeviceSpec
     return DeviceSpec.of(self.target, processor=self.processor, local_memory=self.local_memory, warpgroup=self.warpgroup_mma, device=self.name)
   def compile(self, fn) -> Program: raise NotImplementedError
-  def compile_all(self, fns: list) -> list[Program]:
-    """Every kernel a function needs, compiled at once (a device whose compiler has a cost per call overrides it)."""
+  def compile_all(self, fns: list, progress=None) -> list[Program]:
+    """Every kernel a function needs, compiled at once (a device whose compiler has a cost per call overrides it);
+    `progress` (a tgc.runtime.workers.Progress) is stepped as each is done."""
     from tgc.profiler import phase
+    if progress is not None: progress.phase('compile', len(fns))
     out = []
     for fn in fns:
       with phase(f'compile kernel @{fn.sym_name}'): out.append(self.compile(fn))  # (a profile's trace: each kernel's)
+      if progress is not None: progress.step()
     return out
   def synchronize(self) -> None:
     """Wait until every queued launch and copy has finished."""
