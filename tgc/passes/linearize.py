@@ -34,6 +34,9 @@ VEC_WIDTHS = (2, 4, 8, 16)
 MAX_ACCS = 24     # accumulators kept apart per unrolled lane at most (registers: 32 vector registers on AVX-512)
 
 
+_MISS = object()
+_UOPS: dict = {}  # uop name -> its op class
+
 _INT_FOLD = {'add': operator.add, 'sub': operator.sub, 'mul': operator.mul, 'and': operator.and_, 'or': operator.or_, 'xor': operator.xor,
              'max': max, 'min': min, 'cmplt': operator.lt, 'cmpne': operator.ne, 'cmpeq': operator.eq}
 
@@ -50,8 +53,11 @@ class UopBuilder:
 
   def emit(self, name, srcs, t, attrs=None, pure=True) -> Value:
     key = (name, tuple(srcs), t, tuple(sorted(attrs.items())) if attrs else ()) if pure else None
-    if key is not None and key in self.cache: return self.cache[key]
-    op = U(name)(list(srcs), [t] if t is not None else [], attrs)
+    if key is not None:
+      r = self.cache.get(key, _MISS)
+      if r is not _MISS: return r
+    cls = _UOPS.get(name) or _UOPS.setdefault(name, U(name))
+    op = cls(list(srcs), [t] if t is not None else [], attrs)
     self.ops.append(op)
     r = op.results[0] if op.results else None
     if key is not None: self.cache[key] = r; self.scopes[-1].append(key)
@@ -85,13 +91,14 @@ class UopBuilder:
   def cval(self, v): return self.consts.get(v)
 
   def const(self, x, dt=None):
-    dt = dt or self.idx_dt
-    v = float(x) if dt.is_float else int(x)
+    if dt is None: dt, v = self.idx_dt, int(x)  # (index arithmetic's: the most asked)
+    else: v = float(x) if dt.is_float else int(x)
     r = self.cache.get(('const', (), dt, (('value', v),)))  # (emit's key: index building asks for constants most)
     return r if r is not None else self.emit('const', [], dt, {'value': v})
   def true(self): return self.const(1, D.bool_)
   def alu(self, name, a, b, dt=None):
-    ca, cb = self.cval(a), self.cval(b)
+    ca, cb = self.consts.get(a), self.consts.get(b)
+    if ca is None and cb is None: return self.emit(name, (a, b), D.bool_ if name in alu.COMPARE else dt or a.type)  # (nothing to fold)
     t = dt or a.type
     if ca is not None and cb is not None and isinstance(t, D.DType) and (t.is_int or t.is_bool):
       src = elem(a.type)
