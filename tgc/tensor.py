@@ -456,6 +456,7 @@ class Tensor(TensorAPI):
       if dt is None: dt = _D.bool_ if arr.dtype.kind == 'b' else _D.i32 if arr.dtype.kind in 'iu' else _D.f32
     else: raise DTypeError(f"cannot make a Tensor from {type(data).__name__}")
     self.node = _Node('BUFFER', (), None, tuple(arr.shape), dt, dev, Buffer.from_numpy(dev, _to_storage(arr, dt).reshape(-1), dt))
+    if dt.is_float: _autograd.track(self)  # (backward() may give it a .grad: tgc/autograd.py)
 
   # ---- properties
   @property
@@ -1451,7 +1452,8 @@ class Tensor(TensorAPI):
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Add the gradient of this tensor to `.grad` of every tensor with requires_grad=True in its graph."""
+    """Add the gradient of this tensor to `.grad` of every tensor with requires_grad=True in its graph (if none is,
+    of every float tensor made from data in it whose requires_grad is unset, as tinygrad's backward)."""
     nodes = set(_toposort([self.node]))
     targets = _autograd.tracked_in(nodes)
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
