@@ -285,3 +285,16 @@ def test_activation_reading_a_reduce_twice_fuses(act):
   x = Tensor([[1.0, 2.0], [3.0, 4.0]])
   kir = act(x @ x.T).sum(axis=1).to_ir('kernel')
   assert sum(l.startswith('kernel.func') for l in kir.splitlines()) == 2, kir
+
+
+def test_backward_without_marked_tensors_fills_the_data_tensors():
+  """Nothing marked requires_grad=True: backward gives .grad to the float tensors made from data (tinygrad's rule);
+  with a marked one, only the marked ones get it (torch's, and an optimizer's parameters)."""
+  v = rng.standard_normal(4).astype(np.float32)
+  for cmp in (lambda t: t != 0, lambda t: t < 0):
+    tt, t = Tensor(v), torch.tensor(v, requires_grad=True)
+    (tt * cmp(tt)).sum().backward(); (t * cmp(t)).sum().backward()
+    same(tt.grad.numpy(), t.grad.numpy())
+  w, x, off = Tensor(v, requires_grad=True), Tensor(v), Tensor(v, requires_grad=False)
+  (w * x * off).sum().backward()
+  assert w.grad is not None and x.grad is None and off.grad is None

@@ -6,15 +6,17 @@ lazy graph nodes over the forward ones: a gradient is a lazy Tensor like any oth
 uses it (an optimizer's update) when realized, and the forward values it needs are computed in the same
 function. Gradients flow through every op between the targets and the loss except `detach()`ed values.
 
-Tensors with `requires_grad=True` are remembered here (by id, weakly), so that `backward()` finds those in
-the loss's graph, as tinygrad's backward does.
+Tensors with `requires_grad=True`, and the tensors made from data (whose requires_grad is left unset, None), are
+remembered here (by id, weakly), so that `backward()` finds those in the loss's graph: the ones marked
+requires_grad=True (torch's rule; an optimizer marks its parameters), or, where none is marked, every float tensor
+made from data that is not marked False (tinygrad's rule: backward fills .grad for the tensors in its scope).
 """
 from __future__ import annotations
 import weakref
 from tgc.errors import ShapeError, DTypeError, TgcError
 
 _DETACHED: weakref.WeakSet = weakref.WeakSet()  # graph nodes that pass no gradient (detach())
-_TRACKED: dict[int, weakref.ref] = {}            # id -> Tensor with requires_grad set
+_TRACKED: dict[int, weakref.ref] = {}            # id -> Tensor with requires_grad set, or made from data
 
 
 class GradientError(TgcError, RuntimeError):
@@ -22,7 +24,7 @@ class GradientError(TgcError, RuntimeError):
 
 
 def track(t) -> None:
-  """Remember a tensor whose requires_grad was set (until it is collected)."""
+  """Remember a tensor that backward() may give a .grad (until it is collected)."""
   i = id(t)
   _TRACKED[i] = weakref.ref(t, lambda _, i=i: _TRACKED.pop(i, None))
 
@@ -34,8 +36,10 @@ def detach_node(node):
   return n
 
 def tracked_in(nodes: set) -> list:
-  """The tensors with requires_grad=True whose node is one of `nodes`."""
-  return [t for r in list(_TRACKED.values()) if (t := r()) is not None and t.requires_grad and t.node in nodes]
+  """The tensors whose node is one of `nodes` that backward() gives a .grad: those with requires_grad=True, or,
+  if there are none, the float ones whose requires_grad is unset."""
+  ts = [t for r in list(_TRACKED.values()) if (t := r()) is not None and t.node in nodes]
+  return [t for t in ts if t.requires_grad] or [t for t in ts if t.requires_grad is None and t.dtype.is_float]
 
 
 def gradients(loss, targets, seed=None) -> list:

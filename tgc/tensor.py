@@ -485,6 +485,7 @@ class Tensor(TensorAPI):
       buf = shard_buffer(Buffer.from_numpy(dev[0], _to_storage(arr, dt).reshape(-1), dt), arr.shape, dt, dev, None)
     else: buf = Buffer.from_numpy(dev, _to_storage(arr, dt).reshape(-1), dt)
     self.node = _Node('BUFFER', (), None, tuple(arr.shape), dt, dev, buf)
+    if dt.is_float: _autograd.track(self)  # (backward() may give it a .grad: tgc/autograd.py)
 
   # ---- properties
   @property
@@ -1523,7 +1524,8 @@ class Tensor(TensorAPI):
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Add the gradient of this tensor to `.grad` of every tensor with requires_grad=True in its graph."""
+    """Add the gradient of this tensor to `.grad` of every tensor with requires_grad=True in its graph (if none is,
+    of every float tensor made from data in it whose requires_grad is unset, as tinygrad's backward)."""
     nodes = set(_toposort([self.node]))
     targets = _autograd.tracked_in(nodes)
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
