@@ -7,6 +7,7 @@ import tgc
 from tgc import Tensor, driver
 from tgc.ir.diagnostics import Diagnostic
 from tgc.parser import parse
+from tgc.lowering import lower
 from tgc.runtime import get_device
 
 HOST_DEVICES = ['CPU', 'C', 'INTERP']
@@ -447,7 +448,7 @@ def _located(err: str, path, line: int, msg: str) -> bool:
 def test_launch_grid_past_the_specials_is_rejected(tmp_path, dev):
   """global_size = [100] over `uop.special gidx0 4` ran 100 threads that stored past a 4-element buffer (SIGSEGV on
   CPU): the launch must run exactly the specials' extents, or the IR is rejected at the special."""
-  m = parse(SUMSQ, 's.tgc'); driver.lower_for_target(m, 'llvm')
+  m = parse(SUMSQ, 's.tgc'); lower(m, 'llvm', 'uop')
   text = str(m)
   assert 'global_size = [4]' in text and 'uop.special gidx0 4' in text
   p = tmp_path / 'gs.tgc'; p.write_text(text.replace('global_size = [4]', 'global_size = [100]'))
@@ -543,7 +544,7 @@ def test_the_lowered_host_holds_no_tensor_op_of_the_level_above():
   text = ("func.func @f(%a: tensor<4x4xf32>) -> (tensor<4xf32>, tensor<16xf32>) {\n  %0 = tensor.reduce add %a [0] : tensor<4x4xf32> -> tensor<1x4xf32>\n"
           "  %1 = tensor.reshape %0 : tensor<1x4xf32> -> tensor<4xf32>\n  %2 = tensor.reshape %a : tensor<4x4xf32> -> tensor<16xf32>\n"
           "  func.return %1, %2 : tensor<4xf32>, tensor<16xf32>\n}\n")
-  m = parse(text, 'r.tgc'); driver.lower_for_target(m, 'llvm')
+  m = parse(text, 'r.tgc'); lower(m, 'llvm', 'uop')
   host = m.lookup('f')
   assert {op.name for op in host.body.ops} == {'kernel.alloc', 'kernel.launch', 'kernel.reshape', 'func.return'}, str(host)
   a = np.arange(16, dtype=np.float32).reshape(4, 4)

@@ -173,7 +173,7 @@ def _graph_template(fn):
   return wrapped
 
 def _template(made: list, ins, out):
-  """(the nodes to make: op, sources, attrs, shape, dtype, device, key entry; the outputs), sources and outputs
+  """(the nodes to make: op, sources, attrs, shape, dtype, device, key entry, whether detached; the outputs), sources and outputs
   numbered as made (>= 0) or as an argument (~i); None where the nodes do not come from the arguments alone."""
   pos = {id(n): j for j, n in enumerate(made)}
   for i, a in enumerate(ins):
@@ -181,7 +181,7 @@ def _template(made: list, ins, out):
   steps = []
   for n in made:
     if n.op == 'BUFFER' or any(id(s_) not in pos for s_ in n.srcs): return None
-    steps.append((n.op, tuple([pos[id(s_)] for s_ in n.srcs]), n.attrs, n.shape, n.dtype, n.device, _entry(n)))
+    steps.append((n.op, tuple([pos[id(s_)] for s_ in n.srcs]), n.attrs, n.shape, n.dtype, n.device, _entry(n), n in _autograd._DETACHED))
   outs = out if isinstance(out, tuple) else (out,)
   if not all(isinstance(o, Tensor) and id(o.node) in pos for o in outs): return None
   return steps, tuple([pos[id(o.node)] for o in outs]), isinstance(out, tuple)
@@ -189,9 +189,10 @@ def _template(made: list, ins, out):
 def _replay(tpl, ins):
   steps, outs, many = tpl
   made = []
-  for op, srcs, attrs, shape, dtype, dev, entry in steps:
+  for op, srcs, attrs, shape, dtype, dev, entry, detached in steps:
     n = _Node(op, tuple([made[j] if j >= 0 else ins[~j].node for j in srcs]), attrs, shape, dtype, dev)
     n.entry = entry; made.append(n)
+    if detached: _autograd._DETACHED.add(n)  # (a detach() inside the method: the replayed node passes no gradient either)
   res = []
   for j in outs:  # (an output that is an argument is that Tensor itself)
     if j >= 0: t = _tensor_new(Tensor); t.node = made[j]
