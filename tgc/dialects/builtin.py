@@ -1,6 +1,6 @@
 """func.func and func.return: functions of the tensor level, and the host schedule after kernelize."""
 from __future__ import annotations
-from tgc.ir.core import Operation, FUNCTION, TERMINATOR
+from tgc.ir.core import Operation, FUNCTION, TERMINATOR, REGISTRY
 from tgc.ir.types import TensorType
 
 
@@ -34,7 +34,8 @@ class FuncOp(Operation):
       raise ret.error(f"returns ({', '.join(map(str, got))}) but @{self.sym_name} is declared to return ({', '.join(map(str, self.result_types))})")
     for op in ops[:-1]:
       if op.has(TERMINATOR): raise op.error("must be the last op of its function")
-      if op.dialect not in ('tensor', 'func') and op.name not in HOST_OPS and not op.has(FUNCTION):
+      # (an unregistered op, parsed with --allow-unregistered-dialect, is opaque: nothing is known to refuse it)
+      if op.dialect not in ('tensor', 'func') and op.name not in HOST_OPS and not op.has(FUNCTION) and REGISTRY.get(op.name) is type(op):
         raise op.error(f"is not allowed in a func.func: its body is tensor ops and the host schedule's {', '.join(HOST_OPS)}")
 
   def verify_symbols(self, module):
