@@ -81,7 +81,7 @@ def _model(op, x, idx, **attrs):
   node = helper.make_node(op, ['x', 'i'], ['y'], **attrs)
   g = helper.make_graph([node], 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, x.shape), helper.make_tensor_value_info('i', TensorProto.INT64, idx.shape)],
                         [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)])
-  return helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)])
+  return helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)], ir_version=10)  # (an IR version older onnxruntimes read too)
 
 @pytest.mark.parametrize('dev', DEVS)
 @pytest.mark.parametrize('op,xs,idx,attrs', [

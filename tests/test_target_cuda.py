@@ -560,9 +560,9 @@ def test_another_context_current():
     other.detach()
 
 
-def test_kernels_of_a_function_compile_as_one_module():
-  """compile_module hands the CUDA device all of a function's kernels at once: one nvcc run a module (the kernels
-  allowed fma apart from the others), each program a function of it; results as numpy's."""
+def test_kernels_of_a_function_compile_in_few_modules():
+  """compile_module hands the CUDA device all of a function's kernels at once: at most one module a compile worker
+  (the kernels allowed fma apart from the others), each program a function of one; results as numpy's."""
   dev = _gpu()
   from tgc.tensor import _build_module
   from tgc.compiler import compile_module
@@ -572,7 +572,8 @@ def test_kernels_of_a_function_compile_as_one_module():
   m, leaves = _build_module([((ta @ tb).relu().softmax(1) + ta.sum()).node], 'f')
   before = len(dev._modules)
   fn = compile_module(m, 'CUDA')
-  assert len(fn.kernels) >= 3 and len(dev._modules) - before <= 2
+  from tgc.runtime.workers import workers
+  assert len(fn.kernels) >= 3 and len(dev._modules) - before <= min(len(fn.kernels), 2 * workers())
   (out,) = fn(*[a if l is ta.node else b for l in leaves])
   x = np.maximum(a.astype(np.float64) @ b, 0)
   e = np.exp(x - x.max(1, keepdims=True))
