@@ -82,16 +82,8 @@ class UopFuncOp(Operation):
 
   def verify_launch(self):
     """The launch runs exactly the indices its uop.specials range over: each axis's size in global_size (local_size)
-    is the extent of every special on that axis (a thread past it would index as the analysis never sees), and an
-    axis larger than 1 has a special (else its work-groups, or threads, all do the same work: a lie about the grid),
-    but for the threads of a work-group whose warp-collective ops (WARP_OPS) take every lane."""
-    axes = {op.attrs.get('axis') for op in self.body.ops if op.name == 'uop.special'}
-    collective = any(op.name in WARP_OPS for op in self.body.ops)
-    for attr, pre, what in (('global_size', 'gidx', 'work-groups'), ('local_size', 'lidx', 'threads')):
-      if pre == 'lidx' and collective: continue
-      for k, n in enumerate(self.attrs.get(attr) or ()):
-        if n > 1 and f"{pre}{k}" not in axes:
-          raise self.error(f"{attr}[{k}] = {n} launches {what} no uop.special {pre}{k} tells apart: they would all do the same work")
+    is the extent of every special on that axis (a thread past it would index as the analysis never sees). An axis
+    no special names runs once (launch_dims)."""
     seen: dict = {}
     for op in self.body.ops:
       if op.name != 'uop.special' or not isinstance(op.attrs.get('size'), int): continue
@@ -469,15 +461,22 @@ def const_value(v, dt: D.DType):
 
 
 def launch_dims(fn) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-  """(global_size, local_size), padded to 3 axes with 1; a special beyond the attribute gives its own size."""
+  """(global_size, local_size) a launch runs, padded to 3 axes with 1; a special beyond the attribute gives its own size."""
   g = list(fn.attrs.get('global_size') or ()) + [1] * 3
   l = list(fn.attrs.get('local_size') or ()) + [1] * 3
+  named, collective = set(), False
   for op in fn.body.ops:
     if op.name == 'uop.special':
       k, n = int(op.attrs['axis'][4]), op.attrs['size']
+      named.add(op.attrs['axis'])
       sizes, given = (g, fn.attrs.get('global_size') or ()) if op.attrs['axis'].startswith('gidx') else (l, fn.attrs.get('local_size') or ())
       if k >= len(given): sizes[k] = max(sizes[k], n)
-  return tuple(g[:3]), tuple(l[:3])
+    collective = collective or op.name in WARP_OPS
+  # an axis no special names would run copies of the same work (no op tells them apart): it runs once, but for the
+  # lanes of a work-group whose warp-collective ops take every one
+  g = [n if f"gidx{k}" in named else 1 for k, n in enumerate(g[:3])]
+  l = [n if f"lidx{k}" in named or collective else 1 for k, n in enumerate(l[:3])]
+  return tuple(g), tuple(l)
 
 
 def buffer_signature(fn) -> list[D.DType]:
