@@ -7,10 +7,13 @@
 1. **All-reduce** of f32 buffers by size, bus bandwidth (NCCL's definition: 2(n-1)/n * bytes / time) on n GPUs:
    tgc driving all GPUs from one process (one NCCL group a call), tgc with one process a GPU (tgc.distributed),
    and torch.distributed (one process a GPU) -- the last two in the same worker processes, launched here.
-2. **Data-parallel training** of a GPT-style model (4 layers, d 384, 6 heads, seq 256, f32, AdamW; batch 16 a GPU):
-   the weights replicated (`to_`), the batch sharded (`shard(axis=0)`), the step a Tensor.jit. Steps/s on 1, 2 and 4
-   GPUs and the scaling of samples/s over one GPU; the losses of the first steps checked against one GPU training
-   on the same global batch (within 1e-5 relative).
+2. **Data-parallel training** of a GPT-style model (4 layers, d 384, 6 heads, seq 256, f32, AdamW; batch 16 a GPU),
+   the step a Tensor.jit, in two modes: "one process" (the weights replicated with `to_`, the batch sharded with
+   `shard(axis=0)`, every GPU driven from this process) and "process a GPU" (tgc.distributed, one worker process a
+   GPU launched here: the whole model on CUDA:rank, the rank's slice of the batch, the gradients averaged by
+   all_reduce_coalesced inside the jitted step). Steps/s on 1, 2 and 4 GPUs and the scaling of samples/s over one
+   GPU; the losses of the first steps checked against one GPU training on the same global batch (within 1e-5
+   relative).
 3. **Tensor-parallel MLP** (d 1024, hidden 4096, 4096 tokens, f32): the first layer split by columns, the second by
    rows (one all-reduce forward, one backward), forward + backward time and its match with one GPU.
 
@@ -210,7 +213,7 @@ def launch_ranks(n: int, argv: list, env: dict, timeout: float) -> list[str]:
   outs, until = [], time.monotonic() + timeout
   for p in procs:
     try: out, _ = p.communicate(timeout=max(1.0, until - time.monotonic()))
-    except subprocess.TimeoutExpired: p.kill(); out = (p.communicate()[0] or '') + f'\n(timed out after {timeout:g} s)'
+    except subprocess.TimeoutExpired: p.kill(); out = (p.communicate(timeout=30)[0] or '') + f'\n(timed out after {timeout:g} s)'
     outs.append(out)
   return outs
 
@@ -218,7 +221,7 @@ def launch_ranks(n: int, argv: list, env: dict, timeout: float) -> list[str]:
 def procs_dp(args, n: int) -> dict | None:
   """Data-parallel training with one process a device: rank 0's {first, losses, sps}, None if the run failed."""
   argv = ['--dp-worker', '--device', args.device, '--steps', str(args.steps), '--check-steps', str(args.check_steps)] + ['--small'] * args.small
-  outs = launch_ranks(n, argv, {'BENCH_TIMEOUT': str(args.timeout - 30)}, args.timeout)
+  outs = launch_ranks(n, argv, {'BENCH_TIMEOUT': str(max(10.0, args.timeout - 30))}, args.timeout)
   for line in outs[0].splitlines():
     if line.startswith('RESULT '): return json.loads(line[7:])
   bad = next((o for o in outs if 'Error' in o or 'timed out' in o), outs[0])
