@@ -7,10 +7,13 @@
 1. **All-reduce** of f32 buffers by size, bus bandwidth (NCCL's definition: 2(n-1)/n * bytes / time) on n GPUs:
    tgc driving all GPUs from one process (one NCCL group a call), tgc with one process a GPU (tgc.distributed),
    and torch.distributed (one process a GPU) -- the last two in the same worker processes, launched here.
-2. **Data-parallel training** of a GPT-style model (4 layers, d 384, 6 heads, seq 256, f32, AdamW; batch 16 a GPU):
-   the weights replicated (`to_`), the batch sharded (`shard(axis=0)`), the step a Tensor.jit. Steps/s on 1, 2 and 4
-   GPUs and the scaling of samples/s over one GPU; the losses of the first steps checked against one GPU training
-   on the same global batch (within 1e-5 relative).
+2. **Data-parallel training** of a GPT-style model (4 layers, d 384, 6 heads, seq 256, f32, AdamW; batch 16 a GPU),
+   the step a Tensor.jit, in two modes: "one process" (the weights replicated with `to_`, the batch sharded with
+   `shard(axis=0)`, every GPU driven from this process) and "process a GPU" (tgc.distributed, one worker process a
+   GPU launched here: the whole model on CUDA:rank, the rank's slice of the batch, the gradients averaged by
+   all_reduce_coalesced inside the jitted step). Steps/s on 1, 2 and 4 GPUs and the scaling of samples/s over one
+   GPU; the losses of the first steps checked against one GPU training on the same global batch (within 1e-5
+   relative).
 3. **Tensor-parallel MLP** (d 1024, hidden 4096, 4096 tokens, f32): the first layer split by columns, the second by
    rows (one all-reduce forward, one backward), forward + backward time and its match with one GPU.
 
@@ -83,19 +86,9 @@ def worker() -> None:
   dist.destroy(); tdist.destroy_process_group()
 
 
-def procs_allreduce(n: int, sizes, iters: int) -> dict:
+def procs_allreduce(n: int, sizes, iters: int, timeout: float) -> dict:
   """torch.distributed and tgc.distributed, one process a GPU: {bytes: (torch s, tgc s)}."""
-  import socket
-  with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
-  env = {**os.environ, 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port), 'WORLD_SIZE': str(n),
-         'BENCH_SIZES': json.dumps(sizes), 'BENCH_ITERS': str(iters)}
-  procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), '--worker'], env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
-  outs = []
-  for p in procs:
-    try: out, _ = p.communicate(timeout=300)
-    except subprocess.TimeoutExpired: p.kill(); out = 'timed out'
-    outs.append(out)
+  outs = launch_ranks(n, ['--worker'], {'BENCH_SIZES': json.dumps(sizes), 'BENCH_ITERS': str(iters)}, timeout)
   for line in outs[0].splitlines():
     if line.startswith('RESULT '): return {int(k): v for k, v in json.loads(line[7:]).items()}
   print(f"  (the per-process run failed:\n{outs[0][-3000:]})")
@@ -108,7 +101,7 @@ def bench_allreduce(args, ns) -> None:
     if n < 2: continue
     devs = tuple(f"{args.device}:{i}" for i in range(n))
     sizes = [s for s in SIZES if s <= args.max_bytes]
-    procs = procs_allreduce(n, sizes, args.iters) if args.device == 'CUDA' and not args.no_torch else {}
+    procs = procs_allreduce(n, sizes, args.iters, args.timeout) if args.device == 'CUDA' and not args.no_torch else {}
     print(f"\n| devices | size | tgc one process | tgc process a GPU | torch.distributed | tgc one process / torch | tgc process a GPU / torch |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for nbytes in sizes:
@@ -141,9 +134,11 @@ class GPT:
     return self.head(self.ln(x))
 
 
-def gpt_trainer(cfg, devs, weights, global_batch: int, seed: int = 0):
+def gpt_trainer(cfg, devs, weights, global_batch: int, seed: int = 0, group=None):
   """A jitted AdamW step of a GPT on one device (devs a name) or data-parallel on a tuple; the weights given as
-  numpy arrays (the same for every run); the data: the first `global_batch` rows of one fixed draw."""
+  numpy arrays (the same for every run); the data: the first `global_batch` rows of one fixed draw. With `group`
+  (a tgc.distributed process group, devs its device): this rank's slice of those rows, the gradients and the loss
+  averaged over the ranks (one all_reduce_coalesced, recorded by the jit) before the optimizer step."""
   Tensor.manual_seed(0)
   model = GPT(cfg['vocab'], cfg['seq'], cfg['d'], cfg['layers'], cfg['heads'])
   params = get_parameters(model)
@@ -155,6 +150,7 @@ def gpt_trainer(cfg, devs, weights, global_batch: int, seed: int = 0):
   opt = optim.AdamW(params, lr=1e-3)
   rng = np.random.default_rng(seed)
   data = rng.integers(0, cfg['vocab'], (global_batch, cfg['seq'] + 1)).astype(np.int32)
+  if group is not None: data = np.array_split(data, group.world_size)[group.rank]
   x, y = Tensor(data[:, :-1], device=one), Tensor(data[:, 1:], device=one)
   if not isinstance(devs, str): x, y = x.shard(devs, 0), y.shard(devs, 0)
   @Tensor.jit
@@ -162,43 +158,110 @@ def gpt_trainer(cfg, devs, weights, global_batch: int, seed: int = 0):
     opt.zero_grad()
     loss = model(x).sparse_categorical_crossentropy(y)
     loss.backward()
+    if group is not None: group.all_reduce_coalesced([*(p.grad for p in params if p.grad is not None), loss], 'avg')
     Tensor.realize(loss, *opt.schedule_step())
     return loss
   return lambda: step(x, y)
 
 
+def dp_config(args) -> dict:
+  return dict(vocab=512, seq=256, d=384, layers=4, heads=6, batch=16) if not args.small else dict(vocab=64, seq=16, d=32, layers=2, heads=2, batch=4)
+
+
+def gpt_weights(cfg) -> list:
+  """The model's initial weights as numpy arrays: the same in every process (the same seed)."""
+  Tensor.manual_seed(0)
+  return [p.numpy() for p in get_parameters(GPT(cfg['vocab'], cfg['seq'], cfg['d'], cfg['layers'], cfg['heads']))]
+
+
+def timed_dp(step, args, barrier=lambda: None):
+  """(first steps' seconds (compile), their losses, steps/s after 2 more warm-up steps); `barrier` before and
+  after the timed loop (the ranks of a process group start and end it together)."""
+  t0 = time.perf_counter()
+  losses = [step().item() for _ in range(max(1, args.check_steps))]
+  first = time.perf_counter() - t0
+  for _ in range(2): step()
+  step().item(); barrier()
+  t0 = time.perf_counter()
+  for _ in range(args.steps): last = step()
+  last.item(); barrier()
+  return first, losses, args.steps / (time.perf_counter() - t0)
+
+
+def dp_worker(args) -> None:
+  """One rank of data-parallel training, one process a device (run by `procs_dp`): the whole model on this
+  rank's device, this rank's slice of the global batch; rank 0 prints JSON (first, losses, steps/s)."""
+  import tgc.distributed as dist
+  rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+  cuda = args.device == 'CUDA'
+  g = dist.init(backend='nccl' if cuda else 'host', device=f"CUDA:{rank}" if cuda else 'CPU', timeout=float(os.environ.get('BENCH_TIMEOUT', '240')))
+  cfg = dp_config(args)
+  step = gpt_trainer(cfg, g.device, gpt_weights(cfg), cfg['batch'] * world, group=g)
+  first, losses, sps = timed_dp(step, args, g.barrier)
+  if rank == 0: print('RESULT ' + json.dumps({'first': first, 'losses': losses, 'sps': sps}), flush=True)
+  dist.destroy()
+
+
+def launch_ranks(n: int, argv: list, env: dict, timeout: float) -> list[str]:
+  """Runs this script with `argv` in n processes (RANK 0..n-1, torchrun's variables; NVLink multicast off);
+  each one's output (a process past `timeout` seconds is killed)."""
+  import socket
+  with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+  env = {**os.environ, **env, 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port), 'WORLD_SIZE': str(n), 'NCCL_NVLS_ENABLE': '0'}
+  procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv], env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
+  outs, until = [], time.monotonic() + timeout
+  for p in procs:
+    try: out, _ = p.communicate(timeout=max(1.0, until - time.monotonic()))
+    except subprocess.TimeoutExpired: p.kill(); out = (p.communicate(timeout=30)[0] or '') + f'\n(timed out after {timeout:g} s)'
+    outs.append(out)
+  return outs
+
+
+def procs_dp(args, n: int) -> dict | None:
+  """Data-parallel training with one process a device: rank 0's {first, losses, sps}, None if the run failed."""
+  argv = ['--dp-worker', '--device', args.device, '--steps', str(args.steps), '--check-steps', str(args.check_steps)] + ['--small'] * args.small
+  outs = launch_ranks(n, argv, {'BENCH_TIMEOUT': str(max(10.0, args.timeout - 30))}, args.timeout)
+  for line in outs[0].splitlines():
+    if line.startswith('RESULT '): return json.loads(line[7:])
+  bad = next((o for o in outs if 'Error' in o or 'timed out' in o), outs[0])
+  print(f"  (the run of a process a device failed:\n{bad[-3000:]})")
+  return None
+
+
 def bench_dp(args, ns) -> None:
-  cfg = dict(vocab=512, seq=256, d=384, layers=4, heads=6, batch=16) if not args.small else dict(vocab=64, seq=16, d=32, layers=2, heads=2, batch=4)
+  cfg = dp_config(args)
   print(f"\n## Data-parallel GPT-style training (layers {cfg['layers']}, d {cfg['d']}, heads {cfg['heads']}, seq {cfg['seq']}, "
         f"vocab {cfg['vocab']}, f32, AdamW; batch {cfg['batch']} a device)\n")
-  Tensor.manual_seed(0)
-  ref = GPT(cfg['vocab'], cfg['seq'], cfg['d'], cfg['layers'], cfg['heads'])
-  weights = [p.numpy() for p in get_parameters(ref)]
+  print("one process: every device driven from this process (a sharded batch, one graph partitioned per device); "
+        "process a device: one process a device (tgc.distributed, gradients averaged by all_reduce_coalesced)\n")
+  weights = gpt_weights(cfg)
   base = None
-  print("| devices | global batch | first step s (compile) | steps/s | samples/s | scaling (samples/s over 1) | losses vs one device (same global batch) |")
-  print("| --- | --- | --- | --- | --- | --- | --- |")
+  print("| devices | mode | global batch | first step s (compile) | steps/s | samples/s | scaling (samples/s over 1) | losses vs one device (same global batch) |")
+  print("| --- | --- | --- | --- | --- | --- | --- | --- |")
   for n in ns:
     devs = args.device if n == 1 else tuple(f"{args.device}:{i}" for i in range(n))
     gb = cfg['batch'] * n
-    step = gpt_trainer(cfg, devs, weights, gb)
-    t0 = time.perf_counter()
-    losses = [step().item() for _ in range(max(1, args.check_steps))]
-    first = time.perf_counter() - t0
-    check = '-'
+    want = None
     if n > 1 and args.check_steps:
       one = gpt_trainer(cfg, args.device, weights, gb)
       want = [one().item() for _ in range(args.check_steps)]
-      rel = max(abs(a - b) / abs(b) for a, b in zip(losses, want))
-      check = f"max rel {rel:.1e} {'ok' if rel <= 1e-5 else 'OFF'}"
       del one
-    for _ in range(2): step()
-    t0 = time.perf_counter()
-    for _ in range(args.steps): last = step()
-    last.item()
-    sps = args.steps / (time.perf_counter() - t0)
-    if n == 1: base = sps
-    scale = f"{sps * n / base:5.2f}x" if base else '-'
-    print(f"| {n} | {gb} | {first:6.1f} | {sps:7.2f} | {sps * gb:8.1f} | {scale} | {check} |")
+    def row(mode, first, losses, sps):
+      nonlocal base
+      if n == 1: base = sps
+      check = '-'
+      if want:
+        rel = max(abs(a - b) / abs(b) for a, b in zip(losses, want))
+        check = f"max rel {rel:.1e} {'ok' if rel <= 1e-5 else 'OFF'}"
+      scale = f"{sps * n / base:5.2f}x" if base else '-'
+      print(f"| {n} | {mode} | {gb} | {first:6.1f} | {sps:7.2f} | {sps * gb:8.1f} | {scale} | {check} |")
+    step = gpt_trainer(cfg, devs, weights, gb)
+    row('one process', *timed_dp(step, args))
+    del step
+    if n > 1:
+      res = procs_dp(args, n)
+      if res: row(f'process a {"GPU" if args.device == "CUDA" else "device"}', res['first'], res['losses'], res['sps'])
 
 
 # ---------------------------------------------------------------- 3. tensor-parallel MLP
@@ -247,11 +310,14 @@ def main(argv=None) -> int:
   ap.add_argument('--max-bytes', type=int, default=1 << 30)
   ap.add_argument('--small', action='store_true', help="small shapes (a smoke run)")
   ap.add_argument('--no-torch', action='store_true')
+  ap.add_argument('--timeout', type=float, default=300, help="seconds a run of one process a device may take (then it is killed)")
   ap.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
+  ap.add_argument('--dp-worker', action='store_true', help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
   sys.stdout.reconfigure(line_buffering=True)  # (rows appear as they are measured: a run cut short keeps them)
-  if args.worker: worker(); return 0
   args.device = args.device.upper()
+  if args.worker: worker(); return 0
+  if args.dp_worker: dp_worker(args); return 0
   if args.gpus: ns = [int(v) for v in args.gpus.split(',')]
   elif args.device == 'CUDA':
     import pycuda.driver as cuda

@@ -237,6 +237,11 @@ def test_two_processes_all_reduce_their_gradients():
   for rc, out in _ranks(2): assert rc == 0 and 'ok' in out, out
 
 
+def test_two_processes_train_a_jitted_step_that_all_reduces_its_gradients():
+  # (each rank's half of the batch; the step, its all_reduce_coalesced with it, replayed by the jit: as one process on the whole batch)
+  for rc, out in _ranks(2, '60', 'jit'): assert rc == 0 and 'ok' in out, out
+
+
 def test_a_missing_rank_is_a_timeout_error_not_a_hang():
   t0 = time.monotonic()
   (rc, out), = _ranks(2, '3', ranks=[0])  # rank 1 never starts
