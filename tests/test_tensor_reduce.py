@@ -295,3 +295,12 @@ def test_matvec_shapes():
   check(Tensor(x) @ Tensor(a).transpose(), x.astype(np.float64) @ a.T.astype(np.float64), rtol=1e-4, atol=1e-4)
   c, y = randf((20, 12)), randf((12,))
   check(Tensor(c) @ Tensor(y), c.astype(np.float64) @ y, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('sa,sb', [((3, 0), (0, 5)), ((2, 3, 0), (2, 0, 4)), ((0, 4), (4, 2))])
+def test_matmul_over_an_empty_axis(sa, sb):
+  """A product over an empty contracted axis is zeros (a reduce over an empty axis is its identity), not a loop run
+  once over elements the inputs do not have."""
+  a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
+  check(Tensor(a) @ Tensor(b), a @ b)
+  check((Tensor(a) @ Tensor(b)).sum(), (a @ b).sum())

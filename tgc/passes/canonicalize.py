@@ -154,6 +154,11 @@ def fold_reduce(op, rw):
   src, t = op.operands[0], op.results[0].type
   shape = src.type.shape if isinstance(src.type, TensorType) else None
   if shape is not None and all(shape[a] == 1 for a in op.axes): return src if src.type == t else None
+  if shape is not None and any(shape[a] == 0 for a in op.axes) and isinstance(t, TensorType) and _folds(t):
+    # a reduce over an empty axis is its identity (a matmul of an empty contracted axis: zeros), never a loop of none
+    dt = t.dtype
+    ident = {'add': 0, 'mul': 1}.get(op.kind, -math.inf if dt.is_float else False if dt.is_bool else dt.min)
+    return make_const(rw, op, ident, t)
   c = const_value(src)
   if op.kind == 'max' and _is_splat(c) and isinstance(t, TensorType): return make_const(rw, op, c, t)
   return None
