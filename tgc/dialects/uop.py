@@ -40,18 +40,19 @@ class UopFuncOp(Operation):
 
   def verify_body(self):
     """Ranges and ifs nest and close; each endrange closes the innermost open range. A value defined
-    inside a range or if is not visible after its close, except the accumulator's uop.phi."""
+    inside a range or if, and the range's own loop value, is not visible after its close, except the accumulator's
+    uop.phi."""
     stack: list[Operation] = []
     inner: list[set] = []   # values defined in each open scope
     hidden: dict = {}       # value -> the op that closed its scope
     for op in self.body.ops:
       if op.dialect != 'uop' and not op.has(FUNCTION): raise op.error("is not allowed in a uop.func: its body is uop ops")
       for i, v in enumerate(op.operands):
-        if v in hidden:
+        if v in hidden and op.name != 'uop.endrange':  # (an endrange of a closed range: its own error below)
           closer = hidden[v]
           raise op.error(f"operand #{i} is not visible here: it is defined inside the {closer.name.replace('end', '')} closed at line {closer.loc.line if closer.loc else '?'}")
-      if op.name in ('uop.range', 'uop.if'):
-        stack.append(op); inner.append(set()); continue
+      if op.name in ('uop.range', 'uop.if'):  # (a range's own value is its loop's: not visible after its endrange)
+        stack.append(op); inner.append(set(op.results) if op.name == 'uop.range' else set()); continue
       if op.name == 'uop.endrange':
         if op.range.op is None or op.range.op.name != 'uop.range': continue  # reported by the op's own verify
         if not stack or stack[-1].name != 'uop.range' or stack[-1].results[0] is not op.range:
