@@ -5,7 +5,7 @@ version and flags, and the host CPU), so an identical kernel is compiled once. T
 gidx0 in [start, end) (all of it by default).
 """
 from __future__ import annotations
-import ctypes, os, subprocess, tempfile, threading
+import ctypes, os, re, subprocess, tempfile, threading
 from tgc.errors import TgcError
 from tgc.runtime.device import BaseDevice, HostDevice
 from tgc.runtime.cpu import HostKernelProgram, HostPointerAllocator
@@ -13,6 +13,20 @@ from tgc.runtime.cpu import HostKernelProgram, HostPointerAllocator
 CC = os.environ.get('CC', 'cc')
 # C99; -fwrapv: signed overflow wraps (tgc's semantics); -ffp-contract=off: a*b+c is never fused into an fma
 CFLAGS = ['-std=c99', '-O2', '-shared', '-fPIC', '-march=native', '-fwrapv', '-fno-strict-aliasing', '-ffp-contract=off', '-fno-math-errno']
+
+
+_fp16_checked = False
+
+def _no_avx512fp16() -> None:
+  """-march=native on a CPU with AVX512-FP16 lets gcc emit masked `vmovsh` for _Float16 selects, which the assembler
+  of the same toolchain generation refuses ("unsupported masking for vmovsh"): where the compiler enables it for this
+  CPU, f16 kernels compile without it (their arithmetic is float's, converted, as on every other CPU). Asked once."""
+  global _fp16_checked
+  if _fp16_checked: return
+  _fp16_checked = True
+  try: out = subprocess.run([CC, '-march=native', '-Q', '--help=target'], capture_output=True, text=True, timeout=30).stdout
+  except (OSError, subprocess.SubprocessError): return
+  if re.search(r'-mavx512fp16\s+\[enabled\]', out): CFLAGS.append('-mno-avx512fp16')
 _lock = threading.Lock()
 _libs: dict[str, ctypes.CDLL] = {}
 
@@ -49,6 +63,7 @@ def build_library(src: str) -> bytes:
   with tempfile.TemporaryDirectory() as td:
     cfile, lib = os.path.join(td, 'k.c'), os.path.join(td, 'k.so')
     with open(cfile, 'w') as f: f.write(src)
+    _no_avx512fp16()
     try: p = subprocess.run([CC, *CFLAGS, cfile, '-o', lib, '-lm'], capture_output=True, text=True, timeout=120)
     except FileNotFoundError: raise TgcError(f"C device unavailable: no C compiler '{CC}'") from None
     if p.returncode != 0: raise TgcError(f"c: the C compiler rejected the emitted source:\n{p.stderr}\n{src}")
@@ -71,6 +86,7 @@ def compile_c(src: str) -> ctypes.CDLL:
   with _lock:
     lib = _libs.get(src)
     if lib is not None: return lib
+    _no_avx512fp16()
     k = cache.key(src, CC, cc_version(), ' '.join(CFLAGS), host_id())
     data = cache.get('c', k)
     if data is not None:
