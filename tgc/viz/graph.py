@@ -82,14 +82,20 @@ def kernel_detail(k: Operation | None) -> str:
   return s + (f" [{len(opts)} opts]" if opts else '')
 
 
-def kernel_graph(m: Module, fn: Operation) -> Graph:
-  """Kernels as nodes (one per launch), buffers as edges from the launch that writes them to those that read them;
-  the function's arguments, host constants and results as nodes of their own. A reshape is its operand's buffer."""
+def _start(fn: Operation) -> tuple[Graph, dict, dict]:
+  """A function's graph with its arguments as input nodes; the value names and each value's making node so far."""
   names = value_names(fn)
   g = Graph(fn.attrs['sym_name'])
   maker: dict = {}
   for i, a in enumerate(fn.body.args):
     g.nodes.append(Node(f"arg{i}", names[a], 'input', str(a.type))); maker[a] = f"arg{i}"
+  return g, names, maker
+
+
+def kernel_graph(m: Module, fn: Operation) -> Graph:
+  """Kernels as nodes (one per launch), buffers as edges from the launch that writes them to those that read them;
+  the function's arguments, host constants and results as nodes of their own. A reshape is its operand's buffer."""
+  g, names, maker = _start(fn)
   for j, op in enumerate(fn.body.ops):
     if op.name == 'kernel.launch':
       callee = op.attrs['callee']
@@ -100,7 +106,7 @@ def kernel_graph(m: Module, fn: Operation) -> Graph:
       for i, v in enumerate(op.operands):
         if i in out: maker[v] = nid
         elif v in maker: g.edges.append(_edge(maker[v], nid, names.get(v, '?'), v.type))
-    elif op.name == 'tensor.reshape' and op.operands[0] in maker: maker[op.results[0]] = maker[op.operands[0]]
+    elif op.name in ('kernel.reshape', 'tensor.reshape') and op.operands[0] in maker: maker[op.results[0]] = maker[op.operands[0]]
     elif op.name == 'tensor.const':
       nid = f"c{j}"
       g.nodes.append(Node(nid, names[op.results[0]] + ' = const', 'const', str(op.results[0].type))); maker[op.results[0]] = nid
@@ -114,11 +120,7 @@ def kernel_graph(m: Module, fn: Operation) -> Graph:
 
 def tensor_graph(fn: Operation) -> Graph:
   """Ops as nodes, values as edges from the op that makes them to each op that uses them (MLIR's op graph)."""
-  names = value_names(fn)
-  g = Graph(fn.attrs['sym_name'])
-  maker: dict = {}
-  for i, a in enumerate(fn.body.args):
-    g.nodes.append(Node(f"arg{i}", names[a], 'input', str(a.type))); maker[a] = f"arg{i}"
+  g, names, maker = _start(fn)
   for j, op in enumerate(fn.body.ops):
     nid = f"op{j}"
     kind = 'output' if op.name == 'func.return' else 'const' if op.name.endswith('.const') else 'op'
