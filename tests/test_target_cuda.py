@@ -134,14 +134,19 @@ def test_tensor_cores_chosen_and_compiled(case):
 
 def test_tensor_cores_not_for_other_dtypes():
   """A matmul of float32 inputs keeps the ordinary kernel; one of half inputs whose m, n and k the tile does not
-  divide gets its axes padded first (padto before tc)."""
+  divide gets its operands' rows padded to 16 bytes by copies (tensor-decompose, for the cuda target only), its axes
+  padded (padto before tc), and the padded columns cut off by a copy."""
   m, _ = _tc_module(lambda a, b: a @ b, (np.ones((16, 32), np.float32), np.ones((32, 8), np.float32)), 'INTERP')
   lower(m, 'cuda')
   assert not any(op.name == 'uop.wmma' for f in m.functions('uop.func') for op in f.body.ops)
   m, _ = _tc_module(lambda a, b: a @ b, (np.ones((20, 33), np.float16), np.ones((33, 7), np.float16)), 'INTERP')
   lower(m, 'cuda')
-  (f,) = m.functions('uop.func')
-  assert [o.name for o in f.attrs['opts']][:4] == ['padto', 'padto', 'padto', 'tc'] and any(op.name == 'uop.wmma' for op in f.body.ops)
+  assert [f.attrs['sym_name'] for f in m.functions('uop.func')] == ['E_20_40', 'E_40_8', 'r_20_8_40', 'E_20_7']
+  f = m.lookup('r_20_8_40')
+  assert [o.name for o in f.attrs['opts']] == ['padto', 'padto', 'tc'] and any(op.name == 'uop.wmma' for op in f.body.ops)
+  m, _ = _tc_module(lambda a, b: a @ b, (np.ones((20, 33), np.float16), np.ones((33, 7), np.float16)), 'INTERP')
+  lower(m, 'llvm')  # no tensor cores: no copies
+  assert len(m.functions('uop.func')) == 1
 
 
 @pytest.mark.parametrize('case', TC_CASES, ids=[c[0] for c in TC_CASES])

@@ -587,19 +587,23 @@ def test_opencl_gpu_transpose(case):
   np.testing.assert_array_equal(out, ref(a))
 
 
-def test_tensor_core_row_padding(monkeypatch):
-  """On a target with tensor cores, an f16 matmul whose rows are not a multiple of 8 bytes (k or n odd) copies its
-  operands with rows padded to 16 bytes and cuts the result's padding off: the graph built as for cuda, then run on
-  the CPU, still equals numpy's; rows of a multiple of 8 bytes (n = 700) get no copies."""
-  import tgc.compiler as C
-  from tgc.target import get_target
+def test_tensor_core_row_padding():
+  """On a target with tensor cores, tensor-decompose gives an f16 matmul whose rows are not a multiple of 8 bytes (k or
+  n odd) copies of its operands with rows padded to 16 bytes and cuts the result's padding off: the module decomposed
+  for cuda, then run on the CPU, still equals numpy's; rows of a multiple of 8 bytes (n = 700) get no copies, and the
+  tensor level (what the front end builds) is the same for every device."""
+  from tgc.compiler import compile_module
+  from tgc.passes.manager import PassManager
   from tgc.tensor import _build_module
   rng = np.random.default_rng(9)
   for sa, sb, pads in (((20, 37), (37, 30), 2), ((2, 5, 9), (2, 9, 3), 2), ((8, 16), (16, 700), 0)):
     a, b = rng.standard_normal(sa).astype(np.float16), rng.standard_normal(sb).astype(np.float16)
-    with monkeypatch.context() as mp:
-      mp.setattr(C, 'device_target', lambda d, dev=None: get_target('cuda'))
-      out = tgc.Tensor(a, device='CPU') @ tgc.Tensor(b, device='CPU')
-    mod, _ = _build_module([out.node], 'mm')
-    assert str(mod).count('tensor.pad') == pads and out.shape == sa[:-1] + sb[-1:], str(mod)
-    np.testing.assert_allclose(out.numpy().astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=2e-2)
+    built = [str(_build_module([(tgc.Tensor.empty(*sa, dtype='float16', device=d) @ tgc.Tensor.empty(*sb, dtype='float16', device=d)).node], 'mm')[0])
+             for d in ('CUDA', 'CPU')]
+    assert built[0] == built[1] and 'tensor.pad' not in built[0]
+    mod, _ = _build_module([(tgc.Tensor(a) @ tgc.Tensor(b)).node], 'mm')
+    PassManager.parse('tensor-decompose{target=cuda}').run(mod)
+    assert str(mod).count('tensor.pad') == pads, str(mod)
+    (out,) = compile_module(mod, 'CPU')(a, b)
+    assert out.shape == sa[:-1] + sb[-1:]
+    np.testing.assert_allclose(out.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=2e-2)

@@ -1253,16 +1253,6 @@ class Tensor(TensorAPI):
     if not isinstance(w, Tensor): w = Tensor(w, device=x.device)
     if x.ndim == 0 or w.ndim == 0: raise ShapeError(f"matmul needs tensors of at least 1 axis, got shapes {x.shape} and {w.shape}")
     dt = least_upper_dtype(x.dtype, w.dtype)
-    if (pads := Tensor._tc_row_pads(x, w, dt)) is not None:
-      # tensor cores stage rows through shared memory 16 bytes a copy: rows of an odd length (4095 halves) copy 2 bytes
-      # at a time, so the operands are copied once with their rows padded to 16 bytes (zeros add nothing to the sums)
-      # and the result's padding is cut off
-      pk, pn = pads
-      x, w = x.cast(dt), w.cast(dt)
-      xp = x.pad(((0, 0),) * (x.ndim - 1) + ((0, pk),)).contiguous() if pk else x
-      wp = w.pad(((0, 0),) * (w.ndim - 2) + ((0, pk), (0, pn))).contiguous() if pk or pn else w
-      r = xp.matmul(wp)
-      return r.shrink(tuple((0, n) for n in r.shape[:-1]) + ((0, w.shape[-1]),)) if pn else r
     if dt.is_float and dt.itemsize < 4: return x.cast(_D.f32).matmul(w.cast(_D.f32)).cast(dt)  # accumulate in f32, as torch and tinygrad
     x, w = x.cast(dt), w.cast(dt)
     k1, k2 = x.shape[-1], (w.shape[-2] if w.ndim > 1 else w.shape[0])
@@ -1276,18 +1266,6 @@ class Tensor(TensorAPI):
     if x.ndim == 1: r = r.reshape(r.shape[:-2] + r.shape[-1:])
     if w.ndim == 1: r = r.reshape(r.shape[:-1])
     return r
-
-  @staticmethod
-  def _tc_row_pads(x: Tensor, w: Tensor, dt) -> tuple[int, int] | None:
-    """For a matmul of x (..., m, k) by w (..., k, n) in dtype dt: where dt is a tensor-core dtype of the target, the
-    zeros that pad k and n to rows of 16 bytes; None where the rows are so already or no tensor core applies."""
-    from tgc.compiler import device_target
-    if x.ndim < 2 or w.ndim < 2 or x.shape[-1] != w.shape[-2] or dt.itemsize >= 4: return None
-    t = device_target(x.device)
-    if t.tensor_cores is None or not any(dt.name == i for i, _ in t.tensor_cores.dtypes): return None
-    q = 16 // dt.itemsize  # (rows of a multiple of 8 bytes copy 8 a time: fast enough to need no copy first)
-    if x.shape[-1] % (q // 2) == 0 and w.shape[-1] % (q // 2) == 0: return None
-    return -x.shape[-1] % q, -w.shape[-1] % q
 
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     self._tensors('linear', 'bias', weight=weight, bias=bias)

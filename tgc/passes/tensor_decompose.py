@@ -1,7 +1,9 @@
 """tensor-decompose: composite tensor ops into primitives, as tinygrad builds them.
 
 matmul (..., n, k) @ (..., k, m): reshape/expand both to (..., n, m, k), multiply, reduce add over k,
-reshape away the kept axis. The multiply and the reduce fuse into one kernel.
+reshape away the kept axis. The multiply and the reduce fuse into one kernel. What depends on the device is chosen
+here from its spec (the pass's options), so the tensor level stays the same for every device: a CPU's packed column
+panels (pack), and on a target with tensor cores the rows of a half-precision product padded to 16 bytes.
 
 Any other op whose class has a `decompose(rw)` method (a composite an extension declares: docs/extending.md) is
 replaced by what it returns, the primitives it creates with `rw.create`.
@@ -11,19 +13,61 @@ from tgc.ir.core import REGISTRY
 from tgc.ir.types import TensorType
 from tgc.ir.rewrite import PatternMatcher, apply_patterns
 from tgc.passes.manager import Pass
+from tgc.target import DeviceSpec, DEVICE_OPTIONS
 
 
 PACK_MIN = 1 << 16  # pack the right operand when it has at least this many elements
 PACK = 16           # columns per panel: one AVX-512 vector of f32, two AVX2 ones (the tile is two vectors wide)
 
-def decompose_matmul(op, rw, pack=False):
-  a, b = op.lhs, op.rhs
+def tc_row_pads(op, spec: DeviceSpec) -> tuple | None:
+  """For a matmul of half-precision values cast up (the front end's form: products accumulate in f32) on a target whose
+  tensor cores take that dtype: the two sources and the zeros that pad k and n to rows of 16 bytes; None where the rows
+  are so already or no tensor core applies."""
+  tc = spec.target.tensor_cores
+  src = [v.op.operands[0] if v.op is not None and v.op.name == 'tensor.cast' else None for v in (op.lhs, op.rhs)]
+  if tc is None or None in src or len(src[0].type.shape) < 2 or len(src[1].type.shape) < 2: return None
+  dt = src[0].type.dtype
+  if src[1].type.dtype is not dt or dt.itemsize >= 4 or not any(dt.name == i for i, _ in tc.dtypes): return None
+  q = 16 // dt.itemsize  # (rows of a multiple of 8 bytes copy 8 a time: fast enough to need no copy first)
+  k, n = src[0].type.shape[-1], src[1].type.shape[-1]
+  if k % (q // 2) == 0 and n % (q // 2) == 0: return None
+  return src, -k % q, -n % q
+
+
+def pad_rows(op, rw, spec: DeviceSpec):
+  """cast(matmul(cast(x), cast(w))) back to a half-precision dtype whose rows tc_row_pads pads: tensor cores stage rows
+  through shared memory 16 bytes a copy, and rows of an odd length (4095 halves) would copy 2 bytes at a time, so the
+  operands are copied once with their rows padded to 16 bytes (zeros add nothing to the sums), and the result's
+  padding is cut off after the cast (the cast stays in the product's kernel)."""
+  mm = op.operands[0].op
+  if mm is None or mm.name != 'tensor.matmul' or (pads := tc_row_pads(mm, spec)) is None: return None
+  (xs, ws), pk, pn = pads
+  def padded(v, pairs):
+    t = v.type
+    full = tuple(s + hi for s, (_, hi) in zip(t.shape, pairs))
+    v = rw.create(REGISTRY['tensor.pad'], [v], [TensorType(full, t.dtype)], {'pads': pairs}, op.loc).results[0]
+    v = rw.create(REGISTRY['tensor.contiguous'], [v], [TensorType(full, t.dtype)], None, op.loc).results[0]
+    return rw.create(REGISTRY['tensor.cast'], [v], [TensorType(full, mm.lhs.type.dtype)], None, op.loc).results[0]
+  a = padded(xs, ((0, 0),) * (len(xs.type.shape) - 1) + ((0, pk),)) if pk else mm.lhs
+  b = padded(ws, ((0, 0),) * (len(ws.type.shape) - 2) + ((0, pk), (0, pn))) if pk or pn else mm.rhs
+  shape = op.results[0].type.shape
+  r = rw.create(REGISTRY['tensor.matmul'], [a, b], [TensorType(shape[:-1] + (b.type.shape[-1],), mm.results[0].type.dtype)], None, op.loc).results[0]
+  r = rw.create(REGISTRY['tensor.cast'], [r], [TensorType(r.type.shape, op.results[0].type.dtype)], None, op.loc).results[0]
+  if not pn: return r
+  return rw.create(REGISTRY['tensor.shrink'], [r], [TensorType(shape, r.type.dtype)], {'bounds': tuple((0, d) for d in shape)}, op.loc).results[0]
+
+
+def decompose_matmul(op, rw, pack: bool = False): return _product(rw, op.lhs, op.rhs, op.loc, pack)
+
+
+def _product(rw, a, b, loc, pack: bool):
+  """a (..., n, k) @ b (..., k, m) as a multiply and a reduce over k."""
   at, bt = a.type, b.type
   *batch, n, k = at.shape
   m = bt.shape[-1]
   batch, dt = tuple(batch), at.dtype
   def mk(name, src, shape, attrs=None):
-    return rw.create(REGISTRY[f'tensor.{name}'], [src], [TensorType(tuple(shape), dt)], attrs, op.loc).results[0]
+    return rw.create(REGISTRY[f'tensor.{name}'], [src], [TensorType(tuple(shape), dt)], attrs, loc).results[0]
   nb = len(batch)
   if pack and m % PACK == 0 and m > PACK and k * m >= PACK_MIN:
     # b (k, m) -> panels (m/16, k, 16), contiguous: the kernel then reads 16 columns of b as one sequential
@@ -31,23 +75,23 @@ def decompose_matmul(op, rw, pack=False):
     p = m // PACK
     bp = mk('reshape', b, batch + (k, p, PACK))
     bp = mk('permute', bp, batch + (p, k, PACK), {'order': tuple(range(nb)) + (nb + 1, nb, nb + 2)})
-    bp = rw.create(REGISTRY['tensor.contiguous'], [bp], [TensorType(batch + (p, k, PACK), dt)], None, op.loc).results[0]
+    bp = rw.create(REGISTRY['tensor.contiguous'], [bp], [TensorType(batch + (p, k, PACK), dt)], None, loc).results[0]
     full = batch + (n, p, k, PACK)
     a2 = mk('expand', mk('reshape', a, batch + (n, 1, k, 1)), full)
     b2 = mk('expand', mk('reshape', bp, batch + (1, p, k, PACK)), full)
-    prod = rw.create(REGISTRY['tensor.mul'], [a2, b2], [TensorType(full, dt)], None, op.loc).results[0]
-    red = rw.create(REGISTRY['tensor.reduce'], [prod], [TensorType(batch + (n, p, 1, PACK), dt)], {'kind': 'add', 'axes': (nb + 2,)}, op.loc).results[0]
+    prod = rw.create(REGISTRY['tensor.mul'], [a2, b2], [TensorType(full, dt)], None, loc).results[0]
+    red = rw.create(REGISTRY['tensor.reduce'], [prod], [TensorType(batch + (n, p, 1, PACK), dt)], {'kind': 'add', 'axes': (nb + 2,)}, loc).results[0]
     return mk('reshape', red, batch + (n, m))
   full = batch + (n, m, k)
   a2 = mk('expand', mk('reshape', a, batch + (n, 1, k)), full)
   order = tuple(range(nb)) + (nb + 1, nb)
   b2 = mk('expand', mk('reshape', mk('permute', b, batch + (m, k), {'order': order}), batch + (1, m, k)), full)
-  prod = rw.create(REGISTRY['tensor.mul'], [a2, b2], [TensorType(full, dt)], None, op.loc).results[0]
-  red = rw.create(REGISTRY['tensor.reduce'], [prod], [TensorType(batch + (n, m, 1), dt)], {'kind': 'add', 'axes': (nb + 2,)}, op.loc).results[0]
+  prod = rw.create(REGISTRY['tensor.mul'], [a2, b2], [TensorType(full, dt)], None, loc).results[0]
+  red = rw.create(REGISTRY['tensor.reduce'], [prod], [TensorType(batch + (n, m, 1), dt)], {'kind': 'add', 'axes': (nb + 2,)}, loc).results[0]
   return mk('reshape', red, batch + (n, m))
 
+# without a device: the plain product (kernelize decomposes what is left so)
 decompose_patterns = PatternMatcher([('tensor.matmul', decompose_matmul)])
-packing_patterns = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack=True))])
 
 def declared_patterns() -> PatternMatcher:
   """A rule for every registered op that says how it decomposes (ops may be declared after this module loads)."""
@@ -58,6 +102,12 @@ class TensorDecompose(Pass):
   name = 'tensor-decompose'
   summary = 'rewrite composite tensor ops (matmul, ops with a decompose method) into reshape/expand/mul/reduce'
   reads = leaves = 'tensor'
-  options = {'pack': (bool, False, "copy a big matmul's right operand into column panels first (for CPUs: sequential reads)")}
+  # (the device's spec, DEVICE_OPTIONS, among them: what the decompositions choose for a device)
+  options = {'pack': (bool, False, "copy a big matmul's right operand into column panels first (for CPUs: sequential reads)"),
+             **DEVICE_OPTIONS}
   def run(self, m):
-    apply_patterns(m, (packing_patterns if self.pack else decompose_patterns) + declared_patterns(), stats=self.stats)
+    spec, pack = DeviceSpec.from_options(self.opts), self.pack
+    if spec.target.tensor_cores is not None:
+      apply_patterns(m, PatternMatcher([('tensor.cast', lambda op, rw: pad_rows(op, rw, spec))]), stats=self.stats)
+    mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack))])
+    apply_patterns(m, mm + declared_patterns(), stats=self.stats)
