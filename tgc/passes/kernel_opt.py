@@ -61,6 +61,13 @@ class Tiling:
                                              max(op.buf.type.dtype.itemsize for op in loads + [ks.store]))
     self.red, self.glob = ks.axes('reduce'), ks.axes('global')
 
+  @property
+  def matmul_like(self) -> bool:
+    """A GPU sum over the product of two loads, each broadcast along some axis (a matmul in any layout of its operands,
+    a conv over its channels and window): the staged register tiles' kernels."""
+    return self.gpu and self.allow_local and len(self.red) >= 1 and len(self.loads) == 2 and \
+      all(any(st == 0 and n > 1 for st, n in zip(self.ks.strides(op), self.ks.full)) for op in self.loads)
+
   def apply(self, o) -> bool:
     """Add the action where it applies to the kernel's shape (the schedule follows)."""
     nk = try_opts(self.k, self.opts + [o], self.t)
@@ -156,13 +163,24 @@ def matvec(tl: Tiling) -> list | None:
       return tl.opts
 
 
+def wide_matmul(tl: Tiling) -> bool:
+  """A matmul-like kernel whose m and n both fill a staged block's tile (64 each): generic's register tiles through
+  shared memory take it whatever its operands' layouts. With both operands contiguous along k (a Linear's x @ W.T) it
+  is also a reduce along memory, which a work-group a row would take: on an H100 a 4096 f32 x @ W.T so ran in 86 ms,
+  x @ W staged in 3.6."""
+  if not tl.matmul_like: return False
+  try: m, n = tc_axes(tl.ks.full, tl.ks.kinds, tl.ks.views)
+  except OptError: return False
+  return tl.ks.full[m] >= 64 and tl.ks.full[n] >= 64
+
+
 def row_reduce(tl: Tiling) -> list | None:
   """A GPU reduce along memory: a work-group a row (GROUP), its partials meeting in registers or shared memory."""
   k, t, gpu, loads, vec, red, allow_local = tl.k, tl.t, tl.gpu, tl.loads, tl.vec, tl.red, tl.allow_local
   # GPU reduce along memory (rows of a sum, softmax's max and sum): a work-group per output, each thread takes
   # float4s `group` apart (neighbouring threads read neighbouring addresses: coalesced), and the partials meet
   # as a tree in shared memory; a thread per output reading its own row would read a row apart per thread
-  if gpu and allow_local and len(red) == 1:
+  if gpu and allow_local and len(red) == 1 and not wide_matmul(tl):
     r = red[0]
     st = [tl.ks.strides(op)[r] for op in loads]
     if 1 in st and all(x in (0, 1) for x in st) and tl.ks.full[r] >= 128:
@@ -204,8 +222,7 @@ def generic(tl: Tiling) -> list | None:
   # over its channels and window) stage both operands through shared memory (SMEM): on an H100 a 4096 f32 matmul ran
   # at 34.9 TFLOP/s with 8 rows x 4 columns a thread, UNROLL 8 and 16x8 work-groups (fma on), 21.5 with the best tiles
   # without it (sweeps of 40 and 11 shapes); an f32 3x3 conv kernel (32x64x56x56) in 265 us so, 490 without
-  matmul_like = gpu and allow_local and len(red) >= 1 and len(loads) == 2 and \
-    all(any(st == 0 and n > 1 for st, n in zip(tl.ks.strides(op), tl.ks.full)) for op in loads)
+  matmul_like = tl.matmul_like
   staged = stage and matmul_like and t.local_memory > 0
   if matmul_like:  # sizes the GPU tiles below do not divide are padded first (a 4095 f32 matmul ran in 1-thread blocks)
     for o in pad_to_tiles(tl.ks, ((64, 32, 16, 8, 4), (64, 32, 16, 8, 4), (32, 16, 8))) or []: tl.apply(o)
