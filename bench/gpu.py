@@ -48,6 +48,8 @@ def rows(scale: float):
     # dW = dy.T @ x; a transposed operand is a view the kernel reads, no copy
     **{f'linear {dt}{sfx}': ([(mm, i), (o, i)], dts, lambda x, w: x @ w.T, lambda x, w: x @ w.T, 2 * mm * i * o, 'TFLOP/s')
        for dt, dts in (('f32', 'float32'), ('f16', 'float16')) for sfx, i, o in (('', mm, mm), (' 384x1536', 384, 1536), (' 1536x384', 1536, 384))},
+    **{f'linear {dt} m16': ([(16, mm), (mm, mm)], dts, lambda x, w: x @ w.T, lambda x, w: x @ w.T, 2 * 16 * mm * mm, 'TFLOP/s')
+       for dt, dts in (('f32', 'float32'), ('f16', 'float16'))},  # (a few tokens through a Linear: decoding)
     **{f'linear bwd dx {dt}': ([(mm, 1536), (1536, 384)], dts, lambda dy, w: dy @ w, lambda dy, w: dy @ w, 2 * mm * 1536 * 384, 'TFLOP/s')
        for dt, dts in (('f32', 'float32'), ('f16', 'float16'))},
     **{f'linear bwd dw {dt}': ([(mm, 1536), (mm, 384)], dts, lambda dy, x: dy.T @ x, lambda dy, x: dy.T @ x, 2 * mm * 1536 * 384, 'TFLOP/s')

@@ -9,6 +9,7 @@ import tgc
 from tgc.tensor import _build_module
 from tgc.compiler import lower, compile_module
 from tgc.runtime import get_device
+from tgc.passes.schedule import Opt
 
 H100_SHARED = 227 << 10  # what an H100 lets a block ask for: kernel-opt's budget there
 NVCC = shutil.which('nvcc') or ('/usr/local/bin/nvcc' if os.path.exists('/usr/local/bin/nvcc') else None)
@@ -61,17 +62,21 @@ def run_with_cuda_tiles(f, arrays):
 
 
 @pytest.mark.parametrize('name,mkn', [('x@W.T', (128, 192, 256)), ('dy@W', (128, 256, 192)), ('dy.T@x', (192, 256, 128)),
-                                      ('x.T@dy', (128, 192, 256)), ('batched x@W.T', (256, 256, 128)), ('x@W.T', (100, 300, 70))])
-def test_staged_tiles_of_every_layout_run(name, mkn):
-  """cuda's staged tiles (a ring of 4 stages, 8x4 a thread) of each layout, sizes no tile divides among them (padded),
-  replayed on OpenCL: the results match numpy."""
+                                      ('x.T@dy', (128, 192, 256)), ('batched x@W.T', (256, 256, 128)), ('x@W.T', (100, 300, 70)),
+                                      ('x@W.T', (16, 384, 256)), ('x@W.T', (4, 256, 100)), ('x@W.T', (2, 128, 64)), ('x@W.T', (8, 4096, 64))])
+def test_tiles_of_every_layout_run(name, mkn):
+  """cuda's tiles of each layout, replayed on OpenCL, match numpy: staged (a ring of 4 stages, 8x4 a thread; sizes no
+  tile divides padded), and for a few rows by a matrix read along k (x @ W.T, m of 16 or less) the rows in registers,
+  GROUP along k."""
   try: get_device('OPENCL')
   except tgc.TgcError as e: pytest.skip(str(e))
   shapes, f = LAYOUTS[name]
   rng = np.random.default_rng(11)
   arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes(*mkn)]
   opts, out = run_with_cuda_tiles(f, arrays)
-  assert [o.name for o in opts].count('smem') == 2, opts
+  few = mkn[0] <= 16
+  assert [o.name for o in opts].count('smem') == (0 if few else 2), opts
+  if few: assert {'group', 'upcast'} <= {o.name for o in opts} and Opt('upcast', 0, mkn[0]) in opts, opts
   np.testing.assert_allclose(out.astype(np.float64), f(*[a.astype(np.float64) for a in arrays]), rtol=1e-4, atol=1e-4)
 
 
@@ -108,4 +113,29 @@ def test_tensor_cores_for_every_layout(dt, warpgroup):
   op = 'uop.wgmma' if warpgroup else 'uop.wmma'
   # (one kernel a product; products of equal operands and layout, x @ W and dy @ W, are one)
   assert len(fns) >= 4 and all(any(o.name == op for o in fn.body.ops) for fn in fns), [fn.sym_name for fn in fns]
+  assert nvcc_cubin(render_cuda(mod)) > 0
+
+
+@pytest.mark.parametrize('m', [1, 2, 4, 8, 16])
+def test_few_rows_by_a_matrix_read_along_k(m):
+  """f32 x @ W.T with a few rows (decoding a few tokens): the matrix's sum spread over threads along k (GROUP), every
+  row's partial sum in registers, no tiles staged (m 1: the matrix-vector product's GROUP)."""
+  for k, n in ((384, 1536), (4096, 4096), (1152, 3072)):
+    opts = cuda_opts('x@W.T', m, k, n, local_memory=H100_SHARED)
+    names = [o.name for o in opts]
+    assert 'group' in names and 'smem' not in names and (m == 1 or Opt('upcast', 0, m) in opts), (m, k, n, opts)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+def test_f32_layouts_build_with_nvcc():
+  """The f32 kernels of every layout (staged tiles; a few rows' GROUP of 32 and of 128 threads, folded in warp
+  shuffles and shared memory) build with nvcc."""
+  from tgc.emit.cuda import render_cuda
+  from test_target_cuda import nvcc_cubin
+  outs = [f(*[tgc.Tensor.empty(*s) for s in shapes(*mkn)]) for mkn in ((1024, 384, 1536), (16, 4096, 1536), (4, 384, 1536))
+          for name, (shapes, f) in LAYOUTS.items() if mkn[0] > 16 or name == 'x@W.T']
+  mod, _ = _build_module([o.node for o in outs], 'f')
+  lower(mod, 'cuda', local_memory=H100_SHARED)
+  opts = [o for fn in mod.functions('uop.func') for o in fn.attrs.get('opts', ())]
+  assert Opt('group', 5, 128) in opts and Opt('group', 5, 32) in opts and Opt('smem', 1, 4) in opts, opts
   assert nvcc_cubin(render_cuda(mod)) > 0

@@ -163,15 +163,43 @@ def matvec(tl: Tiling) -> list | None:
       return tl.opts
 
 
+def few_rows(tl: Tiling) -> list | None:
+  """A GPU matmul of a few rows (m of 2 to 16: a few tokens through a Linear) by a matrix read along k: a matrix-vector
+  product with every row in registers."""
+  red, glob = tl.red, tl.glob
+  # 32 threads (up to 128) share each matrix row's sum (GROUP: neighbouring threads read neighbouring elements), a
+  # thread takes 4 matrix rows and keeps all m rows' partial sums (m x 4 of them), so that the matrix is read once and
+  # each loaded element of the few rows serves 4 products; 2 threads' rows a work-group (a 1536-row matrix: 192
+  # work-groups). A work-group an output (row_reduce) reads the matrix once a row (16 times for m 16, from DRAM where
+  # it outgrows the L2); the staged tiles leave a few work-groups of one warp each.
+  if not (tl.matmul_like and len(red) == 1 and len(glob) == 2): return None
+  r, full = red[0], tl.ks.full
+  try: m, n = tc_axes(full, tl.ks.kinds, tl.ks.views)
+  except OptError: return None
+  s, b = (m, n) if full[m] <= full[n] else (n, m)  # the few rows, the matrix's outputs
+  w = next(op for op in tl.loads if tl.ks.strides(op)[b] != 0)  # the matrix (the other load broadcasts along b)
+  if not (2 <= full[s] <= 16 and full[b] >= 64 and tl.ks.strides(w)[r] == 1): return None
+  # (a long k takes more threads, 32 steps a thread at least: enough loads in flight to stream a matrix from DRAM)
+  g = next((g for g in (128, 64, 32, 16, 8) if full[r] % g == 0 and (g <= 32 or full[r] // g >= 32)), None)
+  if g is None or full[b] % 4: return None
+  b1 = b + (b > s)  # (the matrix's axis after the rows' split)
+  opts = [Opt('upcast', s, full[s]), Opt('upcast', b1, 4)] + ([Opt('local', b1, 2)] if full[b] % 8 == 0 else [])
+  if (ks := try_opts(tl.k, tl.opts + opts, tl.t)) is None: return None
+  opts.append(Opt('group', ks.axes('reduce')[0], g))
+  if not lowers(tl.k, tl.opts + opts, tl.t): return None  # (all or nothing: the strategies after build on none of it)
+  for o in opts: tl.apply(o)
+  return tl.opts
+
+
 def wide_matmul(tl: Tiling) -> bool:
-  """A matmul-like kernel whose m and n both fill a staged block's tile (64 each): generic's register tiles through
-  shared memory take it whatever its operands' layouts. With both operands contiguous along k (a Linear's x @ W.T) it
-  is also a reduce along memory, which a work-group a row would take: on an H100 a 4096 f32 x @ W.T so ran in 86 ms,
+  """A matmul-like kernel whose m and n are both more than a few rows (16): generic's register tiles through shared
+  memory take it whatever its operands' layouts. With both operands contiguous along k (a Linear's x @ W.T) it is also
+  a reduce along memory, which a work-group an output would take: on an H100 a 4096 f32 x @ W.T so ran in 86 ms,
   x @ W staged in 3.6."""
   if not tl.matmul_like: return False
   try: m, n = tc_axes(tl.ks.full, tl.ks.kinds, tl.ks.views)
   except OptError: return False
-  return tl.ks.full[m] >= 64 and tl.ks.full[n] >= 64
+  return tl.ks.full[m] > 16 and tl.ks.full[n] > 16
 
 
 def row_reduce(tl: Tiling) -> list | None:
@@ -351,7 +379,7 @@ def generic(tl: Tiling) -> list | None:
 
 # the heuristic's strategies, in order: the first that returns opts decides; one that returns None may have applied
 # actions that the next ones build on (a row-reduce's padding where no GROUP then fits)
-STRATEGIES = (warpgroup, tc_conv, tc_matmul, matvec, row_reduce, generic)
+STRATEGIES = (warpgroup, tc_conv, tc_matmul, matvec, few_rows, row_reduce, generic)
 
 
 def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,
