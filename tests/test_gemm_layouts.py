@@ -139,3 +139,15 @@ def test_f32_layouts_build_with_nvcc():
   opts = [o for fn in mod.functions('uop.func') for o in fn.attrs.get('opts', ())]
   assert Opt('group', 5, 128) in opts and Opt('group', 5, 32) in opts and Opt('smem', 1, 4) in opts, opts
   assert nvcc_cubin(render_cuda(mod)) > 0
+
+
+def test_few_rows_over_two_axes_run():
+  """A few rows along two axes that do not merge (4 sequences' first 4 tokens, of 8): both upcast whole, the matrix's
+  sum spread along k; cuda's opts replayed on OpenCL match numpy."""
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  rng = np.random.default_rng(13)
+  x, w = rng.standard_normal((4, 8, 256)).astype(np.float32), rng.standard_normal((128, 256)).astype(np.float32)
+  opts, out = run_with_cuda_tiles(lambda x, w: x[:, :4] @ w.T, [x, w])
+  assert [o.name for o in opts][:2] == ['upcast', 'upcast'] and 'group' in [o.name for o in opts], opts
+  np.testing.assert_allclose(out.astype(np.float64), x[:, :4].astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-4)

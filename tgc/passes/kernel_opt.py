@@ -163,27 +163,38 @@ def matvec(tl: Tiling) -> list | None:
       return tl.opts
 
 
+def operand_axes(tl: Tiling, w, x) -> tuple[list, list, list]:
+  """A matmul-like kernel's global axes (of more than one point) as (rows, cols, others): the rows are w's, along which
+  x broadcasts and w not (its m, for w = A), the cols x's (its n), the others the batch."""
+  sw, sx = tl.ks.strides(w), tl.ks.strides(x)
+  glob = tl.ks.axes('global')
+  rows = [a for a in glob if sx[a] == 0 and sw[a] != 0]
+  cols = [a for a in glob if sw[a] == 0 and sx[a] != 0]
+  return rows, cols, [a for a in glob if a not in rows and a not in cols]
+
+
 def few_rows(tl: Tiling) -> list | None:
   """A GPU matmul of a few rows (m of 2 to 16: a few tokens through a Linear) by a matrix read along k: a matrix-vector
   product with every row in registers."""
-  red, glob = tl.red, tl.glob
   # 32 threads (up to 128) share each matrix row's sum (GROUP: neighbouring threads read neighbouring elements), a
   # thread takes 4 matrix rows and keeps all m rows' partial sums (m x 4 of them), so that the matrix is read once and
   # each loaded element of the few rows serves 4 products; 2 threads' rows a work-group (a 1536-row matrix: 192
   # work-groups). A work-group an output (row_reduce) reads the matrix once a row (16 times for m 16, from DRAM where
   # it outgrows the L2); the staged tiles leave a few work-groups of one warp each.
-  if not (tl.matmul_like and len(red) == 1 and len(glob) == 2): return None
-  r, full = red[0], tl.ks.full
-  try: m, n = tc_axes(full, tl.ks.kinds, tl.ks.views)
-  except OptError: return None
-  s, b = (m, n) if full[m] <= full[n] else (n, m)  # the few rows, the matrix's outputs
-  w = next(op for op in tl.loads if tl.ks.strides(op)[b] != 0)  # the matrix (the other load broadcasts along b)
-  if not (2 <= full[s] <= 16 and full[b] >= 64 and tl.ks.strides(w)[r] == 1): return None
+  if not (tl.matmul_like and len(tl.red) == 1): return None
+  r, full = tl.red[0], tl.ks.full
+  for w, x in (tl.loads, tl.loads[::-1]):
+    outs, few, batch = operand_axes(tl, w, x)  # (the matrix's outputs, the few rows: a batch of 2 x 8 tokens too)
+    if not batch and len(outs) == 1 and 2 <= math.prod(full[a] for a in few) <= 16 and full[outs[0]] >= 64 and tl.ks.strides(w)[r] == 1: break
+  else: return None
+  b = outs[0]
   # (a long k takes more threads, 32 steps a thread at least: enough loads in flight to stream a matrix from DRAM)
   g = next((g for g in (128, 64, 32, 16, 8) if full[r] % g == 0 and (g <= 32 or full[r] // g >= 32)), None)
   if g is None or full[b] % 4: return None
-  b1 = b + (b > s)  # (the matrix's axis after the rows' split)
-  opts = [Opt('upcast', s, full[s]), Opt('upcast', b1, 4)] + ([Opt('local', b1, 2)] if full[b] % 8 == 0 else [])
+  # (each split moves the axes after it one further on: the rows' last first)
+  opts = [Opt('upcast', a, full[a]) for a in sorted(few, reverse=True)]
+  b1 = b + sum(a < b for a in few)
+  opts += [Opt('upcast', b1, 4)] + ([Opt('local', b1, 2)] if full[b] % 8 == 0 else [])
   if (ks := try_opts(tl.k, tl.opts + opts, tl.t)) is None: return None
   opts.append(Opt('group', ks.axes('reduce')[0], g))
   if not lowers(tl.k, tl.opts + opts, tl.t): return None  # (all or nothing: the strategies after build on none of it)
@@ -197,9 +208,8 @@ def wide_matmul(tl: Tiling) -> bool:
   a reduce along memory, which a work-group an output would take: on an H100 a 4096 f32 x @ W.T so ran in 86 ms,
   x @ W staged in 3.6."""
   if not tl.matmul_like: return False
-  try: m, n = tc_axes(tl.ks.full, tl.ks.kinds, tl.ks.views)
-  except OptError: return False
-  return tl.ks.full[m] > 16 and tl.ks.full[n] > 16
+  rows, cols, _ = operand_axes(tl, *tl.loads)
+  return math.prod(tl.ks.full[a] for a in rows) > 16 and math.prod(tl.ks.full[a] for a in cols) > 16
 
 
 def row_reduce(tl: Tiling) -> list | None:
