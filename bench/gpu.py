@@ -48,6 +48,9 @@ def rows(scale: float):
     # dW = dy.T @ x; a transposed operand is a view the kernel reads, no copy
     **{f'linear {dt}{sfx}': ([(mm, i), (o, i)], dts, lambda x, w: x @ w.T, lambda x, w: x @ w.T, 2 * mm * i * o, 'TFLOP/s')
        for dt, dts in (('f32', 'float32'), ('f16', 'float16')) for sfx, i, o in (('', mm, mm), (' 384x1536', 384, 1536), (' 1536x384', 1536, 384))},
+    # nn.Linear's forward with its bias (one kernel: the bias an epilogue)
+    **{f'linear bias {dt}': ([(mm, 384), (1536, 384), (1536,)], dts, lambda x, w, b: x @ w.T + b, _torch_linear, 2 * mm * 384 * 1536, 'TFLOP/s')
+       for dt, dts in (('f32', 'float32'), ('f16', 'float16'))},
     **{f'linear {dt} m16': ([(16, mm), (mm, mm)], dts, lambda x, w: x @ w.T, lambda x, w: x @ w.T, 2 * 16 * mm * mm, 'TFLOP/s')
        for dt, dts in (('f32', 'float32'), ('f16', 'float16'))},  # (a few tokens through a Linear: decoding)
     **{f'linear bwd dx {dt}': ([(mm, 1536), (1536, 384)], dts, lambda dy, w: dy @ w, lambda dy, w: dy @ w, 2 * mm * 1536 * 384, 'TFLOP/s')
@@ -60,6 +63,11 @@ def rows(scale: float):
     'conv2d f32 strict': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', lambda x, w: x.conv2d(w, padding=1), _torch_conv_strict, conv_flops, 'TFLOP/s'),
     'conv2d f16': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float16', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
   }
+
+
+def _torch_linear(x, w, b):
+  import torch.nn.functional as F
+  return F.linear(x, w, b)
 
 
 def _torch_conv(x, w):

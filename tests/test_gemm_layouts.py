@@ -151,3 +151,17 @@ def test_few_rows_over_two_axes_run():
   opts, out = run_with_cuda_tiles(lambda x, w: x[:, :4] @ w.T, [x, w])
   assert [o.name for o in opts][:2] == ['upcast', 'upcast'] and 'group' in [o.name for o in opts], opts
   np.testing.assert_allclose(out.astype(np.float64), x[:, :4].astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('m', [128, 16])
+def test_linear_with_bias_runs(m):
+  """nn.Linear's forward with its bias and an activation, one kernel: the bias (read once an output) leaves the
+  matmul's tiles as they are (staged, or a few rows' GROUP); cuda's opts replayed on OpenCL match numpy."""
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  rng = np.random.default_rng(14)
+  x, w, b = rng.standard_normal((m, 192)).astype(np.float32), rng.standard_normal((256, 192)).astype(np.float32), rng.standard_normal(256).astype(np.float32)
+  opts, out = run_with_cuda_tiles(lambda x, w, b: (x @ w.T + b).relu(), [x, w, b])
+  names = [o.name for o in opts]
+  assert (names.count('smem') == 2) if m > 16 else ('group' in names and Opt('upcast', 0, m) in opts), opts
+  np.testing.assert_allclose(out.astype(np.float64), np.maximum(x.astype(np.float64) @ w.T + b, 0), rtol=1e-4, atol=1e-4)

@@ -65,8 +65,15 @@ class Tiling:
   def matmul_like(self) -> bool:
     """A GPU sum over the product of two loads, each broadcast along some axis (a matmul in any layout of its operands,
     a conv over its channels and window): the staged register tiles' kernels."""
-    return self.gpu and self.allow_local and len(self.red) >= 1 and len(self.loads) == 2 and \
-      all(any(st == 0 and n > 1 for st, n in zip(self.ks.strides(op), self.ks.full)) for op in self.loads)
+    f = self.factors
+    return self.gpu and self.allow_local and len(self.red) >= 1 and len(f) == 2 and \
+      all(any(st == 0 and n > 1 for st, n in zip(self.ks.strides(op), self.ks.full)) for op in f)
+
+  @property
+  def factors(self) -> list:
+    """The loads under the reduce (at the iteration shape): a matmul's two operands, not its epilogue's (a Linear's
+    bias, read once an output)."""
+    return [op for op in self.loads if tuple(self.ks.views[op].shape) == tuple(self.ks.full)]
 
   def apply(self, o) -> bool:
     """Add the action where it applies to the kernel's shape (the schedule follows)."""
@@ -183,7 +190,7 @@ def few_rows(tl: Tiling) -> list | None:
   # it outgrows the L2); the staged tiles leave a few work-groups of one warp each.
   if not (tl.matmul_like and len(tl.red) == 1): return None
   r, full = tl.red[0], tl.ks.full
-  for w, x in (tl.loads, tl.loads[::-1]):
+  for w, x in (tl.factors, tl.factors[::-1]):
     outs, few, batch = operand_axes(tl, w, x)  # (the matrix's outputs, the few rows: a batch of 2 x 8 tokens too)
     if not batch and len(outs) == 1 and 2 <= math.prod(full[a] for a in few) <= 16 and full[outs[0]] >= 64 and tl.ks.strides(w)[r] == 1: break
   else: return None
@@ -208,7 +215,7 @@ def wide_matmul(tl: Tiling) -> bool:
   a reduce along memory, which a work-group an output would take: on an H100 a 4096 f32 x @ W.T so ran in 86 ms,
   x @ W staged in 3.6."""
   if not tl.matmul_like: return False
-  rows, cols, _ = operand_axes(tl, *tl.loads)
+  rows, cols, _ = operand_axes(tl, *tl.factors)
   return math.prod(tl.ks.full[a] for a in rows) > 16 and math.prod(tl.ks.full[a] for a in cols) > 16
 
 
