@@ -8,10 +8,10 @@ of the shape as it is after the earlier actions. linearize applies them, so an `
 replays exactly.
 
 mode=heuristic mirrors tinygrad's hand-coded optimisations, as an ordered list of strategies (STRATEGIES:
-warpgroups' tensor cores, a conv's and a matmul's tensor cores, a matrix-vector product, a row reduce, everything
-else): upcast axes that some buffer broadcasts (register reuse, as in matmul), vectorise the contiguous axis,
-unroll short reduces, group reduces whose output is too small to fill a GPU, local dims on GPUs; on CPUs a loop
-order that re-reads the least, on cuda tensor cores for f16/bf16 matmuls. mode=search times candidates on the
+warpgroups' tensor cores, a conv's and a matmul's tensor cores, a matrix-vector product, a few rows by a matrix, a
+row reduce, everything else): upcast axes that some buffer broadcasts (register reuse, as in matmul), vectorise the
+contiguous axis, unroll short reduces, group reduces whose output is too small to fill a GPU, local dims on GPUs; on
+CPUs a loop order that re-reads the least, on cuda tensor cores for f16/bf16 matmuls. mode=search times candidates on the
 device (beam search with a disk cache) and keeps the fastest. Kernels that already have opts are left alone.
 """
 from __future__ import annotations
