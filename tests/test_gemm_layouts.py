@@ -165,3 +165,20 @@ def test_linear_with_bias_runs(m):
   names = [o.name for o in opts]
   assert (names.count('smem') == 2) if m > 16 else ('group' in names and Opt('upcast', 0, m) in opts), opts
   np.testing.assert_allclose(out.astype(np.float64), np.maximum(x.astype(np.float64) @ w.T + b, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('dt', ['float32', 'float16'])
+@pytest.mark.parametrize('name,mkn', [(n, (512, 384, 1536)) for n in LAYOUTS] + [('x@W.T', (16, 1536, 384)), ('x@W.T', (4, 4096, 1024)),
+                                                                                 ('x@W.T', (500, 300, 700))])
+def test_layouts_on_gpu(name, mkn, dt):
+  """On a CUDA GPU (skipped elsewhere): every layout's product, staged f32 tiles, a few rows' GROUP, tensor cores for
+  f16 (wgmma on an H100), against numpy."""
+  try: get_device('CUDA')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  shapes, f = LAYOUTS[name]
+  rng = np.random.default_rng(15)
+  arrays = [rng.standard_normal(s).astype(dt) for s in shapes(*mkn)]
+  out = f(*[tgc.Tensor(a, device='CUDA') for a in arrays]).numpy().astype(np.float64)
+  want = f(*[a.astype(np.float64) for a in arrays])
+  tol = 1e-4 if dt == 'float32' else 2e-2
+  np.testing.assert_allclose(out, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
