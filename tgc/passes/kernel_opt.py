@@ -210,11 +210,12 @@ def few_rows(tl: Tiling) -> list | None:
 
 
 def wide_matmul(tl: Tiling) -> bool:
-  """A matmul-like kernel whose m and n are both more than a few rows (16): generic's register tiles through shared
-  memory take it whatever its operands' layouts. With both operands contiguous along k (a Linear's x @ W.T) it is also
-  a reduce along memory, which a work-group an output would take: on an H100 a 4096 f32 x @ W.T so ran in 86 ms,
-  x @ W staged in 3.6."""
-  if not tl.matmul_like: return False
+  """A matmul-like kernel whose m and n are both more than a few rows (16), with outputs enough to fill a GPU (more
+  than 4096, where generic spreads no reduce over the work-group): generic's register tiles through shared memory take
+  it whatever its operands' layouts. With both operands contiguous along k (a Linear's x @ W.T) it is also a reduce
+  along memory, which a work-group an output would take: on an H100 a 4096 f32 x @ W.T so ran in 86 ms, x @ W staged
+  in 3.6."""
+  if not tl.matmul_like or math.prod(tl.ks.full[a] for a in tl.glob) <= 4096: return False
   rows, cols, _ = operand_axes(tl, *tl.factors)
   return math.prod(tl.ks.full[a] for a in rows) > 16 and math.prod(tl.ks.full[a] for a in cols) > 16
 
