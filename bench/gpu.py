@@ -44,12 +44,30 @@ def rows(scale: float):
     'mm f32 odd': ([(mm - 1, mm - 1), (mm - 1, mm - 1)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * (mm - 1) ** 3, 'TFLOP/s'),
     'mm f16 rect': ([(max(mm * 1000 // 4096, 1), max(mm * 3000 // 4096, 1)), (max(mm * 3000 // 4096, 1), max(mm * 700 // 4096, 1))], 'float16',
                     lambda a, b: a @ b, lambda a, b: a @ b, 2 * max(mm * 1000 // 4096, 1) * max(mm * 3000 // 4096, 1) * max(mm * 700 // 4096, 1), 'TFLOP/s'),
+    # a Linear's three products (W stored (out, in) as nn.Linear's): forward x @ W.T, backward dx = dy @ W and
+    # dW = dy.T @ x; a transposed operand is a view the kernel reads, no copy
+    **{f'linear {dt}{sfx}': ([(mm, i), (o, i)], dts, lambda x, w: x @ w.T, lambda x, w: x @ w.T, 2 * mm * i * o, 'TFLOP/s')
+       for dt, dts in (('f32', 'float32'), ('f16', 'float16')) for sfx, i, o in (('', mm, mm), (' 384x1536', 384, 1536), (' 1536x384', 1536, 384))},
+    # nn.Linear's forward with its bias (one kernel: the bias an epilogue)
+    **{f'linear bias {dt}': ([(mm, 384), (1536, 384), (1536,)], dts, lambda x, w, b: x @ w.T + b, _torch_linear, 2 * mm * 384 * 1536, 'TFLOP/s')
+       for dt, dts in (('f32', 'float32'), ('f16', 'float16'))},
+    **{f'linear {dt} m16': ([(16, mm), (mm, mm)], dts, lambda x, w: x @ w.T, lambda x, w: x @ w.T, 2 * 16 * mm * mm, 'TFLOP/s')
+       for dt, dts in (('f32', 'float32'), ('f16', 'float16'))},  # (a few tokens through a Linear: decoding)
+    **{f'linear bwd dx {dt}': ([(mm, 1536), (1536, 384)], dts, lambda dy, w: dy @ w, lambda dy, w: dy @ w, 2 * mm * 1536 * 384, 'TFLOP/s')
+       for dt, dts in (('f32', 'float32'), ('f16', 'float16'))},
+    **{f'linear bwd dw {dt}': ([(mm, 1536), (mm, 384)], dts, lambda dy, x: dy.T @ x, lambda dy, x: dy.T @ x, 2 * mm * 1536 * 384, 'TFLOP/s')
+       for dt, dts in (('f32', 'float32'), ('f16', 'float16'))},
     # a ResNet stage: batch 32, 64 -> 64 channels, 56x56, 3x3, padding 1
     'conv2d f32': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
     # torch's cuDNN convolves f32 in TF32 by default (10-bit mantissas); tgc keeps f32: this row holds torch to f32 too
     'conv2d f32 strict': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', lambda x, w: x.conv2d(w, padding=1), _torch_conv_strict, conv_flops, 'TFLOP/s'),
     'conv2d f16': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float16', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
   }
+
+
+def _torch_linear(x, w, b):
+  import torch.nn.functional as F
+  return F.linear(x, w, b)
 
 
 def _torch_conv(x, w):
@@ -94,7 +112,7 @@ def main(argv=None) -> int:
   print(f"tgc {tgc.__version__} on {args.device} ({gpu}) beside torch {torch.__version__}; median of {args.iters} calls"
         + (f", then the median of {args.repeat} such measurements" if args.repeat > 1 else ''))
   print(f"launch overhead (e2e of a 16-element add): {overhead * 1e6:.1f} us\n")
-  hdr = f"{'work':<11s} {'torch':>10s} {'tgc e2e':>10s} {'tgc kern':>10s} {'unit':>7s} {'e2e/torch':>9s} {'kern/torch':>10s} {'e2e/kern':>8s} {'e2e-kern':>10s} {'kernels':>7s}"
+  hdr = f"{'work':<22s} {'torch':>10s} {'tgc e2e':>10s} {'tgc kern':>10s} {'unit':>7s} {'e2e/torch':>9s} {'kern/torch':>10s} {'e2e/kern':>8s} {'e2e-kern':>10s} {'kernels':>7s}"
   print(hdr); print('-' * len(hdr))
   ok = True
   for name in names:
@@ -120,7 +138,7 @@ def main(argv=None) -> int:
     ok &= good
     scale = 1e9 if unit == 'GB/s' else 1e12
     rate = lambda t: work / t / scale
-    print(f"{name:<11s} {rate(t_torch):10.1f} {rate(t_e2e):10.1f} {rate(t_kern):10.1f} {unit:>7s} {t_torch / t_e2e:9.2f} {t_torch / t_kern:10.2f} "
+    print(f"{name:<22s} {rate(t_torch):10.1f} {rate(t_e2e):10.1f} {rate(t_kern):10.1f} {unit:>7s} {t_torch / t_e2e:9.2f} {t_torch / t_kern:10.2f} "
           f"{t_e2e / t_kern:8.2f} {(t_e2e - t_kern) * 1e6:8.1f}us {len(launches):7d}{'' if good else '  WRONG RESULT'}")
     del xs, ts, out
   s = dev.allocator.stats()

@@ -8,10 +8,10 @@ of the shape as it is after the earlier actions. linearize applies them, so an `
 replays exactly.
 
 mode=heuristic mirrors tinygrad's hand-coded optimisations, as an ordered list of strategies (STRATEGIES:
-warpgroups' tensor cores, a conv's and a matmul's tensor cores, a matrix-vector product, a row reduce, everything
-else): upcast axes that some buffer broadcasts (register reuse, as in matmul), vectorise the contiguous axis,
-unroll short reduces, group reduces whose output is too small to fill a GPU, local dims on GPUs; on CPUs a loop
-order that re-reads the least, on cuda tensor cores for f16/bf16 matmuls. mode=search times candidates on the
+warpgroups' tensor cores, a conv's and a matmul's tensor cores, a matrix-vector product, a few rows by a matrix, a
+row reduce, everything else): upcast axes that some buffer broadcasts (register reuse, as in matmul), vectorise the
+contiguous axis, unroll short reduces, group reduces whose output is too small to fill a GPU, local dims on GPUs; on
+CPUs a loop order that re-reads the least, on cuda tensor cores for f16/bf16 matmuls. mode=search times candidates on the
 device (beam search with a disk cache) and keeps the fastest. Kernels that already have opts are left alone.
 """
 from __future__ import annotations
@@ -60,6 +60,20 @@ class Tiling:
       self.vec = max_upcast or self.t.upcast(spec.processor, self.cpu.lanes(max((op.buf.type.dtype.itemsize for op in loads), default=4)),
                                              max(op.buf.type.dtype.itemsize for op in loads + [ks.store]))
     self.red, self.glob = ks.axes('reduce'), ks.axes('global')
+
+  @property
+  def matmul_like(self) -> bool:
+    """A GPU sum over the product of two loads, each broadcast along some axis (a matmul in any layout of its operands,
+    a conv over its channels and window): the staged register tiles' kernels."""
+    f = self.factors
+    return self.gpu and self.allow_local and len(self.red) >= 1 and len(f) == 2 and \
+      all(any(st == 0 and n > 1 for st, n in zip(self.ks.strides(op), self.ks.full)) for op in f)
+
+  @property
+  def factors(self) -> list:
+    """The loads under the reduce (at the iteration shape): a matmul's two operands, not its epilogue's (a Linear's
+    bias, read once an output)."""
+    return [op for op in self.loads if tuple(self.ks.views[op].shape) == tuple(self.ks.full)]
 
   def apply(self, o) -> bool:
     """Add the action where it applies to the kernel's shape (the schedule follows)."""
@@ -156,13 +170,63 @@ def matvec(tl: Tiling) -> list | None:
       return tl.opts
 
 
+def operand_axes(tl: Tiling, w, x) -> tuple[list, list, list]:
+  """A matmul-like kernel's global axes (of more than one point) as (rows, cols, others): the rows are w's, along which
+  x broadcasts and w not (its m, for w = A), the cols x's (its n), the others the batch."""
+  sw, sx = tl.ks.strides(w), tl.ks.strides(x)
+  glob = tl.ks.axes('global')
+  rows = [a for a in glob if sx[a] == 0 and sw[a] != 0]
+  cols = [a for a in glob if sw[a] == 0 and sx[a] != 0]
+  return rows, cols, [a for a in glob if a not in rows and a not in cols]
+
+
+def few_rows(tl: Tiling) -> list | None:
+  """A GPU matmul of a few rows (m of 2 to 16: a few tokens through a Linear) by a matrix read along k: a matrix-vector
+  product with every row in registers."""
+  # 32 threads (up to 128) share each matrix row's sum (GROUP: neighbouring threads read neighbouring elements), a
+  # thread takes 4 matrix rows and keeps all m rows' partial sums (m x 4 of them), so that the matrix is read once and
+  # each loaded element of the few rows serves 4 products; 2 threads' rows a work-group (a 1536-row matrix: 192
+  # work-groups). A work-group an output (row_reduce) reads the matrix once a row (16 times for m 16, from DRAM where
+  # it outgrows the L2); the staged tiles leave a few work-groups of one warp each.
+  if not (tl.matmul_like and len(tl.red) == 1): return None
+  r, full = tl.red[0], tl.ks.full
+  for w, x in (tl.factors, tl.factors[::-1]):
+    outs, few, batch = operand_axes(tl, w, x)  # (the matrix's outputs, the few rows: a batch of 2 x 8 tokens too)
+    if not batch and len(outs) == 1 and 2 <= math.prod(full[a] for a in few) <= 16 and full[outs[0]] >= 64 and tl.ks.strides(w)[r] == 1: break
+  else: return None
+  b = outs[0]
+  # (a long k takes more threads, 32 steps a thread at least: enough loads in flight to stream a matrix from DRAM)
+  g = next((g for g in (128, 64, 32, 16, 8) if full[r] % g == 0 and (g <= 32 or full[r] // g >= 32)), None)
+  if g is None or full[b] % 4: return None
+  # (each split moves the axes after it one further on: the rows' last first)
+  opts = [Opt('upcast', a, full[a]) for a in sorted(few, reverse=True)]
+  b1 = b + sum(a < b for a in few)
+  opts += [Opt('upcast', b1, 4)] + ([Opt('local', b1, 2)] if full[b] % 8 == 0 else [])
+  if (ks := try_opts(tl.k, tl.opts + opts, tl.t)) is None: return None
+  opts.append(Opt('group', ks.axes('reduce')[0], g))
+  if not lowers(tl.k, tl.opts + opts, tl.t): return None  # (all or nothing: the strategies after build on none of it)
+  for o in opts: tl.apply(o)
+  return tl.opts
+
+
+def wide_matmul(tl: Tiling) -> bool:
+  """A matmul-like kernel whose m and n are both more than a few rows (16), with outputs enough to fill a GPU (more
+  than 4096, where generic spreads no reduce over the work-group): generic's register tiles through shared memory take
+  it whatever its operands' layouts. With both operands contiguous along k (a Linear's x @ W.T) it is also a reduce
+  along memory, which a work-group an output would take: on an H100 a 4096 f32 x @ W.T so ran in 86 ms, x @ W staged
+  in 3.6."""
+  if not tl.matmul_like or math.prod(tl.ks.full[a] for a in tl.glob) <= 4096: return False
+  rows, cols, _ = operand_axes(tl, *tl.factors)
+  return math.prod(tl.ks.full[a] for a in rows) > 16 and math.prod(tl.ks.full[a] for a in cols) > 16
+
+
 def row_reduce(tl: Tiling) -> list | None:
   """A GPU reduce along memory: a work-group a row (GROUP), its partials meeting in registers or shared memory."""
   k, t, gpu, loads, vec, red, allow_local = tl.k, tl.t, tl.gpu, tl.loads, tl.vec, tl.red, tl.allow_local
   # GPU reduce along memory (rows of a sum, softmax's max and sum): a work-group per output, each thread takes
   # float4s `group` apart (neighbouring threads read neighbouring addresses: coalesced), and the partials meet
   # as a tree in shared memory; a thread per output reading its own row would read a row apart per thread
-  if gpu and allow_local and len(red) == 1:
+  if gpu and allow_local and len(red) == 1 and not wide_matmul(tl):
     r = red[0]
     st = [tl.ks.strides(op)[r] for op in loads]
     if 1 in st and all(x in (0, 1) for x in st) and tl.ks.full[r] >= 128:
@@ -204,8 +268,7 @@ def generic(tl: Tiling) -> list | None:
   # over its channels and window) stage both operands through shared memory (SMEM): on an H100 a 4096 f32 matmul ran
   # at 34.9 TFLOP/s with 8 rows x 4 columns a thread, UNROLL 8 and 16x8 work-groups (fma on), 21.5 with the best tiles
   # without it (sweeps of 40 and 11 shapes); an f32 3x3 conv kernel (32x64x56x56) in 265 us so, 490 without
-  matmul_like = gpu and allow_local and len(red) >= 1 and len(loads) == 2 and \
-    all(any(st == 0 and n > 1 for st, n in zip(tl.ks.strides(op), tl.ks.full)) for op in loads)
+  matmul_like = tl.matmul_like
   staged = stage and matmul_like and t.local_memory > 0
   if matmul_like:  # sizes the GPU tiles below do not divide are padded first (a 4095 f32 matmul ran in 1-thread blocks)
     for o in pad_to_tiles(tl.ks, ((64, 32, 16, 8, 4), (64, 32, 16, 8, 4), (32, 16, 8))) or []: tl.apply(o)
@@ -334,7 +397,7 @@ def generic(tl: Tiling) -> list | None:
 
 # the heuristic's strategies, in order: the first that returns opts decides; one that returns None may have applied
 # actions that the next ones build on (a row-reduce's padding where no GROUP then fits)
-STRATEGIES = (warpgroup, tc_conv, tc_matmul, matvec, row_reduce, generic)
+STRATEGIES = (warpgroup, tc_conv, tc_matmul, matvec, few_rows, row_reduce, generic)
 
 
 def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,

@@ -1,0 +1,184 @@
+"""The products of a Linear layer (W stored (out, in)): forward x @ W.T, backward dx = dy @ W and dW = dy.T @ x (and
+x.T @ dy, batched x @ W.T). On a GPU each gets the staged register tiles (f32) or tensor cores (f16, bf16) whatever
+the majors of its operands: a transposed operand is a layout the tiles load. The tiles kernel-opt chooses for cuda
+run here on OpenCL (PoCL) against numpy; the tensor-core kernels build with nvcc."""
+import os, shutil
+import numpy as np
+import pytest
+import tgc
+from tgc.tensor import _build_module
+from tgc.compiler import lower, compile_module
+from tgc.runtime import get_device
+from tgc.passes.schedule import Opt
+
+H100_SHARED = 227 << 10  # what an H100 lets a block ask for: kernel-opt's budget there
+NVCC = shutil.which('nvcc') or ('/usr/local/bin/nvcc' if os.path.exists('/usr/local/bin/nvcc') else None)
+
+# name: (operand shapes for (m, k, n), the product)
+LAYOUTS = {
+  'x@W.T': (lambda m, k, n: ((m, k), (n, k)), lambda x, w: x @ w.T),
+  'x@W': (lambda m, k, n: ((m, k), (k, n)), lambda x, w: x @ w),
+  'dy@W': (lambda m, k, n: ((m, k), (k, n)), lambda dy, w: dy @ w),  # (dx: W is (out, in), here (k, n))
+  'dy.T@x': (lambda m, k, n: ((k, m), (k, n)), lambda dy, x: dy.T @ x),
+  'x.T@dy': (lambda m, k, n: ((k, m), (k, n)), lambda x, dy: x.T @ dy),
+  'batched x@W.T': (lambda m, k, n: ((4, m // 4, k), (n, k)), lambda x, w: x @ w.T),
+}
+
+
+def cuda_opts(name, m, k, n, dt='float32', **caps):
+  shapes, f = LAYOUTS[name]
+  mod, _ = _build_module([f(*[tgc.Tensor.empty(*s, dtype=dt) for s in shapes(m, k, n)]).node], 'f')
+  lower(mod, 'cuda', 'opt', **caps)
+  (kern,) = mod.functions('kernel.func')
+  return list(kern.attrs.get('opts', ()))
+
+
+@pytest.mark.parametrize('mkn', [(4096, 384, 1536), (4096, 1536, 384), (16384, 1152, 3072), (1024, 4096, 4096)])
+def test_every_layout_takes_the_staged_tiles(mkn):
+  """f32 on cuda: every layout of a Linear's products gets the register tiles staged through shared memory (two smem
+  actions, work-groups, no reduce spread over the work-group), x @ W.T and batched x @ W.T the very tiles of x @ W."""
+  got = {name: cuda_opts(name, *mkn, local_memory=H100_SHARED) for name in LAYOUTS}
+  for name, opts in got.items():
+    kinds = [o.name for o in opts]
+    assert kinds.count('smem') == 2 and 'local' in kinds and 'upcast' in kinds and not {'group', 'grouptop'} & set(kinds), (name, opts)
+  assert got['x@W.T'] == got['x@W'] == got['batched x@W.T'], got
+
+
+def run_with_cuda_tiles(f, arrays):
+  """Lower f's graph for OPENCL with the opts kernel-opt chooses for cuda (an H100's shared memory) replayed on its
+  kernels, run it there: (the opts, the result)."""
+  ts = [tgc.Tensor(a, device='OPENCL') for a in arrays]
+  mc, _ = _build_module([f(*ts).node], 'f')
+  lower(mc, 'cuda', 'opt', local_memory=H100_SHARED)
+  want = [k.attrs.get('opts', ()) for k in mc.functions('kernel.func')]
+  m, leaves = _build_module([f(*ts).node], 'f')
+  lower(m, 'opencl', 'kernel', processor='gpu', local_memory=H100_SHARED)
+  ks = list(m.functions('kernel.func'))
+  assert len(ks) == len(want)
+  for k, o in zip(ks, want): k.attrs['opts'] = o
+  lower(m, 'opencl', processor='gpu', local_memory=H100_SHARED)
+  (out,) = compile_module(m, 'OPENCL')(*[next(a for t, a in zip(ts, arrays) if t.node is l) for l in leaves])
+  return [o for ko in want for o in ko], out
+
+
+@pytest.mark.parametrize('name,mkn', [('x@W.T', (128, 192, 256)), ('dy@W', (128, 256, 192)), ('dy.T@x', (192, 256, 128)),
+                                      ('x.T@dy', (128, 192, 256)), ('batched x@W.T', (256, 256, 128)), ('x@W.T', (100, 300, 70)),
+                                      ('x@W.T', (16, 384, 256)), ('x@W.T', (4, 256, 100)), ('x@W.T', (2, 128, 64)), ('x@W.T', (8, 4096, 64))])
+def test_tiles_of_every_layout_run(name, mkn):
+  """cuda's tiles of each layout, replayed on OpenCL, match numpy: staged (a ring of 4 stages, 8x4 a thread; sizes no
+  tile divides padded), and for a few rows by a matrix read along k (x @ W.T, m of 16 or less) the rows in registers,
+  GROUP along k."""
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  shapes, f = LAYOUTS[name]
+  rng = np.random.default_rng(11)
+  arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes(*mkn)]
+  opts, out = run_with_cuda_tiles(f, arrays)
+  few = mkn[0] <= 16
+  assert [o.name for o in opts].count('smem') == (0 if few else 2), opts
+  if few: assert {'group', 'upcast'} <= {o.name for o in opts} and Opt('upcast', 0, mkn[0]) in opts, opts
+  np.testing.assert_allclose(out.astype(np.float64), f(*[a.astype(np.float64) for a in arrays]), rtol=1e-4, atol=1e-4)
+
+
+def test_opencl_gpu_stages_x_wt():
+  """OpenCL's own GPU tiles for x @ W.T with a reduce long enough for a row reduce (k = 192): staged, and right."""
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  rng = np.random.default_rng(12)
+  x, w = rng.standard_normal((96, 192)).astype(np.float32), rng.standard_normal((128, 192)).astype(np.float32)
+  tx, tw = tgc.Tensor(x, device='OPENCL'), tgc.Tensor(w, device='OPENCL')
+  m, leaves = _build_module([(tx @ tw.T).node], 'f')
+  lower(m, 'opencl', processor='gpu')
+  opts = [o.name for fn in m.functions('uop.func') for o in fn.attrs.get('opts', ())]
+  assert 'smem' in opts and 'group' not in opts, opts
+  (out,) = compile_module(m, 'OPENCL')(*[x if l is tx.node else w for l in leaves])
+  np.testing.assert_allclose(out.astype(np.float64), x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+@pytest.mark.parametrize('dt', ['float16', 'bfloat16'])
+@pytest.mark.parametrize('warpgroup', [True, False])
+def test_tensor_cores_for_every_layout(dt, warpgroup):
+  """f16 and bf16 on cuda: every layout's kernel runs on tensor cores (wgmma on an H100, mma.sync without
+  warpgroups), and nvcc builds them all."""
+  from tgc.emit.cuda import render_cuda
+  from test_target_cuda import nvcc_cubin
+  m, k, n = 1024, 384, 1536
+  outs = []
+  for name, (shapes, f) in LAYOUTS.items():
+    outs.append(f(*[tgc.Tensor.empty(*s, dtype=dt) for s in shapes(m, k, n)]))
+  mod, _ = _build_module([o.node for o in outs], 'f')
+  lower(mod, 'cuda', local_memory=H100_SHARED, warpgroup=warpgroup)
+  fns = list(mod.functions('uop.func'))
+  op = 'uop.wgmma' if warpgroup else 'uop.wmma'
+  # (one kernel a product; products of equal operands and layout, x @ W and dy @ W, are one)
+  assert len(fns) >= 4 and all(any(o.name == op for o in fn.body.ops) for fn in fns), [fn.sym_name for fn in fns]
+  assert nvcc_cubin(render_cuda(mod)) > 0
+
+
+@pytest.mark.parametrize('m', [1, 2, 4, 8, 16])
+def test_few_rows_by_a_matrix_read_along_k(m):
+  """f32 x @ W.T with a few rows (decoding a few tokens): the matrix's sum spread over threads along k (GROUP), every
+  row's partial sum in registers, no tiles staged (m 1: the matrix-vector product's GROUP)."""
+  for k, n in ((384, 1536), (4096, 4096), (1152, 3072)):
+    opts = cuda_opts('x@W.T', m, k, n, local_memory=H100_SHARED)
+    names = [o.name for o in opts]
+    assert 'group' in names and 'smem' not in names and (m == 1 or Opt('upcast', 0, m) in opts), (m, k, n, opts)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+def test_f32_layouts_build_with_nvcc():
+  """The f32 kernels of every layout (staged tiles; a few rows' GROUP of 32 and of 128 threads, folded in warp
+  shuffles and shared memory) build with nvcc."""
+  from tgc.emit.cuda import render_cuda
+  from test_target_cuda import nvcc_cubin
+  outs = [f(*[tgc.Tensor.empty(*s) for s in shapes(*mkn)]) for mkn in ((1024, 384, 1536), (16, 4096, 1536), (4, 384, 1536))
+          for name, (shapes, f) in LAYOUTS.items() if mkn[0] > 16 or name == 'x@W.T']
+  mod, _ = _build_module([o.node for o in outs], 'f')
+  lower(mod, 'cuda', local_memory=H100_SHARED)
+  opts = [o for fn in mod.functions('uop.func') for o in fn.attrs.get('opts', ())]
+  assert Opt('group', 5, 128) in opts and Opt('group', 5, 32) in opts and Opt('smem', 1, 4) in opts, opts
+  assert nvcc_cubin(render_cuda(mod)) > 0
+
+
+def test_few_rows_over_two_axes_run():
+  """A few rows along two axes that do not merge (4 sequences' first 4 tokens, of 8): both upcast whole, the matrix's
+  sum spread along k; cuda's opts replayed on OpenCL match numpy."""
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  rng = np.random.default_rng(13)
+  x, w = rng.standard_normal((4, 8, 256)).astype(np.float32), rng.standard_normal((128, 256)).astype(np.float32)
+  opts, out = run_with_cuda_tiles(lambda x, w: x[:, :4] @ w.T, [x, w])
+  assert [o.name for o in opts][:2] == ['upcast', 'upcast'] and 'group' in [o.name for o in opts], opts
+  np.testing.assert_allclose(out.astype(np.float64), x[:, :4].astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('m', [128, 16])
+def test_linear_with_bias_runs(m):
+  """nn.Linear's forward with its bias and an activation, one kernel: the bias (read once an output) leaves the
+  matmul's tiles as they are (staged, or a few rows' GROUP); cuda's opts replayed on OpenCL match numpy."""
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  rng = np.random.default_rng(14)
+  x, w, b = rng.standard_normal((m, 192)).astype(np.float32), rng.standard_normal((256, 192)).astype(np.float32), rng.standard_normal(256).astype(np.float32)
+  opts, out = run_with_cuda_tiles(lambda x, w, b: (x @ w.T + b).relu(), [x, w, b])
+  names = [o.name for o in opts]
+  assert (names.count('smem') == 2) if m > 16 else ('group' in names and Opt('upcast', 0, m) in opts), opts
+  np.testing.assert_allclose(out.astype(np.float64), np.maximum(x.astype(np.float64) @ w.T + b, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('dt', ['float32', 'float16'])
+@pytest.mark.parametrize('name,mkn', [(n, (512, 384, 1536)) for n in LAYOUTS] + [('x@W.T', (16, 1536, 384)), ('x@W.T', (4, 4096, 1024)),
+                                                                                 ('x@W.T', (500, 300, 700))])
+def test_layouts_on_gpu(name, mkn, dt):
+  """On a CUDA GPU (skipped elsewhere): every layout's product, staged f32 tiles, a few rows' GROUP, tensor cores for
+  f16 (wgmma on an H100), against numpy."""
+  try: get_device('CUDA')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  shapes, f = LAYOUTS[name]
+  rng = np.random.default_rng(15)
+  arrays = [rng.standard_normal(s).astype(dt) for s in shapes(*mkn)]
+  out = f(*[tgc.Tensor(a, device='CUDA') for a in arrays]).numpy().astype(np.float64)
+  want = f(*[a.astype(np.float64) for a in arrays])
+  tol = 1e-4 if dt == 'float32' else 2e-2
+  np.testing.assert_allclose(out, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
