@@ -20,6 +20,8 @@ its steps after the first (each synchronized), its first step (the compile) time
 steps checked against torch's; the generated tokens must equal torch's. Peak memory: the device allocator's high
 water mark over the row (tgc's allocator, torch.cuda.max_memory_allocated; none for torch on the CPU). After each row,
 where tgc's time goes in one call: tgc.compiler.profile's kernels (each launch timed alone), the largest first.
+torch runs with its defaults: on cuda its cuDNN convolves float32 in TF32 (the resnet row; tgc keeps float32), its
+float32 matmuls stay float32. On a CPU both run on one thread (CPU_THREADS sets both).
 """
 from __future__ import annotations
 import argparse, os, statistics, sys, time
@@ -362,7 +364,7 @@ def main(argv=None) -> int:
                         'tokens equal' if good else f"TOKENS DIFFER ({int((r['tokens'] != t['tokens']).sum())} of {r['tokens'].size})", r['peak'], t['peak']))
       table = kernel_table(call, args.top, r['step'] / cfg['new'], "a generation's median over its tokens")
       print(f"### {row}: one decode step at batch {B}\n\n{table}\n", flush=True)
-      continue
+      del call; continue  # (a row's models are garbage by the next: each peak counts its row's memory)
     r, t, call, flops = (row_resnet(cfg, device, tdev, steps) if row == 'resnet' else row_train(cfg, device, tdev, steps, row == 'train-bf16'))
     err = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(r['losses'], t['losses']))
     good = err <= TOL[row]
@@ -371,6 +373,7 @@ def main(argv=None) -> int:
     results.append((row, 'steps/s', 1 / r['step'], 1 / t['step'], r['first'], t['first'], check, r['peak'], t['peak']))
     print(f"### {row}: one step" + (f" ({flops / r['step'] / 1e12:.3f} TFLOP/s by 6 x params x tokens at tgc's median step)" if flops else '')
           + f"\n\n{kernel_table(call, args.top, r['step'])}\n", flush=True)
+    del call
   print('| row | unit | tgc | torch | tgc/torch | tgc first s | torch first s | check | tgc peak MiB | torch peak MiB |')
   print('| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |')
   for name, unit, a, b, fa, fb, check, pa, pb in results:
