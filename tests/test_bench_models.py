@@ -70,3 +70,22 @@ def test_kv_cache_decode_gives_the_full_forward_logits():
   got += [step(Tensor(seq[:, i:i + 1]), Tensor(np.full(1, i, np.int32))).numpy() for i in range(P, P + N)]
   np.testing.assert_allclose(np.concatenate(got, 1), want, rtol=1e-3, atol=3e-4)
   assert len(step.cache) == 2  # the prompt's step and one decode step for every position
+
+
+def test_bf16_model_rounds_as_autocast():
+  """The GPT with dtype='bfloat16' computes in bfloat16 (its logits are not the float32 model's) and within bfloat16's
+  rounding of torch.autocast's logits from the same weights."""
+  import torch
+  from tgc import Tensor
+  g = dict(vocab=32, seq=16, d=32, layers=2, heads=2)
+  torch.manual_seed(0)
+  tm = bm.torch_gpt(**g)
+  x = np.random.default_rng(0).integers(0, g['vocab'], (2, 16)).astype(np.int32)
+  with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16): want = tm(torch.tensor(x, dtype=torch.long)).float().numpy()
+  got = {}
+  for dt in (None, 'bfloat16'):
+    m = bm.GPT(g['vocab'], g['seq'], g['d'], g['layers'], g['heads'], dtype=dt)
+    bm.copy_weights(m, tm, 'CPU')
+    got[dt] = m(Tensor(x)).numpy()
+  assert got['bfloat16'].dtype == np.float32 and np.abs(got['bfloat16'] - got[None]).max() > 1e-3
+  np.testing.assert_allclose(got['bfloat16'], want, atol=3e-2)
