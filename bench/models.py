@@ -186,7 +186,8 @@ def train_loop(side: Side, step, steps: int) -> dict:
           'losses': [float(l.item()) for l in losses], 'peak': side.peak()}
 
 
-def row_train(cfg: dict, device: str, tdev: str, steps: int, bf16: bool) -> tuple[dict, dict, callable]:
+def row_train(cfg: dict, device: str, tdev: str, steps: int, bf16: bool):
+  """tgc's and torch's train_loop results, the tgc step (for its kernel table) and its flops by 6 x params x tokens."""
   import torch
   g = cfg['gpt']
   torch.manual_seed(0)
@@ -294,7 +295,7 @@ def row_generate(cfg: dict, device: str, tdev: str, steps: int):
       times = [side.timed(fn)[1] for _ in range(max(steps - 1, 1))]
       res[name] = {'first': first, 'step': statistics.median(times), 'peak': side.peak(),
                    'tokens': np.concatenate([t.cpu().numpy() if name == 'torch' else t.numpy() for t in toks], 1)}
-    out[B] = (res['tgc'], res['torch'], (lambda s=step: s(Tensor(np.zeros((B, 1), np.int32), device=device).realize(), Tensor(np.full(1, P, np.int32), device=device).realize())))
+    out[B] = (res['tgc'], res['torch'], (lambda s=step, B=B: s(Tensor(np.zeros((B, 1), np.int32), device=device).realize(), Tensor(np.full(1, P, np.int32), device=device).realize())))
   return out
 
 
