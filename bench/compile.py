@@ -24,37 +24,15 @@ MODELS = {'tiny': dict(layers=2, dim=32, heads=2, seq=16, batch=4, vocab=64),
 
 
 def gpt_step(layers: int, dim: int, heads: int, seq: int, batch: int, vocab: int, device: str):
-  """A GPT-style model, AdamW, and a jitted training step over one fixed batch: step() -> the loss Tensor."""
+  """examples/gpt_train.py's GPT, AdamW, and a jitted training step over one fixed batch: step() -> the loss Tensor."""
   import numpy as np
-  from tgc import Tensor, nn
+  from tgc import Tensor
   from tgc.nn import optim
   from tgc.nn.state import get_parameters
+  from examples.gpt_train import GPT
   Tensor.manual_seed(0)
-
-  class Block:
-    def __init__(self):
-      self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-      self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-      self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
-    def __call__(self, x):
-      B, T, C = x.shape
-      q, k, v = [t.reshape(B, T, heads, C // heads).transpose(1, 2) for t in self.qkv(self.ln1(x)).chunk(3, dim=2)]
-      a = q.scaled_dot_product_attention(k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
-      x = x + self.proj(a)
-      return x + self.fc2(self.fc1(self.ln2(x)).gelu())
-
-  class GPT:
-    def __init__(self):
-      self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(seq, dim)
-      self.blocks = [Block() for _ in range(layers)]
-      self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab, bias=False)
-    def __call__(self, idx):
-      x = self.tok(idx) + self.pos(Tensor.arange(seq, device=device).cast(idx.dtype).reshape(1, seq))
-      for b in self.blocks: x = b(x)
-      return self.head(self.ln(x))
-
   with Tensor.train():
-    model = GPT()
+    model = GPT(vocab, seq, dim, layers, heads)
     params = get_parameters(model)
     opt = optim.AdamW(params, lr=1e-3)
   rng = np.random.default_rng(0)

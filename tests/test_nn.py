@@ -55,6 +55,27 @@ def test_layer_forward_and_backward(name):
     np.testing.assert_allclose(p.grad.numpy(), getattr(tlayer, k).grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=k)
 
 
+def test_linear_on_a_batch_is_one_matmul_over_its_rows():
+  """Linear of a (batch, tokens, features) input multiplies its rows by the weight in one 2-d matmul, as torch's does
+  (a batched matmul broadcast the weight over the batch, and a kernel copied it once per batch element), and its
+  values and gradients are torch's."""
+  rng = np.random.default_rng(0)
+  x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((4, 1, 8), (6, 8), (6,)))
+  l = nn.Linear(8, 6)
+  load_state_dict(l, {'weight': Tensor(w), 'bias': Tensor(b)})
+  xt = Tensor(x).requires_grad_(); l.weight.requires_grad_()
+  y = l(xt)
+  mm = [ln for ln in y.to_ir().splitlines() if 'tensor.matmul' in ln]
+  assert len(mm) == 1 and 'tensor<4x8xf32>, tensor<8x6xf32>' in mm[0], mm
+  tx, tl = torch.tensor(x, requires_grad=True), torch.nn.Linear(8, 6)
+  with torch.no_grad(): tl.weight.copy_(torch.tensor(w)); tl.bias.copy_(torch.tensor(b))
+  ty = tl(tx)
+  (y * y).sum().backward(); (ty * ty).sum().backward()
+  np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(xt.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(l.weight.grad.numpy(), tl.weight.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_init_bounds_and_shapes():
   c = nn.Conv2d(3, 8, (3, 5))
   assert c.weight.shape == (8, 3, 3, 5) and c.bias.shape == (8,)

@@ -1269,7 +1269,11 @@ class Tensor(TensorAPI):
 
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     self._tensors('linear', 'bias', weight=weight, bias=bias)
-    x = self * weight if weight.ndim == 1 else self.matmul(weight)
+    if weight.ndim == 2 and self.ndim > 2:
+      # the leading axes as rows of one matmul, as torch's linear: a batched matmul would broadcast the weight over them
+      # and the kernel that lays it out for the matmul would copy it once per batch element
+      x = self.reshape(-1, self.shape[-1]).matmul(weight).reshape(*self.shape[:-1], weight.shape[-1])
+    else: x = self * weight if weight.ndim == 1 else self.matmul(weight)
     return x + bias if bias is not None else x
 
   @_graph_template
