@@ -7,7 +7,9 @@ Which values become buffers (tinygrad's rules, ir.md):
     ops up to it are the reduce kernel's epilogue: a matmul's bias and relu), else the reduce's result;
     elementwise ops after a reduce otherwise fuse into its kernel;
   - a value with several consumers when its fused graph contains a reduce (recomputing would repeat the
-    reduction); elementwise values are recomputed in each consumer instead, as tinygrad does;
+    reduction), or when it reads STREAM_READS (3) or more buffers at its own size (a residual stream: each
+    consumer would read them all again; its sum is stored once and read back); other elementwise values are
+    recomputed in each consumer instead, as tinygrad does;
   - a computed value under a pad (padding must read 0, not f(0));
   - a factor of a sum of products that it reads broadcast RECOMPUTE (16) times or more per element and that costs
     several ALU ops and loads a point (a 1x1 conv's input after batch norms and activations, a matmul's input that is
@@ -126,7 +128,8 @@ class Scheduler:
       if _is_leaf(v): has_reduce[v] = False; continue
       hr = op.name == 'tensor.reduce' or any(has_reduce.get(s, False) and s not in self.R for s in op.operands)
       has_reduce[v] = hr
-      if hr and MOVEMENT not in op.TRAITS and v not in self.R and self.eff_uses(v) >= 2 and not self._one_sink(v): self.R.add(v)
+      if MOVEMENT in op.TRAITS or v in self.R or self.eff_uses(v) < 2 or self._one_sink(v): continue
+      if hr or (ELEMENTWISE in op.TRAITS and self._full_reads(v) >= STREAM_READS): self.R.add(v)
     self._bound_depth()
     self.choose_fusions()
 
@@ -186,6 +189,20 @@ class Scheduler:
       if ELEMENTWISE in u.op.TRAITS and hasattr(u.op, 'opname'): n += 1
       stack += u.op.operands
     return n + max(0, len(reads) - 1)
+
+  def _full_reads(self, v: Value, limit: int = 8) -> int:
+    """The buffers that computing v through elementwise ops reads at v's own size (a residual stream's terms; a
+    broadcast of a smaller buffer, a bias, stays in cache and is not counted), at most `limit` counted."""
+    n, seen, stack = 0, set(), [v]
+    while stack and n < limit:
+      u = stack.pop()
+      if u in seen: continue
+      seen.add(u)
+      if u.op is None or (u in self.R and u is not v) or u.op.name in ('tensor.gather', 'tensor.reduce'):
+        n += u.type.numel >= v.type.numel; continue
+      if _is_leaf(u): continue
+      stack += u.op.operands
+    return n
 
   def reads(self, start) -> dict[Value, list[tuple]]:
     """The buffers (values of R, arguments) that computing the values `start` reads, each with the movement paths
@@ -523,6 +540,7 @@ class _KernelBuilder:
 
 
 RECOMPUTE = 16       # a product's factor read this many times per element (or more) is stored once, when it costs ops
+STREAM_READS = 3    # an elementwise value with several consumers that reads this many buffers at its size is stored
 MAX_DEPTH = 128      # the longest chain of ops one kernel computes (a longer one is cut by buffers)
 SPLIT_MIN = 1 << 15   # a reduce of at least this many elements into fewer than SPLIT_OUT outputs is split
 SPLIT_OUT = 64
