@@ -7,9 +7,9 @@ Which values become buffers (tinygrad's rules, ir.md):
     ops up to it are the reduce kernel's epilogue: a matmul's bias and relu), else the reduce's result;
     elementwise ops after a reduce otherwise fuse into its kernel;
   - a value with several consumers when its fused graph contains a reduce (recomputing would repeat the
-    reduction), or when it reads STREAM_READS (3) or more buffers at its own size (a residual stream: each
-    consumer would read them all again; its sum is stored once and read back); other elementwise values are
-    recomputed in each consumer instead, as tinygrad does;
+    reduction), or when its consumers would read the buffers it reads at its own size more often than storing it
+    and reading it back costs (a residual stream: n buffers read by k consumers, n * k > n + 1 + k); other
+    elementwise values are recomputed in each consumer instead, as tinygrad does;
   - a computed value under a pad (padding must read 0, not f(0));
   - a factor of a sum of products that it reads broadcast RECOMPUTE (16) times or more per element and that costs
     several ALU ops and loads a point (a 1x1 conv's input after batch norms and activations, a matmul's input that is
@@ -128,8 +128,10 @@ class Scheduler:
       if _is_leaf(v): has_reduce[v] = False; continue
       hr = op.name == 'tensor.reduce' or any(has_reduce.get(s, False) and s not in self.R for s in op.operands)
       has_reduce[v] = hr
-      if MOVEMENT in op.TRAITS or v in self.R or self.eff_uses(v) < 2 or self._one_sink(v): continue
-      if hr or (ELEMENTWISE in op.TRAITS and self._full_reads(v) >= STREAM_READS): self.R.add(v)
+      if MOVEMENT in op.TRAITS or v in self.R or (uses := self.eff_uses(v)) < 2 or self._one_sink(v): continue
+      # an elementwise value that each of its consumers would compute from n buffers of its size: reading them
+      # n * uses times costs more than storing it once (n reads and a write) and reading it back (uses)
+      if hr or (ELEMENTWISE in op.TRAITS and self._full_reads(v) * (uses - 1) > uses + 1): self.R.add(v)
     self._bound_depth()
     self.choose_fusions()
 
@@ -540,7 +542,6 @@ class _KernelBuilder:
 
 
 RECOMPUTE = 16       # a product's factor read this many times per element (or more) is stored once, when it costs ops
-STREAM_READS = 3    # an elementwise value with several consumers that reads this many buffers at its size is stored
 MAX_DEPTH = 128      # the longest chain of ops one kernel computes (a longer one is cut by buffers)
 SPLIT_MIN = 1 << 15   # a reduce of at least this many elements into fewer than SPLIT_OUT outputs is split
 SPLIT_OUT = 64
