@@ -11,7 +11,7 @@ from tgc.errors import TgcError
 from tgc.ir.core import Module, Operation
 from tgc.ir.types import TensorType
 from tgc.target import Target, DeviceSpec, get_target
-from tgc.lowering import lower
+from tgc.lowering import lower, gc_paused
 from tgc import cache
 
 def device_target(device: str | None, dev=None) -> Target:
@@ -352,7 +352,7 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   """A verified tensor-level (or already lowered) module -> a CompiledFunction for its entry func.func."""
   seen = [w(m) for w in COMPILE_WATCHERS]  # (VIZ=1: the pipeline viewer keeps the module as it comes)
   with _profiler.phase('compile function @' + next((f.attrs['sym_name'] for f in m.functions('func.func')), '?')):
-    cf = _compile_module(m, device, entry, out)
+    with gc_paused(): cf = _compile_module(m, device, entry, out)
   for keep in seen: keep(cf)
   return cf
 
