@@ -89,6 +89,26 @@ def test_a_new_process_loads_the_function_and_lowers_nothing(tmp_path):
   assert sum(len(fs) for _, _, fs in os.walk(tmp_path / 'function')) == 3
 
 
+def test_processes_compiling_one_function_at_once(tmp_path):
+  """Three processes compile the same function into one cache at the same time: each computes the right values, the
+  cache holds one whole entry (no temporary file left behind), and a process after them loads it."""
+  e = {**os.environ, 'PYTHONPATH': os.pathsep.join([ROOT, os.environ.get('PYTHONPATH', '')]), 'TGC_CACHE_DIR': str(tmp_path), 'TGC_COMPILE_WORKERS': '1'}
+  e.pop('TGC_CACHE', None); e.pop('DEBUG', None)
+  ps = [subprocess.Popen([sys.executable, '-c', _RUN.format(root=ROOT, n=8, text=MLP.format(n=8))], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+  outs = []
+  for p in ps:
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    outs.append(json.loads(out.strip().splitlines()[-1]))
+  r, t = _ref(*_inputs(8))
+  for o in outs:
+    np.testing.assert_allclose(np.array(o['r'], np.float32), r, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.array(o['t'], np.float32), t, rtol=1e-4)
+  assert len([f for _, _, fs in os.walk(tmp_path / 'function') for f in fs]) == 1
+  after = _run(n=8, TGC_CACHE_DIR=str(tmp_path), TGC_CACHE='1')
+  assert after['hits'] == 1 and after['r'] == outs[0]['r']
+
+
 def test_the_cache_off_keeps_no_function(tmp_path):
   env = dict(TGC_CACHE='0', TGC_CACHE_DIR=str(tmp_path))
   assert _run(**env)['loaded'] == 0 and _run(**env)['loaded'] == 0

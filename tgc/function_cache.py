@@ -4,7 +4,7 @@ each kernel's launch facts, the device's binaries) instead of lowering, emitting
 
 The key (key()) hashes everything the lowered result depends on: the module's text as it comes (the tensor-level graph:
 shapes, dtypes, constants), the entry function, the DeviceSpec (its Target in full and the device's capabilities), the
-CPU facts CPU tiles are chosen from, NOOPT, the device's binary_id (its compiler, architecture and flags) and a hash
+CPU facts CPU tiles are chosen from (where the lowering reads them), NOOPT, the device's binary_id (its compiler, architecture and flags) and a hash
 of tgc's own source files (source_id: an edited compiler never reads an entry an older one wrote).
 
 An entry is one tgc.cache entry of kind `function` (its checksum and atomic rename: a damaged or partial entry reads
@@ -53,8 +53,12 @@ def key(text: str, entry: str | None, spec, dev) -> str | None:
   if cache.cache_dir() is None: return None
   from tgc.host import cpu_facts
   from tgc.passes.pipelines import noopt_from_env
-  try: cpu = repr(cpu_facts(spec.cpu))
-  except TgcError as e: cpu = f"? {e}"  # (an unknown cpu: the lowering refuses it, and nothing is stored)
+  # kernel-opt reads the CPU's facts where it chooses CPU tiles (a processor that is not a GPU) or a CPU language's
+  # vector width; a GPU's lowering does not (nor does its warm process import llvmlite to read them)
+  if not spec.gpu or spec.target.is_cpu:
+    try: cpu = repr(cpu_facts(spec.cpu))
+    except TgcError as e: cpu = f"? {e}"  # (an unknown cpu: the lowering refuses it, and nothing is stored)
+  else: cpu = 'gpu'
   return cache.key(KIND, str(FORMAT), source_id(), text, entry or '', repr(spec), cpu, f'noopt={noopt_from_env()}', dev.binary_id())
 
 
