@@ -71,8 +71,9 @@ _opened_logged: set[str] = set()
 
 
 class Kernel:
-  """One kernel of a CompiledFunction: its uop.func (or, loaded from the disk cache, what parses it when first asked
-  for), its Program, and the launch points and float ops per point that DEBUG=2 and profiles report (counted then)."""
+  """One kernel of a CompiledFunction: its uop.func (or, loaded from the disk cache, what lowers it again when first
+  asked for), its Program, and the launch points and float ops per point that DEBUG=2 and profiles report (counted
+  when first asked for, or kept with the function)."""
   def __init__(self, fn, program, device: str, counts: tuple[int, int] | None = None):
     self._fn, self.program, self.device, self.name = fn, program, device, program.name
     self._points, self._flops = counts or (None, None)

@@ -502,7 +502,7 @@ def buffer_sizes(fn) -> dict[int, int]:
 def launch_info(fn) -> tuple:
   """What launching a uop.func takes, read from its body once: (name, buffer dtypes, declared sizes, (global_size,
   local_size), the buffers it writes). A runtime's Program is made from these (a function loaded from the disk cache
-  keeps them beside its text: its body is parsed only when something asks for it)."""
+  keeps them: its kernels' bodies are not kept, and are lowered again only when something asks for one)."""
   written = sorted({op.buf.op.attrs['index'] for op in fn.body.ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'})
   return fn.sym_name, buffer_signature(fn), buffer_sizes(fn), launch_dims(fn), written
 

@@ -691,7 +691,8 @@ def compile_llvm_all(device, fns: list, progress=None) -> list[CPUProgram]:
 def save_programs(progs: list) -> tuple | None:
   """The machine code of these programs as a function's disk cache entry keeps it (load_programs takes it back): the
   symbols, by kernel, and each distinct symbol's object file (from the kernel disk cache, where compiling put it);
-  None where one is not there (the cache off, or removed meanwhile)."""
+  None where one is not there (the cache off, removed meanwhile, or the kernel compiled by this process under another
+  cache directory)."""
   from tgc import cache
   syms = list(dict.fromkeys(p.symbol for p in progs))
   objs = [cache.get('llvm', _disk_keys[s_]) if s_ in _disk_keys else None for s_ in syms]

@@ -36,7 +36,7 @@ class Program:
   split = False  # whether a launch may be split across threads (None: not settled yet; a CPU kernel's)
   def __init__(self, device: 'BaseDevice', fn, info: tuple | None = None):
     """fn: the uop.func; or, with its launch_info as `info`, what makes it when first asked for (a function loaded from
-    the disk cache: its kernels' bodies are parsed only if something reads them)."""
+    the disk cache keeps no kernel bodies: they are lowered again only if something reads them)."""
     self.device, self._fn = device, fn
     self.name, self.signature, self.sizes, (self.global_size, self.local_size), self.written = info or launch_info(fn)
 
