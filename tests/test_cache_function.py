@@ -199,6 +199,17 @@ def test_the_key_takes_what_the_lowering_depends_on(cdir, monkeypatch):
   assert len({k, *others}) == len(others) + 1
 
 
+def test_nan_payloads_are_part_of_the_key():
+  """The text prints every NaN as `nan`; the key takes their bits too (the code keeps a NaN's sign and payload)."""
+  import struct
+  text = "func.func @main(%a: tensor<4xf64>) -> tensor<4xf64> {\n  %c = tensor.const nan : tensor<4xf64>\n  %r = tensor.add %a, %c : tensor<4xf64>\n  func.return %r : tensor<4xf64>\n}\n"
+  a, b = parse(text), parse(text)
+  const = next(op for op in b.walk() if op.name == 'tensor.const')
+  const.attrs['value'] = struct.unpack('<d', struct.pack('<Q', 0xfff8000000000123))[0]
+  assert a.print() == b.print() and function_cache.nan_bits(a) != function_cache.nan_bits(b)
+  assert function_cache.nan_bits(parse(text.replace('nan', '1.5'))) == ''
+
+
 def test_source_id_changes_with_a_source_file(tmp_path, monkeypatch):
   """source_id hashes tgc's own files: an edit anywhere in the package is another id."""
   import shutil

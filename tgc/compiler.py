@@ -381,8 +381,8 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
   fkey = None
   if dbg < 3 and dev.saves_programs and cache.cache_dir() is not None:
     text = m.print()
-    fkey = function_cache.key(text, entry, spec, dev)
-  hit = fkey and function_cache.load(fkey, dev, lambda: _relower(text, entry, spec))
+    fkey = function_cache.key(text + function_cache.nan_bits(m), entry, spec, dev)
+  hit = fkey and function_cache.load(fkey, dev, lambda: _relower(m, entry, spec))
   if hit:
     fhost = hit.host
     kernels = {info[0]: Kernel(fn, p, dev_name, n) for fn, info, n, p in zip(hit.fns, hit.infos, hit.counts, hit.progs)}
@@ -430,11 +430,10 @@ COMPILE_WATCHERS: list = []
 if os.environ.get('VIZ', '0') not in ('', '0'): importlib.import_module('tgc.viz.record')
 
 
-def _relower(text: str, entry: str | None, spec: DeviceSpec) -> dict[str, Operation]:
-  """The uop.funcs of a module loaded from the disk cache, made again from its text as compile_module made them (what
-  asks for a loaded kernel's body: the function cache keeps none)."""
-  from tgc.parser import parse
-  m = parse(text, '<function cache>')
+def _relower(m: Module, entry: str | None, spec: DeviceSpec) -> dict[str, Operation]:
+  """The uop.funcs of a function loaded from the disk cache, made again from (a copy of) the module compile_module got
+  as compile_module made them (what asks for a loaded kernel's body: the function cache keeps none)."""
+  m = m.clone()
   host = m.functions('func.func')[0] if entry is None else m.lookup(entry.lstrip('@'))
   lower(m, spec, 'uop')
   _declare_sizes(m, host)

@@ -47,9 +47,23 @@ def source_id() -> str:
   return _source_id
 
 
+def nan_bits(m) -> str:
+  """The bit patterns of the NaNs among a module's float attributes, in order: its text prints every NaN as `nan`,
+  where the code made of it keeps the NaN's sign and payload (part of key's text)."""
+  out: list[str] = []
+  def walk(v):
+    if type(v) is float:
+      if v != v: out.append(struct.pack('<d', v).hex())
+    elif type(v) in (tuple, list):
+      for x in v: walk(x)
+  for op in m.walk():
+    for v in op.attrs.values(): walk(v)
+  return ' '.join(out)
+
+
 def key(text: str, entry: str | None, spec, dev) -> str | None:
-  """The entry name of a module whose text (as it comes, before lowering) is `text`, compiled for `spec` on device
-  `dev`; None where the disk cache is off."""
+  """The entry name of a module whose text (as it comes, before lowering, with its nan_bits) is `text`, compiled for
+  `spec` on device `dev`; None where the disk cache is off."""
   if cache.cache_dir() is None: return None
   from tgc.host import cpu_facts
   from tgc.passes.pipelines import noopt_from_env
