@@ -7,9 +7,11 @@
 Each row runs in a fresh process: `cold` with an empty disk cache (TGC_CACHE_DIR a new temporary directory),
 `warm` in a new process on the cache the cold run filled. A row's seconds are the first step's wall time (building
 the graph, lowering, compiling, the step itself), split into phases: lower (tensor -> uop passes), emit (rendering
-kernel source), compile (the device's compiler, or loading from the disk cache), run (the rest: graph building,
-scheduling, the launches). `cpu s` is the CPU time the first step took in this process and its compile workers
-(what a busy machine cannot inflate); `py/kernel` the median Python CPU time (lower + emit) per kernel.
+kernel source), compile (the device's compiler, or loading a kernel's binary from the disk cache), cache (a whole
+function written to the disk cache, cold, or loaded from it instead of all of those, warm: tgc.function_cache), run
+(the rest: graph building, scheduling, the launches). `cpu s` is the CPU time the first step took in this process and
+its compile workers (what a busy machine cannot inflate); `py/kernel` the median Python CPU time (lower + emit) per
+kernel; `loss` the first step's (the warm row's must be the cold row's, bit for bit: a line says so where it is not).
 
 The models: `tiny` (2 layers, d 32, 2 heads, seq 16, batch 4) and `gpt` (4 layers, d 384, 6 heads, seq 256,
 batch 16), both f32 with AdamW, a causal attention and a GELU MLP, tied embeddings off.
@@ -95,18 +97,21 @@ def main(argv=None) -> int:
   args.device = args.device.upper()
   if args.child: return child(args) or 0
   models = list(MODELS) if args.model == 'all' else [args.model]
-  hdr = f"{'model':<6s} {'device':<6s} {'cache':<5s} {'kernels':>7s} {'first s':>8s} {'cpu s':>7s} {'lower':>7s} {'emit':>7s} {'compile':>8s} {'run':>7s} {'py/kernel':>9s} {'step 2 s':>8s}"
+  hdr = f"{'model':<6s} {'device':<6s} {'cache':<5s} {'kernels':>7s} {'first s':>8s} {'cpu s':>7s} {'lower':>7s} {'emit':>7s} {'compile':>8s} {'cache':>7s} {'run':>7s} {'py/kernel':>9s} {'step 2 s':>8s} {'loss':>10s}"
   print(hdr); print('-' * len(hdr))
   for model in models:
     with tempfile.TemporaryDirectory(prefix='tgc-cache-') as cache:
       if args.profile:
         run_child(model, args.device, cache, ['--profile']); continue
+      losses = []
       for label in ('cold', 'warm'):
         r = run_child(model, args.device, cache)
+        losses.append(r['loss'])
         ph = r['phases']
         other = r['build'] + r['first'] - sum(ph.values())
         print(f"{model:<6s} {args.device:<6s} {label:<5s} {r['kernels']:7d} {r['build'] + r['first']:8.2f} {r['cpu']:7.2f} {ph.get('lower', 0):7.2f} {ph.get('emit', 0):7.2f} "
-              f"{ph.get('compile', 0):8.2f} {other:7.2f} {r['per_kernel']:7.1f}ms {r['second']:8.3f}", flush=True)
+              f"{ph.get('compile', 0):8.2f} {ph.get('store', 0) + ph.get('load', 0):7.2f} {other:7.2f} {r['per_kernel']:7.1f}ms {r['second']:8.3f} {r['loss']:10.6f}", flush=True)
+      if losses[0] != losses[1]: print(f"{model}: the warm step's loss {losses[1]!r} is not the cold step's {losses[0]!r}", flush=True)
   return 0
 
 

@@ -175,7 +175,7 @@ def test_progress_line_on_stderr(monkeypatch):
   assert lines[0].startswith('tgc: compile 0/3 kernels') and lines[-1].startswith('tgc: compile 3/3 kernels')
 
 
-def test_debug_prints_the_phases(monkeypatch):
+def test_debug_prints_the_phases(cdir, monkeypatch):
   monkeypatch.setenv('DEBUG', '1')
   out = io.StringIO()
   from tgc.compiler import compile_module

@@ -11,7 +11,8 @@ from tgc.errors import TgcError
 from tgc.ir.core import Module, Operation
 from tgc.ir.types import TensorType
 from tgc.target import Target, DeviceSpec, get_target
-from tgc.lowering import lower
+from tgc.lowering import lower, gc_paused
+from tgc import cache
 
 def device_target(device: str | None, dev=None) -> Target:
   """The Target a device runs: the one it names (`dev.target`; without `dev`, its class's, so that asking does not
@@ -70,12 +71,27 @@ _opened_logged: set[str] = set()
 
 
 class Kernel:
-  def __init__(self, fn: Operation, program, device: str, flops_per_point: int):
-    self.fn, self.program, self.device = fn, program, device
-    self.name = fn.attrs['sym_name']
-    gs = fn.attrs.get('global_size', (1,)); ls = fn.attrs.get('local_size', (1,))
-    self.points = math.prod(gs) * math.prod(ls)
-    self.flops_per_point = flops_per_point
+  """One kernel of a CompiledFunction: its uop.func (or, loaded from the disk cache, what lowers it again when first
+  asked for), its Program, and the launch points and float ops per point that DEBUG=2 and profiles report (counted
+  when first asked for, or kept with the function)."""
+  def __init__(self, fn, program, device: str, counts: tuple[int, int] | None = None):
+    self._fn, self.program, self.device, self.name = fn, program, device, program.name
+    self._points, self._flops = counts or (None, None)
+  @property
+  def fn(self) -> Operation:
+    f = self._fn
+    if callable(f): f = self._fn = f()
+    return f
+  @property
+  def points(self) -> int:
+    if self._points is None:
+      a = self.fn.attrs
+      self._points = math.prod(a.get('global_size', (1,))) * math.prod(a.get('local_size', (1,)))
+    return self._points
+  @property
+  def flops_per_point(self) -> int:
+    if self._flops is None: self._flops = count_flops(self.fn)
+    return self._flops
 
 
 def _pick(idx):
@@ -105,8 +121,11 @@ class CompiledFunction:
     from tgc.runtime import get_device
     dev = get_device(device)
     ks = list(self.kernels.values())
-    progs = dev.compile_all([k.fn for k in ks]) if hasattr(dev, 'compile_all') else [dev.compile(k.fn) for k in ks]
-    return CompiledFunction(self.host, {k.name: Kernel(k.fn, p, dev.name, k.flops_per_point) for k, p in zip(ks, progs)}, dev.name, self.out)
+    # (the binaries themselves where the device saves them: a function loaded from the disk cache has no kernel bodies)
+    image = self.dev.save_programs([k.program for k in ks]) if type(dev) is type(self.dev) else None
+    if image is not None: progs = dev.load_programs([k._fn for k in ks], [k.program.info for k in ks], *image)
+    else: progs = dev.compile_all([k.fn for k in ks]) if hasattr(dev, 'compile_all') else [dev.compile(k.fn) for k in ks]
+    return CompiledFunction(self.host, {k.name: Kernel(k._fn, p, dev.name, (k._points, k._flops)) for k, p in zip(ks, progs)}, dev.name, self.out)
 
   def _plan(self, fixed: dict | None = None, keep: bool = False):
     """The host schedule made once into what a call does, over numbered slots (the arguments first) that hold
@@ -334,7 +353,7 @@ def compile_module(m: Module, device: str | None = None, entry: str | None = Non
   """A verified tensor-level (or already lowered) module -> a CompiledFunction for its entry func.func."""
   seen = [w(m) for w in COMPILE_WATCHERS]  # (VIZ=1: the pipeline viewer keeps the module as it comes)
   with _profiler.phase('compile function @' + next((f.attrs['sym_name'] for f in m.functions('func.func')), '?')):
-    cf = _compile_module(m, device, entry, out)
+    with gc_paused(): cf = _compile_module(m, device, entry, out)
   for keep in seen: keep(cf)
   return cf
 
@@ -355,7 +374,22 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
   host = funcs[0] if entry is None else m.lookup(entry.lstrip('@'))
   if host is None or host.name != 'func.func': raise TgcError(f"no func.func named '{entry}'")
   from tgc.runtime import workers
+  from tgc import function_cache
   st, prog, t0, cpu0 = workers.STATS, workers.Progress(dbg), time.perf_counter(), time.process_time()
+  # a function compiled before (by any process) is loaded from the disk cache (DEBUG >= 3 prints the stages on the way
+  # down: those compile)
+  fkey = None
+  if dbg < 3 and dev.saves_programs and cache.cache_dir() is not None:
+    text = m.print()
+    fkey = function_cache.key(text + function_cache.nan_bits(m), entry, spec, dev)
+  hit = fkey and function_cache.load(fkey, dev, lambda: _relower(m, entry, spec))
+  if hit:
+    fhost = hit.host
+    kernels = {info[0]: Kernel(fn, p, dev_name, n) for fn, info, n, p in zip(hit.fns, hit.infos, hit.counts, hit.progs)}
+    t1 = time.perf_counter()
+    st.add('load', t1 - t0); st.kernels += len(kernels); st.loaded += len(kernels)
+    if dbg >= 1: out.write(f"{fhost.attrs['sym_name']}: {len(kernels)} kernels loaded from the disk cache in {t1 - t0:.3f} s\n")
+    return CompiledFunction(fhost, kernels, dev_name, out)
   # (the device's spec: an OpenCL device on a CPU gets CPU tiles, a CUDA device SMEM's tiles in the shared memory it allows)
   def trace(stage, m):
     if stage == 'opt' and dbg >= 3:
@@ -378,7 +412,11 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
   finally: prog.close()
   t2 = time.perf_counter()
   if st.phases.get('emit', 0.0) == e0 and st.phases.get('compile', 0.0) == c0: st.add('compile', t2 - t1)  # (a device that does not split them)
-  kernels = {fn.attrs['sym_name']: Kernel(fn, p, dev_name, count_flops(fn)) for fn, p in zip(fns, progs)}
+  kernels = {fn.attrs['sym_name']: Kernel(fn, p, dev_name) for fn, p in zip(fns, progs)}
+  if fkey:
+    with _profiler.phase('store in the disk cache'):
+      function_cache.store(fkey, host, progs, [(k.points, k.flops_per_point) for k in kernels.values()], dev)
+    st.add('store', time.perf_counter() - t2)
   if dbg >= 1:
     out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
     emit, comp = st.phases.get('emit', 0.0) - e0, st.phases.get('compile', 0.0) - c0
@@ -390,6 +428,16 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
 # CompiledFunction (the pipeline viewer, tgc.viz.record: VIZ=1 keeps every compiled function for its page)
 COMPILE_WATCHERS: list = []
 if os.environ.get('VIZ', '0') not in ('', '0'): importlib.import_module('tgc.viz.record')
+
+
+def _relower(m: Module, entry: str | None, spec: DeviceSpec) -> dict[str, Operation]:
+  """The uop.funcs of a function loaded from the disk cache, made again from (a copy of) the module compile_module got
+  as compile_module made them (what asks for a loaded kernel's body: the function cache keeps none)."""
+  m = m.clone()
+  host = m.functions('func.func')[0] if entry is None else m.lookup(entry.lstrip('@'))
+  lower(m, spec, 'uop')
+  _declare_sizes(m, host)
+  return {fn.attrs['sym_name']: fn for fn in m.functions('uop.func')}
 
 
 def _declare_sizes(m: Module, host: Operation) -> None:

@@ -8,6 +8,7 @@ opt (kernel-opt's actions chosen, as each kernel's `opts`), uop (linearized and 
 source (the target's emitter's text) and binary (the device's compiled Programs).
 """
 from __future__ import annotations
+import contextlib, gc
 from tgc import profiler
 from tgc.errors import TgcError
 from tgc.ir.core import Module
@@ -25,6 +26,20 @@ def level_of(m: Module) -> str:
   return 'tensor' if 'tensor' in levels else 'kernel' if 'kernel' in levels else 'uop'
 
 
+@contextlib.contextmanager
+def gc_paused():
+  """Python's cyclic garbage collector off while a compile runs (on where it was on, after). Lowering makes some
+  hundred thousand ops, each in a cycle with its results, most of which live on: the collector's passes over that
+  growing heap took half of a GPT step's lowering and emitting, where refcounting frees all but the dead ops' cycles,
+  which the first collection after takes (one pass). Compile workers forked meanwhile run without it too (their
+  parent's heap is not traversed, nor its pages copied)."""
+  if not gc.isenabled():
+    yield; return
+  gc.disable()
+  try: yield
+  finally: gc.enable()
+
+
 def lower(m: Module, target: str | Target | DeviceSpec, until: str = 'uop', noopt: bool | None = None, trace=None,
           verify_each: bool = False, progress=None, **capabilities):
   """Lower `m` in place from its level (level_of) to stage `until`, for `target`: a DeviceSpec, or a target (its name
@@ -34,7 +49,10 @@ def lower(m: Module, target: str | Target | DeviceSpec, until: str = 'uop', noop
   tgc.runtime.workers.Progress the binary stage steps. Returns the module for
   the IR stages, the source text for `source`, the compiled Programs (of the uop.funcs, in order) for `binary`."""
   if until not in STAGES: raise TgcError(f"unknown stage '{until}' (expected {', '.join(STAGES)})")
-  spec = DeviceSpec.of(target, **capabilities)
+  with gc_paused(): return _lower(m, DeviceSpec.of(target, **capabilities), until, noopt, trace, verify_each, progress)
+
+
+def _lower(m: Module, spec: DeviceSpec, until: str, noopt, trace, verify_each: bool, progress):
   from tgc.passes.manager import PassManager, PassFailure, parse_pipeline
   level = level_of(m)
   if STAGES.index(until) > STAGES.index(level):
@@ -64,4 +82,4 @@ def lower(m: Module, target: str | Target | DeviceSpec, until: str = 'uop', noop
   return m
 
 
-__all__ = ['STAGES', 'level_of', 'lower']
+__all__ = ['STAGES', 'level_of', 'lower', 'gc_paused']

@@ -499,6 +499,14 @@ def buffer_sizes(fn) -> dict[int, int]:
   return {op.attrs['index']: op.attrs['size'] for op in fn.body.ops if op.name == 'uop.define_global' and 'size' in op.attrs}
 
 
+def launch_info(fn) -> tuple:
+  """What launching a uop.func takes, read from its body once: (name, buffer dtypes, declared sizes, (global_size,
+  local_size), the buffers it writes). A runtime's Program is made from these (a function loaded from the disk cache
+  keeps them: its kernels' bodies are not kept, and are lowered again only when something asks for one)."""
+  written = sorted({op.buf.op.attrs['index'] for op in fn.body.ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'})
+  return fn.sym_name, buffer_signature(fn), buffer_sizes(fn), launch_dims(fn), written
+
+
 def shared_layout(fn) -> tuple[dict[str, int], int]:
   """Where each uop.define_local lies in the work-group's shared memory (its byte offset, aligned as it asks: 16 bytes
   unless it says more) and the bytes they take in all: what a runtime that sizes shared memory at launch asks for."""

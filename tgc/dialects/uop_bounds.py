@@ -152,11 +152,12 @@ def _index_bounds(idx, memo, nar):
   return bounds(idx, {}, nar)
 
 
-def accesses(fn, memo: dict):
+def accesses(fn, memo: dict, unconditional: bool = False):
   """(op, buffer, index, declared size or None, lo, hi, conditional) for each access of a uop.func to memory: the elements
   it may touch under its gate and the uop.ifs around it, the size its define_global or define_local declares, and
   whether a gate or a uop.if decides if it happens. Loads and stores; a uop.copy_async's write to shared memory
-  (always: a false gate writes zeros) and its read of global memory."""
+  (always: a false gate writes zeros) and its read of global memory. `unconditional`: those a gate or uop.if does not
+  decide, alone (their ranges need no narrowing: the others' are the costly part)."""
   ifs = []
   size = lambda b: b.op.attrs.get('size') if b.op is not None and b.op.name in ('uop.define_global', 'uop.define_local') else None
   for op in fn.body.ops:
@@ -165,12 +166,14 @@ def accesses(fn, memo: dict):
     if op.name in ('uop.load', 'uop.store'):
       n = size(op.buf)
       cond = bool(ifs) or len(op.operands) == 4  # (a gated load: buf, idx, gate, alt; a gated store: buf, idx, value, gate)
+      if cond and unconditional: continue
       yield (op, op.buf, op.idx, n, *(access_range(op, memo, ifs) if n is not None else (None, None)), cond)
     elif op.name == 'uop.copy_async' and isinstance(op.dst.type, PtrType):
       lanes = max(1, op.attrs['bytes'] // op.dst.type.dtype.itemsize)
       for buf, idx, gated in ((op.dst, op.didx, False), (op.src, op.sidx, op.gate is not None)):
         n = size(buf)
         gates = list(ifs) + ([op.gate] if gated else [])
+        if gates and unconditional: continue
         yield (op, buf, idx, n, *(_range(idx, lanes, gates, memo) if n is not None else (None, None)), bool(gates))
 
 
@@ -188,5 +191,5 @@ def outside_accesses(fn, memo: dict | None = None) -> list:
   (a padded tile's `m < 20 && n < 7` over the index m * 7 + n); a guarded access outside its buffer behaves as if
   its gate were false (a load gives its alternative value, or zero; a store writes nothing), on every device."""
   memo = {} if memo is None else memo
-  return [(op, buf, size, lo, hi) for op, buf, idx, size, lo, hi, cond in accesses(fn, memo)
-          if size is not None and not cond and not (lo >= 0 and hi < size) and visible(idx, memo)]
+  return [(op, buf, size, lo, hi) for op, buf, idx, size, lo, hi, cond in accesses(fn, memo, unconditional=True)
+          if size is not None and not (lo >= 0 and hi < size) and visible(idx, memo)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import ClassVar, Iterator
 from tgc.ir.diagnostics import Diagnostic, Location
 from tgc.ir.types import Type
+from tgc.ir.attrs import normalize
 
 # ---- traits ----
 PURE = 'pure'                  # no side effects: removable when unused, mergeable by cse
@@ -70,7 +71,6 @@ class Operation:
       cls._fmt = None
 
   def __init__(self, operands=(), result_types=(), attrs=None, loc: Location | None = None, body: Block | None = None):
-    from tgc.ir.attrs import normalize
     self.operands = list(operands)
     self.results = [Value(t, self, i) for i, t in enumerate(result_types)]
     self.attrs = {k: normalize(self.ATTRS.get(k, 'any'), v) for k, v in attrs.items()} if attrs else {}

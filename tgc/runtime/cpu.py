@@ -13,13 +13,13 @@ import numpy as np
 from tgc.errors import TgcError
 from tgc.runtime.buffer import HostAllocator
 from tgc.runtime.device import BaseDevice, HostDevice, Program
-from tgc.dialects.uop import buffer_signature, buffer_sizes, launch_dims
+from tgc.dialects.uop import launch_info
 
 _lock = threading.Lock()
 _tm = None
 SYMBOL = 'kernel'                       # the name every kernel is rendered under (its text is then its body)
-_code: dict[str, int] = {}              # LLVM IR text -> address of its machine code: each text is compiled once
-_cache: dict[tuple, 'CPUProgram'] = {}  # (name, LLVM IR text, dtypes, sizes, grid) -> program (see compile_llvm_all)
+_code: dict[str, int] = {}              # kernel_symbol(LLVM IR text) -> address of its machine code: each text is compiled once
+_cache: dict[tuple, 'CPUProgram'] = {}  # (name, kernel symbol, dtypes, sizes, grid) -> program (see compile_llvm_all)
 _engines: list = []                     # every MCJIT engine made: never freed while functions may be called
 stats = {'compiles': 0, 'cache_hits': 0, 'disk_hits': 0, 'launches': 0}  # (compiles, disk_hits: kernel texts)
 _addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
@@ -146,6 +146,7 @@ def jit_kernels(texts: list[str], done=None) -> list[int]:
   from tgc.runtime import workers
   _target_machine()  # (made before the workers fork: each has it)
   keys = [cache.key(t, codegen_id()) for t in texts]
+  _disk_keys.update(zip(map(kernel_symbol, texts), keys))
   objs = [cache.get('llvm', k) for k in keys]
   miss = [i for i, o in enumerate(objs) if o is None]
   for i, o in enumerate(objs):
@@ -157,6 +158,8 @@ def jit_kernels(texts: list[str], done=None) -> list[int]:
   return load_objects(objs, [kernel_symbol(t) for t in texts])
 
 def _object_of(i: int, texts: list[str]) -> bytes: return compile_object(texts[i])
+
+_disk_keys: dict[str, str] = {}  # kernel symbol -> its object file's key in the disk cache (save_programs reads it there)
 
 
 # ---- running one launch across the cores ----
@@ -562,8 +565,8 @@ class HostKernelProgram(Program):
   Program.launcher_epoch, so that host schedules take the settled launcher (no timing left on a one-thread launch)."""
   _cfn = None
   addr = 0
-  def __init__(self, device, fn):
-    super().__init__(device, fn)
+  def __init__(self, device, fn, info: tuple | None = None):
+    super().__init__(device, fn, info)
     self.split = False if self.global_size[0] < 2 or len(self.signature) > MAX_ARGS else None
     self.times: tuple[list, list] = ([], [])  # (seconds on one thread, seconds split) of the timed launches
     self.stalls = 0  # split launches slower than one thread by half (a worker descheduled mid-chunk): see _split
@@ -623,10 +626,10 @@ class HostKernelProgram(Program):
 
 
 class CPUProgram(HostKernelProgram):
-  """One kernel JIT-compiled from LLVM IR: `src` (the kernel named @kernel), its machine code at `addr`."""
-  def __init__(self, device, fn, src: str, addr: int):
-    super().__init__(device, fn)
-    self.src, self.addr = src, addr
+  """One kernel JIT-compiled from LLVM IR: `symbol` (kernel_symbol of its text), its machine code at `addr`."""
+  def __init__(self, device, fn, symbol: str, addr: int, info: tuple | None = None):
+    super().__init__(device, fn, info)
+    self.symbol, self.addr = symbol, addr
     self._cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.signature)), ctypes.c_int32, ctypes.c_int32)(addr)
 
   def launch(self, args, start: int = 0, end: int | None = None) -> None:
@@ -664,24 +667,53 @@ def compile_llvm_all(device, fns: list, progress=None) -> list[CPUProgram]:
   from tgc.profiler import record_durations
   record_durations([('emit llvm @' + fn.sym_name, dt) for fn, (_, dt) in zip(fns, srcs)], t0)
   t1 = time.perf_counter(); st.add('emit', t1 - t0)
-  keys = []
-  for fn, (src, _) in zip(fns, srcs):
-    keys.append((fn.sym_name, src, tuple(d.name for d in buffer_signature(fn)), tuple(sorted(buffer_sizes(fn).items())), launch_dims(fn)))
+  keys, texts, infos = [], {}, [launch_info(fn) for fn in fns]
+  for (name, sig, sizes, dims, _), (src, _) in zip(infos, srcs):
+    sym = kernel_symbol(src); texts[sym] = src
+    keys.append((name, sym, tuple(d.name for d in sig), tuple(sorted(sizes.items())), dims))
   with _lock:
-    new = list(dict.fromkeys(k[1] for k in keys if k[1] not in _code))
+    new = [s_ for s_ in texts if s_ not in _code]
     if progress is not None: progress.phase('compile', len(new))
     if new:
       c0 = stats['compiles']
-      with phase(f'LLVM jit ({len(new)} new kernels)'): _code.update(zip(new, jit_kernels(new, done=progress and (lambda i, dt: progress.step()))))
+      with phase(f'LLVM jit ({len(new)} new kernels)'): _code.update(zip(new, jit_kernels([texts[s_] for s_ in new], done=progress and (lambda i, dt: progress.step()))))
       st.compiled += stats['compiles'] - c0
     st.add('compile', time.perf_counter() - t1)
     out = []
-    for fn, key in zip(fns, keys):
+    for fn, key, info in zip(fns, keys, infos):
       prg = _cache.get(key)
       if prg is not None: stats['cache_hits'] += 1
-      else: prg = _cache[key] = CPUProgram(device, fn, key[1], _code[key[1]])
+      else: prg = _cache[key] = CPUProgram(device, fn, key[1], _code[key[1]], info)
       out.append(prg)
     return out
+
+
+def save_programs(progs: list) -> tuple | None:
+  """The machine code of these programs as a function's disk cache entry keeps it (load_programs takes it back): the
+  symbols, by kernel, and each distinct symbol's object file (from the kernel disk cache, where compiling put it);
+  None where one is not there (the cache off, removed meanwhile, or the kernel compiled by this process under another
+  cache directory)."""
+  from tgc import cache
+  syms = list(dict.fromkeys(p.symbol for p in progs))
+  objs = [cache.get('llvm', _disk_keys[s_]) if s_ in _disk_keys else None for s_ in syms]
+  if any(o is None for o in objs): return None
+  at = {s_: i for i, s_ in enumerate(syms)}
+  return {'symbols': syms, 'keys': [_disk_keys[s_] for s_ in syms], 'kernels': [at[p.symbol] for p in progs]}, objs
+
+
+def load_programs(device, fns: list, infos: list, meta: dict, blobs: list) -> list:
+  """save_programs' machine code back into programs (`fns`: the uop.funcs, or what makes them; `infos`: their
+  launch_info): the object files not loaded in this process yet are loaded into one engine. (Their keys in the kernel
+  disk cache come along: this process saves them again for another CPU device, CompiledFunction.on_device.)"""
+  syms, keys, which = meta['symbols'], meta['keys'], meta['kernels']
+  if len(blobs) != len(syms) or len(keys) != len(syms) or len(which) != len(fns) or not all(isinstance(j, int) and 0 <= j < len(syms) for j in which):
+    raise TgcError("a cached function's machine code does not match its kernels")
+  with _lock:
+    new = [i for i, s_ in enumerate(syms) if s_ not in _code]
+    if new: _code.update(zip([syms[i] for i in new], load_objects([blobs[i] for i in new], [syms[i] for i in new])))
+    stats['disk_hits'] += len(new)
+    _disk_keys.update(zip(syms, keys))
+    return [CPUProgram(device, fn, syms[j], _code[syms[j]], info) for fn, info, j in zip(fns, infos, which)]
 
 def _render(i: int, fns: list) -> tuple[str, float]:
   from tgc.emit.llvm import render_llvm
@@ -734,6 +766,10 @@ class CPUDevice(HostDevice):
   def __init__(self): BaseDevice.__init__(self, HostPointerAllocator(self.name))
   def compile(self, fn) -> CPUProgram: return compile_llvm(self, fn)
   def compile_all(self, fns: list, progress=None) -> list[CPUProgram]: return compile_llvm_all(self, fns, progress)
+  saves_programs = True
+  def binary_id(self) -> str: return codegen_id()
+  def save_programs(self, progs: list): return save_programs(progs)
+  def load_programs(self, fns, infos, meta, blobs) -> list[CPUProgram]: return load_programs(self, fns, infos, meta, blobs)
   def batchable(self, p) -> bool:
     """Whether program p runs on one thread (settled so, or every launch while CPU_THREADS=1): a batch may take it."""
     return isinstance(p, CPUProgram) and (p.split is False or (p.split is None and threads() < 2))

@@ -176,7 +176,8 @@ class CUDADevice(BaseDevice):
     self.stream = cuda.Stream()
     self._libcuda = None
     self._hold = None
-    self._modules: dict[tuple[str, bool], object] = {}
+    self._modules: dict[tuple, object] = {}
+    self._cubins: dict[int, bytes] = {}  # a loaded module's handle -> its cubin (save_programs)
     self.peers: set[int] = set()  # the GPUs whose memory this one's context was given access to
     super().__init__(CUDAAllocator(self))
 
@@ -232,18 +233,21 @@ class CUDADevice(BaseDevice):
     except Exception: pass  # the process is ending: the driver frees what is left
     self.ctx.pop()
 
-  def module(self, src: str, fmad: bool = False, cubin: bytes | None = None):
+  def module(self, src: str | None, fmad: bool = False, cubin: bytes | None = None):
     """The loaded module (a CUmodule) of this source; fmad: mul+add may fuse into fma (kernels marked `contract`),
-    else exact. Its cubin: `cubin` where the caller compiled it, else compile_cuda's (the disk cache, NVRTC, nvcc)."""
-    import ctypes
+    else exact. Its cubin: `cubin` where the caller compiled it, else compile_cuda's (the disk cache, NVRTC, nvcc).
+    src=None: the module of `cubin` (a function's disk cache entry keeps cubins, not sources)."""
+    import ctypes, hashlib
+    key = (src, fmad) if src is not None else ('cubin', hashlib.sha256(cubin).digest())
     with _lock:
-      m = self._modules.get((src, fmad))
+      m = self._modules.get(key)
       if m is None:
         if cubin is None: cubin = compile_cuda(src, self.arch, fmad)
         self.make_current()
         m = ctypes.c_void_p()
         self.check(self.lib.cuModuleLoadData(ctypes.byref(m), cubin), 'loading a module')
-        self._modules[(src, fmad)] = m
+        self._modules[key] = m
+        self._cubins[m.value] = cubin
       return m
 
   def function(self, module, name: str):
@@ -281,6 +285,24 @@ class CUDADevice(BaseDevice):
     st.add('compile', time.perf_counter() - t1)
     return [CUDAProgram(self, fn, mod[id(fn)]) for fn in fns]
 
+  saves_programs = True
+  def binary_id(self) -> str: return f"cuda {self.arch} {compiler_id('nvrtc' if _nvrtc() is not None else 'nvcc')}"
+
+  def save_programs(self, progs: list):
+    """The cubins of the programs' modules, each once, and which one each kernel is in (with its dynamic shared
+    memory): what load_programs takes back in another process."""
+    if not all(isinstance(p, CUDAProgram) and p.module.value in self._cubins for p in progs): return None
+    idx: dict[int, int] = {}
+    for p in progs: idx.setdefault(p.module.value, len(idx))
+    return {'kernels': [idx[p.module.value] for p in progs], 'shared': [p.shared for p in progs]}, [self._cubins[h] for h in idx]
+
+  def load_programs(self, fns: list, infos: list, meta: dict, blobs: list) -> list:
+    which, shared = meta['kernels'], meta['shared']
+    if len(which) != len(fns) or len(shared) != len(fns) or not all(isinstance(j, int) and 0 <= j < len(blobs) for j in which):
+      raise TgcError("a cached function's cubins do not match its kernels")
+    mods = [self.module(None, cubin=b) for b in blobs]
+    return [CUDAProgram(self, fn, mods[j], info, sh) for fn, info, j, sh in zip(fns, infos, which, shared)]
+
 
 def _cubin_of(i: int, srcs: list, fmads: list, arch: str) -> bytes: return compile_cuda(srcs[i], arch, fmads[i])
 
@@ -296,13 +318,15 @@ def param_block(n: int):
 class CUDAProgram(Program):
   """A kernel of a loaded module, launched asynchronously on the stream by the driver's cuLaunchKernel: its
   arguments (all pointers) written into one parameter block made once."""
-  def __init__(self, dev: CUDADevice, fn, module=None):
+  def __init__(self, dev: CUDADevice, fn, module=None, info: tuple | None = None, shared: int | None = None):
+    """info, shared: the kernel's launch_info and dynamic shared memory, where fn is not parsed yet (loaded from the
+    disk cache: its module too)."""
     from tgc.emit.cuda import render_cuda_kernel, dynamic_shared_bytes
-    super().__init__(dev, fn)
-    if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"CUDA: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
+    super().__init__(dev, fn, info)
+    if info is None and any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"CUDA: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
     if module is None: module = dev.module(render_cuda_kernel(fn), bool(fn.attrs.get('contract')))  # (module: compiled with others)
-    self.func = dev.function(module, self.name)
-    self.shared = dynamic_shared_bytes(fn)
+    self.module, self.func = module, dev.function(module, self.name)
+    self.shared = dynamic_shared_bytes(self.fn) if shared is None else shared
     if self.shared:
       if self.shared > dev.local_memory: raise TgcError(f"CUDA: @{self.name}: takes {self.shared} bytes of shared memory, more than the {dev.local_memory} a block of this {dev.arch} device may have")
       dev.check(dev.lib.cuFuncSetAttribute(self.func, 8, self.shared), f"@{self.name}: dynamic shared memory")  # (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)

@@ -10,7 +10,7 @@ import time
 import numpy as np
 from tgc.runtime.buffer import Allocator, Buffer, HostAllocator
 from tgc.errors import TgcError
-from tgc.dialects.uop import buffer_signature, buffer_sizes, launch_dims
+from tgc.dialects.uop import buffer_signature, buffer_sizes, launch_info
 
 
 def check_buffers(fn, bufs, sig=None, sizes=None) -> list[np.ndarray]:
@@ -34,11 +34,23 @@ class Program:
   its first launches were timed): host schedules made before take the launchers anew."""
   launcher_epoch = 0
   split = False  # whether a launch may be split across threads (None: not settled yet; a CPU kernel's)
-  def __init__(self, device: 'BaseDevice', fn):
-    self.device, self.fn, self.name = device, fn, fn.sym_name
-    self.signature, self.sizes = buffer_signature(fn), buffer_sizes(fn)
-    self.global_size, self.local_size = launch_dims(fn)
-    self.written = sorted({op.buf.op.attrs['index'] for op in fn.body.ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'})
+  def __init__(self, device: 'BaseDevice', fn, info: tuple | None = None):
+    """fn: the uop.func; or, with its launch_info as `info`, what makes it when first asked for (a function loaded from
+    the disk cache keeps no kernel bodies: they are lowered again only if something reads them)."""
+    self.device, self._fn = device, fn
+    self.name, self.signature, self.sizes, (self.global_size, self.local_size), self.written = info or launch_info(fn)
+
+  @property
+  def info(self) -> tuple:
+    """Its launch_info: (name, buffer dtypes, declared sizes, (global_size, local_size), written buffers)."""
+    return self.name, self.signature, self.sizes, (self.global_size, self.local_size), self.written
+
+  @property
+  def fn(self):
+    """The uop.func this program runs."""
+    f = self._fn
+    if callable(f): f = self._fn = f()
+    return f
 
   def launch(self, args: list, **kw) -> None:
     """Queue one launch over the buffers' launch arguments (in define_global order)."""
@@ -96,6 +108,19 @@ class BaseDevice:
       with phase(f'compile kernel @{fn.sym_name}'): out.append(self.compile(fn))  # (a profile's trace: each kernel's)
       if progress is not None: progress.step()
     return out
+  def binary_id(self) -> str:
+    """What this device's binaries depend on besides their kernels (its compiler, architecture, flags): a function's
+    disk cache entry is keyed by it, so that its binaries never load on another kind of device."""
+    return f"{type(self).__module__}.{type(self).__qualname__} {self.target}"
+  saves_programs = False  # whether save_programs and load_programs keep its binaries (tgc.function_cache keeps its functions)
+  def save_programs(self, progs: list) -> tuple | None:
+    """The binaries of compiled programs as (JSON-able metadata, a list of bytes) that load_programs makes programs of
+    again in another process (a function's disk cache entry); None where it cannot (not compiled here, the disk
+    cache off)."""
+    return None
+  def load_programs(self, fns: list, infos: list, meta, blobs: list) -> list[Program]:
+    """Programs from save_programs' (meta, blobs), for `fns` (each a uop.func or what makes it) with their launch_info."""
+    raise NotImplementedError
   def synchronize(self) -> None:
     """Wait until every queued launch and copy has finished."""
     self.allocator.synchronize()

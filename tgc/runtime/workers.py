@@ -73,13 +73,15 @@ def run(fn: Callable, n: int, args: tuple = (), cost: Callable[[int], float] | N
 
 class CompileStats:
   """What compiling took in this process: seconds per phase (lower: the passes to the uop level; emit: rendering
-  kernel source; compile: the device's compiler or loading from the disk cache), kernels asked for and kernels
-  actually compiled (not found in a cache), and each kernel's Python seconds (lowering's share and its emit, in CPU
+  kernel source; compile: the device's compiler or loading from the disk cache; store and load: a whole function
+  written to or read from the disk cache), kernels asked for, kernels actually compiled (not found in a cache) and
+  kernels loaded with their function, and each kernel's Python seconds (lowering's share and its emit, in CPU
   time: what the kernel costs whatever else the machine runs): what bench/compile.py and DEBUG=1 print."""
   def __init__(self): self.reset()
   def reset(self):
     self.phases: dict[str, float] = {}
     self.kernels = self.compiled = 0
+    self.loaded = 0  # kernels loaded with their function from the disk cache (tgc.function_cache): not lowered here
     self.lower_per_kernel: list[float] = []  # (a batch's lowering seconds over its kernels, one entry a kernel)
     self.emit_per_kernel: list[float] = []
   def add(self, phase: str, seconds: float) -> None: self.phases[phase] = self.phases.get(phase, 0.0) + seconds
