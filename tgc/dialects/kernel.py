@@ -33,6 +33,8 @@ class KernelFuncOp(Operation):
     stores = [op for op in self.body.ops if op.name == 'kernel.store']
     if not stores: raise self.error(f"@{self.sym_name} stores nothing")
     reduces = [op for op in self.body.ops if op.name == 'kernel.reduce']
+    scans = [op for op in self.body.ops if op.name == 'kernel.scan']
+    if scans: return self.verify_scan(scans, reduces, stores)
     axes = tuple(reduces[0].axes) if reduces else ()
     # a reduce kernel stores at the stored shape (1 along the reduced axes) what comes after its reduces, and may
     # also store at its iteration shape (an epilogue after the reduces: softmax's exp(x - max) / sum)
@@ -70,6 +72,26 @@ class KernelFuncOp(Operation):
         if (op.name == 'kernel.load' and op.view.shape != out) or any(v in below for v in op.operands): below.update(op.results)
       for st in reduced:
         if st.value in below: raise st.error(f"stores a value of the iteration shape {list(full or out)}: a reduce kernel stores what comes after its reduce")
+
+  def verify_scan(self, scans, reduces, stores):
+    """A scan kernel: one scan, no reduce; it stores at its iteration shape (every step of the scan), its loads walk
+    that shape or the shape with 1 along the scanned axis (what the scan's init reads: one value a row)."""
+    if len(scans) > 1: raise scans[1].error("a kernel computes one scan")
+    if reduces: raise reduces[0].error("a scan kernel computes no reduce")
+    sc = scans[0]
+    full = stores[0].view.shape
+    if not sc.axis < len(full): raise sc.error(f"axis {sc.axis} is out of range for the iteration rank {len(full)}")
+    out = tuple(1 if i == sc.axis else n for i, n in enumerate(full))
+    for st in stores:
+      if st.view.shape != full: raise st.error(f"view shape {list(st.view.shape)} differs from the first store's {list(full)}: a scan kernel stores at its iteration shape")
+    at_full: set = set()
+    for op in self.body.ops:
+      if op.name == 'kernel.load':
+        sh = op.view.shape
+        if sh != full and sh != out: raise op.error(f"view shape {list(sh)} is neither the scan kernel's iteration shape {list(full)} nor its row shape {list(out)}")
+        if sh == full and full != out: at_full.update(op.results)
+      elif op.results and any(v in at_full for v in op.operands): at_full.update(op.results)
+    if sc.init is not None and sc.init in at_full: raise sc.error(f"init varies along the scanned axis {sc.axis}: it must be read at the row shape {list(out)}")
 
 
 def _check_view(op, buf_t: BufType, vs, gather=None):
@@ -167,6 +189,23 @@ class ReduceOp(Operation):
     if self.kind not in alu.REDUCE_KINDS: raise self.error(f"unknown reduce kind '{self.kind}' (expected one of {', '.join(alu.REDUCE_KINDS)})")
     if self.src.type != self.results[0].type: raise self.error(f"result type {self.results[0].type} does not match operand type {self.src.type}")
     if len(set(self.axes)) != len(self.axes) or not self.axes: raise self.error(f"axes {list(self.axes)} must be distinct and non-empty")
+
+
+class ScanOp(Operation):
+  """`kernel.scan add %x 1 : f32` (`kernel.scan add %x 1 (%init)`): the inclusive scan of the kernel's value along
+  iteration axis `axis`, a loop that carries the running value (from init, a value at the shape with 1 along the
+  axis, else the kind's identity) and yields it at every step. A scan kernel computes one scan and stores at the
+  iteration shape."""
+  name = 'kernel.scan'
+  OPERANDS = ('src', 'init?')
+  ATTRS = {'kind': 'ident', 'axis': 'int'}
+  TRAITS = {PURE}
+  FORMAT = '$kind $src $axis?{ ($init)} : type($result)'
+  def verify(self):
+    if self.kind not in alu.REDUCE_KINDS: raise self.error(f"unknown scan kind '{self.kind}' (expected one of {', '.join(alu.REDUCE_KINDS)})")
+    if self.src.type != self.results[0].type: raise self.error(f"result type {self.results[0].type} does not match operand type {self.src.type}")
+    if self.init is not None and self.init.type != self.src.type: raise self.error(f"init type {self.init.type} does not match operand type {self.src.type}")
+    if self.axis < 0: raise self.error(f"axis {self.axis} must be non-negative")
 
 
 # ---- host side ----

@@ -109,7 +109,7 @@ class Scheduler:
       if b.op is None or _is_leaf(b): continue  # an argument or a host constant, maybe reshaped on the host
       self.R.add(b)
     for op in self.fn.body.ops:
-      if op.name == 'tensor.contiguous': self.R.add(op.results[0])
+      if op.name in ('tensor.contiguous', 'tensor.scan'): self.R.add(op.results[0])  # (a scan is a kernel of its own)
       if op.name == 'tensor.reduce':
         pts = self._reduce_escapes(op.results[0])
         # one way out: the elementwise ops up to it are the reduce kernel's epilogue (a matmul's bias and relu),
@@ -241,7 +241,7 @@ class Scheduler:
     # the reduced axes (softmax's exp(x - max) / sum) is that kernel's epilogue: one kernel reads x once from memory
     # and stores at both shapes, as the last stage of its loop
     for s in roots:
-      if s.type.numel == 0 or s in self.fused or s in self.fused.values() or self._has_reduce(s): continue
+      if s.type.numel == 0 or s in self.fused or s in self.fused.values() or s.op.name == 'tensor.scan' or self._has_reduce(s): continue
       reads = self.reads(s.op.operands)
       reds = [m for m in reads if m in self.R and _reduce_under(m) is not None]
       kern = {self.fused.get(m, m) for m in reds}
@@ -282,7 +282,7 @@ class Scheduler:
         if u.name == 'func.return': continue
         if u.name == 'tensor.reshape' and u.results[0] not in self.R:  # a reshape of the output is only a store view
           stack.append((u.results[0], base)); continue
-        if MOVEMENT in u.TRAITS or u.name in ('tensor.reduce', 'tensor.matmul', 'tensor.gather'): out.add(base); continue
+        if MOVEMENT in u.TRAITS or u.name in ('tensor.reduce', 'tensor.scan', 'tensor.matmul', 'tensor.gather'): out.add(base); continue
         if ELEMENTWISE in u.TRAITS and u.results[0] not in seen and u.results[0] not in self.R:
           seen.add(u.results[0]); stack.append((u.results[0], u.results[0]))
     return out
@@ -369,6 +369,7 @@ class _KernelBuilder:
     self.loads: list[Operation] = []
     self.after: list[Operation] = []       # loads outside the reduce: they walk the stored shape
     self.out_shape = root.type.shape
+    self.scan = False                       # a scan kernel: it stores at its iteration shape, axes holds the scanned axis
     self.const_loads = False                # splat constants below the reduce are read from host buffers
     # an epilogue: an elementwise root at the iteration shape of the reduces it computes (choose_fusions)
     base = _reduce_under(self.also[0]) if self.also else None
@@ -378,7 +379,7 @@ class _KernelBuilder:
 
   def name(self):
     shape = self.final_shape
-    return ('r_' if self.axes else 'E_') + '_'.join(str(s) for s in shape)
+    return ('s_' if self.scan else 'r_' if self.axes else 'E_') + '_'.join(str(s) for s in shape)
 
   def arg_for(self, host: Value) -> Value:
     a = self.args.get(host)
@@ -417,6 +418,10 @@ class _KernelBuilder:
     if MOVEMENT in op.TRAITS: return self.emit(op.operands[0], path + (op,), below)
     if op.name == 'tensor.contiguous': return self.emit(op.operands[0], path, below)
     if op.name == 'tensor.gather': return self.gather(op, path, below)
+    if op.name == 'tensor.scan':  # (always a buffer: only a root's kernel computes it)
+      self.full, self.axes, self.out_shape, self.scan = op.src.type.shape, (op.axis,), v.type.shape, True
+      srcs = [self.emit(op.src, (), True)] + ([self.emit(op.init, (), False)] if op.init is not None else [])
+      return self.add(K('scan')(srcs, [dt], {'kind': op.kind, 'axis': op.axis}, op.loc))
     if op.name == 'tensor.reduce':
       if below or any(p.name != 'tensor.reshape' for p in path): raise _Realize(v)
       full, axes = op.src.type.shape, tuple(sorted(op.axes))
@@ -474,8 +479,9 @@ class _KernelBuilder:
       self.__init__(self.s, root, self.also)  # (the reduces it computes in stages too: an epilogue's)
       self.const_loads = True
       val = self.emit(root, (), self.epilogue)
-    # the reduce's output shape (the root may be a reshape of it); an epilogue's root is stored at the iteration shape
-    out = tuple(1 if i in self.axes else n for i, n in enumerate(self.full)) if self.epilogue else self.out_shape
+    # the reduce's output shape (the root may be a reshape of it); an epilogue's root is stored at the iteration shape,
+    # a scan's too (its init is read at the shape with 1 along the scanned axis)
+    out = tuple(1 if i in self.axes else n for i, n in enumerate(self.full)) if self.epilogue or self.scan else self.out_shape
     full = self.full if self.full is not None else out
     if full == ():  # scalar kernels iterate over one point
       full, out = (1,), (1,)
@@ -483,7 +489,7 @@ class _KernelBuilder:
     for ld in self.after:
       if ld.attrs['view'].shape != out: ld.attrs['view'] = ld.attrs['view'].reshape(out).simplify()
     outs = [(root, val)] + [(m, self.inlined[m]) for m in self.also if m not in self.s.unstored]
-    store_vs = [ViewStack.from_shape(v.type.shape).reshape(full if v is root and self.epilogue else out).simplify() for v, _ in outs]
+    store_vs = [ViewStack.from_shape(v.type.shape).reshape(full if v is root and (self.epilogue or self.scan) else out).simplify() for v, _ in outs]
     full, out, store_vs = self.merge_dims(full, out, store_vs)
     self.final_shape = full
     out_args = [Value(BufType(v.type.shape, v.type.dtype)) for v, _ in outs]
@@ -519,6 +525,8 @@ class _KernelBuilder:
       i -= 1
     self.axes = tuple(sorted(red))
     for op in reduce_ops: op.attrs['axes'] = self.axes
+    for op in self.ops:
+      if op.name == 'kernel.scan': op.attrs['axis'] = self.axes[0]
     return full, out, store_vs
 
 

@@ -192,6 +192,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     self.global_size, self.local_size = global_size, local_size
     self.ops_list = ops
     if tc: self.lower_tc(reduces, k.sym_name)
+    elif s.scans: self.lower_scan(s.scans[0])
     else: self.lower_body(reduces)
     for _ in range(self.open_ifs): b.close_if()
     for r in reversed(self.loops): b.close_range(r)
@@ -265,6 +266,33 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     for n, op in enumerate(ops):
       if (n <= last_reduce and op not in need) or (n > last_reduce and op not in rest): continue
       self.lower_op(op, above, self.lanes_above, above=True)
+
+  def lower_scan(self, sc):
+    """A scan: its init (read at the row shape) and an accumulator per lane combination before one loop along the
+    scanned axis, in which the scan's input is computed, combined with the running value (`uop.phi`: the accumulator
+    holds it from then on) and stored, every step."""
+    b, ops, lanes = self.b, self.ops_list, self.lanes_below  # (a scan kernel's lanes are its upcast axes)
+    a = self.kinds.index('scan')
+    idx = {**self.idx, a: b.const(0)}
+    self.vals = {}
+    pre = feeding([sc.init]) if sc.init is not None else set()
+    for op in ops:
+      if op in pre: self.lower_op(op, idx, lanes, above=False)
+    dt, combos = sc.results[0].type, self.combos(lanes)
+    t = VecType(self.W, dt) if self.vec is not None and self.W > 1 else dt
+    ident = b.const(alu.reduce_identity(sc.kind, dt), dt)
+    accs = {c: b.emit('define_acc', [self.broadcast(self.vals[sc.init][c] if sc.init is not None else ident, t)], t, pure=False) for c in combos}
+    r = idx[a] = b.open_range(b.const(0), b.const(self.full[a]))
+    for acc in accs.values(): acc.op.operands = [acc.op.operands[0], r]
+    for op in ops:
+      if op in pre: continue
+      if op is not sc: self.lower_op(op, idx, lanes, above=False); continue
+      res = {}
+      for c in combos:
+        x = self.broadcast(self.vals[sc.src][self.project(sc.src, lanes, c)], t)
+        res[c] = b.emit('phi', [accs[c], b.emit(sc.kind, [accs[c], x], t, pure=False)], t, pure=False)
+      self.vals[sc.results[0]] = res
+    b.close_range(r)
 
   def lower_epilogue(self, stores, idx, done):
     """The stores at the iteration shape after the reduces: a loop over the reduce axes (each thread of a GROUP its

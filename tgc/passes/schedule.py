@@ -7,6 +7,7 @@ actions) and gives the inner part a kind:
   global   the launch grid (the outer parts keep this kind)
   local    work-group dims (GPU targets)
   reduce   the reduce's loops (the outer parts of reduce axes keep this kind)
+  scan     a scan's axis: one loop in order, carrying the running value (no action splits it)
   group    a reduce axis spread over the work-group (GROUP: the inner part; GROUPTOP: the outer one)
   upcast   a non-reduce axis computed in registers (the widest upcast axis is a vector lane)
   unroll   a reduce axis unrolled inside the loop
@@ -220,7 +221,8 @@ class Schedule:
     ops = k.body.ops
     self.k = k
     reduces = [op for op in ops if op.name == 'kernel.reduce']
-    axes = tuple(reduces[0].axes) if reduces else ()
+    self.scans = [op for op in ops if op.name == 'kernel.scan']
+    axes = tuple(reduces[0].axes) if reduces else (self.scans[0].axis,) if self.scans else ()
     # the stores at the stored shape (1 along the reduced axes), then those at the iteration shape (an epilogue)
     stores = [op for op in ops if op.name == 'kernel.store']
     self.full_stores = [op for op in stores if any(op.view.shape[a] != 1 for a in axes)]
@@ -233,7 +235,7 @@ class Schedule:
       if reduces and any(out[a] != 1 for a in axes): raise TgcError(f"@{k.sym_name}: a reduce with no load to give its size")
       full = out  # nothing loaded at a larger shape: the reduce (if any) is over size-1 axes, one point
     views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
-    kinds = ['reduce' if i in axes else 'global' for i in range(len(full))]
+    kinds = [('scan' if self.scans else 'reduce') if i in axes else 'global' for i in range(len(full))]
     self.opts = opts = tuple(k.attrs.get('opts', ()) if opts is None else opts)
     def uncast(v):
       while v.op is not None and v.op.name == 'kernel.cast': v = v.op.operands[0]
