@@ -194,14 +194,18 @@ class ReduceOp(Operation):
 class ScanOp(Operation):
   """`kernel.scan add %x 1 : f32` (`kernel.scan add %x 1 (%init)`): the inclusive scan of the kernel's value along
   iteration axis `axis`, a loop that carries the running value (from init, a value at the shape with 1 along the
-  axis, else the kind's identity) and yields it at every step. A scan kernel computes one scan and stores at the
+  axis, else the kind's identity) and yields it at every step (`{exclusive = true}`: the value before the step's
+  element joins it). A scan kernel computes one scan and stores at the
   iteration shape."""
   name = 'kernel.scan'
   OPERANDS = ('src', 'init?')
-  ATTRS = {'kind': 'ident', 'axis': 'int'}
+  ATTRS = {'kind': 'ident', 'axis': 'int', 'exclusive': 'any?'}
   TRAITS = {PURE}
   FORMAT = '$kind $src $axis?{ ($init)} : type($result)'
+  @property
+  def exclusive(self) -> bool: return self.attrs.get('exclusive', False) in (True, 'true')
   def verify(self):
+    if self.attrs.get('exclusive', False) not in (True, False, 'true', 'false'): raise self.error(f"exclusive must be true or false, got {self.attrs['exclusive']!r}")
     if self.kind not in alu.REDUCE_KINDS: raise self.error(f"unknown scan kind '{self.kind}' (expected one of {', '.join(alu.REDUCE_KINDS)})")
     if self.src.type != self.results[0].type: raise self.error(f"result type {self.results[0].type} does not match operand type {self.src.type}")
     if self.init is not None and self.init.type != self.src.type: raise self.error(f"init type {self.init.type} does not match operand type {self.src.type}")

@@ -115,7 +115,10 @@ def _scan(b, op, g):
   it = TensorType(shape, D.i32)
   pos = b.op('const', (), TensorType((n,), D.i32), {'value': tuple(range(n))})
   pos = b.expand(b.move('reshape', pos, (1,) * a + (n,) + (1,) * (len(shape) - a - 1)), shape)
-  if op.kind == 'add': return [rev(scan('add', rev(g))), b.reduce('add', g, (a,)) if init is not None else None]
+  if op.kind == 'add':  # (exclusive: out[i] leaves x[i] out, so x[j] reaches the outputs after it)
+    gx = rev(b.op('scan', (rev(g),), g.type, {'kind': 'add', 'axis': a, **({'exclusive': True} if op.exclusive else {})}))
+    return [gx, b.reduce('add', g, (a,)) if init is not None else None]
+  if op.exclusive: raise op.error(f"has no gradient rule: an exclusive {op.kind} scan is differentiated only for add")
   if op.kind == 'max':
     hit = b.op('or', (b.cmp('cmpeq', x, y), b.cmp('cmpne', x, x)), TensorType(shape, D.bool_))
     idx = scan('max', b.where(hit, pos, b.c(-1, pos)))  # the position holding each running maximum (-1: the init's)

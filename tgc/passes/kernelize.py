@@ -421,7 +421,7 @@ class _KernelBuilder:
     if op.name == 'tensor.scan':  # (always a buffer: only a root's kernel computes it)
       self.full, self.axes, self.out_shape, self.scan = op.src.type.shape, (op.axis,), v.type.shape, True
       srcs = [self.emit(op.src, (), True)] + ([self.emit(op.init, (), False)] if op.init is not None else [])
-      return self.add(K('scan')(srcs, [dt], {'kind': op.kind, 'axis': op.axis}, op.loc))
+      return self.add(K('scan')(srcs, [dt], {'kind': op.kind, 'axis': op.axis, **({'exclusive': True} if op.exclusive else {})}, op.loc))
     if op.name == 'tensor.reduce':
       if below or any(p.name != 'tensor.reshape' for p in path): raise _Realize(v)
       full, axes = op.src.type.shape, tuple(sorted(op.axes))

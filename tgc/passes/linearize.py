@@ -270,7 +270,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
   def lower_scan(self, sc):
     """A scan: its init (read at the row shape) and an accumulator per lane combination before one loop along the
     scanned axis, in which the scan's input is computed, combined with the running value (`uop.phi`: the accumulator
-    holds it from then on) and stored, every step."""
+    holds it from then on) and stored, every step (exclusive: the stores read it before the phi, which ends the step)."""
     b, ops, lanes = self.b, self.ops_list, self.lanes_below  # (a scan kernel's lanes are its upcast axes)
     a = self.kinds.index('scan')
     idx = {**self.idx, a: b.const(0)}
@@ -284,14 +284,17 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     accs = {c: b.emit('define_acc', [self.broadcast(self.vals[sc.init][c] if sc.init is not None else ident, t)], t, pure=False) for c in combos}
     r = idx[a] = b.open_range(b.const(0), b.const(self.full[a]))
     for acc in accs.values(): acc.op.operands = [acc.op.operands[0], r]
+    late = []  # exclusive: the phis come after the stores, which read the accumulator as it was before the step
     for op in ops:
       if op in pre: continue
       if op is not sc: self.lower_op(op, idx, lanes, above=False); continue
       res = {}
       for c in combos:
-        x = self.broadcast(self.vals[sc.src][self.project(sc.src, lanes, c)], t)
-        res[c] = b.emit('phi', [accs[c], b.emit(sc.kind, [accs[c], x], t, pure=False)], t, pure=False)
+        nxt = b.emit(sc.kind, [accs[c], self.broadcast(self.vals[sc.src][self.project(sc.src, lanes, c)], t)], t, pure=False)
+        if sc.exclusive: late.append((accs[c], nxt)); res[c] = accs[c]
+        else: res[c] = b.emit('phi', [accs[c], nxt], t, pure=False)
       self.vals[sc.results[0]] = res
+    for acc, nxt in late: b.emit('phi', [acc, nxt], t, pure=False)
     b.close_range(r)
 
   def lower_epilogue(self, stores, idx, done):
