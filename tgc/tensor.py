@@ -1197,7 +1197,8 @@ class Tensor(TensorAPI):
     n = self.shape[ax]
     if n == 0: raise ShapeError(f"argmax of an empty axis of shape {self.shape}")
     m = self == self.max(ax, keepdim=True)
-    idx = m.where(Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1)), 0)
+    # n - j at each maximum j (positions counted down: the first one's is the largest), one kernel with the max
+    idx = m.where(Tensor._positions(n, self.device).flip(0).reshape((n,) + (1,) * (self.ndim - ax - 1)), 0)
     return (n - idx.max(ax, keepdim=keepdim)).cast(_D.i32)
 
   def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis, keepdim)
@@ -1231,6 +1232,11 @@ class Tensor(TensorAPI):
     if keepdim: return r
     axes = x._axes(axis)
     return r.reshape(tuple(s for i, s in enumerate(r.shape) if i not in axes))
+
+  @staticmethod
+  def _positions(n: int, device: str) -> Tensor:
+    """1 .. n in int32: a sum scan of ones, which each kernel reading it computes from its index (no constant buffer)."""
+    return Tensor._const(1, (n,), _D.i32, device)._scan('add', 0)
 
   def _scan(self, kind: str, axis: int) -> Tensor:
     """The inclusive scan along an axis (one tensor.scan): out[i] = x[0] op ... op x[i], op add, mul or max."""

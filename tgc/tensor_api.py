@@ -204,7 +204,7 @@ class TensorAPI:
     if self.ndim == 0 or self.shape[ax] == 0: return self, self._c(0, _D.i32)
     x = self._inverse() if inv else self
     v, n = x._scan('max', ax), x.shape[ax]
-    pos = type(self).arange(n, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
+    pos = (type(self)._positions(n, self.device) - 1).reshape((n,) + (1,) * (self.ndim - ax - 1))
     hit = (x == v.detach()) | (x != x) if x.dtype.is_float else x == v
     return (v._inverse() if inv else v), hit.where(pos, -1)._scan('max', ax)
   def cummax(self, axis: int = 0): return self._cumext(axis, False)

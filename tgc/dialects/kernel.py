@@ -50,7 +50,7 @@ class KernelFuncOp(Operation):
     if not reduced: out = tuple(1 if i in axes else n for i, n in enumerate(out))
     full = None
     for op in self.body.ops:
-      if op.name != 'kernel.load': continue
+      if op.name not in ('kernel.load', 'kernel.index'): continue
       sh = op.view.shape
       if len(sh) != len(out): raise op.error(f"view rank {len(sh)} differs from the kernel's iteration rank {len(out)}")
       if sh != out:
@@ -69,7 +69,7 @@ class KernelFuncOp(Operation):
       below: set = set()
       for op in self.body.ops:
         if op.name == 'kernel.reduce': continue
-        if (op.name == 'kernel.load' and op.view.shape != out) or any(v in below for v in op.operands): below.update(op.results)
+        if (op.name in ('kernel.load', 'kernel.index') and op.view.shape != out) or any(v in below for v in op.operands): below.update(op.results)
       for st in reduced:
         if st.value in below: raise st.error(f"stores a value of the iteration shape {list(full or out)}: a reduce kernel stores what comes after its reduce")
 
@@ -86,7 +86,7 @@ class KernelFuncOp(Operation):
       if st.view.shape != full: raise st.error(f"view shape {list(st.view.shape)} differs from the first store's {list(full)}: a scan kernel stores at its iteration shape")
     at_full: set = set()
     for op in self.body.ops:
-      if op.name == 'kernel.load':
+      if op.name in ('kernel.load', 'kernel.index'):
         sh = op.view.shape
         if sh != full and sh != out: raise op.error(f"view shape {list(sh)} is neither the scan kernel's iteration shape {list(full)} nor its row shape {list(out)}")
         if sh == full and full != out: at_full.update(op.results)
@@ -142,6 +142,21 @@ class LoadOp(Operation):
       if not isinstance(t, DType) or t.is_float or t.is_bool: raise self.error(f"index must be an integer scalar, got {t}")
       if g[1] < 1: raise self.error(f"gathers along an axis of size {g[1]}: at least 1")
     _check_view(self, b, self.view, g)
+
+
+class IndexOp(Operation):
+  """`kernel.index [views] : i32`: the index the view stack makes of each iteration point, as a value: a load without
+  a buffer (0 where a mask leaves the point out). Its lowest view names the axis it counts along (stride 1, the others
+  0): a position (an arange, a scan of ones) is computed in the kernel, not read from memory."""
+  name = 'kernel.index'
+  ATTRS = {'view': 'views'}
+  TRAITS = {PURE}
+  FORMAT = '$view : type($result)'
+  def verify(self):
+    r = self.results[0].type
+    if not isinstance(r, DType) or not r.is_int: raise self.error(f"result must be an integer scalar type, got {r}")
+    reach = max(v.reach(i < len(self.view.views) - 1) for i, v in enumerate(self.view.views))
+    if reach >= 2**63: raise self.error(f"view makes indices up to {reach} in magnitude, past what 64-bit indices hold")
 
 
 class StoreOp(Operation):

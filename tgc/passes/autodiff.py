@@ -113,7 +113,7 @@ def _scan(b, op, g):
   scan = lambda kind, v: b.op('scan', (v,), v.type, {'kind': kind, 'axis': a})
   rev = lambda v: b.move('flip', v, v.type.shape, {'axes': (a,)})
   it = TensorType(shape, D.i32)
-  pos = b.op('const', (), TensorType((n,), D.i32), {'value': tuple(range(n))})
+  pos = b.op('scan', (b.op('const', (), TensorType((n,), D.i32), {'value': 1}),), TensorType((n,), D.i32), {'kind': 'add', 'axis': 0, 'exclusive': True})
   pos = b.expand(b.move('reshape', pos, (1,) * a + (n,) + (1,) * (len(shape) - a - 1)), shape)
   if op.kind == 'add':  # (exclusive: out[i] leaves x[i] out, so x[j] reaches the outputs after it)
     gx = rev(b.op('scan', (rev(g),), g.type, {'kind': 'add', 'axis': a, **({'exclusive': True} if op.exclusive else {})}))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from tgc.ir.core import Operation, Module, Value, Block, REGISTRY, MOVEMENT, ELEMENTWISE
 from tgc.ir.types import TensorType, BufType
+from tgc.ir import dtypes as D
 from tgc.ir.attrs import Symbol
 from tgc.shape import ViewStack, View
 from tgc.passes.manager import Pass
@@ -62,6 +63,14 @@ def _reduce_under(v: Value):
     if not (ELEMENTWISE in op.TRAITS and hasattr(op, 'opname')): return None
     stack += op.operands
   return next(iter(found)) if len(found) == 1 else None
+
+
+def positions_scan(op) -> bool:
+  """A sum scan of one splat constant (an arange: positions along an axis): each kernel that reads it computes it from
+  the point's index (kernel.index), c * (i + 1), or c * i exclusive."""
+  src = op.src.op
+  return op.kind == 'add' and op.init is None and src is not None and src.name == 'tensor.const' and not isinstance(src.attrs['value'], tuple) \
+    and (op.results[0].type.dtype.is_int or op.results[0].type.dtype.is_float) and op.results[0].type.numel > 0
 
 
 def _path_views(leaf_shape, path, start: ViewStack | None = None) -> ViewStack:
@@ -109,7 +118,7 @@ class Scheduler:
       if b.op is None or _is_leaf(b): continue  # an argument or a host constant, maybe reshaped on the host
       self.R.add(b)
     for op in self.fn.body.ops:
-      if op.name in ('tensor.contiguous', 'tensor.scan'): self.R.add(op.results[0])  # (a scan is a kernel of its own)
+      if op.name == 'tensor.contiguous' or (op.name == 'tensor.scan' and not positions_scan(op)): self.R.add(op.results[0])  # (a scan is a kernel of its own)
       if op.name == 'tensor.reduce':
         pts = self._reduce_escapes(op.results[0])
         # one way out: the elementwise ops up to it are the reduce kernel's epilogue (a matmul's bias and relu),
@@ -418,7 +427,8 @@ class _KernelBuilder:
     if MOVEMENT in op.TRAITS: return self.emit(op.operands[0], path + (op,), below)
     if op.name == 'tensor.contiguous': return self.emit(op.operands[0], path, below)
     if op.name == 'tensor.gather': return self.gather(op, path, below)
-    if op.name == 'tensor.scan':  # (always a buffer: only a root's kernel computes it)
+    if op.name == 'tensor.scan' and v not in s.R: return self.positions(op, path, below)
+    if op.name == 'tensor.scan':  # (a buffer: only a root's kernel computes it)
       self.full, self.axes, self.out_shape, self.scan = op.src.type.shape, (op.axis,), v.type.shape, True
       srcs = [self.emit(op.src, (), True)] + ([self.emit(op.init, (), False)] if op.init is not None else [])
       return self.add(K('scan')(srcs, [dt], {'kind': op.kind, 'axis': op.axis, **({'exclusive': True} if op.exclusive else {})}, op.loc))
@@ -445,6 +455,22 @@ class _KernelBuilder:
       else: r = self.add(K(op.opname)([self.inline(x) for x in op.operands], [dt], None, op.loc))
       self.inlined[v] = r
     return r
+
+  def positions(self, op, path, below: bool) -> Value:
+    """A sum scan of a splat constant c read through `path`: c * (the point's index along its axis + 1), or c times the
+    index exclusive; the index is the one a view stack makes (stride 1 along the scanned axis, 0 along the others)."""
+    sh, a, dt = op.src.type.shape, op.axis, op.results[0].type.dtype
+    base = ViewStack((View.create(sh, tuple(1 if i == a else 0 for i in range(len(sh))), 0, None),))
+    it = dt if dt.is_int else (D.i64 if sh[a] > 2**31 - 2 else D.i32)
+    ix = K('index')([], [it], {'view': _path_views(sh, path, base)}, op.loc)
+    self.loads.append(ix)
+    if not below: self.after.append(ix)
+    x = self.add(ix)
+    if x.type != dt: x = self.add(K('cast')([x], [dt], None, op.loc))
+    one = lambda v: self.add(K('const')([], [dt], {'value': v}, op.loc))
+    c = op.src.op.attrs['value']
+    if not op.exclusive: x = self.add(K('add')([x, one(1 if dt.is_int else 1.0)], [dt], None, op.loc))
+    return x if c in (1, 1.0) else self.add(K('mul')([x, one(c)], [dt], None, op.loc))
 
   def gather(self, op, path, below: bool) -> Value:
     """A gather is a load whose index along its axis is the index operand's value at the point (computed in this

@@ -157,7 +157,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     n = len(full)
     # 64-bit indices for a buffer past 2^31 elements, or a view whose index expression may pass that (a stride of
     # 2^32 along an axis its mask keeps at one index is valid IR; in i32 its constant would not be)
-    big = any(a.type.numel >= 2**31 for a in k.body.args) or any(op.view.reach() >= 2**31 for op in ops if op.name in ('kernel.load', 'kernel.store'))
+    big = any(a.type.numel >= 2**31 for a in k.body.args) or any(op.view.reach() >= 2**31 for op in ops if op.name in ('kernel.load', 'kernel.index', 'kernel.store'))
     b = self.b = UopBuilder(D.i64 if big else D.i32)
     self.buf = {a: b.emit('define_global', [], PtrType(a.type.dtype), {'index': i, 'size': a.type.numel}, pure=False) for i, a in enumerate(k.body.args)}
     # lanes: the unrolled axes of each region, and the vector axis
@@ -534,6 +534,8 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     combos = self.combos(lane_axes)
     if name == 'kernel.load':
       self.vals[op.results[0]] = {c: self.load(op, idx, lane_axes, c) for c in combos}
+    elif name == 'kernel.index':
+      self.vals[op.results[0]] = {c: self.position(op, idx, lane_axes, c) for c in combos}
     elif name == 'kernel.const':
       dt = op.results[0].type
       v = b.emit('const', [], dt, {'value': op.attrs['value']})
@@ -638,6 +640,17 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       if cv == 0: return b.emit('vectorize', [b.const(0, dt)] * self.W, t)
       zero = b.emit('vectorize', [b.const(0, dt)] * self.W, t)
       return b.emit('load', [buf, i, valid, zero], t)
+    return b.emit('vectorize', [one(l) for l in range(self.W)], VecType(self.W, dt))
+
+  def position(self, op, idx, lane_axes, c):
+    """kernel.index: the view's index of the point (0 where its mask is false), a vector along the vector axis."""
+    b, dt = self.b, op.results[0].type
+    def one(lane):
+      i, valid = self.index(op, idx, lane_axes, c, lane)
+      if i.type != dt: i = b.emit('cast', [i], dt)
+      cv = b.cval(valid)
+      return i if cv == 1 else b.const(0, dt) if cv == 0 else b.emit('where', [valid, i, b.const(0, dt)], dt)
+    if self.vec_stride(op) == 0: return one(0)
     return b.emit('vectorize', [one(l) for l in range(self.W)], VecType(self.W, dt))
 
   def gathered(self, op, lane_axes, c):

@@ -19,6 +19,7 @@ from tgc.ir import dtypes as D, alu
 from tgc.ir.rewrite import PatternMatcher, apply_patterns
 from tgc.passes.manager import Pass
 from tgc.target import DeviceSpec, DEVICE_OPTIONS
+from tgc.passes.kernelize import positions_scan
 
 GPU_ROWS, GPU_CHUNK = 1 << 17, 16   # threads a GPU wants busy; the shortest chunk worth a thread
 CPU_ROWS, CPU_CHUNK = 64, 4096      # rows a CPU's threads share; the shortest chunk worth a row
@@ -38,7 +39,7 @@ def split_scan(op, rw, spec: DeviceSpec):
   x, t, a = op.src, op.results[0].type, op.axis
   shape, n, dt = t.shape, t.shape[op.axis], t.dtype
   rows = math.prod(shape) // n if n else 0
-  c = chunking(rows, n, spec) if rows else None
+  c = chunking(rows, n, spec) if rows and not positions_scan(op) else None  # (positions: computed from indices)
   if c is None: return None
   k = -(-n // c)
   pre, post = shape[:a], shape[a + 1:]

@@ -229,12 +229,12 @@ class Schedule:
     self.stores = [op for op in stores if op not in self.full_stores] + self.full_stores
     self.store = self.stores[0]
     out = tuple(1 if i in axes else n for i, n in enumerate(self.store.view.shape))
-    full = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out), None) or \
+    full = next((op.view.shape for op in ops if op.name in ('kernel.load', 'kernel.index') and op.view.shape != out), None) or \
       (self.full_stores[0].view.shape if self.full_stores else None)
     if full is None:
       if reduces and any(out[a] != 1 for a in axes): raise TgcError(f"@{k.sym_name}: a reduce with no load to give its size")
       full = out  # nothing loaded at a larger shape: the reduce (if any) is over size-1 axes, one point
-    views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
+    views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.index', 'kernel.store')}
     kinds = [('scan' if self.scans else 'reduce') if i in axes else 'global' for i in range(len(full))]
     self.opts = opts = tuple(k.attrs.get('opts', ()) if opts is None else opts)
     def uncast(v):
