@@ -1238,13 +1238,15 @@ class Tensor(TensorAPI):
     """1 .. n in int32: a sum scan of ones, which each kernel reading it computes from its index (no constant buffer)."""
     return Tensor._const(1, (n,), _D.i32, device)._scan('add', 0)
 
-  def _scan(self, kind: str, axis: int) -> Tensor:
-    """The inclusive scan along an axis (one tensor.scan): out[i] = x[0] op ... op x[i], op add, mul or max."""
-    return self._new('scan', (self,), self.shape, self.dtype, {'kind': kind, 'axis': axis})
+  def _scan(self, kind: str, axis: int, exclusive: bool = False) -> Tensor:
+    """The scan along an axis (one tensor.scan): out[i] = x[0] op ... op x[i] (exclusive: up to x[i - 1]), op add,
+    mul or max."""
+    return self._new('scan', (self,), self.shape, self.dtype, {'kind': kind, 'axis': axis, **({'exclusive': True} if exclusive else {})})
 
-  def _cum(self, kind: str, ax: int) -> Tensor:
-    """A running sum or product along axis ax, accumulated in sum's dtype (half floats in f32, rounded back)."""
-    r = self.cast(_sum_acc(self.dtype))._scan(kind, ax)
+  def _cum(self, kind: str, ax: int, exclusive: bool = False) -> Tensor:
+    """A running sum or product along axis ax, accumulated in sum's dtype (half floats in f32, rounded back);
+    exclusive: each position's leaves its own element out."""
+    r = self.cast(_sum_acc(self.dtype))._scan(kind, ax, exclusive)
     return r.cast(self.dtype) if self.dtype.is_float and self.dtype.itemsize < 4 else r
 
   def cumsum(self, axis: int = 0) -> Tensor:
