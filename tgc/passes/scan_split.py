@@ -31,8 +31,8 @@ def chunking(rows: int, n: int, spec: DeviceSpec) -> int | None:
   if rows >= want or n < 2 * least: return None
   c = max(least, -(-n // -(-want // rows)))
   if rows * n <= want: c = max(c, math.isqrt(n))  # a small scan (the totals of a bigger one): a few levels, not many
-  c = next((d for d in range(c, min(2 * c, n)) if n % d == 0), c)  # a divisor near it, where one is (no padding)
-  return c if -(-n // c) >= 2 else None
+  if -(-n // c) < 4: return None  # (fewer chunks save too little: a chunk's own scan is not split again)
+  return next((d for d in range(c, min(2 * c, n)) if n % d == 0 and n // d >= 4), c)  # a divisor near it, where one is (no padding)
 
 
 def split_scan(op, rw, spec: DeviceSpec):
