@@ -51,6 +51,16 @@ def test_cummax_cummin(shape, axis, dev):
     close(v, tv.numpy()); close(i, ti.numpy().astype(np.int32))
 
 
+@pytest.mark.parametrize('dev', DEVS)
+@pytest.mark.parametrize('shape,axis', SHAPES, ids=str)
+def test_logcumsumexp(shape, axis, dev):
+  """A scan whose step is log(exp(a) + exp(b)): a large spread loses nothing, -inf stays -inf, long axes in chunks."""
+  if dev == 'INTERP' and np.prod(shape) > 10000: pytest.skip("the interpreter runs a point at a time")
+  x = (RNG.standard_normal(shape) * 30).astype(np.float32)
+  x.reshape(-1)[:2] = -np.inf
+  close(Tensor(x).logcumsumexp(axis), torch.logcumsumexp(torch.tensor(x, dtype=torch.float64), axis).numpy(), rtol=1e-5, atol=1e-4)
+
+
 def test_dtypes_and_nan():
   x = np.array([[1, 3, 3, 2, 7], [5, 4, 6, 6, 0]], np.int8)
   close(Tensor(x).cumsum(1), np.cumsum(x, 1).astype(np.int32))  # (summed in int32, as sum)
@@ -88,9 +98,9 @@ def test_gradients_match_torch(dev):
   x[0, 4] = x[0, 2]  # cummax: a tie
   g = RNG.standard_normal((4, 9)).astype(np.float32)
   for f in (lambda t: t.cumsum(1), lambda t: t.cumsum(0), lambda t: t.cumprod(1), lambda t: t.cumprod(0),
-            lambda t: t.cummax(1)[0], lambda t: t.cummin(0)[0]):
+            lambda t: t.cummax(1)[0], lambda t: t.cummin(0)[0], lambda t: t.logcumsumexp(1), lambda t: (t * 40).logcumsumexp(0)):
     got, want = _grads(f, f, x, g)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(want).max())))  # (x * 40: exp of f32 sums near 100)
 
 
 def _kernels(t: Tensor) -> list[str]:
@@ -187,7 +197,8 @@ def test_hand_written_scan_kernel_runs(dev):
 
 
 BAD = [
-  ("%0 = tensor.scan min %x 1 : tensor<4x6xf32>", "unknown scan kind 'min' (expected one of add, max, mul)"),
+  ("%0 = tensor.scan min %x 1 : tensor<4x6xf32>", "unknown scan kind 'min' (expected one of add, max, mul, logaddexp)"),
+  ("%0 = tensor.scan logaddexp %j 1 : tensor<4x6xi32>", "logaddexp scans floats, got i32"),
   ("%0 = tensor.scan add %x 2 : tensor<4x6xf32>", "axis 2 is out of range for rank 2"),
   ("%0 = tensor.scan add %x 1 : tensor<4x6xi32>", "result must be the operand's type tensor<4x6xf32>, got tensor<4x6xi32>"),
   ("%0 = tensor.scan add %x 0 (%i) : tensor<4x6xf32>", "init must be tensor<1x6xf32> (the operand's shape with 1 along axis 0), got tensor<4x1xf32>"),
@@ -197,4 +208,4 @@ BAD = [
 @pytest.mark.parametrize('line,msg', BAD, ids=[m for _, m in BAD])
 def test_verifier_errors(line, msg):
   with pytest.raises(Diagnostic, match=msg.replace('(', r'\(').replace(')', r'\)').replace('[', r'\[')):
-    I.parse(f"func.func @f(%x: tensor<4x6xf32>, %i: tensor<4x1xf32>) {{\n  {line}\n  func.return\n}}")
+    I.parse(f"func.func @f(%x: tensor<4x6xf32>, %i: tensor<4x1xf32>, %j: tensor<4x6xi32>) {{\n  {line}\n  func.return\n}}")

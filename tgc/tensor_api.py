@@ -185,12 +185,6 @@ class TensorAPI:
     back = lambda t: t.transpose(ax, -1) if ax != self.ndim - 1 else t
     return tuple(back(t) for t in r) if isinstance(r, tuple) else back(r)
 
-  def _tri_last(self):
-    """bool (n, n): row i sees columns j <= i."""
-    n = self.shape[-1]
-    ar = type(self).arange(n, device=self.device)
-    return ar.reshape(n, 1) >= ar.reshape(1, n)
-
   def cumprod(self, axis: int = 0):
     """The running product along an axis: a scan (tensor.scan mul)."""
     ax = self._axis(axis)
@@ -210,19 +204,12 @@ class TensorAPI:
   def cummax(self, axis: int = 0): return self._cumext(axis, False)
   def cummin(self, axis: int = 0): return self._cumext(axis, True)
   def logcumsumexp(self, axis: int = 0):
-    """log(sum(exp(x[j]) for j <= i)), each prefix shifted by its own running max (a constant for the gradient),
-    so no exp overflows and no prefix loses its small terms to a later large one."""
+    """log(sum(exp(x[j]) for j <= i)): a scan whose step is log(exp(a) + exp(b)) about the larger of the two, so no
+    exp overflows and no prefix loses its small terms to a later large one."""
     ax = self._axis(axis)
     x = self._float()
     if self.ndim == 0 or self.shape[ax] == 0: return x
-    def f(x):
-      n = x.shape[-1]
-      m = x.cummax(-1)[0].detach()
-      m = m.isinf().where(0, m)  # an all -inf prefix: exp(-inf - 0) = 0, log 0 = -inf, not nan
-      xe = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
-      terms = x._tri_last().where(xe - m.unsqueeze(-1), -math.inf)
-      return terms.exp().sum(-1).log() + m
-    return x._along_last(ax, f)
+    return x._scan('logaddexp', ax)
 
   # ---- selection by indices: gathers (a load whose index is another tensor's value), one-hot compares
   def one_hot(self, num_classes: int | None = None):

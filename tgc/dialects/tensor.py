@@ -105,7 +105,8 @@ class ScanOp(Operation):
   def verify(self):
     s, r = _tensor(self, self.src.type, 'operand'), _tensor(self, self.results[0].type)
     if self.attrs.get('exclusive', False) not in (True, False, 'true', 'false'): raise self.error(f"exclusive must be true or false, got {self.attrs['exclusive']!r}")
-    if self.kind not in alu.REDUCE_KINDS: raise self.error(f"unknown scan kind '{self.kind}' (expected one of {', '.join(alu.REDUCE_KINDS)})")
+    if self.kind not in alu.SCAN_KINDS: raise self.error(f"unknown scan kind '{self.kind}' (expected one of {', '.join(alu.SCAN_KINDS)})")
+    if self.kind == 'logaddexp' and not getattr(s.dtype, 'is_float', False): raise self.error(f"logaddexp scans floats, got {s.dtype}")
     if not 0 <= self.axis < s.rank: raise self.error(f"axis {self.axis} is out of range for rank {s.rank}")
     if r != s: raise self.error(f"result must be the operand's type {s}, got {r}")
     if self.init is not None:

@@ -119,6 +119,14 @@ def _scan(b, op, g):
     gx = rev(b.op('scan', (rev(g),), g.type, {'kind': 'add', 'axis': a, **({'exclusive': True} if op.exclusive else {})}))
     return [gx, b.reduce('add', g, (a,)) if init is not None else None]
   if op.exclusive: raise op.error(f"has no gradient rule: an exclusive {op.kind} scan is differentiated only for add")
+  if op.kind == 'logaddexp':  # sum over i >= j of g[i] exp(x[j] - y[i]): g's positive and negative parts apart, each
+    # a reversed logcumsumexp of log|g| - y, so that nothing overflows (torch's form)
+    ln2, c = math.log(2), lambda v, like: b.c(v, like)
+    exp = lambda v: b.alu('exp2', b.alu('mul', v, c(1 / ln2, v)))
+    log = lambda v: b.alu('mul', b.alu('log2', v), c(ln2, v))
+    part = lambda gp: exp(b.alu('add', x, rev(scan('logaddexp', rev(b.alu('sub', log(gp), y))))))
+    gx = b.alu('sub', part(b.alu('max', g, c(0.0, g))), part(b.alu('max', b.alu('neg', g), c(0.0, g))))
+    return [gx, b.reduce('add', b.alu('mul', g, exp(b.alu('sub', b.expand(init, shape), y))), (a,)) if init is not None else None]
   if op.kind == 'max':
     hit = b.op('or', (b.cmp('cmpeq', x, y), b.cmp('cmpne', x, x)), TensorType(shape, D.bool_))
     idx = scan('max', b.where(hit, pos, b.c(-1, pos)))  # the position holding each running maximum (-1: the init's)

@@ -290,12 +290,24 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       if op is not sc: self.lower_op(op, idx, lanes, above=False); continue
       res = {}
       for c in combos:
-        nxt = b.emit(sc.kind, [accs[c], self.broadcast(self.vals[sc.src][self.project(sc.src, lanes, c)], t)], t, pure=False)
+        nxt = self.combine(sc.kind, accs[c], self.broadcast(self.vals[sc.src][self.project(sc.src, lanes, c)], t))
         if sc.exclusive: late.append((accs[c], nxt)); res[c] = accs[c]
         else: res[c] = b.emit('phi', [accs[c], nxt], t, pure=False)
       self.vals[sc.results[0]] = res
     for acc, nxt in late: b.emit('phi', [acc, nxt], t, pure=False)
     b.close_range(r)
+
+  def combine(self, kind, acc, x):
+    """A scan's step: acc op x; logaddexp as max + log(1 + exp(min - max)) in base 2 (the larger one where it is
+    infinite: -inf and -inf give -inf, not NaN)."""
+    b, t = self.b, acc.type
+    if kind != 'logaddexp': return b.emit(kind, [acc, x], t, pure=False)
+    c = lambda v: self.broadcast(b.const(v, elem(t)), t)
+    hi, lo = b.emit('max', [acc, x], t), b.emit('min', [acc, x], t)
+    d = b.emit('exp2', [b.emit('mul', [b.emit('sub', [lo, hi], t), c(1 / math.log(2))], t)], t)
+    r = b.emit('add', [hi, b.emit('mul', [b.emit('log2', [b.emit('add', [c(1.0), d], t)], t), c(math.log(2))], t)], t)
+    inf = b.emit('cmpne', [b.emit('sub', [hi, hi], t), c(0.0)], VecType(t.count, D.bool_) if isinstance(t, VecType) else D.bool_)
+    return b.emit('where', [inf, hi, r], t, pure=False)
 
   def lower_epilogue(self, stores, idx, done):
     """The stores at the iteration shape after the reduces: a loop over the reduce axes (each thread of a GROUP its

@@ -45,7 +45,7 @@ def split_scan(op, rw, spec: DeviceSpec):
   pre, post = shape[:a], shape[a + 1:]
   T = lambda sh, d=dt: TensorType(tuple(sh), d)
   def mk(name, srcs, sh, attrs=None, d=dt): return rw.create(REGISTRY['tensor.' + name], list(srcs), [T(sh, d)], attrs, op.loc).results[0]
-  ident = lambda sh: mk('const', (), sh, {'value': alu.reduce_identity(op.kind, dt)})
+  ident = lambda sh, v=None: mk('const', (), sh, {'value': alu.reduce_identity(op.kind, dt) if v is None else v})
   def pad_ident(v, pads, sh):  # a pad that reads the kind's identity (tensor.pad reads 0)
     p = mk('pad', [v], sh, {'pads': pads})
     if op.kind == 'add': return p
@@ -53,7 +53,13 @@ def split_scan(op, rw, spec: DeviceSpec):
     return mk('where', [inside, p, ident(sh)], sh)
   if k * c != n: x = pad_ident(x, tuple((0, k * c - n) if i == a else (0, 0) for i in range(len(shape))), pre + (k * c,) + post)
   xs = mk('reshape', [x], pre + (k, c) + post)
-  tot = mk('reduce', [xs], pre + (k, 1) + post, {'kind': op.kind, 'axes': (a + 1,)})
+  if op.kind == 'logaddexp':  # a chunk's total: log(sum(exp(x - m))) + m, m its max where finite (else 0)
+    m = mk('reduce', [xs], pre + (k, 1) + post, {'kind': 'max', 'axes': (a + 1,)})
+    m = mk('where', [mk('cmpeq', [mk('sub', [m, m], m.type.shape), ident(m.type.shape, 0.0)], m.type.shape, d=D.bool_), m, ident(m.type.shape, 0.0)], m.type.shape)
+    e = mk('exp2', [mk('mul', [mk('sub', [xs, mk('expand', [m], xs.type.shape)], xs.type.shape), ident(xs.type.shape, 1 / math.log(2))], xs.type.shape)], xs.type.shape)
+    s = mk('reduce', [e], m.type.shape, {'kind': 'add', 'axes': (a + 1,)})
+    tot = mk('add', [mk('mul', [mk('log2', [s], m.type.shape), ident(m.type.shape, math.log(2))], m.type.shape), m], m.type.shape)
+  else: tot = mk('reduce', [xs], pre + (k, 1) + post, {'kind': op.kind, 'axes': (a + 1,)})
   init = None if op.init is None else mk('reshape', [op.init], pre + (1, 1) + post)
   before = mk('scan', [tot] + ([init] if init is not None else []), pre + (k, 1) + post, {'kind': op.kind, 'axis': a, 'exclusive': True})
   out = mk('scan', [xs, before], pre + (k, c) + post, {'kind': op.kind, 'axis': a + 1, **({'exclusive': True} if op.exclusive else {})})
