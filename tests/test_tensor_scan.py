@@ -209,3 +209,19 @@ BAD = [
 def test_verifier_errors(line, msg):
   with pytest.raises(Diagnostic, match=msg.replace('(', r'\(').replace(')', r'\)').replace('[', r'\[')):
     I.parse(f"func.func @f(%x: tensor<4x6xf32>, %i: tensor<4x1xf32>, %j: tensor<4x6xi32>) {{\n  {line}\n  func.return\n}}")
+
+
+def test_scan_unroll_schedule():
+  """UNROLL alone splits a scan's axis (a vector of steps carried through in order); the GPU heuristic takes it where
+  the loads and the store run along the axis: 16 bytes a load and a store."""
+  from tgc.passes.schedule import Schedule, Opt, OptError
+  k = I.parse(ROUND).functions('kernel.func')[0]
+  assert Schedule(k, (Opt('unroll', 1, 2),)).kinds == ['global', 'scan', 'unroll']
+  for opts, msg in [((Opt('upcast', 0, 2), Opt('unroll', 1, 2)), "take no other unrolled lanes"), ((Opt('unroll', 1, 3),), "take no other unrolled lanes"),
+                    ((Opt('group', 1, 2),), "axis 1 is a scan axis, group applies to reduce axes")]:
+    with pytest.raises(OptError, match=msg): Schedule(k, opts)
+  from tgc.tensor import _build_module
+  from tgc.lowering import lower
+  m, _ = _build_module([Tensor.empty(64, 512).cumsum(1).node], 'k')
+  src = lower(m, 'cuda', until='source')
+  assert 'float4 val1 = *((float4*)(data1+alu0));' in src and '*((float4*)(data0+alu0)) = make_float4(alu1,alu2,alu3,alu4);' in src, src

@@ -279,7 +279,8 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     for op in ops:
       if op in pre: self.lower_op(op, idx, lanes, above=False)
     dt, combos = sc.results[0].type, self.combos(lanes)
-    t = VecType(self.W, dt) if self.vec is not None and self.W > 1 else dt
+    steps = self.vec is not None and self.kinds[self.vec] == 'unroll'  # (a vector of steps: the lanes in order)
+    t = VecType(self.W, dt) if self.vec is not None and self.W > 1 and not steps else dt
     ident = b.const(alu.reduce_identity(sc.kind, dt), dt)
     accs = {c: b.emit('define_acc', [self.broadcast(self.vals[sc.init][c] if sc.init is not None else ident, t)], t, pure=False) for c in combos}
     r = idx[a] = b.open_range(b.const(0), b.const(self.full[a]))
@@ -290,7 +291,15 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       if op is not sc: self.lower_op(op, idx, lanes, above=False); continue
       res = {}
       for c in combos:
-        nxt = self.combine(sc.kind, accs[c], self.broadcast(self.vals[sc.src][self.project(sc.src, lanes, c)], t))
+        x = self.vals[sc.src][self.project(sc.src, lanes, c)]
+        if steps:  # each lane's step from the one before it; the stores take them as one vector
+          run, outs = accs[c], []
+          for l in range(self.W):
+            prev, run = run, self.combine(sc.kind, run, b.emit('gep', [x], dt, {'index': l}) if isinstance(x.type, VecType) else x)
+            outs.append(prev if sc.exclusive else run)
+          late.append((accs[c], run)); res[c] = b.emit('vectorize', outs, VecType(self.W, dt))
+          continue
+        nxt = self.combine(sc.kind, accs[c], self.broadcast(x, t))
         if sc.exclusive: late.append((accs[c], nxt)); res[c] = accs[c]
         else: res[c] = b.emit('phi', [accs[c], nxt], t, pure=False)
       self.vals[sc.results[0]] = res

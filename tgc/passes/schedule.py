@@ -7,7 +7,8 @@ actions) and gives the inner part a kind:
   global   the launch grid (the outer parts keep this kind)
   local    work-group dims (GPU targets)
   reduce   the reduce's loops (the outer parts of reduce axes keep this kind)
-  scan     a scan's axis: one loop in order, carrying the running value (no action splits it)
+  scan     a scan's axis: one loop in order, carrying the running value (UNROLL alone splits it: a vector of steps a
+           loop iteration, carried through its lanes in order)
   group    a reduce axis spread over the work-group (GROUP: the inner part; GROUPTOP: the outer one)
   upcast   a non-reduce axis computed in registers (the widest upcast axis is a vector lane)
   unroll   a reduce axis unrolled inside the loop
@@ -116,7 +117,9 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
       smem[below[ax]] = max(1, amt)
       continue
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
-    if kinds[ax] != OPT_KINDS[name] and not (name == 'padto' and kinds[ax] == 'reduce'):
+    if 'scan' in kinds and (name in ('upcast', 'unroll') and any(kd in ('upcast', 'unroll') for kd in kinds) or name == 'unroll' and amt not in (2, 4, 8, 16)):
+      raise OptError(f"{name}: a scan's unrolled steps (UNROLL of its axis by 2, 4, 8 or 16: one vector) take no other unrolled lanes")
+    if kinds[ax] != OPT_KINDS[name] and not (name == 'padto' and kinds[ax] == 'reduce') and not (name == 'unroll' and kinds[ax] == 'scan'):
       raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes" +
                      (" (and reduce axes)" if name == 'padto' else ''))
     if 'tck' in kinds and name not in ('upcast', 'local', 'swap', 'unroll'):
