@@ -135,12 +135,13 @@ def test_scan_kernel_ir():
   assert u[i + 1:].index('uop.range') < u[i + 1:].index('uop.phi') < u[i + 1:].index('uop.store') < u[i + 1:].index('uop.endrange')
 
 
-@pytest.mark.parametrize('target,rows,n,want', [('cuda', 8192, 512, 32), ('cuda', 1, 1 << 24, 128), ('cuda', 1, 1 << 17, 512), ('cuda', 1, 31, None),
+@pytest.mark.parametrize('target,rows,n,want', [('cuda', 8192, 512, 32), ('cuda', 1, 1 << 24, 128), ('cuda', 1, 1 << 17, 64), ('cuda', 1, 2048, 64),
+                                                ('cuda', 1, 32, None), ('cuda', 1, 31, None), ('cuda', 2048, 64, None),
                                                 ('cuda', 1 << 17, 64, None), ('llvm', 8192, 512, None), ('llvm', 1, 1 << 24, 1 << 18),
                                                 ('llvm', 2, 20001, 4096), ('llvm', 1, 8000, None)])
 def test_chunking_from_the_device(target, rows, n, want):
   """How long the chunks of a scan are: a GPU wants some 2^17 threads and chunks of 16 or more, a CPU 64 rows and
-  chunks of 4096 or more; a small scan (the totals of a big one) takes chunks near the square root of its length."""
+  chunks of 4096 or more; a small scan (the totals of a big one) chunks 4 times as long, at least 4 of them."""
   assert chunking(rows, n, DeviceSpec.of(target)) == want
 
 
@@ -154,9 +155,9 @@ def test_split_ir():
   from tgc.passes.manager import PassManager, parse_pipeline
   PassManager(parse_pipeline('scan-split{target=cuda}')).run(m)
   text = m.print()
-  assert '%1 = tensor.reduce max %0 [2] : tensor<3x25x40xf32> -> tensor<3x25x1xf32>' in text, text
-  assert '%2 = tensor.scan max %1 1 {exclusive = true} : tensor<3x25x1xf32>' in text, text
-  assert '%3 = tensor.scan max %0 2 (%2) : tensor<3x25x40xf32>' in text, text
+  assert '%1 = tensor.reduce max %0 [2] : tensor<3x10x100xf32> -> tensor<3x10x1xf32>' in text, text
+  assert '%2 = tensor.scan max %1 1 {exclusive = true} : tensor<3x10x1xf32>' in text, text
+  assert '%3 = tensor.scan max %0 2 (%2) : tensor<3x10x100xf32>' in text, text
 
 
 ROUND = """func.func @f(%x: tensor<4x6xf32>, %i: tensor<4x1xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>) {

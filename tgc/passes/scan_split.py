@@ -9,7 +9,9 @@ and one axis of 2^24 is one thread. Split into k chunks of c (the axis padded wi
 
 The scan of the totals is split again while it is long. How many rows the device wants and how short a chunk may
 be come from its DeviceSpec: a GPU wants some 2^17 threads (an H100 holds 270k) and chunks of 16 or more, a CPU
-64 rows (its cores' threads, load-balanced) and chunks long enough to stream (4096).
+64 rows (its cores' threads, load-balanced) and chunks long enough to stream (4096). A scan too small to fill the
+device anyway (the totals of a big one) takes chunks 4 times as long: each level costs two launches, so an axis of
+2^24 on a GPU is chunks of 128, their totals in chunks of 64, those in chunks of 64, and one scan of 32.
 """
 from __future__ import annotations
 import math
@@ -30,7 +32,7 @@ def chunking(rows: int, n: int, spec: DeviceSpec) -> int | None:
   want, least = (GPU_ROWS, GPU_CHUNK) if spec.gpu else (CPU_ROWS, CPU_CHUNK)
   if rows >= want or n < 2 * least: return None
   c = max(least, -(-n // -(-want // rows)))
-  if rows * n <= want: c = max(c, math.isqrt(n))  # a small scan (the totals of a bigger one): a few levels, not many
+  if rows * n <= want: c = max(c, 4 * least)  # a small scan (the totals of a bigger one): longer chunks, fewer levels
   if -(-n // c) < 4: return None  # (fewer chunks save too little: a chunk's own scan is not split again)
   return next((d for d in range(c, min(2 * c, n)) if n % d == 0 and n // d >= 4), c)  # a divisor near it, where one is (no padding)
 
