@@ -671,8 +671,11 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       if i.type != dt: i = b.emit('cast', [i], dt)
       cv = b.cval(valid)
       return i if cv == 1 else b.const(0, dt) if cv == 0 else b.emit('where', [valid, i, b.const(0, dt)], dt)
-    if self.vec_stride(op) == 0: return one(0)
-    return b.emit('vectorize', [one(l) for l in range(self.W)], VecType(self.W, dt))
+    st, vt = self.vec_stride(op), VecType(self.W, dt)
+    if st == 0: return one(0)
+    if st is not None and all(v.mask is None for v in self.views[op].views):  # (affine along the lanes: a base and steps)
+      return b.emit('add', [self.broadcast(one(0), vt), b.emit('vectorize', [b.const(st * l, dt) for l in range(self.W)], vt)], vt)
+    return b.emit('vectorize', [one(l) for l in range(self.W)], vt)
 
   def gathered(self, op, lane_axes, c):
     """A gather's term of the index, per vector lane: clamp(index, 0, size - 1) * stride in the index type (the
