@@ -25,7 +25,7 @@ def close(t, want, rtol=1e-5, atol=1e-5):
 
 # odd sizes, every axis, and axes long enough that scan-split chunks them (on the CPU from 8192 along few rows; on the
 # OpenCL target, a GPU language, from 32)
-SHAPES = [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 33, 3), 1), ((4, 7, 5), -1), ((20001,), 0), ((3, 9001), 1), ((9000, 3), 0)]
+SHAPES = [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 33, 3), 1), ((4, 7, 5), -1), ((40, 64), 0), ((20001,), 0), ((3, 9001), 1), ((9000, 3), 0)]
 
 @pytest.mark.parametrize('dev', DEVS)
 @pytest.mark.parametrize('shape,axis', SHAPES, ids=str)
@@ -182,11 +182,14 @@ def test_ir_round_trip():
   for ln in ROUND.strip().splitlines(): assert ln in text.splitlines(), ln
 
 
+@pytest.mark.parametrize('opts', ['', ' attributes {opts = [upcast(axis = 0, amt = 2)]}', ' attributes {opts = [upcast(axis = 0, amt = 2), upcast(axis = 0, amt = 2)]}',
+                                  ' attributes {opts = [unroll(axis = 1, amt = 2)]}'])
 @pytest.mark.parametrize('dev', ['CPU', 'C', 'INTERP'])
-def test_hand_written_scan_kernel_runs(dev):
+def test_hand_written_scan_kernel_runs(dev, opts):
   """The round trip's kernel, launched from a function: an exclusive product scan from an init, of a load plus the
-  position along the row."""
-  fn = tgc.compile("kernel.func" + ROUND.split('kernel.func')[1] + """func.func @main(%a: tensor<4x6xi32>, %b: tensor<4x1xi32>) -> tensor<4x6xi32> {
+  position along the row; as it is, with rows in vector lanes (and in lanes of their own), with steps in vector lanes."""
+  k = "kernel.func" + ROUND.split('kernel.func')[1].replace('%data2: !kernel.buf<4x1xi32>)', '%data2: !kernel.buf<4x1xi32>)' + opts)
+  fn = tgc.compile(k + """func.func @main(%a: tensor<4x6xi32>, %b: tensor<4x1xi32>) -> tensor<4x6xi32> {
   %0 = kernel.alloc : tensor<4x6xi32>
   kernel.launch @s_4_6(%0, %a, %b)
   func.return %0 : tensor<4x6xi32>

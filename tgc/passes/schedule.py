@@ -117,7 +117,7 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
       smem[below[ax]] = max(1, amt)
       continue
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
-    if 'scan' in kinds and (name in ('upcast', 'unroll') and any(kd in ('upcast', 'unroll') for kd in kinds) or name == 'unroll' and amt not in (2, 4, 8, 16)):
+    if 'scan' in kinds and (name == 'unroll' and (any(kd in ('upcast', 'unroll') for kd in kinds) or amt not in (2, 4, 8, 16)) or name == 'upcast' and 'unroll' in kinds):
       raise OptError(f"{name}: a scan's unrolled steps (UNROLL of its axis by 2, 4, 8 or 16: one vector) take no other unrolled lanes")
     if kinds[ax] != OPT_KINDS[name] and not (name == 'padto' and kinds[ax] == 'reduce') and not (name == 'unroll' and kinds[ax] == 'scan'):
       raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes" +
