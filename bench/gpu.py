@@ -36,6 +36,11 @@ def rows(scale: float):
     'sum': ([(n,)], 'float32', lambda a: a.sum(), lambda a: a.sum(), 4 * n, 'GB/s'),
     'rowsum': ([(m, k)], 'float32', lambda a: a.sum(axis=1), lambda a: a.sum(dim=1), 4 * m * k, 'GB/s'),
     'softmax': ([(m, k)], 'float32', lambda a: a.softmax(axis=1), lambda a: a.softmax(dim=1), 8 * m * k, 'GB/s'),
+    # scans: rows of 512 (chunks of each row run as threads of their own), one long axis (chunk totals, a scan of them,
+    # the chunks' scans from their offsets); argmax: one kernel, its positions computed from the indices
+    'cumsum rows': ([(m, 512)], 'float32', lambda a: a.cumsum(1), lambda a: a.cumsum(1), 8 * m * 512, 'GB/s'),
+    'cumsum long': ([(n // 4,)], 'float32', lambda a: a.cumsum(0), lambda a: a.cumsum(0), 8 * (n // 4), 'GB/s'),
+    'argmax rows': ([(m, k)], 'float32', lambda a: a.argmax(axis=1), lambda a: a.argmax(dim=1), 4 * m * k, 'GB/s'),
     'matmul f32': ([(mm, mm), (mm, mm)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     'matmul f16': ([(mm, mm), (mm, mm)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     'matmul bf16': ([(mm, mm), (mm, mm)], 'bfloat16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),

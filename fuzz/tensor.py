@@ -3,7 +3,7 @@
 `python -m fuzz.tensor --seed 1 --seconds 600 --out fuzz-out`. A program is a list of steps, each making one value
 from earlier ones: inputs (0-d to 5-d, odd and size-1 axes, now and then an empty one, every dtype), elementwise
 ops with broadcasting, casts, comparisons and where, movement chains (reshape, permute, expand, pad, shrink,
-flip), reductions (sum, max, min, mean, argmax), matmul, and realized intermediates that several later steps
+flip), reductions (sum, max, min, mean, argmax), scans (cumsum, cummax), matmul, and realized intermediates that several later steps
 read. Each program runs on CPU, C, INTERP, OPENCL (where pyopencl finds a platform) and CUDA (where present), and
 each result is checked against numpy: exactly for integers and bools, within a tolerance fitting the dtype
 (relative to a bound on the values the generator keeps) for floats. A float feeds a cast to an integer, a
@@ -80,7 +80,7 @@ def _step(r, vals, steps):
   a = vals[i]
   k, nd = a.kind, len(a.shape)
   choice = r.choice(('unary', 'unary', 'binary', 'binary', 'binary', 'cast', 'cmp', 'where', 'reshape', 'permute', 'expand',
-                     'pad', 'shrink', 'flip', 'reduce', 'reduce', 'matmul', 'realize', 'contiguous', 'input', 'scalar'))
+                     'pad', 'shrink', 'flip', 'reduce', 'reduce', 'scan', 'matmul', 'realize', 'contiguous', 'input', 'scalar'))
   cap = FLOAT_CAP.get(a.dtype, 1e18)
   def add(op, src, arg, shape, dtype, bound, exact):
     steps.append({'op': op, 'src': src, 'arg': arg}); vals.append(_V(shape, dtype, bound, exact))
@@ -164,6 +164,13 @@ def _step(r, vals, steps):
   if choice == 'flip' and nd:
     axes = sorted(r.sample(range(nd), r.randrange(1, nd + 1)))
     add('flip', [i], axes, a.shape, a.dtype, a.bound, a.exact); return
+  if choice == 'scan' and nd:  # cumsum (in sum's dtype) or cummax's values along one axis
+    ax, kind = r.randrange(nd), r.choice(['cumsum', 'cummax'])
+    if kind == 'cummax': add('scan', [i], [kind, ax], a.shape, a.dtype, a.bound, a.exact); return
+    bound = a.bound * max(a.shape[ax], 1)
+    if k == 'f' and bound >= cap: return
+    dt = a.dtype if a.dtype in ('float16', 'bfloat16') else {'bool': 'int32', 'int8': 'int32', 'int16': 'int32', 'uint8': 'uint32', 'uint16': 'uint32'}.get(a.dtype, a.dtype)
+    add('scan', [i], [kind, ax], a.shape, dt, bound, False); return
   if choice == 'reduce':
     kinds = ['sum', 'max', 'min'] + (['mean'] if k == 'f' else []) + (['argmax'] if a.exact and nd else [])
     kind = r.choice(kinds)
@@ -362,6 +369,15 @@ def _numpy_eval(steps, upto=None):
         else: v = (np.max if kind == 'max' else np.min)(x, axis=ax, keepdims=keep)
         if dt in FLOATS: v = _round(v, dt)
         v = np.asarray(v).astype(_np_dtype(dt))
+    elif op == 'scan':
+      kind, ax = arg
+      x = src[0]
+      if kind == 'cummax': v = np.maximum.accumulate(x, axis=ax) if x.shape[ax] else x
+      else:
+        dt = {'bool': 'int32', 'int8': 'int32', 'int16': 'int32', 'uint8': 'uint32', 'uint16': 'uint32'}.get(dt, dt)
+        with np.errstate(over='ignore'): v = np.cumsum(x, axis=ax, dtype=_np_dtype(dt))
+      if dt in FLOATS: v = _round(v, dt)
+      v = np.asarray(v).astype(_np_dtype(dt))
     else: raise ValueError(f"unknown step {op}")
     vals.append(np.asarray(v)); dts.append(dt)
     if upto == i: return vals[-1].shape, dt
@@ -406,6 +422,7 @@ def _tgc_eval(steps, outs, device):
       ax = tuple(axes) if axes is not None else None
       if kind == 'argmax': v = x.argmax(None if axes is None else axes[0], keepdim=keep)
       else: v = getattr(x, kind)(ax, keepdim=keep)
+    elif op == 'scan': v = x.cumsum(arg[1]) if arg[0] == 'cumsum' else x.cummax(arg[1])[0]
     vals.append(v)
   res = [vals[o] for o in outs]
   Tensor.realize(*res) if len(res) > 1 else res[0].realize()

@@ -80,7 +80,9 @@ def test_elementwise_reduce_and_movement_ops_equal_one_device():
   close(x[:, 2:4], a[:, 2:4]); close(x.flip(1), a[:, ::-1])
   s = Tensor(a, device=DEV).shard(DEVS, 1) if 6 % NDEV == 0 else Tensor(a, device=DEV).to(DEVS)
   close(x + s, a + a)  # different axes: resharded
-  close((x > 0).where(x, 0.5).cumsum(1), np.cumsum(np.where(a > 0, a, 0.5), 1), rtol=1e-4)
+  close((x > 0).where(x, 0.5).cumsum(1), np.cumsum(np.where(a > 0, a, 0.5), 1), rtol=1e-4)  # (a scan of each shard)
+  close(x.cumsum(0), np.cumsum(a, 0), rtol=1e-4); close(x.cummax(1)[0], np.maximum.accumulate(a, 1))  # (gathered first; each shard's)
+  assert (x.argmax(1).numpy() == a.argmax(1)).all()
 
 
 def test_matmul_row_column_and_contracted_splits():

@@ -182,7 +182,8 @@ def _softmax(a):
                                   'softmax_big', 'softmax_odd', 'softmax_short_rows', 'softmax_cols', 'log_softmax', 'layernorm', 'var_f64',
                                   'sum_i32', 'argmax', 'softmax_f16', 'softmax_rows1000', 'softmax_rows6625', 'max_rows6625', 'conv1x3_960',
                                   'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
-                                  'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc', 'conv_tc_strided'])
+                                  'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc', 'conv_tc_strided',
+                                  'cumsum_rows', 'cumsum_long', 'cumsum_cols', 'cummax_odd', 'logcumsumexp_long', 'argmax_rows'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -229,6 +230,13 @@ def test_gpu_heuristic_shapes(case):
     # the implicit GEMM on tensor cores: strides, dilation, a window wider than tall, uneven padding
     'conv_tc_strided': (lambda x, w: x.conv2d(w, stride=(2, 1), padding=(1, 2), dilation=2), (r(16, 32, 13, 9, dt=np.float16), r(8, 32, 3, 5, dt=np.float16)),
                         lambda x, w: _torch_conv(x, w, stride=(2, 1), padding=(1, 2), dilation=2), 2e-2),
+    # scans: rows in chunks (a thread a chunk, from its offset), one long axis in three levels, along axis 0, odd sizes
+    'cumsum_rows': (lambda a: a.cumsum(1), (r(8192, 512),), lambda a: np.cumsum(a, 1), 1e-4),
+    'cumsum_long': (lambda a: a.cumsum(0), (r(1 << 24),), lambda a: np.cumsum(a), 1e-4),
+    'cumsum_cols': (lambda a: a.cumsum(0), (r(3001, 70),), lambda a: np.cumsum(a, 0), 1e-4),
+    'cummax_odd': (lambda a: a.cummax(1)[0], (r(33, 100003),), lambda a: np.maximum.accumulate(a, 1), 0),
+    'logcumsumexp_long': (lambda a: a.logcumsumexp(0), (r(1000003) * 10,), lambda a: np.logaddexp.accumulate(a), 1e-5),
+    'argmax_rows': (lambda a: a.argmax(1), (r(8192, 4096),), lambda a: a.argmax(1), 0),
   }[case]
   out = f(*[tgc.Tensor(a, device='CUDA') for a in args]).numpy()
   want = ref(*[a.astype(np.float64) for a in args])

@@ -141,6 +141,22 @@ TENSOR = {
   %5 = tensor.reshape %4 : tensor<4x3xf32> -> tensor<3x4xf32>
   func.return %5 : tensor<3x4xf32>
 }""", None, [('f32', (3, 4)), ('f32', (3, 4))]),
+  # scans: along rows, along one long axis (split in chunks on every target: a reduce of each, an exclusive scan of
+  # the totals, each chunk's scan from its offset), with an init, exclusive, of ints
+  'scan': ("""func.func @scan(%a: tensor<5x300xf32>, %b: tensor<20000xf32>, %j: tensor<20000xi32>, %i: tensor<7x5xi32>, %n: tensor<1x5xi32>) -> (tensor<5x300xf32>, tensor<20000xi32>, tensor<20000xf32>, tensor<7x5xi32>, tensor<7x5xi32>, tensor<5x300xf32>, tensor<5x300xf32>) {
+  %e = tensor.exp2 %a : tensor<5x300xf32>
+  %0 = tensor.scan add %e 1 : tensor<5x300xf32>
+  %1 = tensor.scan add %j 0 : tensor<20000xi32>
+  %2 = tensor.scan max %b 0 : tensor<20000xf32>
+  %3 = tensor.scan mul %i 0 (%n) : tensor<7x5xi32>
+  %4 = tensor.scan add %i 0 {exclusive = true} : tensor<7x5xi32>
+  %5 = tensor.scan max %a 1 {exclusive = true} : tensor<5x300xf32>
+  %6 = tensor.scan logaddexp %a 1 : tensor<5x300xf32>
+  func.return %0, %1, %2, %3, %4, %5, %6 : tensor<5x300xf32>, tensor<20000xi32>, tensor<20000xf32>, tensor<7x5xi32>, tensor<7x5xi32>, tensor<5x300xf32>, tensor<5x300xf32>
+}""", lambda a, b, j, i, n: (np.cumsum(np.exp2(a.astype(np.float64)), 1), np.cumsum(j), np.maximum.accumulate(b), n * np.cumprod(i, 0),
+                             np.cumsum(i, 0) - i, np.concatenate([np.full((5, 1), -np.inf), np.maximum.accumulate(a, 1)[:, :-1]], 1),
+                             np.logaddexp.accumulate(a.astype(np.float64), 1)),
+           [('f32', (5, 300)), ('f32', (20000,)), ('i32', (20000,)), ('i32', (7, 5)), ('i32', (1, 5))]),
 }
 
 
@@ -182,7 +198,7 @@ def test_tensor_programs(name, dev):
     assert g.dtype == r.dtype and g.shape == r.shape
     # integers agree bit for bit; floats summed in another order (each target's kernel-opt picks its own tiles)
     # agree to rounding, except where no reduction is involved
-    if exact(r) or name not in ('softmax', 'where', 'halfmath', 'matmul', 'dot', 'reduce'): np.testing.assert_array_equal(g, r, err_msg=f"{name} on {dev}")
+    if exact(r) or name not in ('softmax', 'where', 'halfmath', 'matmul', 'dot', 'reduce', 'scan'): np.testing.assert_array_equal(g, r, err_msg=f"{name} on {dev}")
     else: np.testing.assert_allclose(g.astype(np.float64), r.astype(np.float64), rtol=2e-6 if r.dtype != np.float16 else 1e-3, err_msg=f"{name} on {dev}")
   if TENSOR[name][1] is not None:
     for g, want in zip(got, TENSOR[name][1](*ins)):

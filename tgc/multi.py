@@ -6,6 +6,7 @@ the autodiff pass and the optimizers see one graph, as on one device. `realize` 
 graph per device (SPMD, as GSPMD and MLIR's mesh dialect do) and puts collectives where the shards must meet:
 
 - elementwise ops run shard by shard; a replicated operand of a sharded one is cut to each device's shard locally;
+- a scan along another axis than the sharded one scans each shard (along the sharded axis: gathered first);
 - a reduce over the sharded axis reduces each shard, then all-reduces (the result is replicated); over other axes
   it stays sharded;
 - a matmul whose contracted axis is sharded is a partial matmul per device plus an all-reduce (a row-split linear
@@ -222,6 +223,7 @@ class Partition:
       loc = tuple((0, s.shape[a] // n) if i == a and op == 'shrink' else tuple(p) for i, p in enumerate(attrs[key]))
       return a, self.local(op, [(x,) for x in xs], {key: loc}, local_shape(shape, a, n), dtype)
     elif op == 'flip' and a not in attrs['axes']: return a, self.local(op, [(x,) for x in xs], attrs, local_shape(shape, a, n), dtype)
+    elif op == 'scan' and a != attrs['axis']: return a, self.local(op, [(x,) for x in xs], attrs, local_shape(shape, a, n), dtype)
     # a movement across the shards (or an op without a rule): the whole value on every device first
     full = self.gather(a, xs, s.shape)
     return None, self.local(op, [(x,) for x in full], attrs, shape, dtype)

@@ -1197,7 +1197,8 @@ class Tensor(TensorAPI):
     n = self.shape[ax]
     if n == 0: raise ShapeError(f"argmax of an empty axis of shape {self.shape}")
     m = self == self.max(ax, keepdim=True)
-    idx = m.where(Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1)), 0)
+    # n - j at each maximum j (positions counted down: the first one's is the largest), one kernel with the max
+    idx = m.where(Tensor._positions(n, self.device).flip(0).reshape((n,) + (1,) * (self.ndim - ax - 1)), 0)
     return (n - idx.max(ax, keepdim=keepdim)).cast(_D.i32)
 
   def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis, keepdim)
@@ -1232,17 +1233,28 @@ class Tensor(TensorAPI):
     axes = x._axes(axis)
     return r.reshape(tuple(s for i, s in enumerate(r.shape) if i not in axes))
 
+  @staticmethod
+  def _positions(n: int, device: str) -> Tensor:
+    """1 .. n in int32: a sum scan of ones, which each kernel reading it computes from its index (no constant buffer)."""
+    return Tensor._const(1, (n,), _D.i32, device)._scan('add', 0)
+
+  def _scan(self, kind: str, axis: int, exclusive: bool = False) -> Tensor:
+    """The scan along an axis (one tensor.scan): out[i] = x[0] op ... op x[i] (exclusive: up to x[i - 1]), op add,
+    mul or max."""
+    return self._new('scan', (self,), self.shape, self.dtype, {'kind': kind, 'axis': axis, **({'exclusive': True} if exclusive else {})})
+
+  def _cum(self, kind: str, ax: int, exclusive: bool = False) -> Tensor:
+    """A running sum or product along axis ax, accumulated in sum's dtype (half floats in f32, rounded back);
+    exclusive: each position's leaves its own element out."""
+    r = self.cast(_sum_acc(self.dtype))._scan(kind, ax, exclusive)
+    return r.cast(self.dtype) if self.dtype.is_float and self.dtype.itemsize < 4 else r
+
   def cumsum(self, axis: int = 0) -> Tensor:
-    """Sum over a sliding window: x moved to the last axis, each row i adds x[..., j] for j <= i."""
+    """The running sum along an axis: a scan (tensor.scan add)."""
     ax = self._axis(axis)  # a 0-d tensor takes axis 0 or -1 only
     if self.ndim == 0: return self.sum()
-    x = self.transpose(ax, -1) if ax != self.ndim - 1 else self
-    n = x.shape[-1]
-    if n == 0: return self.cast(_sum_acc(self.dtype)) if not (self.dtype.is_float and self.dtype.itemsize < 4) else self
-    tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
-    xe = x.unsqueeze(-2)._broadcast_to(x.shape[:-1] + (n, n))
-    r = tri._broadcast_to(xe.shape).where(xe, 0).sum(-1)
-    return r.transpose(ax, -1) if ax != self.ndim - 1 else r
+    if self.shape[ax] == 0: return self.cast(_sum_acc(self.dtype)) if not (self.dtype.is_float and self.dtype.itemsize < 4) else self
+    return self._cum('add', ax)
 
   # ---- linear algebra
   def dot(self, w: Tensor) -> Tensor: return self.matmul(w)

@@ -185,53 +185,31 @@ class TensorAPI:
     back = lambda t: t.transpose(ax, -1) if ax != self.ndim - 1 else t
     return tuple(back(t) for t in r) if isinstance(r, tuple) else back(r)
 
-  def _tri_last(self):
-    """bool (n, n): row i sees columns j <= i."""
-    n = self.shape[-1]
-    ar = type(self).arange(n, device=self.device)
-    return ar.reshape(n, 1) >= ar.reshape(1, n)
-
-  def _cum(self, axis, fill, reduce):
+  def cumprod(self, axis: int = 0):
+    """The running product along an axis: a scan (tensor.scan mul)."""
     ax = self._axis(axis)
     if self.ndim == 0 or self.shape[ax] == 0: return self
-    def f(x):
-      n = x.shape[-1]
-      xe = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
-      return reduce(x._tri_last().where(xe, fill))
-    return self._along_last(ax, f)
-  def cumprod(self, axis: int = 0): return self._cum(axis, 1, lambda t: t.prod(-1))
+    return self._cum('mul', ax)
   def _cumext(self, axis, inv: bool):
-    """(running extreme, index of it): the index is the last position j <= i that holds the running extreme (torch's
-    choice on ties), in tinygrad's default int."""
+    """(running extreme, index of it): a max scan of the values, and one of the positions that hold their running
+    maximum (or a NaN, which rules from there on), so the index is the last position j <= i that holds the running
+    extreme (torch's choice on ties), in tinygrad's default int."""
     ax = self._axis(axis)
     if self.ndim == 0 or self.shape[ax] == 0: return self, self._c(0, _D.i32)
     x = self._inverse() if inv else self
-    def f(x):
-      n = x.shape[-1]
-      low = -math.inf if x.dtype.is_float else _D.min_max(x.dtype)[0]
-      xe = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
-      vals = x._tri_last().where(xe, low).max(-1)
-      hit = x._tri_last() & (xe == vals.unsqueeze(-1))
-      ar = type(self).arange(n, device=self.device)
-      return vals, hit.where(ar, -1).max(-1)
-    v, i = x._along_last(ax, f)
-    return (v._inverse() if inv else v), i
+    v, n = x._scan('max', ax), x.shape[ax]
+    pos = (type(self)._positions(n, self.device) - 1).reshape((n,) + (1,) * (self.ndim - ax - 1))
+    hit = (x == v.detach()) | (x != x) if x.dtype.is_float else x == v
+    return (v._inverse() if inv else v), hit.where(pos, -1)._scan('max', ax)
   def cummax(self, axis: int = 0): return self._cumext(axis, False)
   def cummin(self, axis: int = 0): return self._cumext(axis, True)
   def logcumsumexp(self, axis: int = 0):
-    """log(sum(exp(x[j]) for j <= i)), each prefix shifted by its own running max (a constant for the gradient),
-    so no exp overflows and no prefix loses its small terms to a later large one."""
+    """log(sum(exp(x[j]) for j <= i)): a scan whose step is log(exp(a) + exp(b)) about the larger of the two, so no
+    exp overflows and no prefix loses its small terms to a later large one."""
     ax = self._axis(axis)
     x = self._float()
     if self.ndim == 0 or self.shape[ax] == 0: return x
-    def f(x):
-      n = x.shape[-1]
-      m = x.cummax(-1)[0].detach()
-      m = m.isinf().where(0, m)  # an all -inf prefix: exp(-inf - 0) = 0, log 0 = -inf, not nan
-      xe = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))
-      terms = x._tri_last().where(xe - m.unsqueeze(-1), -math.inf)
-      return terms.exp().sum(-1).log() + m
-    return x._along_last(ax, f)
+    return x._scan('logaddexp', ax)
 
   # ---- selection by indices: gathers (a load whose index is another tensor's value), one-hot compares
   def one_hot(self, num_classes: int | None = None):

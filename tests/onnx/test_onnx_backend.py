@@ -24,7 +24,8 @@ FAST = ['test_add_bcast', 'test_sub_example', 'test_mul_bcast', 'test_div_exampl
         'test_constant', 'test_identity', 'test_dropout_default', 'test_triu', 'test_resize_upsample_scales_nearest',
         'test_resize_upsample_scales_linear',
         # the ops beyond scope.py's SCOPE, one basic case each
-        'test_gather_elements_0', 'test_cumsum_1d', 'test_cumprod_1d', 'test_top_k', 'test_scatter_elements_with_axis', 'test_scatternd',
+        'test_gather_elements_0', 'test_cumsum_1d', 'test_cumprod_1d', 'test_cumsum_1d_reverse_exclusive', 'test_cumprod_1d_int32_exclusive',
+        'test_cumsum_2d_negative_axis', 'test_top_k', 'test_scatter_elements_with_axis', 'test_scatternd',
         'test_gathernd_example_int32', 'test_hardmax_example', 'test_einsum_batch_matmul', 'test_onehot_with_axis',
         'test_bitshift_right_uint8', 'test_bitshift_left_int8_overflow', 'test_acos', 'test_asin', 'test_atan', 'test_sinh', 'test_cosh',
         'test_asinh', 'test_acosh', 'test_atanh', 'test_lpnormalization_default', 'test_lppool_2d_default', 'test_lrn',

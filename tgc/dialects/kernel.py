@@ -33,6 +33,8 @@ class KernelFuncOp(Operation):
     stores = [op for op in self.body.ops if op.name == 'kernel.store']
     if not stores: raise self.error(f"@{self.sym_name} stores nothing")
     reduces = [op for op in self.body.ops if op.name == 'kernel.reduce']
+    scans = [op for op in self.body.ops if op.name == 'kernel.scan']
+    if scans: return self.verify_scan(scans, reduces, stores)
     axes = tuple(reduces[0].axes) if reduces else ()
     # a reduce kernel stores at the stored shape (1 along the reduced axes) what comes after its reduces, and may
     # also store at its iteration shape (an epilogue after the reduces: softmax's exp(x - max) / sum)
@@ -48,7 +50,7 @@ class KernelFuncOp(Operation):
     if not reduced: out = tuple(1 if i in axes else n for i, n in enumerate(out))
     full = None
     for op in self.body.ops:
-      if op.name != 'kernel.load': continue
+      if op.name not in ('kernel.load', 'kernel.index'): continue
       sh = op.view.shape
       if len(sh) != len(out): raise op.error(f"view rank {len(sh)} differs from the kernel's iteration rank {len(out)}")
       if sh != out:
@@ -67,9 +69,29 @@ class KernelFuncOp(Operation):
       below: set = set()
       for op in self.body.ops:
         if op.name == 'kernel.reduce': continue
-        if (op.name == 'kernel.load' and op.view.shape != out) or any(v in below for v in op.operands): below.update(op.results)
+        if (op.name in ('kernel.load', 'kernel.index') and op.view.shape != out) or any(v in below for v in op.operands): below.update(op.results)
       for st in reduced:
         if st.value in below: raise st.error(f"stores a value of the iteration shape {list(full or out)}: a reduce kernel stores what comes after its reduce")
+
+  def verify_scan(self, scans, reduces, stores):
+    """A scan kernel: one scan, no reduce; it stores at its iteration shape (every step of the scan), its loads walk
+    that shape or the shape with 1 along the scanned axis (what the scan's init reads: one value a row)."""
+    if len(scans) > 1: raise scans[1].error("a kernel computes one scan")
+    if reduces: raise reduces[0].error("a scan kernel computes no reduce")
+    sc = scans[0]
+    full = stores[0].view.shape
+    if not sc.axis < len(full): raise sc.error(f"axis {sc.axis} is out of range for the iteration rank {len(full)}")
+    out = tuple(1 if i == sc.axis else n for i, n in enumerate(full))
+    for st in stores:
+      if st.view.shape != full: raise st.error(f"view shape {list(st.view.shape)} differs from the first store's {list(full)}: a scan kernel stores at its iteration shape")
+    at_full: set = set()
+    for op in self.body.ops:
+      if op.name in ('kernel.load', 'kernel.index'):
+        sh = op.view.shape
+        if sh != full and sh != out: raise op.error(f"view shape {list(sh)} is neither the scan kernel's iteration shape {list(full)} nor its row shape {list(out)}")
+        if sh == full and full != out: at_full.update(op.results)
+      elif op.results and any(v in at_full for v in op.operands): at_full.update(op.results)
+    if sc.init is not None and sc.init in at_full: raise sc.error(f"init varies along the scanned axis {sc.axis}: it must be read at the row shape {list(out)}")
 
 
 def _check_view(op, buf_t: BufType, vs, gather=None):
@@ -122,6 +144,21 @@ class LoadOp(Operation):
     _check_view(self, b, self.view, g)
 
 
+class IndexOp(Operation):
+  """`kernel.index [views] : i32`: the index the view stack makes of each iteration point, as a value: a load without
+  a buffer (0 where a mask leaves the point out). Its lowest view names the axis it counts along (stride 1, the others
+  0): a position (an arange, a scan of ones) is computed in the kernel, not read from memory."""
+  name = 'kernel.index'
+  ATTRS = {'view': 'views'}
+  TRAITS = {PURE}
+  FORMAT = '$view : type($result)'
+  def verify(self):
+    r = self.results[0].type
+    if not isinstance(r, DType) or not r.is_int: raise self.error(f"result must be an integer scalar type, got {r}")
+    reach = max(v.reach(i < len(self.view.views) - 1) for i, v in enumerate(self.view.views))
+    if reach >= 2**63: raise self.error(f"view makes indices up to {reach} in magnitude, past what 64-bit indices hold")
+
+
 class StoreOp(Operation):
   name = 'kernel.store'
   OPERANDS = ('buf', 'value')
@@ -167,6 +204,28 @@ class ReduceOp(Operation):
     if self.kind not in alu.REDUCE_KINDS: raise self.error(f"unknown reduce kind '{self.kind}' (expected one of {', '.join(alu.REDUCE_KINDS)})")
     if self.src.type != self.results[0].type: raise self.error(f"result type {self.results[0].type} does not match operand type {self.src.type}")
     if len(set(self.axes)) != len(self.axes) or not self.axes: raise self.error(f"axes {list(self.axes)} must be distinct and non-empty")
+
+
+class ScanOp(Operation):
+  """`kernel.scan add %x 1 : f32` (`kernel.scan add %x 1 (%init)`): the inclusive scan of the kernel's value along
+  iteration axis `axis`, a loop that carries the running value (from init, a value at the shape with 1 along the
+  axis, else the kind's identity) and yields it at every step (`{exclusive = true}`: the value before the step's
+  element joins it). A scan kernel computes one scan and stores at the
+  iteration shape."""
+  name = 'kernel.scan'
+  OPERANDS = ('src', 'init?')
+  ATTRS = {'kind': 'ident', 'axis': 'int', 'exclusive': 'any?'}
+  TRAITS = {PURE}
+  FORMAT = '$kind $src $axis?{ ($init)} : type($result)'
+  @property
+  def exclusive(self) -> bool: return self.attrs.get('exclusive', False) in (True, 'true')
+  def verify(self):
+    if self.attrs.get('exclusive', False) not in (True, False, 'true', 'false'): raise self.error(f"exclusive must be true or false, got {self.attrs['exclusive']!r}")
+    if self.kind not in alu.SCAN_KINDS: raise self.error(f"unknown scan kind '{self.kind}' (expected one of {', '.join(alu.SCAN_KINDS)})")
+    if self.kind == 'logaddexp' and not getattr(self.src.type, 'is_float', False): raise self.error(f"logaddexp scans floats, got {self.src.type}")
+    if self.src.type != self.results[0].type: raise self.error(f"result type {self.results[0].type} does not match operand type {self.src.type}")
+    if self.init is not None and self.init.type != self.src.type: raise self.error(f"init type {self.init.type} does not match operand type {self.src.type}")
+    if self.axis < 0: raise self.error(f"axis {self.axis} must be non-negative")
 
 
 # ---- host side ----

@@ -89,6 +89,31 @@ class ReduceOp(Operation):
       raise self.error(f"result must be {TensorType(want, s.dtype)} (reduced axes kept as 1), got {r}")
 
 
+class ScanOp(Operation):
+  """`tensor.scan add %x 1 : tensor<8x512xf32>`: the inclusive scan of x along one axis, out[..., i, ...] = x[..., 0,
+  ...] op ... op x[..., i, ...] (cumsum: add, cumprod: mul, cummax: max). `tensor.scan add %x 1 (%init)` starts each
+  row's running value from init (x's shape with 1 along the axis) instead of the kind's identity: a long axis split in
+  chunks scans each chunk from the scan of the chunks' totals before it. `{exclusive = true}`: out[i] leaves x[i] out
+  (out[0] is the init, or the identity)."""
+  name = 'tensor.scan'
+  OPERANDS = ('src', 'init?')
+  ATTRS = {'kind': 'ident', 'axis': 'int', 'exclusive': 'any?'}
+  TRAITS = {PURE}
+  FORMAT = '$kind $src $axis?{ ($init)} : type($result)'
+  @property
+  def exclusive(self) -> bool: return self.attrs.get('exclusive', False) in (True, 'true')
+  def verify(self):
+    s, r = _tensor(self, self.src.type, 'operand'), _tensor(self, self.results[0].type)
+    if self.attrs.get('exclusive', False) not in (True, False, 'true', 'false'): raise self.error(f"exclusive must be true or false, got {self.attrs['exclusive']!r}")
+    if self.kind not in alu.SCAN_KINDS: raise self.error(f"unknown scan kind '{self.kind}' (expected one of {', '.join(alu.SCAN_KINDS)})")
+    if self.kind == 'logaddexp' and not getattr(s.dtype, 'is_float', False): raise self.error(f"logaddexp scans floats, got {s.dtype}")
+    if not 0 <= self.axis < s.rank: raise self.error(f"axis {self.axis} is out of range for rank {s.rank}")
+    if r != s: raise self.error(f"result must be the operand's type {s}, got {r}")
+    if self.init is not None:
+      want = TensorType(tuple(1 if i == self.axis else d for i, d in enumerate(s.shape)), s.dtype)
+      if _tensor(self, self.init.type, 'init') != want: raise self.error(f"init must be {want} (the operand's shape with 1 along axis {self.axis}), got {self.init.type}")
+
+
 class _Movement(Operation):
   OPERANDS = ('src',)
   TRAITS = {PURE, MOVEMENT}

@@ -914,15 +914,13 @@ def _gather_nd(ctx, attrs, x, idx):
 
 @op('CumSum', 'CumProd')
 def _cumulative(ctx, attrs, x, axis):
+  """One scan (exclusive: each position leaves its own element out), reversed by flips around it."""
   a = _axis(ctx.ints(axis)[0], x.ndim)
-  prod = ctx.node.op_type == 'CumProd'
-  if attrs.get('reverse', 0): x = x.flip(a)
-  y = x
-  if attrs.get('exclusive', 0):  # shifted by one: the first position holds the identity
-    y = x.pad(tuple((1, 0) if i == a else (0, 0) for i in range(x.ndim)), 1 if prod else 0)
-    y = y.shrink(tuple((0, x.shape[a]) if i == a else None for i in range(x.ndim)))
-  r = (y.cumprod(a) if prod else y.cumsum(a)).cast(x.dtype)
-  return r.flip(a) if attrs.get('reverse', 0) else r
+  if not x.shape[a]: return x
+  rev = attrs.get('reverse', 0)
+  y = x.flip(a) if rev else x
+  r = y._cum('mul' if ctx.node.op_type == 'CumProd' else 'add', a, bool(attrs.get('exclusive', 0))).cast(x.dtype)
+  return r.flip(a) if rev else r
 
 @op('TopK')
 def _topk(ctx, attrs, x, k=None):

@@ -15,6 +15,8 @@ COMPARE = ('cmplt', 'cmpne', 'cmpeq')
 TERNARY = ('where', 'mulacc')
 COMMUTATIVE = frozenset(('add', 'mul', 'max', 'min', 'and', 'or', 'xor', 'cmpne', 'cmpeq'))
 REDUCE_KINDS = ('add', 'max', 'mul')
+# a scan's kinds: the reduces', and log(exp(a) + exp(b)) of floats (logcumsumexp's running value)
+SCAN_KINDS = REDUCE_KINDS + ('logaddexp',)
 
 
 def _int_div(a, b, dt: DType):

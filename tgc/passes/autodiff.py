@@ -103,6 +103,53 @@ def _gather(b, op, g):
   s = b.reduce('add', b.alu('mul', hit, b.expand(b.move('reshape', g, ins), E)), (a,))
   return [b.move('reshape', s, x.type.shape), None]
 
+def _scan(b, op, g):
+  """add: the gradient summed from the end (a reversed cumsum); max: each output's gradient goes to the position that
+  holds its running maximum (the last one so on ties, NaN's own where a NaN rules: torch's cummax index); mul: the
+  reversed cumsum of g * y divided by x before a row's first zero, at the zero the products of the others (a scan with
+  the zero as 1), after it nothing. The init takes what comes back to the running value's start."""
+  x, y, a, init = op.src, op.results[0], op.axis, op.init
+  shape, n, dt = x.type.shape, x.type.shape[a], x.type.dtype
+  scan = lambda kind, v: b.op('scan', (v,), v.type, {'kind': kind, 'axis': a})
+  rev = lambda v: b.move('flip', v, v.type.shape, {'axes': (a,)})
+  it = TensorType(shape, D.i32)
+  pos = b.op('scan', (b.op('const', (), TensorType((n,), D.i32), {'value': 1}),), TensorType((n,), D.i32), {'kind': 'add', 'axis': 0, 'exclusive': True})
+  pos = b.expand(b.move('reshape', pos, (1,) * a + (n,) + (1,) * (len(shape) - a - 1)), shape)
+  if op.kind == 'add':  # (exclusive: out[i] leaves x[i] out, so x[j] reaches the outputs after it)
+    gx = rev(b.op('scan', (rev(g),), g.type, {'kind': 'add', 'axis': a, **({'exclusive': True} if op.exclusive else {})}))
+    return [gx, b.reduce('add', g, (a,)) if init is not None else None]
+  if op.exclusive: raise op.error(f"has no gradient rule: an exclusive {op.kind} scan is differentiated only for add")
+  if op.kind == 'logaddexp':  # sum over i >= j of g[i] exp(x[j] - y[i]): g's positive and negative parts apart, each
+    # a reversed logcumsumexp of log|g| - y, so that nothing overflows (torch's form)
+    ln2, c = math.log(2), lambda v, like: b.c(v, like)
+    exp = lambda v: b.alu('exp2', b.alu('mul', v, c(1 / ln2, v)))
+    log = lambda v: b.alu('mul', b.alu('log2', v), c(ln2, v))
+    part = lambda gp: exp(b.alu('add', x, rev(scan('logaddexp', rev(b.alu('sub', log(gp), y))))))
+    gx = b.alu('sub', part(b.alu('max', g, c(0.0, g))), part(b.alu('max', b.alu('neg', g), c(0.0, g))))
+    return [gx, b.reduce('add', b.alu('mul', g, exp(b.alu('sub', b.expand(init, shape), y))), (a,)) if init is not None else None]
+  if op.kind == 'max':
+    hit = b.op('or', (b.cmp('cmpeq', x, y), b.cmp('cmpne', x, x)), TensorType(shape, D.bool_))
+    idx = scan('max', b.where(hit, pos, b.c(-1, pos)))  # the position holding each running maximum (-1: the init's)
+    E = shape[:a + 1] + (n,) + shape[a + 1:]  # (.., output i, position j, ..)
+    ii = b.expand(b.move('reshape', idx, shape[:a + 1] + (1,) + shape[a + 1:]), E)
+    jj = b.expand(b.move('reshape', pos, shape[:a] + (1,) + shape[a:]), E)
+    ge = b.expand(b.move('reshape', g, shape[:a + 1] + (1,) + shape[a + 1:]), E)
+    gx = b.move('reshape', b.reduce('add', b.where(b.cmp('cmpeq', ii, jj), ge, b.c(0.0, ge)), (a,)), shape)
+    return [gx, b.reduce('add', b.where(b.cmp('cmplt', idx, b.c(0, idx)), g, b.c(0.0, g)), (a,)) if init is not None else None]
+  ginit = None
+  if init is not None:  # y = init * (the scan without it): the init's gradient sums g times that
+    q = scan('mul', x)
+    ginit, g, y = b.reduce('add', b.alu('mul', g, q), (a,)), b.alu('mul', g, b.expand(init, shape)), q
+  zero = b.cmp('cmpeq', x, b.c(0.0, x))
+  # first: where the leading run of nonzeros ends (the first zero's position, n when there is none)
+  first = b.expand(b.reduce('add', b.cast(b.cmp('cmpeq', scan('max', b.cast(zero, D.i32)), b.c(0, pos)), D.i32), (a,)), shape)
+  before, at = b.cmp('cmplt', pos, first), b.cmp('cmpeq', pos, first)
+  rsum = rev(scan('add', rev(b.alu('mul', g, y))))
+  others = scan('mul', b.where(at, b.c(1.0, x), x))  # the products with the first zero left out
+  at_zero = b.expand(b.reduce('add', b.where(b.cmp('cmplt', pos, first), b.c(0.0, g), b.alu('mul', g, others)), (a,)), shape)
+  gx = b.where(before, b.alu('fdiv', rsum, b.where(before, x, b.c(1.0, x))), b.where(at, at_zero, b.c(0.0, x)))
+  return [gx, ginit]
+
 RULES = {
   'neg': lambda b, op, g: [b.alu('neg', g)],
   'exp2': lambda b, op, g: [b.alu('mul', g, b.alu('mul', op.results[0], b.c(math.log(2), g)))],
@@ -130,6 +177,7 @@ RULES = {
   'flip': lambda b, op, g: [b.move('flip', g, g.type.shape, {'axes': op.axes})],
   'contiguous': lambda b, op, g: [g],
   'gather': _gather,
+  'scan': _scan,
   'matmul': lambda b, op, g: [b.op('matmul', (g, b.transpose(op.rhs)), op.lhs.type), b.op('matmul', (b.transpose(op.lhs), g), op.rhs.type)],
 }
 # ops whose outputs carry no gradient to their operands (constant, integer or bool only, or piecewise constant)

@@ -253,6 +253,19 @@ def row_reduce(tl: Tiling) -> list | None:
           return tl.opts
 
 
+def scan(tl: Tiling) -> list | None:
+  """A scan kernel on a GPU: a thread's steps read and write 16 bytes at a time (UNROLL of the scanned axis where
+  its loads and its store run along it: a vector of steps carried through in order), then work-groups as generic's."""
+  ks = tl.ks
+  if not ks.scans: return None
+  if tl.gpu:
+    a = ks.kinds.index('scan')
+    w = 16 // max(op.buf.type.dtype.itemsize for op in tl.loads + [ks.store])
+    if w >= 2 and ks.full[a] % w == 0 and ks.full[a] > w and ks.strides(ks.store)[a] == 1 and \
+        all(ks.strides(op)[a] in (0, 1) for op in tl.loads): tl.apply(Opt('unroll', a, w))
+  return generic(tl)
+
+
 def generic(tl: Tiling) -> list | None:
   """Everything else: GROUPTOP, register tiles (upcast), unrolled reduces, the CPU loop order, work-groups (local), SMEM."""
   k, t, spec, gpu, cpu, loads, vec = tl.k, tl.t, tl.spec, tl.gpu, tl.cpu, tl.loads, tl.vec
@@ -397,7 +410,7 @@ def generic(tl: Tiling) -> list | None:
 
 # the heuristic's strategies, in order: the first that returns opts decides; one that returns None may have applied
 # actions that the next ones build on (a row-reduce's padding where no GROUP then fits)
-STRATEGIES = (warpgroup, tc_conv, tc_matmul, matvec, few_rows, row_reduce, generic)
+STRATEGIES = (scan, warpgroup, tc_conv, tc_matmul, matvec, few_rows, row_reduce, generic)
 
 
 def heuristic(k: Operation, spec: DeviceSpec, max_upcast: int = 0, allow_local: bool | None = None, unroll: int = 4,

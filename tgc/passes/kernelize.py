@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from tgc.ir.core import Operation, Module, Value, Block, REGISTRY, MOVEMENT, ELEMENTWISE
 from tgc.ir.types import TensorType, BufType
+from tgc.ir import dtypes as D
 from tgc.ir.attrs import Symbol
 from tgc.shape import ViewStack, View
 from tgc.passes.manager import Pass
@@ -64,6 +65,14 @@ def _reduce_under(v: Value):
     if not (ELEMENTWISE in op.TRAITS and hasattr(op, 'opname')): return None
     stack += op.operands
   return next(iter(found)) if len(found) == 1 else None
+
+
+def positions_scan(op) -> bool:
+  """A sum scan of one splat constant (an arange: positions along an axis): each kernel that reads it computes it from
+  the point's index (kernel.index), c * (i + 1), or c * i exclusive."""
+  src = op.src.op
+  return op.kind == 'add' and op.init is None and src is not None and src.name == 'tensor.const' and not isinstance(src.attrs['value'], tuple) \
+    and (op.results[0].type.dtype.is_int or op.results[0].type.dtype.is_float) and op.results[0].type.numel > 0
 
 
 def _path_views(leaf_shape, path, start: ViewStack | None = None) -> ViewStack:
@@ -111,7 +120,7 @@ class Scheduler:
       if b.op is None or _is_leaf(b): continue  # an argument or a host constant, maybe reshaped on the host
       self.R.add(b)
     for op in self.fn.body.ops:
-      if op.name == 'tensor.contiguous': self.R.add(op.results[0])
+      if op.name == 'tensor.contiguous' or (op.name == 'tensor.scan' and not positions_scan(op)): self.R.add(op.results[0])  # (a scan is a kernel of its own)
       if op.name == 'tensor.reduce':
         pts = self._reduce_escapes(op.results[0])
         # one way out: the elementwise ops up to it are the reduce kernel's epilogue (a matmul's bias and relu),
@@ -260,7 +269,7 @@ class Scheduler:
     # the reduced axes (softmax's exp(x - max) / sum) is that kernel's epilogue: one kernel reads x once from memory
     # and stores at both shapes, as the last stage of its loop
     for s in roots:
-      if s.type.numel == 0 or s in self.fused or s in self.fused.values() or self._has_reduce(s): continue
+      if s.type.numel == 0 or s in self.fused or s in self.fused.values() or s.op.name == 'tensor.scan' or self._has_reduce(s): continue
       reads = self.reads(s.op.operands)
       reds = [m for m in reads if m in self.R and _reduce_under(m) is not None]
       kern = {self.fused.get(m, m) for m in reds}
@@ -301,7 +310,7 @@ class Scheduler:
         if u.name == 'func.return': continue
         if u.name == 'tensor.reshape' and u.results[0] not in self.R:  # a reshape of the output is only a store view
           stack.append((u.results[0], base)); continue
-        if MOVEMENT in u.TRAITS or u.name in ('tensor.reduce', 'tensor.matmul', 'tensor.gather'): out.add(base); continue
+        if MOVEMENT in u.TRAITS or u.name in ('tensor.reduce', 'tensor.scan', 'tensor.matmul', 'tensor.gather'): out.add(base); continue
         if ELEMENTWISE in u.TRAITS and u.results[0] not in seen and u.results[0] not in self.R:
           seen.add(u.results[0]); stack.append((u.results[0], u.results[0]))
     return out
@@ -388,6 +397,7 @@ class _KernelBuilder:
     self.loads: list[Operation] = []
     self.after: list[Operation] = []       # loads outside the reduce: they walk the stored shape
     self.out_shape = root.type.shape
+    self.scan = False                       # a scan kernel: it stores at its iteration shape, axes holds the scanned axis
     self.const_loads = False                # splat constants below the reduce are read from host buffers
     # an epilogue: an elementwise root at the iteration shape of the reduces it computes (choose_fusions)
     base = _reduce_under(self.also[0]) if self.also else None
@@ -397,7 +407,7 @@ class _KernelBuilder:
 
   def name(self):
     shape = self.final_shape
-    return ('r_' if self.axes else 'E_') + '_'.join(str(s) for s in shape)
+    return ('s_' if self.scan else 'r_' if self.axes else 'E_') + '_'.join(str(s) for s in shape)
 
   def arg_for(self, host: Value) -> Value:
     a = self.args.get(host)
@@ -436,6 +446,11 @@ class _KernelBuilder:
     if MOVEMENT in op.TRAITS: return self.emit(op.operands[0], path + (op,), below)
     if op.name == 'tensor.contiguous': return self.emit(op.operands[0], path, below)
     if op.name == 'tensor.gather': return self.gather(op, path, below)
+    if op.name == 'tensor.scan' and v not in s.R: return self.positions(op, path, below)
+    if op.name == 'tensor.scan':  # (a buffer: only a root's kernel computes it)
+      self.full, self.axes, self.out_shape, self.scan = op.src.type.shape, (op.axis,), v.type.shape, True
+      srcs = [self.emit(op.src, (), True)] + ([self.emit(op.init, (), False)] if op.init is not None else [])
+      return self.add(K('scan')(srcs, [dt], {'kind': op.kind, 'axis': op.axis, **({'exclusive': True} if op.exclusive else {})}, op.loc))
     if op.name == 'tensor.reduce':
       if below or any(p.name != 'tensor.reshape' for p in path): raise _Realize(v)
       full, axes = op.src.type.shape, tuple(sorted(op.axes))
@@ -459,6 +474,22 @@ class _KernelBuilder:
       else: r = self.add(K(op.opname)([self.inline(x) for x in op.operands], [dt], None, op.loc))
       self.inlined[v] = r
     return r
+
+  def positions(self, op, path, below: bool) -> Value:
+    """A sum scan of a splat constant c read through `path`: c * (the point's index along its axis + 1), or c times the
+    index exclusive; the index is the one a view stack makes (stride 1 along the scanned axis, 0 along the others)."""
+    sh, a, dt = op.src.type.shape, op.axis, op.results[0].type.dtype
+    base = ViewStack((View.create(sh, tuple(1 if i == a else 0 for i in range(len(sh))), 0, None),))
+    it = dt if dt.is_int else (D.i64 if sh[a] > 2**31 - 2 else D.i32)
+    ix = K('index')([], [it], {'view': _path_views(sh, path, base)}, op.loc)
+    self.loads.append(ix)
+    if not below: self.after.append(ix)
+    x = self.add(ix)
+    if x.type != dt: x = self.add(K('cast')([x], [dt], None, op.loc))
+    one = lambda v: self.add(K('const')([], [dt], {'value': v}, op.loc))
+    c = op.src.op.attrs['value']
+    if not op.exclusive: x = self.add(K('add')([x, one(1 if dt.is_int else 1.0)], [dt], None, op.loc))
+    return x if c in (1, 1.0) else self.add(K('mul')([x, one(c)], [dt], None, op.loc))
 
   def gather(self, op, path, below: bool) -> Value:
     """A gather is a load whose index along its axis is the index operand's value at the point (computed in this
@@ -493,8 +524,9 @@ class _KernelBuilder:
       self.__init__(self.s, root, self.also)  # (the reduces it computes in stages too: an epilogue's)
       self.const_loads = True
       val = self.emit(root, (), self.epilogue)
-    # the reduce's output shape (the root may be a reshape of it); an epilogue's root is stored at the iteration shape
-    out = tuple(1 if i in self.axes else n for i, n in enumerate(self.full)) if self.epilogue else self.out_shape
+    # the reduce's output shape (the root may be a reshape of it); an epilogue's root is stored at the iteration shape,
+    # a scan's too (its init is read at the shape with 1 along the scanned axis)
+    out = tuple(1 if i in self.axes else n for i, n in enumerate(self.full)) if self.epilogue or self.scan else self.out_shape
     full = self.full if self.full is not None else out
     if full == ():  # scalar kernels iterate over one point
       full, out = (1,), (1,)
@@ -502,7 +534,7 @@ class _KernelBuilder:
     for ld in self.after:
       if ld.attrs['view'].shape != out: ld.attrs['view'] = ld.attrs['view'].reshape(out).simplify()
     outs = [(root, val)] + [(m, self.inlined[m]) for m in self.also if m not in self.s.unstored]
-    store_vs = [ViewStack.from_shape(v.type.shape).reshape(full if v is root and self.epilogue else out).simplify() for v, _ in outs]
+    store_vs = [ViewStack.from_shape(v.type.shape).reshape(full if v is root and (self.epilogue or self.scan) else out).simplify() for v, _ in outs]
     full, out, store_vs = self.merge_dims(full, out, store_vs)
     self.final_shape = full
     out_args = [Value(BufType(v.type.shape, v.type.dtype)) for v, _ in outs]
@@ -538,6 +570,8 @@ class _KernelBuilder:
       i -= 1
     self.axes = tuple(sorted(red))
     for op in reduce_ops: op.attrs['axes'] = self.axes
+    for op in self.ops:
+      if op.name == 'kernel.scan': op.attrs['axis'] = self.axes[0]
     return full, out, store_vs
 
 

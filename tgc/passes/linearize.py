@@ -157,7 +157,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     n = len(full)
     # 64-bit indices for a buffer past 2^31 elements, or a view whose index expression may pass that (a stride of
     # 2^32 along an axis its mask keeps at one index is valid IR; in i32 its constant would not be)
-    big = any(a.type.numel >= 2**31 for a in k.body.args) or any(op.view.reach() >= 2**31 for op in ops if op.name in ('kernel.load', 'kernel.store'))
+    big = any(a.type.numel >= 2**31 for a in k.body.args) or any(op.view.reach() >= 2**31 for op in ops if op.name in ('kernel.load', 'kernel.index', 'kernel.store'))
     b = self.b = UopBuilder(D.i64 if big else D.i32)
     self.buf = {a: b.emit('define_global', [], PtrType(a.type.dtype), {'index': i, 'size': a.type.numel}, pure=False) for i, a in enumerate(k.body.args)}
     # lanes: the unrolled axes of each region, and the vector axis
@@ -192,6 +192,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     self.global_size, self.local_size = global_size, local_size
     self.ops_list = ops
     if tc: self.lower_tc(reduces, k.sym_name)
+    elif s.scans: self.lower_scan(s.scans[0])
     else: self.lower_body(reduces)
     for _ in range(self.open_ifs): b.close_if()
     for r in reversed(self.loops): b.close_range(r)
@@ -265,6 +266,57 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     for n, op in enumerate(ops):
       if (n <= last_reduce and op not in need) or (n > last_reduce and op not in rest): continue
       self.lower_op(op, above, self.lanes_above, above=True)
+
+  def lower_scan(self, sc):
+    """A scan: its init (read at the row shape) and an accumulator per lane combination before one loop along the
+    scanned axis, in which the scan's input is computed, combined with the running value (`uop.phi`: the accumulator
+    holds it from then on) and stored, every step (exclusive: the stores read it before the phi, which ends the step)."""
+    b, ops, lanes = self.b, self.ops_list, self.lanes_below  # (a scan kernel's lanes are its upcast axes)
+    a = self.kinds.index('scan')
+    idx = {**self.idx, a: b.const(0)}
+    self.vals = {}
+    pre = feeding([sc.init]) if sc.init is not None else set()
+    for op in ops:
+      if op in pre: self.lower_op(op, idx, lanes, above=False)
+    dt, combos = sc.results[0].type, self.combos(lanes)
+    steps = self.vec is not None and self.kinds[self.vec] == 'unroll'  # (a vector of steps: the lanes in order)
+    t = VecType(self.W, dt) if self.vec is not None and self.W > 1 and not steps else dt
+    ident = b.const(alu.reduce_identity(sc.kind, dt), dt)
+    accs = {c: b.emit('define_acc', [self.broadcast(self.vals[sc.init][c] if sc.init is not None else ident, t)], t, pure=False) for c in combos}
+    r = idx[a] = b.open_range(b.const(0), b.const(self.full[a]))
+    for acc in accs.values(): acc.op.operands = [acc.op.operands[0], r]
+    late = []  # exclusive: the phis come after the stores, which read the accumulator as it was before the step
+    for op in ops:
+      if op in pre: continue
+      if op is not sc: self.lower_op(op, idx, lanes, above=False); continue
+      res = {}
+      for c in combos:
+        x = self.vals[sc.src][self.project(sc.src, lanes, c)]
+        if steps:  # each lane's step from the one before it; the stores take them as one vector
+          run, outs = accs[c], []
+          for l in range(self.W):
+            prev, run = run, self.combine(sc.kind, run, b.emit('gep', [x], dt, {'index': l}) if isinstance(x.type, VecType) else x)
+            outs.append(prev if sc.exclusive else run)
+          late.append((accs[c], run)); res[c] = b.emit('vectorize', outs, VecType(self.W, dt))
+          continue
+        nxt = self.combine(sc.kind, accs[c], self.broadcast(x, t))
+        if sc.exclusive: late.append((accs[c], nxt)); res[c] = accs[c]
+        else: res[c] = b.emit('phi', [accs[c], nxt], t, pure=False)
+      self.vals[sc.results[0]] = res
+    for acc, nxt in late: b.emit('phi', [acc, nxt], t, pure=False)
+    b.close_range(r)
+
+  def combine(self, kind, acc, x):
+    """A scan's step: acc op x; logaddexp as max + log(1 + exp(min - max)) in base 2 (the larger one where it is
+    infinite: -inf and -inf give -inf, not NaN)."""
+    b, t = self.b, acc.type
+    if kind != 'logaddexp': return b.emit(kind, [acc, x], t, pure=False)
+    c = lambda v: self.broadcast(b.const(v, elem(t)), t)
+    hi, lo = b.emit('max', [acc, x], t), b.emit('min', [acc, x], t)
+    d = b.emit('exp2', [b.emit('mul', [b.emit('sub', [lo, hi], t), c(1 / math.log(2))], t)], t)
+    r = b.emit('add', [hi, b.emit('mul', [b.emit('log2', [b.emit('add', [c(1.0), d], t)], t), c(math.log(2))], t)], t)
+    inf = b.emit('cmpne', [b.emit('sub', [hi, hi], t), c(0.0)], VecType(t.count, D.bool_) if isinstance(t, VecType) else D.bool_)
+    return b.emit('where', [inf, hi, r], t, pure=False)
 
   def lower_epilogue(self, stores, idx, done):
     """The stores at the iteration shape after the reduces: a loop over the reduce axes (each thread of a GROUP its
@@ -503,6 +555,8 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     combos = self.combos(lane_axes)
     if name == 'kernel.load':
       self.vals[op.results[0]] = {c: self.load(op, idx, lane_axes, c) for c in combos}
+    elif name == 'kernel.index':
+      self.vals[op.results[0]] = {c: self.position(op, idx, lane_axes, c) for c in combos}
     elif name == 'kernel.const':
       dt = op.results[0].type
       v = b.emit('const', [], dt, {'value': op.attrs['value']})
@@ -608,6 +662,20 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       zero = b.emit('vectorize', [b.const(0, dt)] * self.W, t)
       return b.emit('load', [buf, i, valid, zero], t)
     return b.emit('vectorize', [one(l) for l in range(self.W)], VecType(self.W, dt))
+
+  def position(self, op, idx, lane_axes, c):
+    """kernel.index: the view's index of the point (0 where its mask is false), a vector along the vector axis."""
+    b, dt = self.b, op.results[0].type
+    def one(lane):
+      i, valid = self.index(op, idx, lane_axes, c, lane)
+      if i.type != dt: i = b.emit('cast', [i], dt)
+      cv = b.cval(valid)
+      return i if cv == 1 else b.const(0, dt) if cv == 0 else b.emit('where', [valid, i, b.const(0, dt)], dt)
+    st, vt = self.vec_stride(op), VecType(self.W, dt)
+    if st == 0: return one(0)
+    if st is not None and all(v.mask is None for v in self.views[op].views):  # (affine along the lanes: a base and steps)
+      return b.emit('add', [self.broadcast(one(0), vt), b.emit('vectorize', [b.const(st * l, dt) for l in range(self.W)], vt)], vt)
+    return b.emit('vectorize', [one(l) for l in range(self.W)], vt)
 
   def gathered(self, op, lane_axes, c):
     """A gather's term of the index, per vector lane: clamp(index, 0, size - 1) * stride in the index type (the

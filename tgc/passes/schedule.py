@@ -7,6 +7,8 @@ actions) and gives the inner part a kind:
   global   the launch grid (the outer parts keep this kind)
   local    work-group dims (GPU targets)
   reduce   the reduce's loops (the outer parts of reduce axes keep this kind)
+  scan     a scan's axis: one loop in order, carrying the running value (UNROLL alone splits it: a vector of steps a
+           loop iteration, carried through its lanes in order)
   group    a reduce axis spread over the work-group (GROUP: the inner part; GROUPTOP: the outer one)
   upcast   a non-reduce axis computed in registers (the widest upcast axis is a vector lane)
   unroll   a reduce axis unrolled inside the loop
@@ -115,7 +117,9 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
       smem[below[ax]] = max(1, amt)
       continue
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
-    if kinds[ax] != OPT_KINDS[name] and not (name == 'padto' and kinds[ax] == 'reduce'):
+    if 'scan' in kinds and (name == 'unroll' and (any(kd in ('upcast', 'unroll') for kd in kinds) or amt not in (2, 4, 8, 16)) or name == 'upcast' and 'unroll' in kinds):
+      raise OptError(f"{name}: a scan's unrolled steps (UNROLL of its axis by 2, 4, 8 or 16: one vector) take no other unrolled lanes")
+    if kinds[ax] != OPT_KINDS[name] and not (name == 'padto' and kinds[ax] == 'reduce') and not (name == 'unroll' and kinds[ax] == 'scan'):
       raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes" +
                      (" (and reduce axes)" if name == 'padto' else ''))
     if 'tck' in kinds and name not in ('upcast', 'local', 'swap', 'unroll'):
@@ -220,20 +224,21 @@ class Schedule:
     ops = k.body.ops
     self.k = k
     reduces = [op for op in ops if op.name == 'kernel.reduce']
-    axes = tuple(reduces[0].axes) if reduces else ()
+    self.scans = [op for op in ops if op.name == 'kernel.scan']
+    axes = tuple(reduces[0].axes) if reduces else (self.scans[0].axis,) if self.scans else ()
     # the stores at the stored shape (1 along the reduced axes), then those at the iteration shape (an epilogue)
     stores = [op for op in ops if op.name == 'kernel.store']
     self.full_stores = [op for op in stores if any(op.view.shape[a] != 1 for a in axes)]
     self.stores = [op for op in stores if op not in self.full_stores] + self.full_stores
     self.store = self.stores[0]
     out = tuple(1 if i in axes else n for i, n in enumerate(self.store.view.shape))
-    full = next((op.view.shape for op in ops if op.name == 'kernel.load' and op.view.shape != out), None) or \
+    full = next((op.view.shape for op in ops if op.name in ('kernel.load', 'kernel.index') and op.view.shape != out), None) or \
       (self.full_stores[0].view.shape if self.full_stores else None)
     if full is None:
       if reduces and any(out[a] != 1 for a in axes): raise TgcError(f"@{k.sym_name}: a reduce with no load to give its size")
       full = out  # nothing loaded at a larger shape: the reduce (if any) is over size-1 axes, one point
-    views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.store')}
-    kinds = ['reduce' if i in axes else 'global' for i in range(len(full))]
+    views = {op: op.view for op in ops if op.name in ('kernel.load', 'kernel.index', 'kernel.store')}
+    kinds = [('scan' if self.scans else 'reduce') if i in axes else 'global' for i in range(len(full))]
     self.opts = opts = tuple(k.attrs.get('opts', ()) if opts is None else opts)
     def uncast(v):
       while v.op is not None and v.op.name == 'kernel.cast': v = v.op.operands[0]
