@@ -29,6 +29,7 @@ def rows(scale: float):
   mm = max(int(4096 * scale ** (1 / 3)) // 16 * 16, 16)
   nb = max(int(32 * scale), 1)
   conv_flops = 2 * nb * 64 * 56 * 56 * 64 * 9
+  nb8, sq = max(int(8 * scale), 1), max(int(1024 * scale ** 0.5) // 64 * 64, 64)
   return {
     # name: (shapes, dtype, tgc function, torch function, bytes or flops, unit)
     'add': ([(n,), (n,)], 'float32', lambda a, b: a + b, lambda a, b: a + b, 12 * n, 'GB/s'),
@@ -41,6 +42,9 @@ def rows(scale: float):
     'cumsum rows': ([(m, 512)], 'float32', lambda a: a.cumsum(1), lambda a: a.cumsum(1), 8 * m * 512, 'GB/s'),
     'cumsum long': ([(n // 4,)], 'float32', lambda a: a.cumsum(0), lambda a: a.cumsum(0), 8 * (n // 4), 'GB/s'),
     'argmax rows': ([(m, k)], 'float32', lambda a: a.argmax(axis=1), lambda a: a.argmax(dim=1), 4 * m * k, 'GB/s'),
+    # causal attention as a user calls it (torch: its flash kernels); flops of the unmasked products (4 b h s^2 d)
+    'sdpa causal f16': ([(nb8, 16, sq, 64)] * 3, 'float16', lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
+                        lambda q, k, v: _torch_sdpa(q, k, v), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'matmul f32': ([(mm, mm), (mm, mm)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     'matmul f16': ([(mm, mm), (mm, mm)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     'matmul bf16': ([(mm, mm), (mm, mm)], 'bfloat16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
@@ -68,6 +72,11 @@ def rows(scale: float):
     'conv2d f32 strict': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', lambda x, w: x.conv2d(w, padding=1), _torch_conv_strict, conv_flops, 'TFLOP/s'),
     'conv2d f16': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float16', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
   }
+
+
+def _torch_sdpa(q, k, v):
+  import torch.nn.functional as F
+  return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def _torch_linear(x, w, b):
