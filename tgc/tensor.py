@@ -1188,6 +1188,7 @@ class Tensor(TensorAPI):
   @_graph_template
   def std(self, axis=None, keepdim: bool = False, correction=1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
 
+  @_graph_template
   def argmax(self, axis=None, keepdim: bool = False) -> Tensor:
     if axis is None:
       r = self.flatten().argmax(0)
