@@ -182,3 +182,32 @@ def test_layouts_on_gpu(name, mkn, dt):
   want = f(*[a.astype(np.float64) for a in arrays])
   tol = 1e-4 if dt == 'float32' else 2e-2
   np.testing.assert_allclose(out, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
+
+
+def test_split_k_on_a_gpu_with_few_output_tiles():
+  """A weight's gradient (384x1536 summed over 4096 tokens) on a GPU of 132 multiprocessors: its k is split into
+  chunks summed apart and then added (two kernels), enough work-groups for the device; with the device's
+  multiprocessors unknown, or on a CPU, or for a product of many outputs, one kernel. The split product equals
+  numpy's (decomposed for cuda, run on the CPU)."""
+  from tgc.lowering import lower
+  from tgc.target import DeviceSpec
+  from tgc.tensor import _build_module
+  from tgc.passes.manager import PassManager
+  from tgc.compiler import compile_module
+  def kernels(y, spec):
+    m, _ = _build_module([y.node], 'main')
+    lower(m, spec, 'kernel')
+    return [f.attrs['sym_name'] for f in m.functions('kernel.func')]
+  from tgc import Tensor
+  x, dy = Tensor.empty(4096, 384), Tensor.empty(4096, 1536)
+  assert kernels(x.T @ dy, DeviceSpec.of('cuda', processors=132)) == ['r_2_384_1536_2048', 'r_2_589824']
+  assert len(kernels(x.T @ dy, DeviceSpec.of('cuda'))) == 1
+  assert kernels(x.T @ dy, DeviceSpec.of('llvm', processors=132)) == ['E_96_4096_16', 'r_384_96_4096_16']  # (its column panels)
+  assert len(kernels(Tensor.empty(4096, 384) @ Tensor.empty(384, 1536), DeviceSpec.of('cuda', processors=132))) == 1
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((1024, 48)).astype(np.float32), rng.standard_normal((1024, 96)).astype(np.float32)
+  m, _ = _build_module([(Tensor(a).T @ Tensor(b)).node], 'mm')
+  PassManager.parse('tensor-decompose{target=cuda processors=132}').run(m)
+  assert str(m).count('tensor.reduce') == 2
+  (out,) = compile_module(m, 'CPU')(a, b)
+  np.testing.assert_allclose(out, a.T @ b, rtol=1e-4, atol=1e-4)

@@ -92,7 +92,7 @@ def test_pipeline_text_replays_what_lower_runs():
 class SpecDevice(BaseDevice):
   """A device that opens without hardware and declares an H100-like CUDA device without warpgroup tensor cores."""
   name, target = 'SPECTEST', 'cuda'
-  local_memory, warpgroup_mma = H100_SHARED, False
+  local_memory, warpgroup_mma, processors = H100_SHARED, False, 132
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def spec_device(monkeypatch):
 def test_device_declares_its_spec(spec_device):
   from tgc.compiler import device_spec, device_warpgroup
   spec = device_spec(spec_device)
-  assert spec == DeviceSpec(get_target('cuda'), 'auto', H100_SHARED, False, 'host', 'SPECTEST')
+  assert spec == DeviceSpec(get_target('cuda'), 'auto', H100_SHARED, False, 'host', 132, 'SPECTEST')
   assert not spec.has_warpgroup and not device_warpgroup(spec_device) and spec.smem_budget == H100_SHARED
   assert device_spec('CPU').target.name == 'llvm'
 

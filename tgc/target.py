@@ -110,7 +110,8 @@ DEVICE_OPTIONS = {'target': (str, 'llvm', 'the target (tgc/target.py): the langu
                   'processor': (str, 'auto', 'the device kind the tiles are chosen for: cpu | gpu | auto (by target; OpenCL on a CPU: cpu)'),
                   'local_memory': (int, 0, "the shared memory a work-group may take, in bytes: the device's (0: the target's default)"),
                   'warpgroup': (bool, True, "the device has warpgroup tensor cores (Hopper's wgmma), where the target does (false: a device without)"),
-                  'cpu': (str, 'host', 'the CPU whose registers and cache CPU tiles fit: host (this machine) | avx512 | avx2 | sse | neon')}
+                  'cpu': (str, 'host', 'the CPU whose registers and cache CPU tiles fit: host (this machine) | avx512 | avx2 | sse | neon'),
+                  'processors': (int, 0, "the device's multiprocessors (a GPU's SMs, compute units) that blocks spread over (0: unknown)")}
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ class DeviceSpec:
   local_memory: int = 0     # the shared memory a work-group may take on this device, in bytes (0: the target's default)
   warpgroup: bool = True    # the device has the target's warpgroup tensor cores (a CUDA GPU before Hopper has not)
   cpu: str = 'host'         # the CPU whose registers and caches CPU tiles fit (tgc.host: host, or a kind by name)
+  processors: int = 0       # the device's multiprocessors that work-groups spread over (a GPU's SMs; 0: unknown)
   device: str | None = None # the runtime device (None: the target's own, Target.device): what search times, binaries run on
 
   @staticmethod

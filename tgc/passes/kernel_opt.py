@@ -529,7 +529,7 @@ class KernelOpt(Pass):
              'upcast': (int, 0, 'the largest upcast (vector width); 0: the target default'),
              'local': (str, 'auto', 'allow local (work-group) dims: true | false | auto (on GPU targets)'),
              'unroll': (int, 4, 'unroll factor of long reduces'),
-             **{k: DEVICE_OPTIONS[k] for k in ('processor', 'cpu', 'local_memory', 'warpgroup')},
+             **{k: v for k, v in DEVICE_OPTIONS.items() if k != 'target'},
              'beam': (int, 2, 'search: beam width'),
              'budget': (float, 10.0, 'search: seconds per kernel at most')}
   def run(self, m: Module):

@@ -9,6 +9,7 @@ Any other op whose class has a `decompose(rw)` method (a composite an extension 
 replaced by what it returns, the primitives it creates with `rw.create`.
 """
 from __future__ import annotations
+import math
 from tgc.ir.core import REGISTRY
 from tgc.ir.types import TensorType
 from tgc.ir.rewrite import PatternMatcher, apply_patterns
@@ -57,11 +58,29 @@ def pad_rows(op, rw, spec: DeviceSpec):
   return rw.create(REGISTRY['tensor.shrink'], [r], [TensorType(shape, r.type.dtype)], {'bounds': tuple((0, d) for d in shape)}, op.loc).results[0]
 
 
-def decompose_matmul(op, rw, pack: bool = False): return _product(rw, op.lhs, op.rhs, op.loc, pack)
+def split_k(shape: tuple, k: int, spec: DeviceSpec | None) -> int:
+  """Into how many chunks a GPU splits a product's k (each summed apart, the partial sums added after): a product
+  whose outputs make fewer work-groups than keep every multiprocessor busy (a weight's gradient, 384x1536 summed
+  over 4096 tokens: its staged tiles made 144 blocks for 132 SMs) gets chunks of k as more work-groups, down to
+  chunks of SPLIT_K_MIN."""
+  if spec is None or not spec.gpu or not spec.processors: return 1
+  s, out = 1, math.prod(shape)
+  while out * s < TILE_OUTPUTS * WAVES * spec.processors and k % (2 * s) == 0 and k // (2 * s) >= SPLIT_K_MIN: s *= 2
+  return s
+
+TILE_OUTPUTS = 4096  # the outputs of a GPU matmul's staged tile (64x64)
+WAVES = 2            # the work-groups per multiprocessor a product should have
+SPLIT_K_MIN = 256    # the shortest chunk of k a split leaves
 
 
-def _product(rw, a, b, loc, pack: bool):
-  """a (..., n, k) @ b (..., k, m) as a multiply and a reduce over k."""
+def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None):
+  shape = op.results[0].type.shape
+  return _product(rw, op.lhs, op.rhs, op.loc, pack, split_k(shape, op.lhs.type.shape[-1], spec))
+
+
+def _product(rw, a, b, loc, pack: bool, split: int = 1):
+  """a (..., n, k) @ b (..., k, m) as a multiply and a reduce over k (split: over each of that many chunks of k,
+  then over the chunks)."""
   at, bt = a.type, b.type
   *batch, n, k = at.shape
   m = bt.shape[-1]
@@ -82,12 +101,20 @@ def _product(rw, a, b, loc, pack: bool):
     prod = rw.create(REGISTRY['tensor.mul'], [a2, b2], [TensorType(full, dt)], None, loc).results[0]
     red = rw.create(REGISTRY['tensor.reduce'], [prod], [TensorType(batch + (n, p, 1, PACK), dt)], {'kind': 'add', 'axes': (nb + 2,)}, loc).results[0]
     return mk('reshape', red, batch + (n, m))
-  full = batch + (n, m, k)
-  a2 = mk('expand', mk('reshape', a, batch + (n, 1, k)), full)
   order = tuple(range(nb)) + (nb + 1, nb)
-  b2 = mk('expand', mk('reshape', mk('permute', b, batch + (m, k), {'order': order}), batch + (1, m, k)), full)
+  bt = mk('permute', b, batch + (m, k), {'order': order})
+  if split > 1:  # the chunk axis outermost: each chunk's partial sums are one contiguous (n, m) block
+    c, first = k // split, tuple(range(nb)) + (nb + 1, nb, nb + 2)
+    full = batch + (split, n, m, c)
+    a2 = mk('expand', mk('reshape', mk('permute', mk('reshape', a, batch + (n, split, c)), batch + (split, n, c), {'order': first}), batch + (split, n, 1, c)), full)
+    b2 = mk('expand', mk('reshape', mk('permute', mk('reshape', bt, batch + (m, split, c)), batch + (split, m, c), {'order': first}), batch + (split, 1, m, c)), full)
+  else:
+    full = batch + (n, m, k)
+    a2 = mk('expand', mk('reshape', a, batch + (n, 1, k)), full)
+    b2 = mk('expand', mk('reshape', bt, batch + (1, m, k)), full)
   prod = rw.create(REGISTRY['tensor.mul'], [a2, b2], [TensorType(full, dt)], None, loc).results[0]
-  red = rw.create(REGISTRY['tensor.reduce'], [prod], [TensorType(batch + (n, m, 1), dt)], {'kind': 'add', 'axes': (nb + 2,)}, loc).results[0]
+  red = rw.create(REGISTRY['tensor.reduce'], [prod], [TensorType(full[:-1] + (1,), dt)], {'kind': 'add', 'axes': (len(full) - 1,)}, loc).results[0]
+  if split > 1: red = rw.create(REGISTRY['tensor.reduce'], [red], [TensorType(batch + (1, n, m, 1), dt)], {'kind': 'add', 'axes': (nb,)}, loc).results[0]
   return mk('reshape', red, batch + (n, m))
 
 # without a device: the plain product (kernelize decomposes what is left so)
@@ -103,11 +130,11 @@ class TensorDecompose(Pass):
   summary = 'rewrite composite tensor ops (matmul, ops with a decompose method) into reshape/expand/mul/reduce'
   reads = leaves = 'tensor'
   # (the device's spec, DEVICE_OPTIONS, among them: what the decompositions choose for a device)
-  options = {'pack': (bool, False, "copy a big matmul's right operand into column panels first (for CPUs: sequential reads)"),
-             **DEVICE_OPTIONS}
+  options = {**DEVICE_OPTIONS,
+             'pack': (bool, False, "copy a big matmul's right operand into column panels first (for CPUs: sequential reads)")}
   def run(self, m):
     spec, pack = DeviceSpec.from_options(self.opts), self.pack
     if spec.target.tensor_cores is not None:
       apply_patterns(m, PatternMatcher([('tensor.cast', lambda op, rw: pad_rows(op, rw, spec))]), stats=self.stats)
-    mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack))])
+    mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack, spec))])
     apply_patterns(m, mm + declared_patterns(), stats=self.stats)

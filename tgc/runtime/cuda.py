@@ -173,6 +173,7 @@ class CUDADevice(BaseDevice):
     self.warpgroup_mma = (major, minor) == (9, 0)  # wgmma (tc with amount 1): Hopper's sm_90a alone
     # the shared memory a block may ask for (kernel-opt's tiles fit it: compiler.compile_module passes it on)
     self.local_memory = self.dev.get_attribute(cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+    self.processors = self.dev.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)  # (a long product's split)
     self.stream = cuda.Stream()
     self._libcuda = None
     self._hold = None

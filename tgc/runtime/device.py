@@ -89,6 +89,7 @@ class BaseDevice:
   processor = 'auto'     # the kind of processor it is, where another than its target language's (OpenCL on a CPU: cpu)
   local_memory = 0       # the shared memory a work-group may take, in bytes (0: the target's default)
   warpgroup_mma = True   # it has its target's warpgroup tensor cores, where the target has them (wgmma: Hopper alone)
+  processors = 0         # the multiprocessors its work-groups spread over (a GPU's SMs; 0: not declared)
   wake_workers = None    # what a call does first where a launch may be split across threads (the CPU's), else None
   def __init__(self, allocator: Allocator | None = None):
     self.allocator = allocator or HostAllocator(self.name)
@@ -96,7 +97,8 @@ class BaseDevice:
   def spec(self):
     """The DeviceSpec the lowering runs for this device: its target and its declared capabilities."""
     from tgc.target import DeviceSpec
-    return DeviceSpec.of(self.target, processor=self.processor, local_memory=self.local_memory, warpgroup=self.warpgroup_mma, device=self.name)
+    return DeviceSpec.of(self.target, processor=self.processor, local_memory=self.local_memory, warpgroup=self.warpgroup_mma,
+                         processors=self.processors, device=self.name)
   def compile(self, fn) -> Program: raise NotImplementedError
   def compile_all(self, fns: list, progress=None) -> list[Program]:
     """Every kernel a function needs, compiled at once (a device whose compiler has a cost per call overrides it);
