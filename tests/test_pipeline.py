@@ -144,6 +144,29 @@ def test_opts_replay(prog, opts, device):
   fn = compile_module(m, device)
   check(name, fn(*args), args, ref)
 
+@pytest.mark.parametrize("pad", [(0, 0), (2, 1)])
+def test_padded_rows_load_clamped_on_cpu(pad):
+  """PADTO on a register tile's rows (not its vector axis): on the CPU the padded rows read the last row (clamped)
+  instead of gated loads, also where the input's own view masks that axis (a pad before the matmul); results right."""
+  a, b = arr((5 - sum(pad), 9)), arr((9, 16))
+  text = f"""func.func @f(%a: {ty(a.shape)}, %b: {ty(b.shape)}) -> {ty((5, 16))} {{
+  %0 = tensor.pad %a [({pad[0]}, {pad[1]}), (0, 0)] : {ty(a.shape)} -> {ty((5, 9))}
+  %1 = tensor.matmul %0, %b : {ty((5, 9))}, {ty(b.shape)} -> {ty((5, 16))}
+  func.return %1 : {ty((5, 16))}
+}}"""
+  opts = [Record('upcast', {'axis': 1, 'amt': 16}), Record('padto', {'axis': 0, 'amt': 4}), Record('upcast', {'axis': 0, 'amt': 4})]
+  m = kernel_module(text)
+  fits = [k for k in m.functions('kernel.func') if k.sym_name.startswith('r_')]
+  for k in fits: k.attrs['opts'] = tuple(opts)
+  lowered = ir.parse(str(m))
+  PassManager.parse('linearize,uop-simplify').run(lowered)
+  (k,) = [k for k in lowered.functions('uop.func') if k.sym_name.startswith('r_')]
+  gated = [op for op in k.body.ops if op.name == 'uop.load' and len(op.operands) == 4]
+  if pad == (0, 0): assert not gated  # (the input's own padding keeps its gates)
+  ref = np.pad(a, (pad, (0, 0))) @ b
+  np.testing.assert_allclose(compile_module(m, "CPU")(a, b)[0], ref, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(compile_module(kernel_module(text), "INTERP")(a, b)[0], ref, rtol=1e-4, atol=1e-4)
+
 def test_heuristic_opts_everywhere():
   """The heuristics give every program here valid opts, and the results stay right."""
   for name, text, args, ref in PROGRAMS:
