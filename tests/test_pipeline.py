@@ -167,6 +167,29 @@ def test_padded_rows_load_clamped_on_cpu(pad):
   np.testing.assert_allclose(compile_module(m, "CPU")(a, b)[0], ref, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(compile_module(kernel_module(text), "INTERP")(a, b)[0], ref, rtol=1e-4, atol=1e-4)
 
+def test_pad_with_a_value_reads_one_element():
+  """A pad with a value (max pool's -inf) selects between the input and the value by the pad's `inside` mask, a splat
+  constant under the pad: it lives on the host as one element (not a buffer of the padded shape), read with no gate
+  (a select), and the results match numpy on the CPU and the interpreter."""
+  from tgc import Tensor
+  from tgc.tensor import _build_module
+  from tgc.ir.types import elem
+  x = arr((4, 6, 6))
+  tx = Tensor(x, device='CPU')
+  m, _ = _build_module([tx.pad(((0, 0), (1, 1), (1, 1)), value=-np.inf).node], 'p')
+  m = ir.parse(str(m))
+  PassManager.parse('canonicalize,tensor-decompose,canonicalize,kernelize').run(m)
+  (k,) = m.functions('kernel.func')
+  bools = [a for a in k.body.args if a.type.dtype.name in ('bool', 'i1')]
+  assert [a.type.numel for a in bools] == [1], [str(a.type) for a in k.body.args]
+  lowered = ir.parse(str(m))
+  PassManager.parse('kernel-opt{target=llvm cpu=avx512},linearize,uop-simplify').run(lowered)
+  (u,) = lowered.functions('uop.func')
+  loads = [op for op in u.body.ops if op.name == 'uop.load' and elem(op.results[0].type).name in ('bool', 'i1')]
+  assert loads and all(len(op.operands) == 2 for op in loads)
+  ref = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+  for dev in ("CPU", "INTERP"): np.testing.assert_array_equal(compile_module(ir.parse(str(m)), dev)(x)[0], ref)
+
 def test_heuristic_opts_everywhere():
   """The heuristics give every program here valid opts, and the results stay right."""
   for name, text, args, ref in PROGRAMS:

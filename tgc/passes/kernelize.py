@@ -16,7 +16,8 @@ A buffer that is a reduce whose result a later reduce over the same rows reads b
 max under its exp-sum) is computed and stored by that later reduce's kernel, in a stage before its own
 (choose_fusions): softmax is two kernels.
 Constants and movement ops never make a kernel: movement ops fold into the view stacks of the loads,
-splat constants become kernel.const, dense constants stay on the host as buffers.
+splat constants become kernel.const (under a mask: a one-element host buffer read through it), dense constants stay
+on the host as buffers.
 """
 from __future__ import annotations
 import math
@@ -301,6 +302,7 @@ class Scheduler:
     roots = sorted(self.R, key=lambda v: self.order[v.op])
     kernels, host = [], []
     self.buffers: dict[Value, Value] = {a: a for a in self.fn.body.args}
+    self.splats: dict[Value, Value] = {}  # splat constants read through a mask -> their one-element host buffers
     self.host_consts: dict[Value, Value] = {}
     self.host_ops: list[Operation] = []
     names = set()
@@ -353,6 +355,15 @@ class Scheduler:
     self.host_ops.append(c)
     self.buffers[v] = c.results[0]
     return c.results[0]
+
+
+  def splat_buffer(self, v: Value) -> Value:
+    """A splat constant's value as a host buffer of one element (shape all 1s, v's rank)."""
+    if v not in self.splats:
+      c = REGISTRY['tensor.const']([], [TensorType((1,) * len(v.type.shape), v.type.dtype)], dict(v.op.attrs), v.op.loc)
+      self.host_ops.append(c)
+      self.splats[v] = c.results[0]
+    return self.splats[v]
 
 
 class _KernelBuilder:
@@ -411,6 +422,11 @@ class _KernelBuilder:
       return self.load(s.buffers[v] if v in s.buffers else s.host_buffer(v), path, below)
     if op.name == 'tensor.const':
       st = self.views(v.type.shape, path)
+      if not isinstance(op.attrs['value'], tuple) and any(w.mask is not None for w in st.views) and not (below and self.const_loads):
+        # a splat under a mask (a pad's `inside` of a pad with a value): one element on the host, read broadcast
+        # through the mask, not a dense buffer of the whole shape read through the view
+        one = s.splat_buffer(v)
+        return self.load(one, path, below, start=ViewStack.from_shape(one.type.shape).expand(v.type.shape))
       if isinstance(op.attrs['value'], tuple) or any(w.mask is not None for w in st.views) or (below and self.const_loads):
         return self.load(s.host_buffer(v), path, below)
       return self.add(K('const')([], [dt], {'value': op.attrs['value']}, op.loc))

@@ -599,6 +599,9 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       cv = b.cval(valid)
       if cv == 0: return b.const(0, dt)
       if cv == 1: return b.emit('load', [buf, i], dt)
+      # a broadcast element (a splat's one-element buffer under a pad's mask): always in bounds, so read it
+      # unconditionally and select, with no branch a lane
+      if b.cval(i) is not None and 0 <= b.cval(i) < op.buf.type.numel: return b.emit('where', [valid, b.emit('load', [buf, i], dt), b.const(0, dt)], dt)
       return b.emit('load', [buf, i, valid, b.const(0, dt)], dt)
     st = self.vec_stride(op)
     uniform = gx is None or not isinstance(self.vals[op.index][self.project(op.index, lane_axes, c)].type, VecType)
