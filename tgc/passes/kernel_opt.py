@@ -383,14 +383,16 @@ def cpu_fill(tl: 'Tiling', done: set, vec_bcast: tuple, lanes: int, width: int) 
   conv of 16 channels ran slower so), whichever makes more accumulators."""
   target, loads = tl.cpu.vector_registers // 2, tl.loads
   acc = lanes // width
-  while acc < target * 3 // 4:
+  pattern = lambda ax: tuple(tl.ks.strides(op)[ax] == 0 for op in loads)
+  cols = lambda: math.prod(tl.ks.full[a] for a, kd in enumerate(tl.ks.kinds) if kd == 'upcast' and pattern(a) == vec_bcast) // width
+  # (a tile of one row stays as it is: its rows are not affine (an attention's heads merged back), and more vector
+  # columns beside one broadcast left a transformer's projection 3x slower than 2 columns with its reduce unrolled)
+  while acc < target * 3 // 4 and acc > cols():
     ks, opts = tl.ks, []
-    pattern = lambda ax: tuple(ks.strides(op)[ax] == 0 for op in loads)
     col = min((a for a in done if a in ks.axes('global') and ks.full[a] > 1 and pattern(a) == vec_bcast), default=None)  # (the vector axis's outer part)
     d = next((a for a in range(min(target // acc, MAX_LANES // lanes, ks.full[col]), 1, -1) if ks.full[col] % a == 0), None) if col is not None else None
     if d: opts.append((acc * d, 1, col, d))
-    cols = math.prod(ks.full[a] for a, kd in enumerate(ks.kinds) if kd == 'upcast' and pattern(a) == vec_bcast) // width
-    for ax in ks.axes('global') if cols > 1 else ():  # (one vector a row: more rows only add a broadcast an FMA)
+    for ax in ks.axes('global') if cols() > 1 else ():  # (one vector a row: more rows only add a broadcast an FMA)
       st = [ks.strides(op)[ax] for op in loads]
       if ax in done or pattern(ax) == vec_bcast or not (any(x == 0 for x in st) and any(x not in (0, None) for x in st)): continue
       d = next((a for a in range(min(target // acc, MAX_LANES // lanes, ks.full[ax]), 1, -1) if ks.full[ax] % a == 0), None)
