@@ -382,6 +382,11 @@ def cpu_fill(tl: 'Tiling', done: set, vec_bcast: tuple, lanes: int, width: int) 
   axis (the output rows beside its columns; beside one vector a row, more rows only add a broadcast an FMA: a 24x24
   conv of 16 channels ran slower so), whichever makes more accumulators."""
   target, loads = tl.cpu.vector_registers // 2, tl.loads
+  # (a sum of products of two loads only, a matmul's or a conv's: a layer norm's rows over tokens, tiled for its
+  # broadcast statistics, ran 2x slower with more lanes)
+  reds = [op for op in tl.k.body.ops if op.name == 'kernel.reduce']
+  mul = reds[0].src.op if len(reds) == 1 and reds[0].kind == 'add' else None
+  if mul is None or mul.name != 'kernel.mul' or any(v.op is None or v.op.name != 'kernel.load' for v in mul.operands): return
   acc = lanes // width
   pattern = lambda ax: tuple(tl.ks.strides(op)[ax] == 0 for op in loads)
   cols = lambda: math.prod(tl.ks.full[a] for a, kd in enumerate(tl.ks.kinds) if kd == 'upcast' and pattern(a) == vec_bcast) // width
