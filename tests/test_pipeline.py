@@ -190,6 +190,23 @@ def test_pad_with_a_value_reads_one_element():
   ref = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
   for dev in ("CPU", "INTERP"): np.testing.assert_array_equal(compile_module(ir.parse(str(m)), dev)(x)[0], ref)
 
+def test_tangled_matmul_factor_is_copied():
+  """An attention's output (heads moved beside the tokens and merged: transpose(1, 2).reshape) times a weight: the
+  heads' layout is copied once (a plain transpose), so that the matmul reads its factor through one view; right results."""
+  from tgc import Tensor
+  from tgc.tensor import _build_module
+  p, v, w = arr((2, 2, 16, 16)), arr((2, 2, 16, 32)), arr((64, 48))
+  tp, tv, tw = (Tensor(a, device='CPU') for a in (p, v, w))
+  m, leaves = _build_module([((tp @ tv).permute(0, 2, 1, 3).reshape(2, 16, 64) @ tw).node], 'att')
+  text = str(m)
+  m = kernel_module(text)
+  mm = [k for k in m.functions('kernel.func') if any(op.name == 'kernel.reduce' for op in k.body.ops)]
+  assert len(mm) == 2 and all(len(op.view.views) == 1 for k in mm for op in k.body.ops if op.name == 'kernel.load')
+  ins = {id(t.node): a for t, a in ((tp, p), (tv, v), (tw, w))}
+  args = [ins[id(l)] for l in leaves]
+  ref = ((p @ v).transpose(0, 2, 1, 3).reshape(2, 16, 64)) @ w
+  for dev in ("CPU", "INTERP"): np.testing.assert_allclose(compile_module(kernel_module(text), dev)(*args)[0], ref, rtol=1e-4, atol=1e-4)
+
 def test_heuristic_opts_everywhere():
   """The heuristics give every program here valid opts, and the results stay right."""
   for name, text, args, ref in PROGRAMS:
