@@ -189,6 +189,8 @@ class Scheduler:
     # the value below the first movement that no one view composes with those before it (the permuted heads, below
     # the reshape that merges them with the tokens): its copy is a plain transpose, and the rest a view of it
     for i in range(len(path) - 1, 0, -1):
+      # (reshapes and permutes only below it: a copy of v's elements, never of a window's repeats: a conv's pool view)
+      if any(u.op.name not in ('tensor.reshape', 'tensor.permute') for u in path[i:]): return
       if len(_path_views(v.type.shape, [u.op for u in path[i - 1:]]).views) > 1:
         if path[i] not in self.R: self.R.add(path[i])
         return
