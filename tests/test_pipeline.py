@@ -207,6 +207,18 @@ def test_tangled_matmul_factor_is_copied():
   ref = ((p @ v).transpose(0, 2, 1, 3).reshape(2, 16, 64)) @ w
   for dev in ("CPU", "INTERP"): np.testing.assert_allclose(compile_module(kernel_module(text), dev)(*args)[0], ref, rtol=1e-4, atol=1e-4)
 
+def test_conv_window_view_is_not_copied():
+  """A conv's windows (a pool view: its input repeated per tap) over a computed input stay a view: no kernel stores
+  more than the conv's padded input or its output."""
+  from tgc import Tensor
+  from tgc.tensor import _build_module
+  x, w = arr((1, 3, 12, 12)), arr((8, 3, 3, 3))
+  tx, tw = Tensor(x, device='CPU'), Tensor(w, device='CPU')
+  m, leaves = _build_module([tx.relu().conv2d(tw, padding=1).node], 'cv')
+  m = kernel_module(str(m))
+  biggest = max(next(op for op in k.body.ops if op.name == 'kernel.store').buf.type.numel for k in m.functions('kernel.func'))
+  assert biggest <= max(3 * 14 * 14, 8 * 12 * 12), biggest
+
 def test_heuristic_opts_everywhere():
   """The heuristics give every program here valid opts, and the results stay right."""
   for name, text, args, ref in PROGRAMS:
