@@ -144,6 +144,81 @@ def test_opts_replay(prog, opts, device):
   fn = compile_module(m, device)
   check(name, fn(*args), args, ref)
 
+@pytest.mark.parametrize("pad", [(0, 0), (2, 1)])
+def test_padded_rows_load_clamped_on_cpu(pad):
+  """PADTO on a register tile's rows (not its vector axis): on the CPU the padded rows read the last row (clamped)
+  instead of gated loads, also where the input's own view masks that axis (a pad before the matmul); results right."""
+  a, b = arr((5 - sum(pad), 9)), arr((9, 16))
+  text = f"""func.func @f(%a: {ty(a.shape)}, %b: {ty(b.shape)}) -> {ty((5, 16))} {{
+  %0 = tensor.pad %a [({pad[0]}, {pad[1]}), (0, 0)] : {ty(a.shape)} -> {ty((5, 9))}
+  %1 = tensor.matmul %0, %b : {ty((5, 9))}, {ty(b.shape)} -> {ty((5, 16))}
+  func.return %1 : {ty((5, 16))}
+}}"""
+  opts = [Record('upcast', {'axis': 1, 'amt': 16}), Record('padto', {'axis': 0, 'amt': 4}), Record('upcast', {'axis': 0, 'amt': 4})]
+  m = kernel_module(text)
+  fits = [k for k in m.functions('kernel.func') if k.sym_name.startswith('r_')]
+  for k in fits: k.attrs['opts'] = tuple(opts)
+  lowered = ir.parse(str(m))
+  PassManager.parse('linearize,uop-simplify').run(lowered)
+  (k,) = [k for k in lowered.functions('uop.func') if k.sym_name.startswith('r_')]
+  gated = [op for op in k.body.ops if op.name == 'uop.load' and len(op.operands) == 4]
+  if pad == (0, 0): assert not gated  # (the input's own padding keeps its gates)
+  ref = np.pad(a, (pad, (0, 0))) @ b
+  for dev in ("CPU", "C"): np.testing.assert_allclose(compile_module(ir.parse(str(m)), dev)(a, b)[0], ref, rtol=1e-4, atol=1e-4, err_msg=dev)
+  np.testing.assert_allclose(compile_module(kernel_module(text), "INTERP")(a, b)[0], ref, rtol=1e-4, atol=1e-4)
+
+def test_pad_with_a_value_reads_one_element():
+  """A pad with a value (max pool's -inf) selects between the input and the value by the pad's `inside` mask, a splat
+  constant under the pad: it lives on the host as one element (not a buffer of the padded shape), read with no gate
+  (a select), and the results match numpy on the CPU and the interpreter."""
+  from tgc import Tensor
+  from tgc.tensor import _build_module
+  from tgc.ir.types import elem
+  x = arr((4, 6, 6))
+  tx = Tensor(x, device='CPU')
+  m, _ = _build_module([tx.pad(((0, 0), (1, 1), (1, 1)), value=-np.inf).node], 'p')
+  m = ir.parse(str(m))
+  PassManager.parse('canonicalize,tensor-decompose,canonicalize,kernelize').run(m)
+  (k,) = m.functions('kernel.func')
+  bools = [a for a in k.body.args if a.type.dtype.name in ('bool', 'i1')]
+  assert [a.type.numel for a in bools] == [1], [str(a.type) for a in k.body.args]
+  lowered = ir.parse(str(m))
+  PassManager.parse('kernel-opt{target=llvm cpu=avx512},linearize,uop-simplify').run(lowered)
+  (u,) = lowered.functions('uop.func')
+  loads = [op for op in u.body.ops if op.name == 'uop.load' and elem(op.results[0].type).name in ('bool', 'i1')]
+  assert loads and all(len(op.operands) == 2 for op in loads)
+  ref = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+  for dev in ("CPU", "INTERP"): np.testing.assert_array_equal(compile_module(ir.parse(str(m)), dev)(x)[0], ref)
+
+def test_tangled_matmul_factor_is_copied():
+  """An attention's output (heads moved beside the tokens and merged: transpose(1, 2).reshape) times a weight: the
+  heads' layout is copied once (a plain transpose), so that the matmul reads its factor through one view; right results."""
+  from tgc import Tensor
+  from tgc.tensor import _build_module
+  p, v, w = arr((2, 2, 16, 16)), arr((2, 2, 16, 32)), arr((64, 48))
+  tp, tv, tw = (Tensor(a, device='CPU') for a in (p, v, w))
+  m, leaves = _build_module([((tp @ tv).permute(0, 2, 1, 3).reshape(2, 16, 64) @ tw).node], 'att')
+  text = str(m)
+  m = kernel_module(text)
+  mm = [k for k in m.functions('kernel.func') if any(op.name == 'kernel.reduce' for op in k.body.ops)]
+  assert len(mm) == 2 and all(len(op.view.views) == 1 for k in mm for op in k.body.ops if op.name == 'kernel.load')
+  ins = {id(t.node): a for t, a in ((tp, p), (tv, v), (tw, w))}
+  args = [ins[id(l)] for l in leaves]
+  ref = ((p @ v).transpose(0, 2, 1, 3).reshape(2, 16, 64)) @ w
+  for dev in ("CPU", "INTERP"): np.testing.assert_allclose(compile_module(kernel_module(text), dev)(*args)[0], ref, rtol=1e-4, atol=1e-4)
+
+def test_conv_window_view_is_not_copied():
+  """A conv's windows (a pool view: its input repeated per tap) over a computed input stay a view: no kernel stores
+  more than the conv's padded input or its output."""
+  from tgc import Tensor
+  from tgc.tensor import _build_module
+  x, w = arr((1, 3, 12, 12)), arr((8, 3, 3, 3))
+  tx, tw = Tensor(x, device='CPU'), Tensor(w, device='CPU')
+  m, leaves = _build_module([tx.relu().conv2d(tw, padding=1).node], 'cv')
+  m = kernel_module(str(m))
+  biggest = max(next(op for op in k.body.ops if op.name == 'kernel.store').buf.type.numel for k in m.functions('kernel.func'))
+  assert biggest <= max(3 * 14 * 14, 8 * 12 * 12), biggest
+
 def test_heuristic_opts_everywhere():
   """The heuristics give every program here valid opts, and the results stay right."""
   for name, text, args, ref in PROGRAMS:

@@ -104,3 +104,33 @@ def test_cpu_matmul_tiles_fit_the_registers(cpu):
   a, b = rng.standard_normal((64, 96)).astype(np.float32), rng.standard_normal((96, 128)).astype(np.float32)
   out, = compile_module(m, 'CPU')(a, b)
   np.testing.assert_allclose(np.asarray(out), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('cpu', ['avx512', 'avx2'])
+@pytest.mark.parametrize('hw,cin,cout,accs', [(6, 64, 64, 12), (3, 128, 128, 12), (12, 32, 32, 12), (5, 16, 48, 15)])
+def test_cpu_conv_tiles_on_small_images(cpu, hw, cin, cout, accs):
+  """A 3x3 conv on a small image (a ResNet's late stages): its register tile takes rows its output columns divide (6
+  columns: 6 rows, not 2; 3: 3, none padded) and, where that leaves few accumulators, more vector columns; on
+  AVX-512 `accs` accumulators, and never more than half the vector registers; the kernel computes the conv."""
+  import numpy as np, torch
+  from tgc.host import cpu_facts
+  from tgc.passes.schedule import Schedule
+  from tgc.ir import parse
+  from tgc.passes.manager import PassManager
+  from tgc.compiler import compile_module
+  from tgc import Tensor
+  from tgc.tensor import _build_module
+  facts = cpu_facts(cpu)
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((1, cin, hw, hw)).astype(np.float32), rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
+  tx, tw = Tensor(x, device='CPU'), Tensor(w, device='CPU')
+  m, leaves = _build_module([tx.conv2d(tw, padding=1).node], 'cv')
+  m = parse(str(m))
+  PassManager.parse(f'canonicalize,tensor-decompose,canonicalize,kernelize,kernel-opt{{target=llvm cpu={cpu}}}').run(m)
+  k = next(f for f in m.functions('kernel.func') if any(op.name == 'kernel.reduce' for op in f.body.ops))
+  s = Schedule(k, k.attrs['opts'], get_target('llvm'))
+  acc = np.prod([n for n, kd in zip(s.full, s.kinds) if kd == 'upcast']) // facts.lanes(4)
+  assert acc <= facts.vector_registers // 2 and (cpu != 'avx512' or (acc == accs and not s.padded)), (cpu, k.attrs['opts'])
+  out, = compile_module(m, 'CPU')(*[(x, w)[next(i for i, t in enumerate((tx, tw)) if t.node is l)] for l in leaves])
+  ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+  np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-3, atol=1e-3)

@@ -290,7 +290,7 @@ def generic(tl: Tiling) -> list | None:
     # On CPUs two vectors wide and as many rows as keep the accumulators in half the vector registers (the rest
     # hold the loaded row and the broadcasts): 8 rows on AVX-512's 32 registers, 4 on AVX2's 16, where 8 rows
     # spilled every accumulator (a 1024 matmul at 0.35x numpy on a Zen 3, 0.89x with 4 rows)
-    lanes, done, vec_bcast = 1, set(), None
+    lanes, done, vec_bcast, width = 1, set(), None, 1
     # on GPUs 8 columns (two float4) x 4 rows a thread: a 4096 f32 matmul ran at 21 TFLOP/s on an H100 where 4x4 made 13
     wants = [vec, 2, max(2, cpu.vector_registers // 4)] if not gpu else [vec, 2 * vec] if staged else [2 * vec, vec]
     for step, want in enumerate(wants):
@@ -311,7 +311,8 @@ def generic(tl: Tiling) -> list | None:
         # where 16x8 ran PP-OCR det's 3x3 convs 3x faster on a Zen 5
         if want == 2 and done and vec_bcast is not None and tuple(s == 0 for s in st) != vec_bcast: continue
         if any(s == 0 for s in st) and any(s not in (0, None) for s in st):
-          amt = next((a for a in (want, 8, 4, 2) if a <= want and tl.ks.full[ax] % a == 0 and lanes * a <= MAX_LANES), None)
+          if not gpu and step == len(wants) - 1: amt = cpu_rows(tl.ks.full[ax], want, MAX_LANES // lanes)
+          else: amt = next((a for a in (want, 8, 4, 2) if a <= want and tl.ks.full[ax] % a == 0 and lanes * a <= MAX_LANES), None)
           key = (all(s in (0, 1) for s in st), amt)
           if amt and (best is None or key > best_key): best, best_key = (ax, amt), key
           if want == 2 and best: break
@@ -324,9 +325,10 @@ def generic(tl: Tiling) -> list | None:
       if step == 0 and not gpu and best[1] * 4 <= vec and r_last is not None and tl.ks.full[r_last] % vec == 0 and \
           all(tl.ks.strides(op)[r_last] in (0, 1) for op in loads) and any(tl.ks.strides(op)[r_last] == 1 for op in loads): break
       if tl.apply(Opt('upcast', *best)):
-        if vec_bcast is None: vec_bcast = tuple(tl.ks.strides(op)[best[0] + 1] == 0 for op in loads)
+        if vec_bcast is None: vec_bcast, width = tuple(tl.ks.strides(op)[best[0] + 1] == 0 for op in loads), best[1]
         lanes *= best[1]
         done = {a + (a > best[0]) for a in done} | {best[0], best[0] + 1}  # the split's two parts are used
+    if not gpu and vec_bcast is not None: cpu_fill(tl, done, vec_bcast, lanes, width)
     red = tl.ks.axes('reduce')
     if red:
       # (staged: the reduce axis a long step divides, a conv's input channels rather than its window's columns)
@@ -430,6 +432,57 @@ def cpu_pad(ks: Schedule, ax: int, vec: int, apply) -> bool:
   s = ks.full[ax]
   ns = -(-s // vec) * vec
   return ns != s and (ns - s) * 3 <= ns and apply(Opt('padto', ax, vec))
+
+
+def pad_rows_gain(n: int, rows: int) -> float:
+  """The useful rows of a `rows`-row tile along an axis of n padded to a multiple of rows (cpu_pad's rule: at most a
+  third wasted), else 0."""
+  ns = -(-n // rows) * rows
+  return rows * n / ns if (ns - n) * 3 <= ns else 0
+
+
+def cpu_rows(n: int, want: int, most: int) -> int | None:
+  """CPU: the rows of a register tile along an axis of n: the largest divisor of n up to `want` (and `most`), unless
+  padding n to `want` rows (or half as many) gives more useful rows (cpu_pad_rows then pads it): None. A conv's 6
+  output columns take 6 rows, not 2 (its 6x6x64 3x3 convs: 4 accumulators a step, latency-bound); 3 take 3, not 4
+  with one padded; a ViT's 65 tokens 8 padded."""
+  d = next((a for a in range(min(want, most, n), 1, -1) if n % a == 0), None)
+  pad = max((pad_rows_gain(n, r) for r in (want, want // 2) if 2 <= r <= most), default=0)
+  return None if pad > (d or 0) else d
+
+
+def cpu_fill(tl: 'Tiling', done: set, vec_bcast: tuple, lanes: int, width: int) -> None:
+  """CPU: a register tile of fewer accumulators than three quarters of half the vector registers (a conv's 3 output
+  columns by 2 vectors: 6 FMA chains, latency-bound) grows, while it stays within half the registers and MAX_LANES:
+  by more vector columns (the vector axis's outer part) or, where a row has several vectors already, by a second row
+  axis (the output rows beside its columns; beside one vector a row, more rows only add a broadcast an FMA: a 24x24
+  conv of 16 channels ran slower so), whichever makes more accumulators."""
+  target, loads = tl.cpu.vector_registers // 2, tl.loads
+  # (a sum of products of two loads only, a matmul's or a conv's: a layer norm's rows over tokens, tiled for its
+  # broadcast statistics, ran 2x slower with more lanes)
+  reds = [op for op in tl.k.body.ops if op.name == 'kernel.reduce']
+  mul = reds[0].src.op if len(reds) == 1 and reds[0].kind == 'add' else None
+  if mul is None or mul.name != 'kernel.mul' or any(v.op is None or v.op.name != 'kernel.load' for v in mul.operands): return
+  acc = lanes // width
+  pattern = lambda ax: tuple(tl.ks.strides(op)[ax] == 0 for op in loads)
+  cols = lambda: math.prod(tl.ks.full[a] for a, kd in enumerate(tl.ks.kinds) if kd == 'upcast' and pattern(a) == vec_bcast) // width
+  # (a tile of one row stays as it is: its rows are not affine (an attention's heads merged back), and more vector
+  # columns beside one broadcast left a transformer's projection 3x slower than 2 columns with its reduce unrolled)
+  while acc < target * 3 // 4 and acc > cols():
+    ks, opts = tl.ks, []
+    col = min((a for a in done if a in ks.axes('global') and ks.full[a] > 1 and pattern(a) == vec_bcast), default=None)  # (the vector axis's outer part)
+    d = next((a for a in range(min(target // acc, MAX_LANES // lanes, ks.full[col]), 1, -1) if ks.full[col] % a == 0), None) if col is not None else None
+    if d: opts.append((acc * d, 1, col, d))
+    for ax in ks.axes('global') if cols() > 1 else ():  # (one vector a row: more rows only add a broadcast an FMA)
+      st = [ks.strides(op)[ax] for op in loads]
+      if ax in done or pattern(ax) == vec_bcast or not (any(x == 0 for x in st) and any(x not in (0, None) for x in st)): continue
+      d = next((a for a in range(min(target // acc, MAX_LANES // lanes, ks.full[ax]), 1, -1) if ks.full[ax] % a == 0), None)
+      if d: opts.append((acc * d, 0, ax, d))
+    if not opts: return
+    _, _, ax, amt = max(opts)
+    if not tl.apply(Opt('upcast', ax, amt)): return
+    acc, lanes = acc * amt, lanes * amt
+    done = {a + (a > ax) for a in done} | {ax, ax + 1}
 
 
 def cpu_pad_rows(ks: Schedule, cands, loads, rows: int, vec_bcast, apply):

@@ -13,12 +13,16 @@ Which values become buffers (tinygrad's rules, ir.md):
   - a computed value under a pad (padding must read 0, not f(0));
   - a factor of a sum of products that it reads broadcast RECOMPUTE (16) times or more per element and that costs
     several ALU ops and loads a point (a 1x1 conv's input after batch norms and activations, a matmul's input that is
-    a layernorm of a residual sum): computed once, not per output.
+    a layernorm of a residual sum): computed once, not per output;
+  - a computed factor of a sum of products, read broadcast RECOMPUTE times or more through movement ops no one view
+    composes (an attention's heads moved beside its tokens and merged): the value below the first such movement, so
+    that its copy is a plain transpose and the product reads one view.
 A buffer that is a reduce whose result a later reduce over the same rows reads back as a broadcast (softmax's
 max under its exp-sum) is computed and stored by that later reduce's kernel, in a stage before its own
 (choose_fusions): softmax is two kernels.
 Constants and movement ops never make a kernel: movement ops fold into the view stacks of the loads,
-splat constants become kernel.const, dense constants stay on the host as buffers.
+splat constants become kernel.const (under a mask: a one-element host buffer read through it), dense constants stay
+on the host as buffers.
 """
 from __future__ import annotations
 import math
@@ -182,9 +186,28 @@ class Scheduler:
       while mul is not None and mul.name == 'tensor.cast': mul = mul.operands[0].op
       if mul is None or mul.name != 'tensor.mul': continue
       for x in mul.operands:
+        self._materialize_tangled(x, op)
         b = _movement_base(x)
         if b.op is None or _is_leaf(b) or b in self.R or ELEMENTWISE not in b.op.TRAITS: continue
         if op.src.type.numel >= RECOMPUTE * b.type.numel and self._alu_cost(b) >= 4: self.R.add(b)
+
+  def _materialize_tangled(self, x: Value, red: Operation):
+    """A factor of a sum of products that is a computed value read through movement ops no one view composes (an
+    attention's output, its heads moved beside the tokens and merged: `transpose(1, 2).reshape(b, t, d)`), read
+    broadcast RECOMPUTE times or more: the moved value (below the product's expand) becomes a buffer, a copy in its
+    layout, so that the product reads it through one view, its index affine (GPT-2's projection after attention: the
+    index of every load a division and remainders, 47 GFLOP/s)."""
+    path, v = [], x
+    while v.op is not None and MOVEMENT in v.op.TRAITS: path.append(v); v = v.op.operands[0]
+    if v.op is None or _is_leaf(v) or red.src.type.numel < RECOMPUTE * v.type.numel: return
+    # the value below the first movement that no one view composes with those before it (the permuted heads, below
+    # the reshape that merges them with the tokens): its copy is a plain transpose, and the rest a view of it
+    for i in range(len(path) - 1, 0, -1):
+      # (reshapes and permutes only below it: a copy of v's elements, never of a window's repeats: a conv's pool view)
+      if any(u.op.name not in ('tensor.reshape', 'tensor.permute') for u in path[i:]): return
+      if len(_path_views(v.type.shape, [u.op for u in path[i - 1:]]).views) > 1:
+        if path[i] not in self.R: self.R.add(path[i])
+        return
 
   def _alu_cost(self, v: Value, limit: int = 4) -> int:
     """ALU ops computing v down to buffers and leaves, and the buffers it reads past the first (each a load per point
@@ -329,6 +352,7 @@ class Scheduler:
     roots = sorted(self.R, key=lambda v: self.order[v.op])
     kernels, host = [], []
     self.buffers: dict[Value, Value] = {a: a for a in self.fn.body.args}
+    self.splats: dict[Value, Value] = {}  # splat constants read through a mask -> their one-element host buffers
     self.host_consts: dict[Value, Value] = {}
     self.host_ops: list[Operation] = []
     names = set()
@@ -381,6 +405,15 @@ class Scheduler:
     self.host_ops.append(c)
     self.buffers[v] = c.results[0]
     return c.results[0]
+
+
+  def splat_buffer(self, v: Value) -> Value:
+    """A splat constant's value as a host buffer of one element (shape all 1s, v's rank)."""
+    if v not in self.splats:
+      c = REGISTRY['tensor.const']([], [TensorType((1,) * len(v.type.shape), v.type.dtype)], dict(v.op.attrs), v.op.loc)
+      self.host_ops.append(c)
+      self.splats[v] = c.results[0]
+    return self.splats[v]
 
 
 class _KernelBuilder:
@@ -440,6 +473,11 @@ class _KernelBuilder:
       return self.load(s.buffers[v] if v in s.buffers else s.host_buffer(v), path, below)
     if op.name == 'tensor.const':
       st = self.views(v.type.shape, path)
+      if not isinstance(op.attrs['value'], tuple) and any(w.mask is not None for w in st.views) and not (below and self.const_loads):
+        # a splat under a mask (a pad's `inside` of a pad with a value): one element on the host, read broadcast
+        # through the mask, not a dense buffer of the whole shape read through the view
+        one = s.splat_buffer(v)
+        return self.load(one, path, below, start=ViewStack.from_shape(one.type.shape).expand(v.type.shape))
       if isinstance(op.attrs['value'], tuple) or any(w.mask is not None for w in st.views) or (below and self.const_loads):
         return self.load(s.host_buffer(v), path, below)
       return self.add(K('const')([], [dt], {'value': op.attrs['value']}, op.loc))

@@ -336,7 +336,11 @@ class ViewStack:
       i = min(i, len(views) - 2)
     return ViewStack(tuple(views))
 
-  def to_indexed(self, idxs: Sequence[Any], b) -> tuple[Any, Any]:
+  def to_indexed(self, idxs: Sequence[Any], b, clamp: Sequence = ()) -> tuple[Any, Any]:
+    """(flat index, valid) at the point idxs, built with b. `clamp`: bounds ([(axis, multiplier)], size) of axes
+    split into tiles (a sum of digits below a size, PADTO's): where the top view splits the one below along exactly
+    those digits, that coordinate is clamped to size - 1 first (b.alu('min')), so that points past it read the last
+    element instead of a masked one (for values that are never stored: no gate, no branch)."""
     if len(idxs) != len(self.shape): raise ValueError(f"{len(idxs)} indices for shape {self.shape}")
     views = self.views
     if len(views) > 1 and (groups := _split_groups(views[-1], views[-2].shape)) is not None:
@@ -344,8 +348,13 @@ class ViewStack:
       # that view's coordinates are its digits' sums, without a flat index over the whole space (and its constants)
       coords = []
       for g in groups:
-        c, inner = b.const(0), 1
-        for i in reversed(g): c, inner = b.add(c, b.mul(idxs[i], b.const(inner))), inner * views[-1].shape[i]
+        c, inner, terms = b.const(0), 1, {}
+        for i in reversed(g):
+          c = b.add(c, b.mul(idxs[i], b.const(inner)))
+          if views[-1].shape[i] > 1: terms[i] = inner
+          inner *= views[-1].shape[i]
+        size = next((n for ts, n in clamp if {a: m for a, m in ts if views[-1].shape[a] > 1} == terms), None)
+        if size is not None and terms: c = b.alu('min', c, b.const(size - 1))
         coords.append(c)
       idxs, views = coords, views[:-1]
     idx, valid = views[-1].to_indexed(idxs, b)
