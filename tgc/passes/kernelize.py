@@ -620,9 +620,19 @@ SPLIT_OUT = 64
 
 def split_reduce(op, rw):
   """A big reduce into a few outputs is two: (..., n, ...) -> (..., k, n/k, ...) reduced over n/k, then over k,
-  so that the first kernel has k*outputs points to spread across cores (tinygrad's split_reduceop)."""
+  so that the first kernel has k*outputs points to spread across cores (tinygrad's split_reduceop); a reduce over
+  several axes, over all but its outermost one first."""
   src, t = op.src, op.results[0].type
-  if len(op.axes) != 1 or math.prod(t.shape) >= SPLIT_OUT: return None
+  if math.prod(t.shape) >= SPLIT_OUT: return None
+  if len(op.axes) > 1:
+    # over several axes (a batch norm's statistics: a channel's sum over batch, rows and columns): the partial sums
+    # keep the outermost reduced axis (the batch), each summing the others, then those are summed
+    a, shape = op.axes[0], src.type.shape
+    if math.prod(shape[i] for i in op.axes) < SPLIT_MIN or shape[a] < 16 or math.prod(shape[i] for i in op.axes[1:]) < 256: return None
+    TT = lambda sh: TensorType(tuple(sh), t.dtype)
+    r1 = rw.create(REGISTRY['tensor.reduce'], [src], [TT(1 if i in op.axes[1:] else d for i, d in enumerate(shape))], {'kind': op.kind, 'axes': op.axes[1:]}, op.loc).results[0]
+    c = rw.create(REGISTRY['tensor.contiguous'], [r1], [r1.type], None, op.loc).results[0]
+    return rw.create(REGISTRY['tensor.reduce'], [c], [t], {'kind': op.kind, 'axes': (a,)}, op.loc).results[0]
   a = op.axes[0]
   n = src.type.shape[a]
   if n < SPLIT_MIN: return None
