@@ -211,3 +211,24 @@ def test_split_k_on_a_gpu_with_few_output_tiles():
   assert str(m).count('tensor.reduce') == 2
   (out,) = compile_module(m, 'CPU')(a, b)
   np.testing.assert_allclose(out, a.T @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_split_of_a_conv_weight_gradient():
+  """A sum of products of broadcast factors over several axes into few outputs (a 3x3 conv's weight gradient over a
+  batch of 64) on a GPU of 132 multiprocessors: partial sums per image, then their sum; an elementwise product summed
+  (a norm's weight gradient: neither factor broadcast) stays one reduce. Both equal numpy's (run on the CPU)."""
+  from tgc import Tensor
+  from tgc.passes.manager import PassManager
+  rng = np.random.default_rng(5)
+  x, g = rng.standard_normal((64, 8, 18, 18)).astype(np.float32), rng.standard_normal((64, 16, 16, 16)).astype(np.float32)
+  xt, gt = Tensor(x), Tensor(g)
+  dw = (xt._pool((3, 3)).reshape(64, 1, 8, 16, 16, 3, 3) * gt.reshape(64, 16, 1, 16, 16, 1, 1)).sum((0, 3, 4))
+  ref = np.einsum('nchwij,nohw->ocij', np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3)), g)
+  a, b = rng.standard_normal((16, 256, 48)).astype(np.float32), rng.standard_normal((16, 256, 48)).astype(np.float32)
+  ln = (Tensor(a) * Tensor(b)).sum((0, 1))
+  for y, want, reduces in ((dw, ref, 2), (ln, (a * b).sum((0, 1)), 1)):
+    m, _ = _build_module([y.node], 'f')
+    PassManager.parse('tensor-decompose{target=cuda processors=132}').run(m)
+    assert str(m).count('tensor.reduce') == reduces, str(m)
+    (out,) = compile_module(m, 'CPU')(*[t for t in (x, g, a, b) if any(v.type.shape == t.shape for v in m.functions('func.func')[0].body.args)])
+    np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-3, atol=1e-3)

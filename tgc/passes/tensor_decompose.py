@@ -10,7 +10,7 @@ replaced by what it returns, the primitives it creates with `rw.create`.
 """
 from __future__ import annotations
 import math
-from tgc.ir.core import REGISTRY
+from tgc.ir.core import REGISTRY, MOVEMENT
 from tgc.ir.types import TensorType
 from tgc.ir.rewrite import PatternMatcher, apply_patterns
 from tgc.passes.manager import Pass
@@ -71,6 +71,27 @@ def split_k(shape: tuple, k: int, spec: DeviceSpec | None) -> int:
 TILE_OUTPUTS = 4096  # the outputs of a GPU matmul's staged tile (64x64)
 WAVES = 2            # the work-groups per multiprocessor a product should have
 SPLIT_K_MIN = 256    # the shortest chunk of k a split leaves
+
+
+def split_product_reduce(op, rw, spec: DeviceSpec):
+  """A sum of products over several axes into too few outputs for a GPU's multiprocessors (a conv's weight gradient:
+  32x32x3x3 sums over a batch of 64 images of 32x32 pixels made 3 staged tiles' work-groups): partial sums that keep
+  the outermost summed axis (the batch), then their sum, as split_k does for a matmul."""
+  src, a = op.src, op.axes[0] if len(op.axes) > 1 else None
+  prod = src.op
+  while prod is not None and prod.name == 'tensor.cast': prod = prod.operands[0].op
+  if a is None or op.kind != 'add' or prod is None or prod.name != 'tensor.mul': return None
+  def base(v):  # the value a factor is a view of (through movement ops)
+    while v.op is not None and MOVEMENT in v.op.TRAITS: v = v.op.operands[0]
+    return v
+  # a product's factors each broadcast along some axis (a matmul's, a conv's): each read is shared by many outputs;
+  # an elementwise product summed (a norm's weight gradient) reads its factors once and stays one reduce
+  if any(base(x).type.numel >= src.type.numel for x in prod.operands): return None
+  shape, out = src.type.shape, math.prod(op.results[0].type.shape)
+  if out >= TILE_OUTPUTS * WAVES * spec.processors or shape[a] < 2 or math.prod(shape[i] for i in op.axes[1:]) < SPLIT_K_MIN: return None
+  part = TensorType(tuple(1 if i in op.axes[1:] else d for i, d in enumerate(shape)), op.results[0].type.dtype)
+  r = rw.create(REGISTRY['tensor.reduce'], [src], [part], {'kind': 'add', 'axes': op.axes[1:]}, op.loc).results[0]
+  return rw.create(REGISTRY['tensor.reduce'], [r], [op.results[0].type], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
 
 
 def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None):
@@ -138,3 +159,5 @@ class TensorDecompose(Pass):
       apply_patterns(m, PatternMatcher([('tensor.cast', lambda op, rw: pad_rows(op, rw, spec))]), stats=self.stats)
     mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack, spec))])
     apply_patterns(m, mm + declared_patterns(), stats=self.stats)
+    if spec.gpu and spec.processors:  # (one sweep: the partial sums are not split again)
+      apply_patterns(m, PatternMatcher([('tensor.reduce', lambda op, rw: split_product_reduce(op, rw, spec))]), max_sweeps=1, stats=self.stats)
