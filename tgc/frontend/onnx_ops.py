@@ -154,9 +154,10 @@ def cast(x: Tensor, dt, saturate: int = 1) -> Tensor:
   y, f = x.cast(dt), dt.fmt
   if saturate or f is None or f.bits != 8 or x.dtype.is_bool: return y
   # half an ulp above the largest finite value, where rounding to nearest even overflows: a tie overflows where that
-  # value's mantissa is odd
+  # value's mantissa is odd; compared in float32, which the conversion rounds from (x's own dtype could round the
+  # threshold: 464 is 448 in E5M2)
   ulp = 2.0 ** ((f.max_code >> f.man) - f.bias - f.man)
-  a = (x if x.dtype.is_float else x.cast(dtypes.float32)).abs()
+  a = x.cast(dtypes.float32).abs()
   over = a >= f.max + ulp / 2 if f.max_code & 1 else a > f.max + ulp / 2
   # chosen among the bits: a select of f8 values would compute in float32 and round back, saturating again
   u8 = lambda v: x._c(v, dtypes.uint8)
