@@ -246,3 +246,52 @@ def test_tensor_api_f8(name):
   got = (t @ Tensor(w).cast(dt)).numpy()
   np.testing.assert_allclose(got, oracle(want @ wq, name).astype(np.float32), rtol=0.13, atol=1e-6)
   assert Tensor(np.ones(2, np.float16)).cast(dt).cast('float16').dtype is dtypes.float16 and (t + Tensor(np.ones((8, 16), np.float16))).dtype is dtypes.float16
+
+
+@pytest.mark.parametrize('op', ['Cast', 'CastLike'])
+@pytest.mark.parametrize('name,src', [(n, s) for n in ML for s in ('FLOAT', 'FLOAT16', 'FLOAT8E5M2') if (n, s) != ('f8e5m2', 'FLOAT8E5M2')])
+def test_onnx_cast_saturate_0(name, src, op):
+  """ONNX Cast/CastLike with saturate=0: ml_dtypes' plain astype (a value that rounds past the largest finite one,
+  inf included, is inf in E5M2 and NaN in the formats without inf), at the rounding boundary above the largest value;
+  saturate=1 (the default) clips. From float32, f16 and E5M2 (whose 512 is NaN in E4M3FN and 256 in E4M3FNUZ); the
+  result is a graph output, and also read back by a Cast to float32."""
+  onnx = pytest.importorskip('onnx')
+  from onnx import helper as h, TensorProto as T
+  from tgc.frontend import onnx as fe
+  elem = {'f8e4m3': T.FLOAT8E4M3FN, 'f8e5m2': T.FLOAT8E5M2, 'f8e4m3fnuz': T.FLOAT8E4M3FNUZ, 'f8e5m2fnuz': T.FLOAT8E5M2FNUZ}[name]
+  mx = float(ml.finfo(ML[name]).max)
+  code = np.array([mx], np.float32).astype(ML[name]).view(np.uint8)
+  ulp = mx - float((code - 1).view(ML[name]).astype(np.float32)[0])  # the spacing below the largest value
+  x = np.array([0.3, -17.0, mx, -mx, mx + ulp / 2, -(mx + ulp / 2), mx + ulp / 4, mx + ulp * 0.75, 1e6, -1e6, np.inf, -np.inf, np.nan, 2.0 ** -12], np.float32)
+  xt = getattr(T, src)
+  with np.errstate(over='ignore'):  # (1e6 is inf in f16 and E5M2)
+    if src != 'FLOAT': x = x.astype(np.float16 if src == 'FLOAT16' else ML['f8e5m2'])
+  for sat in (0, 1):
+    like = [h.make_tensor_value_info('like', elem, [1])] if op == 'CastLike' else []
+    node = h.make_node('CastLike', ['x', 'like'], ['q'], saturate=sat) if op == 'CastLike' else h.make_node('Cast', ['x'], ['q'], to=elem, saturate=sat)
+    g = h.make_graph([node, h.make_node('Cast', ['q'], ['y'], to=T.FLOAT)], 'g', [h.make_tensor_value_info('x', xt, [len(x)])] + like,
+                     [h.make_tensor_value_info('q', elem, [len(x)]), h.make_tensor_value_info('y', T.FLOAT, [len(x)])])
+    args = [x] + ([np.zeros(1, ML[name])] if like else [])
+    q, y = fe.load(h.make_model(g, opset_imports=[h.make_opsetid('', 21)]))(*args)
+    with np.errstate(all='ignore'): want = x.astype(np.float32).astype(ML[name]) if not sat else oracle(x.astype(np.float32), name)
+    assert q.dtype == ML[name]
+    same(q.view(np.uint8), want, name)
+    np.testing.assert_array_equal(y, want.astype(np.float32))
+
+
+@pytest.mark.parametrize('sat', [0, 1])
+@pytest.mark.parametrize('name', ['f8e4m3', 'f8e5m2'])
+def test_onnx_quantize_linear_to_f8(name, sat):
+  """QuantizeLinear to an 8-bit float: x / scale + zero point, rounded as Cast rounds (saturate as the attribute says)."""
+  pytest.importorskip('onnx')
+  from onnx import helper as h, TensorProto as T, numpy_helper
+  from tgc.frontend import onnx as fe
+  elem = {'f8e4m3': T.FLOAT8E4M3FN, 'f8e5m2': T.FLOAT8E5M2}[name]
+  scale = np.array([0.5, 2.0, 0.25], np.float32)
+  inits = [numpy_helper.from_array(scale, 's'), h.make_tensor('z', elem, [3], [0, 0, 0])]
+  g = h.make_graph([h.make_node('QuantizeLinear', ['x', 's', 'z'], ['q'], axis=1, saturate=sat)], 'g', [h.make_tensor_value_info('x', T.FLOAT, [2, 3])],
+                   [h.make_tensor_value_info('q', elem, [2, 3])], inits)
+  x = np.array([[0.3, -17.0, 1e5], [np.inf, 3.3, -250.0]], np.float32)
+  q, = fe.load(h.make_model(g, opset_imports=[h.make_opsetid('', 21)]))(x)
+  with np.errstate(all='ignore'): want = (x / scale).astype(ML[name]) if not sat else oracle(x / scale, name)
+  same(q.view(np.uint8), want, name)

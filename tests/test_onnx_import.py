@@ -188,6 +188,24 @@ def test_pointwise_conv_matches_numpy(shape, stride, group, const):
   np.testing.assert_allclose((f(x) if const else f(x, w))[0], np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize('xs,ws,group', [((2, 4, 11), (4, 1, 4), 4), ((1, 3, 6, 7), (5, 3, 3, 3), 1)])
+def test_f16_conv_rounds_once(xs, ws, group):
+  """An f16 Conv sums its products in float32 unrounded (as matmul, and as tensor cores do): with 8-bit factors
+  the products and their sums are exact in float32, so the result is the exact sum rounded to f16 once (a product
+  rounded to f16 first is off by an ulp)."""
+  x = (RNG.integers(-255, 256, xs) / 256).astype(np.float16)
+  w = (RNG.integers(-127, 128, ws) / 128).astype(np.float16)
+  g = h.make_graph([h.make_node('Conv', ['x', 'w'], ['y'], group=group)], 'g',
+                   [h.make_tensor_value_info('x', T.FLOAT16, list(xs)), h.make_tensor_value_info('w', T.FLOAT16, list(ws))],
+                   [h.make_tensor_value_info('y', T.FLOAT16, None)])
+  y, = tgc.onnx.load(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]))(x, w)
+  from onnx.reference import ReferenceEvaluator
+  m64 = h.make_model(h.make_graph(g.node, 'g', [h.make_tensor_value_info(n, T.DOUBLE, None) for n in 'xw'], [h.make_tensor_value_info('y', T.DOUBLE, None)]),
+                     opset_imports=[h.make_opsetid('', 13)])
+  exact, = ReferenceEvaluator(m64).run(None, {'x': x.astype(np.float64), 'w': w.astype(np.float64)})
+  np.testing.assert_array_equal(y, exact.astype(np.float16))
+
+
 @pytest.mark.parametrize('k,bias', [((2, 2), True), ((2, 3), False)])
 def test_conv_transpose_with_kernel_equal_to_stride(k, bias):
   """ConvTranspose whose windows tile the output (kernel = stride, no pads): one input pixel times one tap each."""

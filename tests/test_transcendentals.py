@@ -39,3 +39,21 @@ def test_within_2_ulp(fname, device, upcast):
   assert same_nonfinite[~fin].all(), (x[~fin], got[~fin], want[~fin])
   err = np.abs(got[fin].astype(np.float64) - want[fin]) / np.spacing(np.abs(want[fin]).astype(np.float32)).astype(np.float64)
   assert err.max() <= 2.0, (fname, x[fin][err.argmax()], got[fin][err.argmax()], want[fin][err.argmax()])
+
+
+F16 = {'exp': (np.exp, np.linspace(-16, 11, 4001)), 'log': (np.log, np.exp(np.linspace(-9, 11, 4001))),
+       'sigmoid': (lambda v: 1 / (1 + np.exp(-v)), np.linspace(-16, 16, 4001)), 'tanh': (np.tanh, np.linspace(-6, 6, 4001)),
+       'cos': (np.cos, np.linspace(-20, 20, 4001))}
+
+@pytest.mark.parametrize("fname", list(F16))
+def test_f16_compositions_round_once(fname):
+  """Tensor.exp, log, sigmoid, tanh and cos of f16 compute in float32 and round once: within 1 ulp of the exact value
+  rounded to f16 (x * log2(e) rounded to f16 on the way cost exp 10 ulp, 2s - 1 tanh 91, pi/2 - x cos thousands)."""
+  from tgc import Tensor
+  f, xs = F16[fname]
+  x = xs.astype(np.float16)
+  want = f(x.astype(np.float64)).astype(np.float16)
+  got = getattr(Tensor(x), fname)().numpy()
+  assert got.dtype == np.float16
+  ulps = np.abs(got.view(np.int16).astype(np.int64) - want.view(np.int16).astype(np.int64))
+  assert ulps.max() <= 1, (fname, x[ulps.argmax()], got[ulps.argmax()], want[ulps.argmax()])

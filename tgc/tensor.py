@@ -770,10 +770,20 @@ class Tensor(TensorAPI):
     return self._unop('not')
   def exp2(self) -> Tensor: return self._float()._unop('exp2')
   def log2(self) -> Tensor: return self._float()._unop('log2')
-  def exp(self) -> Tensor: return (self._float() * _LOG2_E).exp2()
-  def log(self) -> Tensor: return self._float().log2() * _LN_2
+  def _wide(self) -> DType | None:
+    # the compositions below compute a narrow float (f16, bf16, the f8s) in float32 and round once: x * log2(e) or
+    # 2s - 1 rounded to f16 on the way would cost the result several ulps (exp(-10) by 9)
+    return _D.f32 if self.dtype.is_float and self.dtype.itemsize < 4 else None
+  def exp(self) -> Tensor:
+    if (w := self._wide()): return self.cast(w).exp().cast(self.dtype)
+    return (self._float() * _LOG2_E).exp2()
+  def log(self) -> Tensor:
+    if (w := self._wide()): return self.cast(w).log().cast(self.dtype)
+    return self._float().log2() * _LN_2
   def sin(self) -> Tensor: return self._float()._unop('sin')
-  def cos(self) -> Tensor: return (math.pi / 2 - self._float()).sin()
+  def cos(self) -> Tensor:
+    if (w := self._wide()): return self.cast(w).cos().cast(self.dtype)
+    return (math.pi / 2 - self._float()).sin()
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def sqrt(self) -> Tensor: return self._float()._unop('sqrt')
   def reciprocal(self) -> Tensor: return self._float()._unop('recip')
@@ -811,12 +821,15 @@ class Tensor(TensorAPI):
   def sigmoid(self) -> Tensor:
     """1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: e^-|x| never overflows, so neither the value nor the gradient
     meets inf * 0 at extreme inputs."""
+    if (w := self._wide()): return self.cast(w).sigmoid().cast(self.dtype)
     x = self._float()
     pos = x >= 0
     e = pos.where(-x, x).exp()  # e^-|x|, with the gradient of the branch taken at 0 too
     r = (1 + e).reciprocal()
     return pos.where(r, e * r)
-  def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+  def tanh(self) -> Tensor:
+    if (w := self._wide()): return self.cast(w).tanh().cast(self.dtype)
+    return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
   def gelu(self, approximate: str = 'tanh') -> Tensor:
     """tinygrad's tanh approximation by default; approximate='none' is torch's default (erf)."""
     x = self._float()
@@ -1480,7 +1493,12 @@ class Tensor(TensorAPI):
       n = weight.ndim
       w = weight.permute(*range(1, n), 0).contiguous().permute(n - 1, *range(0, n - 1))
     wshape = (1, groups, *[1] * nd, rcout, cin, *HW) if channels_last else (1, groups, rcout, *[1] * nd, cin, *HW)
-    ret = (x * w.reshape(wshape)).sum([-1 - i for i in range(1 + nk)])
+    w = w.reshape(wshape)
+    # a narrow float's products widened before the sum (as matmul's, and as tensor cores compute them): a product
+    # rounded to f16 first would cost the sum an ulp
+    acc = self._wide()
+    ret = (x.cast(acc) * w.cast(acc) if acc else x * w).sum([-1 - i for i in range(1 + nk)])
+    if acc: ret = ret.cast(self.dtype)
     if channels_last: ret = ret.contiguous().permute(0, 1, 2 + nd, *[2 + i for i in range(nd)])  # (bs, groups, rcout, *oyx)
     ret = ret.reshape(bs, cout, *oyx)
     return ret if bias is None else ret + bias.reshape(1, -1, *[1] * len(HW))

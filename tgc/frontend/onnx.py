@@ -394,18 +394,23 @@ def _flat(outputs):
     where.append((len(flat), len(flat) + len(ts), isinstance(v, list), v is EMPTY)); flat += ts
   return flat, where
 
-def _roots(outputs):
+def _roots(outputs, bits: bool = False):
   # a graph output that is a buffer itself (an Identity of an input or a weight) is copied, so that every result is computed
-  return [t.contiguous() if t.node.realized else t for t in _flat(outputs)[0]]
+  ts = [t.contiguous() if t.node.realized else t for t in _flat(outputs)[0]]
+  # bits: an emulated float that is a bitcast of its bits (Cast saturate=0's E5M2 infinities) is returned as those bits,
+  # which a kernel's store of the float would round again, saturating
+  raw = lambda t: t.node.op == 'bitcast' and t.dtype.fmt and t.node.srcs[0].dtype.is_int and not t.node.srcs[0].realized
+  return [Tensor(t.node.srcs[0]) if bits and raw(t) else t for t in ts]
 
 
 def build(model, shapes: dict | None = None, device: str | None = None, name: str = 'main', feeds: dict | None = None,
-          values: dict | None = None):
-  """(module, leaves, inputs, weights, specialised): the func.func whose arguments are the graph inputs (less those
-  `values` fixes), then the weights; weights maps argument name -> numpy array (what the `.npz` beside the `.tgc` holds)."""
+          values: dict | None = None, bits: bool = False):
+  """(module, leaves, inputs, weights, specialised, where): the func.func whose arguments are the graph inputs (less
+  those `values` fixes), then the weights; weights maps argument name -> numpy array (what the `.npz` beside the `.tgc`
+  holds); where: each graph output's slice of the results. bits: an emulated float result may be its bits (_roots)."""
   inputs, outputs, names, by_value = trace(model, shapes, device, feeds, values)
   if not _flat(outputs)[0]: raise OnnxError("the graph computes no tensor (its outputs are empty sequences or optionals)")
-  m, leaves = _build_module([t.node for t in _roots(outputs)], name)
+  m, leaves = _build_module([t.node for t in _roots(outputs, bits)], name)
   fn = m.functions('func.func')[0]
   used, weights = set(), {}
   # the graph inputs first, in the graph's order, then the weights: a user passes the first ones
@@ -417,7 +422,7 @@ def build(model, shapes: dict | None = None, device: str | None = None, name: st
     a.hint = _ident(names.get(leaf, 'cst'), used)
     if leaf not in innodes: weights[a.hint] = leaf.buf.numpy().reshape(leaf.shape)
   m.verify()
-  return m, leaves, inputs, weights, by_value, _flat(outputs)[1]
+  return m, leaves, inputs, weights, by_value, _flat(outputs)
 
 
 def import_text(model, shapes: dict | None = None, values: dict | None = None) -> tuple[str, dict]:
@@ -447,7 +452,7 @@ class OnnxModel:
     key = (tuple(sorted((k, form(v)) for k, v in feeds.items())), tuple((k, raw(feeds[k])) for k in sorted(self._by_value)))
     if key not in self._compiled:
       from tgc.compiler import compile_module
-      m, leaves, inputs, _, used, where = build(self.model, {**self.shapes, **shapes}, self.device, feeds=feeds)
+      m, leaves, inputs, _, used, (flat, where) = build(self.model, {**self.shapes, **shapes}, self.device, feeds=feeds, bits=True)
       if used - self._by_value:
         self._by_value |= used
         return self.compile(feeds)
@@ -456,7 +461,7 @@ class OnnxModel:
       # the weights are these buffers for every call: what is computed from them alone (a weight transposed or
       # permuted for its kernel) is computed here, once
       fn = compile_module(m, self.device).specialize({i: b for i, (k, b) in enumerate(zip(which, bufs)) if k is None})
-      self._compiled[key] = (fn, which, bufs, {k: t.dtype for k, t in inputs.items()}, where)
+      self._compiled[key] = (fn, which, bufs, {k: t.dtype for k, t in inputs.items()}, where, [t.dtype for t in flat])
     return self._compiled[key]
 
   def __call__(self, *arrays, **named):
@@ -467,7 +472,7 @@ class OnnxModel:
     # (ascontiguousarray would make a 0-d input 1-d); a list is a sequence, None an empty optional
     arr = lambda v: np.asarray(v, order='C')
     feeds = {k: None if v is None else [arr(a) for a in v] if isinstance(v, (list, tuple)) else arr(v) for k, v in feeds.items()}
-    fn, which, bufs, dts, where = self.compile(feeds)
+    fn, which, bufs, dts, where, odts = self.compile(feeds)
     fed = lambda k: feeds[k] if isinstance(k, str) else feeds[k[0]][k[1]]
     def arg(k, b):
       v, dt = fed(k), dts[k]
@@ -477,8 +482,8 @@ class OnnxModel:
     # (no argument checks: the key fixes the inputs' shapes, and each input is its argument's dtype here)
     res = fn.run([b if k is None else arg(k, b) for k, b in zip(which, bufs)], check=False)
     # a host device's results are handed out as their own memory (fresh buffers each call; one returned twice is copied)
-    outs = [_result(o.numpy() if any(o is p for p in res[:i]) else o.as_numpy(), t.dtype).reshape(t.shape)
-            for i, (o, t) in enumerate(zip(res, fn.result_types))]
+    outs = [_result(o.numpy() if any(o is p for p in res[:i]) else o.as_numpy(), dt).reshape(t.shape)
+            for i, (o, t, dt) in enumerate(zip(res, fn.result_types, odts))]
     return [None if empty else outs[a:b] if seq else outs[a] for a, b, seq, empty in where]
 
 

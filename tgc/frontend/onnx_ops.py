@@ -148,11 +148,27 @@ def _isinf(ctx, attrs, x):
 @op('Where')
 def _where(ctx, attrs, c, x, y): return c.where(x, y)
 
+def cast(x: Tensor, dt, saturate: int = 1) -> Tensor:
+  """ONNX's Cast. tgc's conversions to the 8-bit floats saturate (Cast's default); with saturate=0 a value that rounds
+  past the largest finite one (inf included) becomes inf where the format has one (E5M2), else NaN."""
+  y, f = x.cast(dt), dt.fmt
+  if saturate or f is None or f.bits != 8 or x.dtype.is_bool: return y
+  # half an ulp above the largest finite value, where rounding to nearest even overflows: a tie overflows where that
+  # value's mantissa is odd; compared in float32, which the conversion rounds from (x's own dtype could round the
+  # threshold: 464 is 448 in E5M2)
+  ulp = 2.0 ** ((f.max_code >> f.man) - f.bias - f.man)
+  a = x.cast(dtypes.float32).abs()
+  over = a >= f.max + ulp / 2 if f.max_code & 1 else a > f.max + ulp / 2
+  # chosen among the bits: a select of f8 values would compute in float32 and round back, saturating again
+  u8 = lambda v: x._c(v, dtypes.uint8)
+  code = (x < 0).where(u8(0x80 | f.inf_code), u8(f.inf_code)) if f.kind == 'ieee' else u8(f.nan_code)
+  return over.where(code, y.bitcast(dtypes.uint8)).bitcast(dt)
+
 @op('Cast')
-def _cast(ctx, attrs, x): return x.cast(ctx.dtype(attrs['to']))
+def _cast(ctx, attrs, x): return cast(x, ctx.dtype(attrs['to']), attrs.get('saturate', 1))
 
 @op('CastLike')
-def _cast_like(ctx, attrs, x, like): return x.cast(like.dtype)
+def _cast_like(ctx, attrs, x, like): return cast(x, like.dtype, attrs.get('saturate', 1))
 
 @op('Clip')
 def _clip(ctx, attrs, x, lo=None, hi=None):
@@ -573,9 +589,13 @@ def _saturate(q: Tensor, dt) -> Tensor: return q.round().clip(*D.min_max(dt)).ca
 @op('QuantizeLinear')
 def _quantize(ctx, attrs, x, scale, zp=None):
   dt = zp.dtype if zp is not None else ctx.dtype(attrs['output_dtype']) if attrs.get('output_dtype') else dtypes.uint8
-  if not dt.is_int: raise OnnxError(f"QuantizeLinear to {dt} is not supported (integer outputs only)")
+  f8 = dt.fmt is not None and dt.fmt.bits == 8
+  if not dt.is_int and not f8: raise OnnxError(f"QuantizeLinear to {dt} is not supported (integer and 8-bit float outputs only)")
   a, blk = attrs.get('axis', 1), attrs.get('block_size', 0)
   if attrs.get('precision'): x, scale = x.cast(ctx.dtype(attrs['precision'])), scale.cast(ctx.dtype(attrs['precision']))
+  if f8:  # the 8-bit floats round to nearest even as Cast does, saturating or not as the attribute says
+    q = x.cast(dtypes.float32) / _qparam(scale, x, a, blk).cast(dtypes.float32)
+    return cast(q + _qparam(zp, x, a, blk).cast(dtypes.float32) if zp is not None else q, dt, attrs.get('saturate', 1))
   q = (x / _qparam(scale, x, a, blk)).round()
   return _saturate(q + _qparam(zp, x, a, blk).cast(q.dtype) if zp is not None else q, dt)
 
