@@ -39,7 +39,10 @@ class OpenCLLang(Lang):
     return t.count in self.native_vecs and t.dtype.name in ('f32', 'f64')
   def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.s{i:x}"
   def ctor(self, t, lanes): return f"({self.vtype(t)})({','.join(lanes)})"
-  def math_fn(self, op, dt, args): return f"{self.math[op]}({', '.join(args)})"
+  def math_fn(self, op, dt, args):
+    # trunc passes a NaN through: PoCL's vectorised trunc (its loop vectoriser's) returned finite values for NaN
+    if op == 'trunc': return f"(isnan({args[0]}) ? {args[0]} : trunc({args[0]}))"
+    return f"{self.math[op]}({', '.join(args)})"
   def vec_load(self, buf, idx, t, space): return f"vload{t.count}(0, {buf}+{idx})"
   def vec_store(self, buf, idx, v, t, space): return f"vstore{t.count}({v}, 0, {buf}+{idx});"
   def wrap(self, dt, e):
