@@ -1408,13 +1408,15 @@ class Tensor(TensorAPI):
     self._tensors('conv2d', 'bias', weight=weight, bias=bias)
     if self.ndim != weight.ndim or self.ndim < 3: raise ShapeError(f"conv2d: input {self.shape} and weight {weight.shape} need the same rank >= 3")
     (bs, cin_), (cout, cin), HW = self.shape[:2], weight.shape[:2], weight.shape[2:]
+    if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1: raise ArgumentError(f"conv2d: groups must be a positive integer, got {groups!r}")
+    groups = int(groups)
     if groups * cin != cin_ or cout % groups:
       raise ShapeError(f"conv2d: input {self.shape} does not fit weight {weight.shape} with groups={groups} ({groups * cin} vs {cin_} channels)")
     pads = [int(p) for p in Tensor._pads2d(padding, len(HW))]
     # pads flat from the last axis: (left, right) of the last spatial axis first
     padded = [s + pads[2 * (len(HW) - 1 - i)] + pads[2 * (len(HW) - 1 - i) + 1] for i, s in enumerate(self.shape[2:])]
     if min(padded) < 0: raise ShapeError(f"conv2d: padding {padding} removes more than the input {self.shape} has")
-    s_, d_, oyx = _pool_shape(padded, HW, stride, dilation)
+    s_, d_, oyx = _pool_shape((bs, cin_, *padded), HW, stride, dilation)
     x, w = self, weight
     if x.dtype != w.dtype: x, w = x.cast(dt := least_upper_dtype(x.dtype, w.dtype)), w.cast(dt)  # (as x * w promotes)
     from tgc.dialects.tensor import conv_acc
