@@ -123,3 +123,26 @@ def test_bad_convs_are_clear_errors():
   with pytest.raises(tgc.ShapeError, match='removes more than the input'): x.conv2d(w, padding=-3)
   with pytest.raises(tgc.TgcError, match='groups must be a positive integer'): x.conv2d(w, groups=0)
   with pytest.raises(tgc.DTypeError, match='packed integer'): Tensor.empty(2, 4, 5, 5, dtype='int4').conv2d(Tensor.empty(3, 4, 3, 3, dtype='int4'))
+
+
+CONV_TEXT = """func.func @f(%x: tensor<2x4x7x9xf32>, %w: tensor<6x2x3x2xf32>) -> tensor<2x6x3x9xf32> {
+  %0 = tensor.conv %x, %w {stride = [2, 1], dilation = [1, 2], pads = [1, 1, 1, 0], groups = 2} : tensor<2x4x7x9xf32>, tensor<6x2x3x2xf32> -> tensor<2x6x3x9xf32>
+  func.return %0 : tensor<2x6x3x9xf32>
+}
+"""
+
+@pytest.mark.parametrize('pipeline', ['device', 'kernelize'])
+def test_tensor_conv_from_text_runs(pipeline):
+  # the device's layout (tensor-decompose for llvm), and the plain form where kernelize meets the op undecomposed
+  import tgc.ir as I
+  from tgc.compiler import compile_module
+  from tgc.passes.manager import PassManager, parse_pipeline
+  rng = np.random.default_rng(2)
+  a, b = rng.standard_normal((2, 4, 7, 9)).astype(np.float32), rng.standard_normal((6, 2, 3, 2)).astype(np.float32)
+  m = I.parse(CONV_TEXT)
+  if pipeline == 'kernelize':
+    PassManager(parse_pipeline('kernelize')).run(m)
+    assert not any(op.name == 'tensor.conv' for f in m.functions('func.func') for op in f.body.ops)
+  (out,) = compile_module(m, 'CPU')(a, b)
+  want = torch.nn.functional.conv2d(torch.nn.functional.pad(torch.tensor(a), (1, 1, 1, 0)), torch.tensor(b), stride=(2, 1), dilation=(1, 2), groups=2)
+  np.testing.assert_allclose(out, want.numpy(), rtol=1e-4, atol=1e-4)
