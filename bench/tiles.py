@@ -33,11 +33,12 @@ WORKS = {  # name: (input shapes, dtype, function, flops)
 def kernel_of(work: str, device: str):
   """The workload's one reduce kernel (its heuristic opts in place) and the target."""
   shapes, dt, f, _ = WORKS[work]
-  xs = [Tensor.empty(*s, dtype=dt, device=device) for s in shapes]  # (on the device: conv2d's form follows its target)
+  xs = [Tensor.empty(*s, dtype=dt, device=device) for s in shapes]
   m, _ = _build_module([f(*xs).node], 'f')
   t = device_target(device)
   lm = getattr(get_device(device), 'local_memory', 0)  # the device's shared memory, as compile_module passes it
-  PassManager(parse_pipeline(f'canonicalize,tensor-decompose,canonicalize,cse,kernelize,kernel-opt{{target={t.name} local_memory={lm}}}')).run(m)
+  # (tensor-decompose lays a conv out for the device's spec)
+  PassManager(parse_pipeline(f'canonicalize,tensor-decompose{{{get_device(device).spec.options()}}},canonicalize,cse,kernelize,kernel-opt{{target={t.name} local_memory={lm}}}')).run(m)
   ks = [op for op in m.ops if op.name == 'kernel.func' and any(o.name == 'kernel.reduce' for o in op.body.ops)]
   return ks[-1], t
 

@@ -332,3 +332,16 @@ def test_a_convolution_on_a_sharded_batch_equals_one_device():
   want = run(Tensor(a, device=DEV), Tensor(w, device=DEV))
   got = run(Tensor(a, device=DEV).shard(DEVS, 0), Tensor(w, device=DEV).to(DEVS))
   for g, wnt in zip(got, want): np.testing.assert_allclose(g, wnt, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('split', ['batch', 'filters'])
+def test_a_sharded_convolution_stays_sharded(split):
+  # the batch split (replicated filters) convolves each device's images, the filters split each device's output
+  # channels: no device gathers the other's operand, and the result is split along the batch or the channels
+  a, w = rnd(2 * NDEV, 3, 6, 6), rnd(2 * NDEV, 3, 3, 3)
+  want = Tensor(a, device=DEV).conv2d(Tensor(w, device=DEV), padding=1).numpy()
+  x, wt = Tensor(a, device=DEV), Tensor(w, device=DEV)
+  x, wt = (x.shard(DEVS, 0), wt.to(DEVS)) if split == 'batch' else (x.to(DEVS), wt.shard(DEVS, 0))
+  y = x.conv2d(wt, padding=1)
+  assert 'tensor.allgather' not in y.to_ir() and y.sharding == (0 if split == 'batch' else 1)
+  np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)

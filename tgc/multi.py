@@ -11,6 +11,8 @@ graph per device (SPMD, as GSPMD and MLIR's mesh dialect do) and puts collective
   it stays sharded;
 - a matmul whose contracted axis is sharded is a partial matmul per device plus an all-reduce (a row-split linear
   layer); split rows (a batch) or split columns (a column-split layer) stay sharded;
+- a conv of an input split along the batch (its filters replicated) stays split so, one of split filters (the input
+  replicated, no groups) is split along the output channels;
 - reshape, permute and expand follow the sharded axis where it maps to one axis of the result; a movement that
   cuts across shards (pad or shrink of the sharded axis, a flip of it, a reshape that merges it with the axes
   before it) first gathers the shards (an all-gather: the value becomes replicated), which is always correct.
@@ -202,6 +204,10 @@ class Partition:
       ins = [self.to_axis(a, xs, s.shape, axis) for (a, xs), s in zip(srcs, g.srcs)]
       return axis, self.local(op, list(zip(*ins)), attrs, local_shape(shape, axis, n), dtype)
     if op == 'matmul': return self._matmul(g, srcs)
+    if op == 'conv' and srcs[1][0] is None and srcs[0][0] == 0:  # the batch split: each device its own images
+      return 0, self.local(op, list(zip(srcs[0][1], srcs[1][1])), attrs, local_shape(shape, 0, n), dtype)
+    if op == 'conv' and srcs[0][0] is None and srcs[1][0] == 0 and attrs['groups'] == 1:  # the filters split
+      return 1, self.local(op, list(zip(srcs[0][1], srcs[1][1])), attrs, local_shape(shape, 1, n), dtype)
     if len(srcs) != 1:  # an op of several operands without a rule: on the whole values
       ins = [self.to_axis(a, xs, s.shape, None) for (a, xs), s in zip(srcs, g.srcs)]
       return None, self.local(op, list(zip(*ins)), attrs, shape, dtype)

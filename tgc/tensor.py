@@ -29,6 +29,7 @@ from tgc.ir.dtypes import DType
 from tgc.ir.types import TensorType
 from tgc.runtime import Buffer, DEVICES
 from tgc import autograd as _autograd
+from tgc.shape.pool import pool as _pool_view, pool_shape as _pool_shape
 
 __all__ = ['Tensor', 'dtypes', 'DType', 'least_upper_dtype']
 
@@ -1351,33 +1352,7 @@ class Tensor(TensorAPI):
     return x.reshape(tuple(r * s for r, s in zip(reps, base)))
 
   # ---- pooling and convolution (tinygrad's views)
-  def _pool(self, k_, stride=1, dilation=1) -> Tensor:
-    nk = len(k_)
-    s_ = (stride,) * nk if isinstance(stride, int) else tuple(stride)
-    d_ = (dilation,) * nk if isinstance(dilation, int) else tuple(dilation)
-    if self.ndim < nk or len(s_) != nk or len(d_) != nk: raise ShapeError(f"cannot pool shape {self.shape} with kernel {k_}, stride {s_}, dilation {d_}")
-    noop, i_ = [None] * (self.ndim - nk), self.shape[-nk:]
-    if any(d * (k - 1) + 1 > i for k, d, i in zip(k_, d_, i_)):
-      raise ShapeError(f"kernel {tuple(k_)} (dilation {d_}) is larger than the input {tuple(i_)}")
-    if any(s < 1 for s in s_) or any(d < 1 for d in d_): raise ShapeError(f"stride {s_} and dilation {d_} must be positive")
-    o_ = [(i - d * (k - 1) - 1) // s + 1 for i, d, k, s in zip(i_, d_, k_, s_)]
-    if any(k > s for k, s in zip(k_, s_)) or any(d != 1 for d in d_):
-      f_ = [1 + int(o * s > i - d * (k - 1)) for o, s, i, d, k in zip(o_, s_, i_, d_, k_)]
-      x = self.repeat([1] * len(noop) + [-(-k * (i * f + d) // i) for k, i, d, f in zip(k_, i_, d_, f_)])
-      x = x.shrink(tuple(noop + [(0, k * (i * f + d)) for k, i, d, f in zip(k_, i_, d_, f_)]))
-      x = x.reshape(tuple(x.shape[:len(noop)]) + tuple(v for k, i, d, f in zip(k_, i_, d_, f_) for v in (k, i * f + d)))
-      x = x.shrink(tuple(noop + [b for k, o, s in zip(k_, o_, s_) for b in ((0, k), (0, o * s))]))
-      x = x.reshape(tuple(x.shape[:len(noop)]) + tuple(v for k, o, s in zip(k_, o_, s_) for v in (k, o, s)))
-      x = x.shrink(tuple(noop + [b for k, o in zip(k_, o_) for b in ((0, k), (0, o), (0, 1))]))
-      x = x.reshape(tuple(x.shape[:len(noop)]) + tuple(v for k, o in zip(k_, o_) for v in (k, o)))
-      nn = len(noop)
-      return x.permute(*range(nn), *[nn + i * 2 + 1 for i in range(nk)], *[nn + i * 2 for i in range(nk)])
-    x = self.pad(tuple(noop + [(0, max(0, o * s - i)) for i, o, s in zip(i_, o_, s_)]))
-    x = x.shrink(tuple(noop + [(0, o * s) for o, s in zip(o_, s_)]))
-    x = x.reshape(tuple(x.shape[:len(noop)]) + tuple(v for o, s in zip(o_, s_) for v in (o, s)))
-    x = x.shrink(tuple(noop + [b for o, k in zip(o_, k_) for b in ((0, o), (0, k))]))
-    nn = len(noop)
-    return x.permute(*range(nn), *[nn + i * 2 for i in range(nk)], *[nn + i * 2 + 1 for i in range(nk)])
+  def _pool(self, k_, stride=1, dilation=1) -> Tensor: return _pool_view(self, k_, stride, dilation)
 
   @staticmethod
   def _pads2d(padding, n):
@@ -1447,60 +1422,22 @@ class Tensor(TensorAPI):
     self._tensors('conv2d', 'bias', weight=weight, bias=bias)
     if self.ndim != weight.ndim or self.ndim < 3: raise ShapeError(f"conv2d: input {self.shape} and weight {weight.shape} need the same rank >= 3")
     (bs, cin_), (cout, cin), HW = self.shape[:2], weight.shape[:2], weight.shape[2:]
+    if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1: raise ArgumentError(f"conv2d: groups must be a positive integer, got {groups!r}")
+    groups = int(groups)
     if groups * cin != cin_ or cout % groups:
       raise ShapeError(f"conv2d: input {self.shape} does not fit weight {weight.shape} with groups={groups} ({groups * cin} vs {cin_} channels)")
-    from tgc.compiler import device_target
-    t = device_target(self.device)
-    # the channels-last form (the padded input copied once, the output channels innermost, the result permuted back)
-    # for the CPU targets (register tiles, not work-groups) and for tensor cores (tc on the input channels, m and n
-    # the batch and the output channels)
-    channels_last = t.is_cpu or (t.tensor_cores is not None and any(self.dtype.name == i for i, _ in t.tensor_cores.dtypes) and
-                       bs % t.tensor_cores.dims[0] == 0 and cin % t.tensor_cores.dims[2] == 0 and groups == 1)
-    pads = Tensor._pads2d(padding, len(HW))
-    if channels_last and not t.is_cpu:
-      # tensor cores (an implicit GEMM): the padded input copied with its channels innermost (NHWC), so that the tiles'
-      # rows (pixels) read their k (input channels) contiguously: 16-byte asynchronous copies into shared memory, with
-      # no masks. On an H100 a 3x3 f16 conv (32x64x56x56) ran its five kernels in 95 us so (the conv kernel 62 us),
-      # where an im2col copy of the windows and a batched matmul took 139 us (47 and 77 us of it), and a padded NHWC
-      # copy made in one kernel from NCHW 29 us (a gather of misaligned halves); reading the unpadded NHWC input
-      # through masked copies took 1.3 ms (978 us on an H200) with mma.sync, but 31 us on warpgroups (wgmma)
-      n = self.ndim
-      xl = self.permute(0, *range(2, n), 1).contiguous()  # (bs, *hw, cin): a plain transpose, 16-byte loads and stores
-      # padded in that layout (channels innermost: the padding is whole 16-byte vectors, the copy stays vectorised);
-      # on warpgroups the conv kernel reads the padding as gated 16-byte copies instead (one 8 us kernel fewer)
-      from tgc.compiler import device_warpgroup
-      xp = xl._pad2d([0, 0, *pads]) if any(pads) else xl
-      if any(pads) and not device_warpgroup(self.device): xp = xp.contiguous()
-      x = xp.permute(0, n - 1, *range(1, n - 1))
-    else:
-      x = self._pad2d(pads)
-      # the padded input is copied once (a small kernel) so that the conv kernel reads it with no masks: its loads are
-      # then plain broadcasts into the register tile, as a matmul's are
-      if (channels_last or not t.is_cpu) and any(pads): x = x.contiguous()
-    x = x._pool(HW, stride, dilation)  # (bs, groups*cin, *oyx, *HW)
-    rcout, oyx = cout // groups, x.shape[2:-len(HW)]
-    nd, nk = len(oyx), len(HW)
-    sp = [3 + i for i in range(nd)]  # the spatial axes of x below
-    x = x.reshape(bs, groups, cin, *oyx, 1, *HW).expand(bs, groups, cin, *oyx, rcout, *HW)
-    # the output channels innermost in that form: the register tile's vector runs along them (the weight is
-    # read contiguously) and its stores are contiguous; a copy kernel puts the result back in NCHW order
-    out_axes = [0, 1, *sp, 3 + nd] if channels_last else [0, 1, 3 + nd, *sp]
-    x = x.permute(*out_axes, 2, *[4 + nd + i for i in range(nk)])
-    w = weight
-    if rcout >= 16 and rcout % 16 == 0:
-      # the weight copied with cout innermost: the kernel then reads 16 output channels as one vector (as the
-      # column panels of a matmul); the permutes back are views, the values are the same
-      n = weight.ndim
-      w = weight.permute(*range(1, n), 0).contiguous().permute(n - 1, *range(0, n - 1))
-    wshape = (1, groups, *[1] * nd, rcout, cin, *HW) if channels_last else (1, groups, rcout, *[1] * nd, cin, *HW)
-    w = w.reshape(wshape)
-    # a narrow float's products widened before the sum (as matmul's, and as tensor cores compute them): a product
-    # rounded to f16 first would cost the sum an ulp
-    acc = self._wide()
-    ret = (x.cast(acc) * w.cast(acc) if acc else x * w).sum([-1 - i for i in range(1 + nk)])
-    if acc: ret = ret.cast(self.dtype)
-    if channels_last: ret = ret.contiguous().permute(0, 1, 2 + nd, *[2 + i for i in range(nd)])  # (bs, groups, rcout, *oyx)
-    ret = ret.reshape(bs, cout, *oyx)
+    pads = [int(p) for p in Tensor._pads2d(padding, len(HW))]
+    # pads flat from the last axis: (left, right) of the last spatial axis first
+    padded = [s + pads[2 * (len(HW) - 1 - i)] + pads[2 * (len(HW) - 1 - i) + 1] for i, s in enumerate(self.shape[2:])]
+    if min(padded) < 0: raise ShapeError(f"conv2d: padding {padding} removes more than the input {self.shape} has")
+    s_, d_, oyx = _pool_shape((bs, cin_, *padded), HW, stride, dilation)
+    x, w = self, weight
+    if x.dtype != w.dtype: x, w = x.cast(dt := least_upper_dtype(x.dtype, w.dtype)), w.cast(dt)  # (as x * w promotes)
+    from tgc.dialects.tensor import conv_acc
+    if (acc := conv_acc(x.dtype)) is None: raise DTypeError(f"conv2d of {x.dtype!r}: a packed integer type")
+    # one tensor.conv: tensor-decompose lays it out for the device it is lowered for (tgc/passes/tensor_decompose.py)
+    ret = x._new('conv', (x, w), (bs, cout, *oyx), x.dtype if x.dtype.is_float else acc,
+                 {'stride': tuple(int(v) for v in s_), 'dilation': tuple(int(v) for v in d_), 'pads': tuple(pads), 'groups': groups})
     return ret if bias is None else ret + bias.reshape(1, -1, *[1] * len(HW))
 
   # ---- jit

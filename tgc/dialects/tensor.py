@@ -265,6 +265,54 @@ class MatmulOp(Operation):
     if r != want: raise self.error(f"result must be {want}, got {r}")
 
 
+def conv_acc(dt):
+  """The dtype a conv's products sum in, as a sum's (Tensor.sum): half-precision floats in f32 (the result cast back to
+  the operands' dtype), narrow ints in 32 bits (the result so too); None for a packed (sub-byte) int."""
+  from tgc.ir import dtypes as D
+  if getattr(dt, 'width', 0): return None
+  if dt.itemsize >= 4 and not dt.is_bool: return dt
+  return D.f32 if dt.is_float else D.u32 if dt.kind == 'u' else D.i32
+
+
+def conv_result(op, x, w, stride, dilation, pads, groups) -> TensorType:
+  """The result type of conv(x, w) with these attributes; op.error for what does not fit."""
+  from tgc.shape.pool import pool_shape
+  from tgc.errors import ShapeError
+  if x.rank != w.rank or x.rank < 3: raise op.error(f"needs an input and a weight of the same rank >= 3, got {x} and {w}")
+  if x.dtype != w.dtype: raise op.error(f"operands have different types: {x} and {w}")
+  nk = x.rank - 2
+  if not isinstance(groups, int) or groups < 1: raise op.error(f"groups must be a positive integer, got {groups!r}")
+  if len(stride) != nk or len(dilation) != nk or len(pads) != 2 * nk:
+    raise op.error(f"needs {nk} strides, {nk} dilations and {2 * nk} pads for {nk} spatial axes, got {list(stride)}, {list(dilation)} and {list(pads)}")
+  (bs, cin_), (cout, cin) = x.shape[:2], w.shape[:2]
+  if groups * cin != cin_ or cout % groups:
+    raise op.error(f"input {x} does not fit weight {w} with groups={groups} ({groups * cin} vs {cin_} channels, {cout} output channels)")
+  if (acc := conv_acc(x.dtype)) is None: raise op.error(f"cannot convolve {x.dtype} (a packed integer type)")
+  # pads flat from the last axis (torch's F.pad): (left, right) of the last axis first
+  padded = tuple(s + pads[2 * (nk - 1 - i)] + pads[2 * (nk - 1 - i) + 1] for i, s in enumerate(x.shape[2:]))
+  if any(p < 0 for p in padded): raise op.error(f"pads {list(pads)} remove more than the input {x} has")
+  try: _, _, out = pool_shape(padded, w.shape[2:], tuple(stride), tuple(dilation))
+  except ShapeError as e: raise op.error(str(e)) from None
+  return TensorType((bs, cout, *out), x.dtype if x.dtype.is_float else acc)
+
+
+class ConvOp(Operation):
+  """`tensor.conv %x, %w {dilation = [1, 1], groups = 1, pads = [0, 0, 0, 0], stride = [1, 1]}`: the convolution
+  (a cross-correlation, torch's) of x (bs, groups * cin, *spatial) with w (cout, cin, *kernel) to (bs, cout, *out),
+  x padded with zeros by `pads` (flat from the last axis, torch's F.pad: left, right, top, bottom, ...); each group
+  of cout / groups output channels reads its own cin input channels. The products sum as Tensor.sum's do (conv_acc).
+  A composite: tensor-decompose lays it out for the device, autodiff differentiates its plain form."""
+  name = 'tensor.conv'
+  OPERANDS = ('x', 'w')
+  ATTRS = {'stride': 'ints', 'dilation': 'ints', 'pads': 'ints', 'groups': 'int'}
+  TRAITS = {PURE}
+  FORMAT = '$x, $w : type($x), type($w) -> type($result)'
+  def verify(self):
+    x, w, r = (_tensor(self, t) for t in (self.x.type, self.w.type, self.results[0].type))
+    want = conv_result(self, x, w, self.stride, self.dilation, self.pads, self.groups)
+    if r != want: raise self.error(f"result must be {want}, got {r}")
+
+
 class _CollectiveOp(Operation):
   """A collective of one rank of a per-device (SPMD) function: every device in `devices` runs its own function with
   the same collectives in the same order; this one is rank `rank`'s part. Not pure: each rank must take part, so

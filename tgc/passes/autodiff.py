@@ -150,6 +150,20 @@ def _scan(b, op, g):
   gx = b.where(before, b.alu('fdiv', rsum, b.where(before, x, b.c(1.0, x))), b.where(at, at_zero, b.c(0.0, x)))
   return [gx, ginit]
 
+def _conv(b, op, g):
+  """A conv's gradients: its plain form (tensor-decompose's for no device: NCHW, no copies) written here and
+  differentiated by the rules of its primitives; the forward keeps the layout tensor-decompose gives it for the
+  device. (The plain form's result itself goes unused: the rules of its multiply and sum read only its views.)"""
+  from tgc.passes.tensor_decompose import conv_of
+  start = len(b.ops)
+  r = conv_of(op, lambda name, srcs, t, attrs: b.op(name, srcs, t, attrs), None).v
+  adj = {r: g}
+  for o in reversed(b.ops[start:]):
+    if (gr := adj.get(o.results[0])) is None: continue
+    for v, gv in zip(o.operands, RULES[o.name.split('.', 1)[1]](b, o, gr)):
+      if gv is not None: adj[v] = gv if v not in adj else b.alu('add', adj[v], gv)
+  return [adj.get(op.x), adj.get(op.w) if op.w is not op.x else None]  # (conv(x, x): x's adjoint holds both)
+
 RULES = {
   'neg': lambda b, op, g: [b.alu('neg', g)],
   'exp2': lambda b, op, g: [b.alu('mul', g, b.alu('mul', op.results[0], b.c(math.log(2), g)))],
@@ -178,6 +192,7 @@ RULES = {
   'contiguous': lambda b, op, g: [g],
   'gather': _gather,
   'scan': _scan,
+  'conv': _conv,
   'matmul': lambda b, op, g: [b.op('matmul', (g, b.transpose(op.rhs)), op.lhs.type), b.op('matmul', (b.transpose(op.lhs), g), op.rhs.type)],
 }
 # ops whose outputs carry no gradient to their operands (constant, integer or bool only, or piecewise constant)

@@ -1,9 +1,11 @@
 """tensor-decompose: composite tensor ops into primitives, as tinygrad builds them.
 
 matmul (..., n, k) @ (..., k, m): reshape/expand both to (..., n, m, k), multiply, reduce add over k,
-reshape away the kept axis. The multiply and the reduce fuse into one kernel. What depends on the device is chosen
-here from its spec (the pass's options), so the tensor level stays the same for every device: a CPU's packed column
-panels (pack), and on a target with tensor cores the rows of a half-precision product padded to 16 bytes.
+reshape away the kept axis. The multiply and the reduce fuse into one kernel. conv: the padded input's windows as a
+view (tgc/shape/pool.py), times the weight, summed over the input channels and the kernel. What depends on the device
+is chosen here from its spec (the pass's options), so the tensor level stays the same for every device: a CPU's
+packed column panels (pack), on a target with tensor cores the rows of a half-precision product padded to 16 bytes,
+and a conv's layout (channels last on CPUs and on tensor cores, the copies of its input and weight).
 
 Any other op whose class has a `decompose(rw)` method (a composite an extension declares: docs/extending.md) is
 replaced by what it returns, the primitives it creates with `rw.create`.
@@ -12,9 +14,12 @@ from __future__ import annotations
 import math
 from tgc.ir.core import REGISTRY, MOVEMENT
 from tgc.ir.types import TensorType
+from tgc.ir import dtypes as D
+from tgc.dialects.tensor import conv_acc
 from tgc.ir.rewrite import PatternMatcher, apply_patterns
 from tgc.passes.manager import Pass
 from tgc.target import DeviceSpec, DEVICE_OPTIONS
+from tgc.shape.pool import pool
 
 
 PACK_MIN = 1 << 16  # pack the right operand when it has at least this many elements
@@ -138,8 +143,130 @@ def _product(rw, a, b, loc, pack: bool, split: int = 1):
   if split > 1: red = rw.create(REGISTRY['tensor.reduce'], [red], [TensorType(batch + (1, n, m, 1), dt)], {'kind': 'add', 'axes': (nb,)}, loc).results[0]
   return mk('reshape', red, batch + (n, m))
 
-# without a device: the plain product (kernelize decomposes what is left so)
-decompose_patterns = PatternMatcher([('tensor.matmul', decompose_matmul)])
+class Movable:
+  """An IR value with the Tensor API's methods that a conv's decomposition (and pool) use, each making the ops the
+  Tensor method makes, its no-ops left out as there: the pass builds what the front end built. `mk(name, srcs, type,
+  attrs)` makes one tensor op and returns its result."""
+  __slots__ = ('v', 'mk')
+  def __init__(self, v, mk): self.v, self.mk = v, mk
+  @property
+  def shape(self) -> tuple: return self.v.type.shape
+  @property
+  def dtype(self): return self.v.type.dtype
+  def _op(self, name, shape, attrs=None, dtype=None, srcs=None) -> 'Movable':
+    return Movable(self.mk(name, srcs or [self.v], TensorType(tuple(shape), dtype or self.dtype), attrs), self.mk)
+  def reshape(self, *shape) -> 'Movable':
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    return self if shape == self.shape else self._op('reshape', shape)
+  def permute(self, *order) -> 'Movable':
+    return self if order == tuple(range(len(order))) else self._op('permute', [self.shape[i] for i in order], {'order': order})
+  def expand(self, *shape) -> 'Movable': return self if shape == self.shape else self._op('expand', shape)
+  def pad(self, padding) -> 'Movable':
+    """Pairs per axis (None: none), or flat from the last axis (torch's F.pad); negative pads remove."""
+    n = len(self.shape)
+    if padding and all(isinstance(p, int) for p in padding):
+      pairs = [(0, 0)] * n
+      for i in range(len(padding) // 2): pairs[n - 1 - i] = (padding[2 * i], padding[2 * i + 1])
+    else: pairs = [p or (0, 0) for p in padding]
+    x = self
+    if any(a < 0 or b < 0 for a, b in pairs):
+      x = x.shrink(tuple((-min(a, 0), s + min(b, 0)) for (a, b), s in zip(pairs, x.shape)))
+      pairs = [(max(a, 0), max(b, 0)) for a, b in pairs]
+    if all(p == (0, 0) for p in pairs): return x
+    return x._op('pad', [s + a + b for s, (a, b) in zip(x.shape, pairs)], {'pads': tuple(pairs)})
+  def shrink(self, bounds) -> 'Movable':
+    bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(bounds, self.shape))
+    if all(b == (0, s) for b, s in zip(bounds, self.shape)): return self
+    return self._op('shrink', [hi - lo for lo, hi in bounds], {'bounds': bounds})
+  def repeat(self, reps) -> 'Movable':
+    base = (1,) * (len(reps) - len(self.shape)) + self.shape
+    x = self.reshape(tuple(v for s in base for v in (1, s)))
+    x = x.expand(*[v for r, s in zip(reps, base) for v in (r, s)])
+    return x.reshape(tuple(r * s for r, s in zip(reps, base)))
+  def contiguous(self) -> 'Movable': return self._op('contiguous', self.shape)
+  def cast(self, dt) -> 'Movable': return self if dt is self.dtype else self._op('cast', self.shape, dtype=dt)
+  def mul(self, y: 'Movable') -> 'Movable':
+    shape = tuple(max(a, b) for a, b in zip(self.shape, y.shape))
+    a, b = self.expand(*shape), y.expand(*shape)
+    return a._op('mul', shape, srcs=[a.v, b.v])
+  def sum(self, axes) -> 'Movable':
+    """Tensor.sum's ops: half-precision floats summed in f32 and cast back, narrow ints summed in 32 bits."""
+    acc, n = conv_acc(self.dtype), len(self.shape)
+    axes = tuple(sorted(a % n for a in axes))
+    x = self.cast(acc)
+    if any(x.shape[a] == 0 for a in axes):  # (an empty axis: the reduce of one zero padded onto it)
+      x = x.pad(tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(x.shape)))
+    r = x._op('reduce', [1 if i in axes else s for i, s in enumerate(x.shape)], {'kind': 'add', 'axes': axes})
+    r = r.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))
+    return r.cast(self.dtype) if self.dtype.is_float and self.dtype.itemsize < 4 else r
+
+
+def conv_primitives(x: Movable, w: Movable, stride, dilation, pads, groups: int, spec: DeviceSpec | None) -> Movable:
+  """conv(x, w) as movement ops, a multiply and a sum, laid out for the device `spec` describes; spec None: the plain
+  form (NCHW, no copies), the same values on any device."""
+  (bs, _), (cout, cin), HW = x.shape[:2], w.shape[:2], w.shape[2:]
+  t = spec.target if spec is not None else None
+  cpu, tc = t is not None and t.is_cpu, t.tensor_cores if t is not None else None
+  # the channels-last form (the padded input copied once, the output channels innermost, the result permuted back)
+  # for the CPU targets (register tiles, not work-groups) and for tensor cores (tc on the input channels, m and n
+  # the batch and the output channels)
+  channels_last = cpu or (tc is not None and any(x.dtype.name == i for i, _ in tc.dtypes) and
+                          bs % tc.dims[0] == 0 and cin % tc.dims[2] == 0 and groups == 1)
+  if channels_last and not cpu:
+    # tensor cores (an implicit GEMM): the padded input copied with its channels innermost (NHWC), so that the tiles'
+    # rows (pixels) read their k (input channels) contiguously: 16-byte asynchronous copies into shared memory, with
+    # no masks. On an H100 a 3x3 f16 conv (32x64x56x56) ran its five kernels in 95 us so (the conv kernel 62 us),
+    # where an im2col copy of the windows and a batched matmul took 139 us (47 and 77 us of it), and a padded NHWC
+    # copy made in one kernel from NCHW 29 us (a gather of misaligned halves); reading the unpadded NHWC input
+    # through masked copies took 1.3 ms (978 us on an H200) with mma.sync, but 31 us on warpgroups (wgmma)
+    n = len(x.shape)
+    xl = x.permute(0, *range(2, n), 1).contiguous()  # (bs, *hw, cin): a plain transpose, 16-byte loads and stores
+    # padded in that layout (channels innermost: the padding is whole 16-byte vectors, the copy stays vectorised);
+    # on warpgroups the conv kernel reads the padding as gated 16-byte copies instead (one 8 us kernel fewer)
+    xp = xl.pad((0, 0, *pads)) if any(pads) else xl
+    if any(pads) and not spec.has_warpgroup: xp = xp.contiguous()
+    x = xp.permute(0, n - 1, *range(1, n - 1))
+  else:
+    x = x.pad(tuple(pads)) if any(pads) else x
+    # the padded input is copied once (a small kernel) so that the conv kernel reads it with no masks: its loads are
+    # then plain broadcasts into the register tile, as a matmul's are
+    if (channels_last or (t is not None and not cpu)) and any(pads): x = x.contiguous()
+  x = pool(x, HW, stride, dilation)  # (bs, groups*cin, *oyx, *HW)
+  rcout, oyx = cout // groups, x.shape[2:-len(HW)]
+  nd, nk = len(oyx), len(HW)
+  sp = [3 + i for i in range(nd)]  # the spatial axes of x below
+  x = x.reshape(bs, groups, cin, *oyx, 1, *HW).expand(bs, groups, cin, *oyx, rcout, *HW)
+  # the output channels innermost in that form: the register tile's vector runs along them (the weight is
+  # read contiguously) and its stores are contiguous; a copy kernel puts the result back in NCHW order
+  out_axes = [0, 1, *sp, 3 + nd] if channels_last else [0, 1, 3 + nd, *sp]
+  x = x.permute(*out_axes, 2, *[4 + nd + i for i in range(nk)])
+  if spec is not None and rcout >= 16 and rcout % 16 == 0:
+    # the weight copied with cout innermost: the kernel then reads 16 output channels as one vector (as the
+    # column panels of a matmul); the permutes back are views, the values are the same
+    n = len(w.shape)
+    w = w.permute(*range(1, n), 0).contiguous().permute(n - 1, *range(0, n - 1))
+  wshape = (1, groups, *[1] * nd, rcout, cin, *HW) if channels_last else (1, groups, rcout, *[1] * nd, cin, *HW)
+  w = w.reshape(wshape)
+  if x.dtype.is_float and x.dtype.itemsize < 4:
+    # a narrow float's products widened before the sum (as matmul's, and as tensor cores compute them): a product
+    # rounded to f16 first would cost the sum an ulp
+    ret = x.cast(D.f32).mul(w.cast(D.f32)).sum([-1 - i for i in range(1 + nk)]).cast(x.dtype)
+  else: ret = x.mul(w).sum([-1 - i for i in range(1 + nk)])
+  if channels_last: ret = ret.contiguous().permute(0, 1, 2 + nd, *[2 + i for i in range(nd)])  # (bs, groups, rcout, *oyx)
+  return ret.reshape(bs, cout, *oyx)
+
+
+def conv_of(op, mk, spec: DeviceSpec | None) -> Movable:
+  """The primitives of the tensor.conv `op`, made by mk (Movable's)."""
+  return conv_primitives(Movable(op.x, mk), Movable(op.w, mk), op.stride, op.dilation, op.pads, op.groups, spec)
+
+
+def decompose_conv(op, rw, spec: DeviceSpec | None = None):
+  return conv_of(op, lambda name, srcs, t, attrs: rw.create(REGISTRY['tensor.' + name], list(srcs), [t], attrs, op.loc).results[0], spec).v
+
+
+# without a device: the plain product and conv (kernelize decomposes what is left so)
+decompose_patterns = PatternMatcher([('tensor.matmul', decompose_matmul), ('tensor.conv', decompose_conv)])
 
 def declared_patterns() -> PatternMatcher:
   """A rule for every registered op that says how it decomposes (ops may be declared after this module loads)."""
@@ -148,7 +275,7 @@ def declared_patterns() -> PatternMatcher:
 
 class TensorDecompose(Pass):
   name = 'tensor-decompose'
-  summary = 'rewrite composite tensor ops (matmul, ops with a decompose method) into reshape/expand/mul/reduce'
+  summary = 'rewrite composite tensor ops (matmul, conv, ops with a decompose method) into reshape/expand/mul/reduce'
   reads = leaves = 'tensor'
   # (the device's spec, DEVICE_OPTIONS, among them: what the decompositions choose for a device)
   options = {**DEVICE_OPTIONS,
@@ -157,7 +284,8 @@ class TensorDecompose(Pass):
     spec, pack = DeviceSpec.from_options(self.opts), self.pack
     if spec.target.tensor_cores is not None:
       apply_patterns(m, PatternMatcher([('tensor.cast', lambda op, rw: pad_rows(op, rw, spec))]), stats=self.stats)
-    mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack, spec))])
+    mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack, spec)),
+                         ('tensor.conv', lambda op, rw: decompose_conv(op, rw, spec))])
     apply_patterns(m, mm + declared_patterns(), stats=self.stats)
     if spec.gpu and spec.processors:  # (one sweep: the partial sums are not split again)
       apply_patterns(m, PatternMatcher([('tensor.reduce', lambda op, rw: split_product_reduce(op, rw, spec))]), max_sweeps=1, stats=self.stats)
