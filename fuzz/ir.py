@@ -306,9 +306,12 @@ def _same(g, w, dt) -> str | None:
     # element's tolerance is at least that of 2^-10 of the tensor's largest finite value
     finite = np.abs(w64[np.isfinite(w64)])
     scale = np.maximum(np.abs(w64), max(1.0, float(finite.max()) * 2 ** -10) if finite.size else 1.0)
-    both_nan = np.isnan(g64) & np.isnan(w64)
+    # both not finite (inf, -inf, NaN): a contracted a*b+c (fma, which the targets may use where a kernel allows it)
+    # does not round the product, so a product that overflows to inf apart stays finite inside an fma, and a sum of
+    # +inf and -inf terms (NaN) can become -inf: which non-finite value results is not defined by the program
+    both_inf_nan = ~np.isfinite(g64) & ~np.isfinite(w64)
     with np.errstate(invalid='ignore'):
-      bad = ~(both_nan | (g64 == w64) | (np.abs(g64 - w64) <= tol * scale))
+      bad = ~(both_inf_nan | (g64 == w64) | (np.abs(g64 - w64) <= tol * scale))
   if not bad.any(): return None
   i = tuple(int(x) for x in np.argwhere(bad)[0]) if bad.ndim else ()
   return f"{int(bad.sum())} of {bad.size} differ; first at {list(i)}: {g[i]!r} vs INTERP's {w[i]!r}"

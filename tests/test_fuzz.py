@@ -87,7 +87,7 @@ def test_hostile_mutations_reach_every_kind_of_size():
   assert any(mutate_list(random.Random(n), [[0, 1], [2, 3]]) != [[0, 1], [2, 3]] for n in range(5))
 
 
-def test_float_oracle_allows_a_reordered_sums_rounding_not_a_wrong_value():
+def test_float_oracle_allows_reordered_and_contracted_sums_not_a_wrong_value():
   """The fuzzers' comparison of float results: a sum whose terms of 1e11 cancel to 2.6e7 may differ by an ulp of the
   terms between summation orders (fuzz.mutate found the CPU's and the interpreter's f32 matmul so); a wrong value
   of that element, or of a small element beside it, is still a mismatch."""
@@ -98,3 +98,7 @@ def test_float_oracle_allows_a_reordered_sums_rounding_not_a_wrong_value():
   assert _same(np.array([-4.9985192e+10, 5.8405446e+10, -1.0266359e+11, -2.6007426e+07], np.float32), ref, D.f32) is None
   assert _same(np.array([-4.9985192e+10, 5.8405446e+10, -1.0266359e+11, -2.9e+07], np.float32), ref, D.f32) is not None
   assert _same(np.array([1.0, 2.5], np.float32), np.array([1.0, 2.0], np.float32), D.f32) is not None
+  # an fma keeps an overflowing product finite: -inf where the unfused sum of +inf and -inf is NaN (fuzz.mutate found
+  # the CPU's contracted matmul so); a finite value where the reference is not finite is still a mismatch
+  assert _same(np.array([-np.inf, 1.0], np.float32), np.array([np.nan, 1.0], np.float32), D.f32) is None
+  assert _same(np.array([3.0, 1.0], np.float32), np.array([np.nan, 1.0], np.float32), D.f32) is not None
