@@ -304,3 +304,19 @@ def test_matmul_over_an_empty_axis(sa, sb):
   a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
   check(Tensor(a) @ Tensor(b), a @ b)
   check((Tensor(a) @ Tensor(b)).sum(), (a @ b).sum())
+
+
+def test_fused_reduces_stored_by_an_epilogue_that_reads_only_the_first():
+  """min(x) kept, sum(x * min(x)) and (x * min(x))^2 realized together: the elementwise result is the epilogue of the
+  kernel that computes both reduces in stages, and reads only the first; the second is still computed and stored
+  (kernelize raised a KeyError: fuzz.tensor, seed 6007)."""
+  x = np.arange(1, 18, dtype=np.uint8)
+  v1 = Tensor(x)
+  v2 = v1.min(0, keepdim=True)
+  v3 = v1 * v2
+  v4, v5 = v3.sum(0), v3.square()
+  Tensor.realize(v2, v4, v5)
+  m = x.min(keepdims=True)
+  np.testing.assert_array_equal(v2.numpy(), m)
+  assert int(v4.numpy()) == int((x * m).astype(np.uint32).sum())
+  np.testing.assert_array_equal(v5.numpy(), (x * m) * (x * m))

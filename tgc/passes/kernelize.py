@@ -501,6 +501,14 @@ class _KernelBuilder:
       return self.add(K(op.opname)(srcs, [dt], None, op.loc))
     raise _Realize(v)  # anything else (a composite not decomposed) gets a kernel of its own
 
+  def emit_stored(self) -> Value:
+    """The root's value, and the earlier reduces this kernel stores in its stages: also those the root does not read
+    (an epilogue that reads only the first of two fused reduces: x * min(x) beside sum(x * min(x)))."""
+    val = self.emit(self.root, (), self.epilogue)
+    for m in self.also:
+      if m not in self.s.unstored: self.inline(m)
+    return val
+
   def inline(self, v: Value) -> Value:
     """An earlier reduce (and the elementwise ops after it) computed in this kernel, in a stage before the root's
     reduce (choose_fusions checked its shapes and that it is read as a broadcast along the reduced axes)."""
@@ -556,12 +564,12 @@ class _KernelBuilder:
 
   def build(self):
     root = self.root
-    val = self.emit(root, (), self.epilogue)
+    val = self.emit_stored()
     if self.axes and all(ld in self.after for ld in self.loads):
       # a reduce over constants only: nothing would give the loop its size; read the constant from a host buffer
       self.__init__(self.s, root, self.also)  # (the reduces it computes in stages too: an epilogue's)
       self.const_loads = True
-      val = self.emit(root, (), self.epilogue)
+      val = self.emit_stored()
     # the reduce's output shape (the root may be a reshape of it); an epilogue's root is stored at the iteration shape,
     # a scan's too (its init is read at the shape with 1 along the scanned axis)
     out = tuple(1 if i in self.axes else n for i, n in enumerate(self.full)) if self.epilogue or self.scan else self.out_shape
