@@ -8,7 +8,7 @@ Per row: the median e2e time of --iters calls of each, and the kernels each laun
 compare their layouts of the backward).
 """
 from __future__ import annotations
-import argparse, os, statistics, sys, time
+import argparse, os, sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,6 +17,7 @@ from tgc import Tensor
 from tgc.compiler import device_spec
 from tgc.lowering import lower
 from tgc.tensor import _build_module
+from bench.gpu import median_time
 
 
 def rows(scale: float):
@@ -27,14 +28,6 @@ def rows(scale: float):
     'grouped 3x3 f32': ((nb, 64, hw, hw), (64, 16, 3, 3), dict(padding=1, groups=4), 'float32'),
     '1x1 f16': ((nb, 64, hw, hw), (256, 64, 1, 1), {}, 'float16'),
   }
-
-
-def median_time(fn, sync, iters: int) -> float:
-  fn(); sync()  # warm-up (compiles on the first call)
-  ts = []
-  for _ in range(iters):
-    sync(); t0 = time.perf_counter(); fn(); sync(); ts.append(time.perf_counter() - t0)
-  return statistics.median(ts)
 
 
 def kernels(ts: list[Tensor], device: str) -> int:

@@ -7,7 +7,7 @@ from tgc.ir.types import BufType, TensorType, VecType
 from tgc.ir.dtypes import DType
 from tgc.ir import alu
 from tgc.dialects.alu import define_alu_ops
-from tgc.dialects.tensor import check_scalar
+from tgc.dialects.tensor import check_scalar, check_scan
 
 define_alu_ops('kernel', False, globals())
 
@@ -220,9 +220,7 @@ class ScanOp(Operation):
   @property
   def exclusive(self) -> bool: return self.attrs.get('exclusive', False) in (True, 'true')
   def verify(self):
-    if self.attrs.get('exclusive', False) not in (True, False, 'true', 'false'): raise self.error(f"exclusive must be true or false, got {self.attrs['exclusive']!r}")
-    if self.kind not in alu.SCAN_KINDS: raise self.error(f"unknown scan kind '{self.kind}' (expected one of {', '.join(alu.SCAN_KINDS)})")
-    if self.kind == 'logaddexp' and not getattr(self.src.type, 'is_float', False): raise self.error(f"logaddexp scans floats, got {self.src.type}")
+    check_scan(self, self.src.type)
     if self.src.type != self.results[0].type: raise self.error(f"result type {self.results[0].type} does not match operand type {self.src.type}")
     if self.init is not None and self.init.type != self.src.type: raise self.error(f"init type {self.init.type} does not match operand type {self.src.type}")
     if self.axis < 0: raise self.error(f"axis {self.axis} must be non-negative")
