@@ -7,7 +7,9 @@
 Each row runs in a fresh process: `cold` with an empty disk cache (TGC_CACHE_DIR a new temporary directory),
 `warm` in a new process on the cache the cold run filled. A row's seconds are the first step's wall time (building
 the graph, lowering, compiling, the step itself), split into phases: lower (tensor -> uop passes), emit (rendering
-kernel source), compile (the device's compiler, or loading a kernel's binary from the disk cache), cache (a whole
+kernel source), compile (the device's compiler, or loading a kernel's binary from the disk cache), workers (where the
+compile workers take the kernels from the kernel level to binaries: lower, emit and compile side by side, wall time;
+the lower column is then the tensor -> kernel passes, and a line below gives the workers' CPU seconds), cache (a whole
 function written to the disk cache, cold, or loaded from it instead of all of those, warm: tgc.function_cache), run
 (the rest: graph building, scheduling, the launches). `cpu s` is the CPU time the first step took in this process and
 its compile workers (what a busy machine cannot inflate); `py/kernel` the median Python CPU time (lower + emit) per
@@ -57,6 +59,7 @@ def child(args) -> None:
   import tgc
   from tgc.runtime import workers
   from tgc.runtime import Device
+  from tgc import function_cache
   Device.DEFAULT = args.device
   if args.device == 'CPU': os.environ.setdefault('CPU_THREADS', '1')  # (the launches are not what is measured)
   c0, t0 = os.times(), time.perf_counter()
@@ -75,7 +78,7 @@ def child(args) -> None:
   st = workers.STATS
   cpu = sum(getattr(c2, f) - getattr(c0, f) for f in ('user', 'system', 'children_user', 'children_system'))
   print(json.dumps({'build': t1 - t0, 'first': t2 - t1, 'cpu': cpu, 'second': second, 'loss': loss, 'kernels': st.kernels, 'compiled': st.compiled,
-                    'phases': dict(st.phases), 'per_kernel': st.median_python_ms(), 'version': tgc.__version__}))
+                    'phases': dict(st.phases), 'worker_cpu': dict(st.worker_cpu), 'per_kernel': st.median_python_ms(), 'version': tgc.__version__, 'function_cache': dict(function_cache.stats)}))
 
 
 def run_child(model: str, device: str, cache: str, extra=()) -> dict:
@@ -97,7 +100,7 @@ def main(argv=None) -> int:
   args.device = args.device.upper()
   if args.child: return child(args) or 0
   models = list(MODELS) if args.model == 'all' else [args.model]
-  hdr = f"{'model':<6s} {'device':<6s} {'cache':<5s} {'kernels':>7s} {'first s':>8s} {'cpu s':>7s} {'lower':>7s} {'emit':>7s} {'compile':>8s} {'cache':>7s} {'run':>7s} {'py/kernel':>9s} {'step 2 s':>8s} {'loss':>10s}"
+  hdr = f"{'model':<6s} {'device':<6s} {'cache':<5s} {'kernels':>7s} {'first s':>8s} {'cpu s':>7s} {'lower':>7s} {'emit':>7s} {'compile':>8s} {'workers':>8s} {'cache':>7s} {'run':>7s} {'py/kernel':>9s} {'step 2 s':>8s} {'loss':>10s}"
   print(hdr); print('-' * len(hdr))
   for model in models:
     with tempfile.TemporaryDirectory(prefix='tgc-cache-') as cache:
@@ -110,7 +113,8 @@ def main(argv=None) -> int:
         ph = r['phases']
         other = r['build'] + r['first'] - sum(ph.values())
         print(f"{model:<6s} {args.device:<6s} {label:<5s} {r['kernels']:7d} {r['build'] + r['first']:8.2f} {r['cpu']:7.2f} {ph.get('lower', 0):7.2f} {ph.get('emit', 0):7.2f} "
-              f"{ph.get('compile', 0):8.2f} {ph.get('store', 0) + ph.get('load', 0):7.2f} {other:7.2f} {r['per_kernel']:7.1f}ms {r['second']:8.3f} {r['loss']:10.6f}", flush=True)
+              f"{ph.get('compile', 0):8.2f} {ph.get('workers', 0):8.2f} {ph.get('store', 0) + ph.get('load', 0):7.2f} {other:7.2f} {r['per_kernel']:7.1f}ms {r['second']:8.3f} {r['loss']:10.6f}", flush=True)
+        if r.get('worker_cpu'): print(f"{'':<20s}(workers' CPU s: " + ', '.join(f"{k} {v:.2f}" for k, v in r['worker_cpu'].items()) + ')', flush=True)
       if losses[0] != losses[1]: print(f"{model}: the warm step's loss {losses[1]!r} is not the cold step's {losses[0]!r}", flush=True)
   return 0
 

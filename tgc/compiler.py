@@ -13,6 +13,7 @@ from tgc.ir.types import TensorType
 from tgc.target import Target, DeviceSpec, get_target
 from tgc.lowering import lower, gc_paused
 from tgc import cache
+from tgc.runtime.device import BaseDevice
 
 def device_target(device: str | None, dev=None) -> Target:
   """The Target a device runs: the one it names (`dev.target`; without `dev`, its class's, so that asking does not
@@ -390,6 +391,20 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
     st.add('load', t1 - t0); st.kernels += len(kernels); st.loaded += len(kernels)
     if dbg >= 1: out.write(f"{fhost.attrs['sym_name']}: {len(kernels)} kernels loaded from the disk cache in {t1 - t0:.3f} s\n")
     return CompiledFunction(fhost, kernels, dev_name, out)
+  if dbg < 3 and _lowers_in_workers(m, dev):
+    kernels = _compile_in_workers(m, entry, spec, dev, dev_name, host, prog, st, cpu0)
+    t2 = time.perf_counter()
+    if fkey:
+      with _profiler.phase('store in the disk cache'):
+        function_cache.store(fkey, host, [k.program for k in kernels.values()], [(k.points, k.flops_per_point) for k in kernels.values()], dev)
+      st.add('store', time.perf_counter() - t2)
+    if dbg >= 1:
+      out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
+      ph, wc = st.phases, st.worker_cpu
+      out.write(f"{host.attrs['sym_name']}: compiled in {t2 - t0:.3f} s: lower to kernels {ph.get('lower', 0):.3f} s, then {ph.get('workers', 0):.3f} s on "
+                f"{workers.workers()} workers (their CPU s: lower {wc.get('lower', 0):.3f}, emit {wc.get('emit', 0):.3f}, "
+                f"compile {wc.get('compile', 0):.3f}), load {ph.get('load', 0):.3f} s\n")
+    return CompiledFunction(host, kernels, dev_name, out)
   # (the device's spec: an OpenCL device on a CPU gets CPU tiles, a CUDA device SMEM's tiles in the shared memory it allows)
   def trace(stage, m):
     if stage == 'opt' and dbg >= 3:
@@ -428,6 +443,76 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
 # CompiledFunction (the pipeline viewer, tgc.viz.record: VIZ=1 keeps every compiled function for its page)
 COMPILE_WATCHERS: list = []
 if os.environ.get('VIZ', '0') not in ('', '0'): importlib.import_module('tgc.viz.record')
+
+
+def _lowers_in_workers(m: Module, dev) -> bool:
+  """Whether a function's kernels are lowered and compiled on the compile workers (each worker a share of the kernels,
+  from the kernel level to binaries): where there are workers, the device builds binaries without its driver, the
+  module is above the uop level, and nothing watches the lowering pass by pass (a profile, the pipeline viewer)."""
+  from tgc.runtime import workers
+  from tgc.lowering import level_of
+  return (workers.workers() > 1 and not workers.in_worker() and type(dev).build_programs is not BaseDevice.build_programs
+          and not COMPILE_WATCHERS and _profiler.instrumentation() is None and level_of(m) in ('tensor', 'kernel'))
+
+
+def _compile_in_workers(m: Module, entry, spec: DeviceSpec, dev, dev_name: str, host, prog, st, cpu0) -> dict[str, Kernel]:
+  """Lower m to the kernel level here, then each worker lowers a share of the kernels (balanced by their ops) the rest
+  of the way, renders and compiles them, and hands back their launch facts and binaries (BaseDevice.build_programs),
+  which this process loads: a function's Python lowering, emitting and device compiling all run side by side. The
+  kernels' uop.funcs stay in the workers; one asked for later is lowered again here (as a disk cache hit's)."""
+  from tgc.runtime import workers
+  from tgc import function_cache
+  t0 = time.perf_counter()
+  prog.phase('lower', 0)
+  lower(m, spec, 'kernel')
+  kfns = m.functions('kernel.func')
+  n = min(workers.workers(), len(kfns)) or 1
+  cost = [sum(1 for _ in k.walk()) for k in kfns]
+  groups, loads = [[] for _ in range(n)], [0] * n
+  for i in sorted(range(len(kfns)), key=lambda i: -cost[i]):
+    j = loads.index(min(loads)); groups[j].append(i); loads[j] += cost[i]
+  groups = [sorted(g) for g in groups]
+  t1 = time.perf_counter(); st.add('lower', t1 - t0)
+  prog.phase('compile', len(kfns))
+  try: res = workers.run(_build_share, n, ([[kfns[i] for i in g] for g in groups], host, spec, dev), cost=lambda j: loads[j],
+                         done=lambda j, dt: prog.step(len(groups[j])))
+  finally: prog.close()
+  t2 = time.perf_counter(); st.add('workers', t2 - t1)
+  lazy = function_cache.Relowered(lambda: _relower(m, entry, spec))
+  kernels: dict[str, Kernel] = {}
+  for (ks, meta, blobs, secs, per_kernel) in res:
+    infos, counts = function_cache.decode_kernels(ks)
+    fns = [lazy.of(info[0]) for info in infos]
+    for fn, info, c, p in zip(fns, infos, counts, dev.load_programs(fns, infos, meta, blobs)): kernels[info[0]] = Kernel(fn, p, dev_name, c)
+    for ph, dt in secs.items(): st.worker_cpu[ph] = st.worker_cpu.get(ph, 0.0) + dt
+    st.lower_per_kernel += [l for l, _ in per_kernel]; st.emit_per_kernel += [e for _, e in per_kernel]
+  st.add('load', time.perf_counter() - t2)
+  st.kernels += len(kernels); st.compiled += len(kernels)
+  order = {k.attrs['sym_name']: i for i, k in enumerate(kfns)}
+  return dict(sorted(kernels.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def _build_share(j: int, shares: list, host, spec: DeviceSpec, dev) -> tuple:
+  """On a compile worker: kernel.funcs shares[j] lowered to uop.funcs and compiled by dev.build_programs; returns their
+  encoded launch facts and counts, the binaries, the worker's CPU seconds per phase and each kernel's Python seconds
+  (lowering's share, its emit)."""
+  from tgc import function_cache
+  from tgc.runtime import workers
+  from tgc.dialects.uop import launch_info
+  st, c0 = workers.STATS, time.process_time()
+  sub = Module(shares[j])
+  if not workers.in_worker(): sub = sub.clone()  # (run here: this process's kernels stay at the kernel level)
+  lower(sub, spec, 'uop')
+  _declare_sizes(sub, host)
+  fns = sub.functions('uop.func')
+  c1, phases, emits = time.process_time(), dict(st.phases), len(st.emit_per_kernel)
+  meta, blobs = dev.build_programs(fns)
+  secs = {k: v - phases.get(k, 0.0) for k, v in st.phases.items() if v != phases.get(k, 0.0)}
+  secs['lower'] = c1 - c0
+  emit = st.emit_per_kernel[emits:] or [0.0] * len(fns)
+  ks = [function_cache.encode_kernel(launch_info(fn), (math.prod(fn.attrs.get('global_size', (1,))) * math.prod(fn.attrs.get('local_size', (1,))), count_flops(fn)))
+        for fn in fns]
+  return ks, meta, blobs, secs, [((c1 - c0) / max(len(fns), 1), e) for e in emit]
 
 
 def _relower(m: Module, entry: str | None, spec: DeviceSpec) -> dict[str, Operation]:

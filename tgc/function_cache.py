@@ -84,11 +84,23 @@ def store(k: str, host: Operation, progs: list, counts: list[tuple[int, int]], d
   image = dev.save_programs(progs)
   if image is None: return
   meta, parts = image
-  kernels = [[p.name, [d.name for d in p.signature], sorted(p.sizes.items()), [list(p.global_size), list(p.local_size)], list(p.written), n, f]
-             for p, (n, f) in zip(progs, counts)]
+  kernels = [encode_kernel((p.name, p.signature, p.sizes, (p.global_size, p.local_size), p.written), c) for p, c in zip(progs, counts)]
   header = json.dumps({'host': str(host), 'kernels': kernels, 'image': meta, 'parts': [len(p) for p in parts]}).encode()
   cache.put(KIND, k, b''.join([struct.pack('<Q', len(header)), header, *parts]))
   stats['writes'] += 1
+
+
+def encode_kernel(info: tuple, counts: tuple[int, int]) -> list:
+  """A kernel's launch_info and (points, float ops per point) as JSON-able values (decode_kernels reads them back)."""
+  name, sig, sizes, (g, l), written = info
+  return [name, [d.name for d in sig], sorted(sizes.items()), [list(g), list(l)], list(written), *counts]
+
+
+def decode_kernels(ks: list) -> tuple[list, list]:
+  """encode_kernel's lists -> (launch_infos, counts)."""
+  infos = [(name, [D.get(s_) for s_ in sig], {int(i): int(c) for i, c in sizes}, (tuple(g), tuple(l)), list(written))
+           for name, sig, sizes, (g, l), written, _, _ in ks]
+  return infos, [(int(pts), int(fl)) for *_, pts, fl in ks]
 
 
 class Loaded:
@@ -121,16 +133,13 @@ def _decode(data: bytes, dev, relower) -> Loaded:
     parts.append(bytes(view[at:at + size])); at += size
   if at != len(data): raise ValueError("entry too long")
   host = parse(head['host'], '<function cache>', verify=False).ops[0]  # (its kernels are not in its module: verified as written)
-  ks = head['kernels']
-  infos = [(name, [D.get(s_) for s_ in sig], {int(i): int(c) for i, c in sizes}, (tuple(g), tuple(l)), list(written))
-           for name, sig, sizes, (g, l), written, _, _ in ks]
-  counts = [(int(pts), int(fl)) for *_, pts, fl in ks]
-  lazy = _Relowered(relower)
+  infos, counts = decode_kernels(head['kernels'])
+  lazy = Relowered(relower)
   fns = [lazy.of(info[0]) for info in infos]
   return Loaded(host, fns, infos, counts, dev.load_programs(fns, infos, head['image'], parts))
 
 
-class _Relowered:
+class Relowered:
   """The uop.funcs of a loaded function, lowered again the first time one is asked for."""
   def __init__(self, relower): self.relower, self.fns = relower, None
   def of(self, name: str):

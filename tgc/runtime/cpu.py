@@ -701,6 +701,28 @@ def save_programs(progs: list) -> tuple | None:
   return {'symbols': syms, 'keys': [_disk_keys[s_] for s_ in syms], 'kernels': [at[p.symbol] for p in progs]}, objs
 
 
+def build_programs(fns: list) -> tuple:
+  """These uop.funcs' object files as save_programs gives them, each text compiled once (or found in the kernel disk
+  cache, where it is also stored): what a compile worker hands back."""
+  from tgc import cache
+  from tgc.runtime import workers
+  st, texts = workers.STATS, []
+  for i in range(len(fns)):
+    t, dt = _render(i, fns)
+    texts.append(t); st.emit_per_kernel.append(dt); st.add('emit', dt)
+  c0 = time.process_time()
+  syms = list(dict.fromkeys(map(kernel_symbol, texts)))
+  text_of = {kernel_symbol(t): t for t in texts}
+  keys, objs = [cache.key(text_of[s_], codegen_id()) for s_ in syms], []
+  for s_, k in zip(syms, keys):
+    o = cache.get('llvm', k)
+    if o is None: o = compile_object(text_of[s_]); cache.put('llvm', k, o)
+    objs.append(o)
+  st.add('compile', time.process_time() - c0)
+  at = {s_: i for i, s_ in enumerate(syms)}
+  return {'symbols': syms, 'keys': keys, 'kernels': [at[kernel_symbol(t)] for t in texts]}, objs
+
+
 def load_programs(device, fns: list, infos: list, meta: dict, blobs: list) -> list:
   """save_programs' machine code back into programs (`fns`: the uop.funcs, or what makes them; `infos`: their
   launch_info): the object files not loaded in this process yet are loaded into one engine. (Their keys in the kernel
@@ -769,6 +791,7 @@ class CPUDevice(HostDevice):
   saves_programs = True
   def binary_id(self) -> str: return codegen_id()
   def save_programs(self, progs: list): return save_programs(progs)
+  def build_programs(self, fns) -> tuple: return build_programs(fns)
   def load_programs(self, fns, infos, meta, blobs) -> list[CPUProgram]: return load_programs(self, fns, infos, meta, blobs)
   def batchable(self, p) -> bool:
     """Whether program p runs on one thread (settled so, or every launch while CPU_THREADS=1): a batch may take it."""

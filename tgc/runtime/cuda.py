@@ -297,6 +297,23 @@ class CUDADevice(BaseDevice):
     for p in progs: idx.setdefault(p.module.value, len(idx))
     return {'kernels': [idx[p.module.value] for p in progs], 'shared': [p.shared for p in progs]}, [self._cubins[h] for h in idx]
 
+  def build_programs(self, fns: list) -> tuple:
+    """One module for the kernels allowed fma and one for the others, compiled (NVRTC, nvcc) without the driver."""
+    from tgc.emit.cuda import render_cuda, dynamic_shared_bytes
+    from tgc.runtime import workers
+    import time
+    groups: dict[bool, list[int]] = {}
+    for i, fn in enumerate(fns): groups.setdefault(bool(fn.attrs.get('contract')), []).append(i)
+    which, srcs, st, c0 = [0] * len(fns), [], workers.STATS, time.process_time()
+    for fmad, idx in sorted(groups.items()):
+      for i in idx: which[i] = len(srcs)
+      srcs.append((render_cuda([fns[i] for i in idx]), fmad))
+    c1 = time.process_time()
+    st.add('emit', c1 - c0); st.emit_per_kernel += [(c1 - c0) / max(len(fns), 1)] * len(fns)
+    blobs = [compile_cuda(src, self.arch, fmad) for src, fmad in srcs]
+    st.add('compile', time.process_time() - c1)
+    return {'kernels': which, 'shared': [dynamic_shared_bytes(fn) for fn in fns]}, blobs
+
   def load_programs(self, fns: list, infos: list, meta: dict, blobs: list) -> list:
     which, shared = meta['kernels'], meta['shared']
     if len(which) != len(fns) or len(shared) != len(fns) or not all(isinstance(j, int) and 0 <= j < len(blobs) for j in which):

@@ -120,6 +120,12 @@ class BaseDevice:
     again in another process (a function's disk cache entry); None where it cannot (not compiled here, the disk
     cache off)."""
     return None
+  def build_programs(self, fns: list) -> tuple | None:
+    """The binaries of these uop.funcs as save_programs gives them ((meta, blobs), for load_programs), made without
+    the device's driver: what a compile worker (a forked process, which must not touch a driver) hands back, so that
+    a function's kernels are lowered and compiled side by side. None where this device compiles through its driver:
+    its functions are lowered in this process."""
+    return None
   def load_programs(self, fns: list, infos: list, meta, blobs: list) -> list[Program]:
     """Programs from save_programs' (meta, blobs), for `fns` (each a uop.func or what makes it) with their launch_info."""
     raise NotImplementedError

@@ -32,6 +32,11 @@ def _call(i: int):
   return r, time.perf_counter() - t
 
 
+def in_worker() -> bool:
+  """Whether this process is a compile worker (its batches run in it, one after another)."""
+  return _in_worker
+
+
 def _mark_worker():
   global _in_worker
   _in_worker = True
@@ -80,6 +85,7 @@ class CompileStats:
   def __init__(self): self.reset()
   def reset(self):
     self.phases: dict[str, float] = {}
+    self.worker_cpu: dict[str, float] = {}  # (kernels lowered on the workers: their CPU seconds per phase, summed)
     self.kernels = self.compiled = 0
     self.loaded = 0  # kernels loaded with their function from the disk cache (tgc.function_cache): not lowered here
     self.lower_per_kernel: list[float] = []  # (a batch's lowering seconds over its kernels, one entry a kernel)
