@@ -75,8 +75,9 @@ class Kernel:
   """One kernel of a CompiledFunction: its uop.func (or, loaded from the disk cache, what lowers it again when first
   asked for), its Program, and the launch points and float ops per point that DEBUG=2 and profiles report (counted
   when first asked for, or kept with the function)."""
-  def __init__(self, fn, program, device: str, counts: tuple[int, int] | None = None):
-    self._fn, self.program, self.device, self.name = fn, program, device, program.name
+  def __init__(self, fn, program, device: str, counts: tuple[int, int] | None = None, name: str | None = None):
+    """name: what the host calls it by, where its program was compiled for a kernel of the same body and another name."""
+    self._fn, self.program, self.device, self.name = fn, program, device, name or program.name
     self._points, self._flops = counts or (None, None)
   @property
   def fn(self) -> Operation:
@@ -126,7 +127,7 @@ class CompiledFunction:
     image = self.dev.save_programs([k.program for k in ks]) if type(dev) is type(self.dev) else None
     if image is not None: progs = dev.load_programs([k._fn for k in ks], [k.program.info for k in ks], *image)
     else: progs = dev.compile_all([k.fn for k in ks]) if hasattr(dev, 'compile_all') else [dev.compile(k.fn) for k in ks]
-    return CompiledFunction(self.host, {k.name: Kernel(k._fn, p, dev.name, (k._points, k._flops)) for k, p in zip(ks, progs)}, dev.name, self.out)
+    return CompiledFunction(self.host, {k.name: Kernel(k._fn, p, dev.name, (k._points, k._flops), k.name) for k, p in zip(ks, progs)}, dev.name, self.out)
 
   def _plan(self, fixed: dict | None = None, keep: bool = False):
     """The host schedule made once into what a call does, over numbered slots (the arguments first) that hold
@@ -386,7 +387,7 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
   hit = fkey and function_cache.load(fkey, dev, lambda: _relower(m, entry, spec))
   if hit:
     fhost = hit.host
-    kernels = {info[0]: Kernel(fn, p, dev_name, n) for fn, info, n, p in zip(hit.fns, hit.infos, hit.counts, hit.progs)}
+    kernels = {name: Kernel(fn, p, dev_name, n, name) for name, fn, n, p in zip(hit.names, hit.fns, hit.counts, hit.progs)}
     t1 = time.perf_counter()
     st.add('load', t1 - t0); st.kernels += len(kernels); st.loaded += len(kernels)
     if dbg >= 1: out.write(f"{fhost.attrs['sym_name']}: {len(kernels)} kernels loaded from the disk cache in {t1 - t0:.3f} s\n")
@@ -396,7 +397,7 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
     t2 = time.perf_counter()
     if fkey:
       with _profiler.phase('store in the disk cache'):
-        function_cache.store(fkey, host, [k.program for k in kernels.values()], [(k.points, k.flops_per_point) for k in kernels.values()], dev)
+        function_cache.store(fkey, host, list(kernels), [k.program for k in kernels.values()], [(k.points, k.flops_per_point) for k in kernels.values()], dev)
       st.add('store', time.perf_counter() - t2)
     if dbg >= 1:
       out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
@@ -430,7 +431,7 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
   kernels = {fn.attrs['sym_name']: Kernel(fn, p, dev_name) for fn, p in zip(fns, progs)}
   if fkey:
     with _profiler.phase('store in the disk cache'):
-      function_cache.store(fkey, host, progs, [(k.points, k.flops_per_point) for k in kernels.values()], dev)
+      function_cache.store(fkey, host, list(kernels), progs, [(k.points, k.flops_per_point) for k in kernels.values()], dev)
     st.add('store', time.perf_counter() - t2)
   if dbg >= 1:
     out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
@@ -456,40 +457,46 @@ def _lowers_in_workers(m: Module, dev) -> bool:
 
 
 def _compile_in_workers(m: Module, entry, spec: DeviceSpec, dev, dev_name: str, host, prog, st, cpu0) -> dict[str, Kernel]:
-  """Lower m to the kernel level here, then each worker lowers a share of the kernels (balanced by their ops) the rest
-  of the way, renders and compiles them, and hands back their launch facts and binaries (BaseDevice.build_programs),
-  which this process loads: a function's Python lowering, emitting and device compiling all run side by side. The
-  kernels' uop.funcs stay in the workers; one asked for later is lowered again here (as a disk cache hit's)."""
+  """Lower m to the kernel level here; kernels whose bodies are the same but for their names (a model's layers) are
+  lowered and compiled once. The compile workers take shares of the distinct kernels (a few a worker, the costliest
+  first, so that one slow kernel does not hold the rest back) the rest of the way: they lower, render and compile them,
+  and hand back their launch facts and binaries (BaseDevice.build_programs), which this process loads. The kernels'
+  uop.funcs stay in the workers; one asked for later is lowered again here (as a disk cache hit's)."""
   from tgc.runtime import workers
   from tgc import function_cache
   t0 = time.perf_counter()
   prog.phase('lower', 0)
   lower(m, spec, 'kernel')
   kfns = m.functions('kernel.func')
-  n = min(workers.workers(), len(kfns)) or 1
-  cost = [sum(1 for _ in k.walk()) for k in kfns]
+  same: dict[str, list[str]] = {}  # a body's text (its name left out) -> the kernels of that body
+  for k in kfns:
+    name = k.attrs['sym_name']
+    same.setdefault(str(k).replace('@' + name, '@_', 1), []).append(name)
+  firsts = {names[0]: names for names in same.values()}
+  reps = [k for k in kfns if k.attrs['sym_name'] in firsts]
+  n = min(3 * workers.workers(), len(reps)) or 1
+  cost = [sum(1 for _ in k.walk()) for k in reps]
   groups, loads = [[] for _ in range(n)], [0] * n
-  for i in sorted(range(len(kfns)), key=lambda i: -cost[i]):
+  for i in sorted(range(len(reps)), key=lambda i: -cost[i]):
     j = loads.index(min(loads)); groups[j].append(i); loads[j] += cost[i]
-  groups = [sorted(g) for g in groups]
   t1 = time.perf_counter(); st.add('lower', t1 - t0)
-  prog.phase('compile', len(kfns))
-  try: res = workers.run(_build_share, n, ([[kfns[i] for i in g] for g in groups], host, spec, dev), cost=lambda j: loads[j],
+  prog.phase('compile', len(reps))
+  try: res = workers.run(_build_share, n, ([[reps[i] for i in sorted(g)] for g in groups], host, spec, dev), cost=lambda j: loads[j],
                          done=lambda j, dt: prog.step(len(groups[j])))
   finally: prog.close()
   t2 = time.perf_counter(); st.add('workers', t2 - t1)
   lazy = function_cache.Relowered(lambda: _relower(m, entry, spec))
   kernels: dict[str, Kernel] = {}
   for (ks, meta, blobs, secs, per_kernel) in res:
-    infos, counts = function_cache.decode_kernels(ks)
-    fns = [lazy.of(info[0]) for info in infos]
-    for fn, info, c, p in zip(fns, infos, counts, dev.load_programs(fns, infos, meta, blobs)): kernels[info[0]] = Kernel(fn, p, dev_name, c)
+    infos, counts, _ = function_cache.decode_kernels(ks)
+    progs = dev.load_programs([lazy.of(info[0]) for info in infos], infos, meta, blobs)
+    for info, c, p in zip(infos, counts, progs):
+      for name in firsts[info[0]]: kernels[name] = Kernel(lazy.of(name), p, dev_name, c, name)
     for ph, dt in secs.items(): st.worker_cpu[ph] = st.worker_cpu.get(ph, 0.0) + dt
     st.lower_per_kernel += [l for l, _ in per_kernel]; st.emit_per_kernel += [e for _, e in per_kernel]
   st.add('load', time.perf_counter() - t2)
-  st.kernels += len(kernels); st.compiled += len(kernels)
-  order = {k.attrs['sym_name']: i for i, k in enumerate(kfns)}
-  return dict(sorted(kernels.items(), key=lambda kv: order.get(kv[0], len(order))))
+  st.kernels += len(kernels); st.compiled += len(reps)
+  return {k.attrs['sym_name']: kernels[k.attrs['sym_name']] for k in kfns}
 
 
 def _build_share(j: int, shares: list, host, spec: DeviceSpec, dev) -> tuple:
@@ -510,8 +517,8 @@ def _build_share(j: int, shares: list, host, spec: DeviceSpec, dev) -> tuple:
   secs = {k: v - phases.get(k, 0.0) for k, v in st.phases.items() if v != phases.get(k, 0.0)}
   secs['lower'] = c1 - c0
   emit = st.emit_per_kernel[emits:] or [0.0] * len(fns)
-  ks = [function_cache.encode_kernel(launch_info(fn), (math.prod(fn.attrs.get('global_size', (1,))) * math.prod(fn.attrs.get('local_size', (1,))), count_flops(fn)))
-        for fn in fns]
+  ks = [function_cache.encode_kernel(launch_info(fn), (math.prod(fn.attrs.get('global_size', (1,))) * math.prod(fn.attrs.get('local_size', (1,))), count_flops(fn)),
+                                     fn.sym_name) for fn in fns]
   return ks, meta, blobs, secs, [((c1 - c0) / max(len(fns), 1), e) for e in emit]
 
 

@@ -27,7 +27,7 @@ from tgc.ir import dtypes as D
 from tgc.ir.core import Operation
 
 KIND = 'function'
-FORMAT = 1  # (the entry layout's version: part of the key)
+FORMAT = 2  # (the entry layout's version: part of the key)
 stats = {'hits': 0, 'misses': 0, 'writes': 0, 'unusable': 0}
 
 _source_id: str | None = None
@@ -78,35 +78,39 @@ def key(text: str, entry: str | None, spec, dev) -> str | None:
   return cache.key(KIND, str(FORMAT), source_id(), text, entry or '', repr(spec), cpu, f'noopt={noopt_from_env()}', dev.binary_id())
 
 
-def store(k: str, host: Operation, progs: list, counts: list[tuple[int, int]], dev) -> None:
-  """Keep a compiled function under key k: its host func.func, its kernels' Programs (their launch facts and binaries)
-  and each kernel's (launch points, float ops per point). Nothing where the device does not save its programs."""
+def store(k: str, host: Operation, names: list[str], progs: list, counts: list[tuple[int, int]], dev) -> None:
+  """Keep a compiled function under key k: its host func.func, and per kernel the name its launches call, its Program
+  (launch facts and binary: kernels with the same body share one, under the name it was compiled with) and its (launch
+  points, float ops per point). Nothing where the device does not save its programs."""
   image = dev.save_programs(progs)
   if image is None: return
   meta, parts = image
-  kernels = [encode_kernel((p.name, p.signature, p.sizes, (p.global_size, p.local_size), p.written), c) for p, c in zip(progs, counts)]
+  kernels = [encode_kernel((p.name, p.signature, p.sizes, (p.global_size, p.local_size), p.written), c, n) for n, p, c in zip(names, progs, counts)]
   header = json.dumps({'host': str(host), 'kernels': kernels, 'image': meta, 'parts': [len(p) for p in parts]}).encode()
   cache.put(KIND, k, b''.join([struct.pack('<Q', len(header)), header, *parts]))
   stats['writes'] += 1
 
 
-def encode_kernel(info: tuple, counts: tuple[int, int]) -> list:
-  """A kernel's launch_info and (points, float ops per point) as JSON-able values (decode_kernels reads them back)."""
+def encode_kernel(info: tuple, counts: tuple[int, int], callee: str) -> list:
+  """A kernel's launch_info, (points, float ops per point) and the name the host calls it by as JSON-able values
+  (decode_kernels reads them back)."""
   name, sig, sizes, (g, l), written = info
-  return [name, [d.name for d in sig], sorted(sizes.items()), [list(g), list(l)], list(written), *counts]
+  return [name, [d.name for d in sig], sorted(sizes.items()), [list(g), list(l)], list(written), *counts, callee]
 
 
-def decode_kernels(ks: list) -> tuple[list, list]:
-  """encode_kernel's lists -> (launch_infos, counts)."""
+def decode_kernels(ks: list) -> tuple[list, list, list]:
+  """encode_kernel's lists -> (launch_infos, counts, callees)."""
   infos = [(name, [D.get(s_) for s_ in sig], {int(i): int(c) for i, c in sizes}, (tuple(g), tuple(l)), list(written))
-           for name, sig, sizes, (g, l), written, _, _ in ks]
-  return infos, [(int(pts), int(fl)) for *_, pts, fl in ks]
+           for name, sig, sizes, (g, l), written, *_ in ks]
+  return infos, [(int(pts), int(fl)) for *_, pts, fl, _ in ks], [str(c) for *_, c in ks]
 
 
 class Loaded:
-  """A function from the disk cache: `host` (its host func.func), and per kernel (in launch order of definition) its
-  uop.func or what makes it (`fns`), launch_info (`infos`), (points, flops per point) (`counts`) and Program (`progs`)."""
-  def __init__(self, host, fns, infos, counts, progs): self.host, self.fns, self.infos, self.counts, self.progs = host, fns, infos, counts, progs
+  """A function from the disk cache: `host` (its host func.func), and per kernel (in order of definition) the name its
+  launches call (`names`), its uop.func or what makes it (`fns`), launch_info (`infos`), (points, flops per point)
+  (`counts`) and Program (`progs`)."""
+  def __init__(self, host, names, fns, infos, counts, progs):
+    self.host, self.names, self.fns, self.infos, self.counts, self.progs = host, names, fns, infos, counts, progs
 
 
 def load(k: str, dev, relower) -> Loaded | None:
@@ -133,10 +137,10 @@ def _decode(data: bytes, dev, relower) -> Loaded:
     parts.append(bytes(view[at:at + size])); at += size
   if at != len(data): raise ValueError("entry too long")
   host = parse(head['host'], '<function cache>', verify=False).ops[0]  # (its kernels are not in its module: verified as written)
-  infos, counts = decode_kernels(head['kernels'])
+  infos, counts, names = decode_kernels(head['kernels'])
   lazy = Relowered(relower)
-  fns = [lazy.of(info[0]) for info in infos]
-  return Loaded(host, fns, infos, counts, dev.load_programs(fns, infos, head['image'], parts))
+  fns = [lazy.of(n) for n in names]
+  return Loaded(host, names, fns, infos, counts, dev.load_programs(fns, infos, head['image'], parts))
 
 
 class Relowered:
