@@ -2,7 +2,7 @@
 
     python bench/compile.py                       # tiny GPT (2 layers, d 32, seq 16, batch 4) on the CPU
     python bench/compile.py --device CUDA --model all
-    python bench/compile.py --profile             # cProfile of one cold first step (top functions by own time)
+    python bench/compile.py --profile             # cProfile of one cold first step, the model's building included (top functions by own time)
 
 Each row runs in a fresh process: `cold` with an empty disk cache (TGC_CACHE_DIR a new temporary directory),
 `warm` in a new process on the cache the cold run filled. A row's seconds are the first step's wall time (building
@@ -62,12 +62,12 @@ def child(args) -> None:
   from tgc import function_cache
   Device.DEFAULT = args.device
   if args.device == 'CPU': os.environ.setdefault('CPU_THREADS', '1')  # (the launches are not what is measured)
-  c0, t0 = os.times(), time.perf_counter()
-  step = gpt_step(**MODELS[args.model], device=args.device)
-  t1 = time.perf_counter()
   if args.profile:
     import cProfile, pstats
     pr = cProfile.Profile(); pr.enable()
+  c0, t0 = os.times(), time.perf_counter()
+  step = gpt_step(**MODELS[args.model], device=args.device)
+  t1 = time.perf_counter()
   loss = step().item()
   t2, c2 = time.perf_counter(), os.times()
   if args.profile:

@@ -351,16 +351,18 @@ def count_flops(fn: Operation) -> int:
   return total
 
 
-def compile_module(m: Module, device: str | None = None, entry: str | None = None, out=None) -> CompiledFunction:
-  """A verified tensor-level (or already lowered) module -> a CompiledFunction for its entry func.func."""
+def compile_module(m: Module, device: str | None = None, entry: str | None = None, out=None, verify: bool = False) -> CompiledFunction:
+  """A verified tensor-level (or already lowered) module -> a CompiledFunction for its entry func.func. verify: m is
+  not verified yet; it is where it must be lowered (a function the disk cache holds was verified by the process that
+  compiled it: its text is the cache's key)."""
   seen = [w(m) for w in COMPILE_WATCHERS]  # (VIZ=1: the pipeline viewer keeps the module as it comes)
   with _profiler.phase('compile function @' + next((f.attrs['sym_name'] for f in m.functions('func.func')), '?')):
-    with gc_paused(): cf = _compile_module(m, device, entry, out)
+    with gc_paused(): cf = _compile_module(m, device, entry, out, verify)
   for keep in seen: keep(cf)
   return cf
 
 
-def _compile_module(m: Module, device: str | None, entry: str | None, out) -> CompiledFunction:
+def _compile_module(m: Module, device: str | None, entry: str | None, out, verify: bool = False) -> CompiledFunction:
   from tgc.runtime import get_device, Device
   from tgc.ir.core import Module as _M
   dev_name = Device.canonicalize(device)
@@ -392,6 +394,7 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
     st.add('load', t1 - t0); st.kernels += len(kernels); st.loaded += len(kernels)
     if dbg >= 1: out.write(f"{fhost.attrs['sym_name']}: {len(kernels)} kernels loaded from the disk cache in {t1 - t0:.3f} s\n")
     return CompiledFunction(fhost, kernels, dev_name, out)
+  if verify: m.verify()
   if dbg < 3 and _lowers_in_workers(m, dev):
     kernels = _compile_in_workers(m, entry, spec, dev, dev_name, host, prog, st, cpu0)
     t2 = time.perf_counter()

@@ -9,10 +9,11 @@ capabilities), the CPU facts CPU tiles are chosen from (where the lowering reads
 reads an entry an older one wrote).
 
 An entry is one tgc.cache entry of kind `function` (its checksum and atomic rename: a damaged or partial entry reads
-as missing, concurrent writers are safe): 8 bytes of header length, a JSON header (the host func.func's text, each
-kernel's launch_info, launch points and float ops per point, the device's metadata for its binaries), then the parts
-the header gives the lengths of: the device's binaries (BaseDevice.save_programs). The host schedule is parsed back
-from its text (a few ops per kernel: 25 ms for a tiny GPT step's 200 kernels). The kernels' uop.funcs are not kept:
+as missing, concurrent writers are safe): 8 bytes of header length, a JSON header (each kernel's launch_info, launch
+points, float ops per point and the name the host calls it by, the device's metadata for its binaries), then the parts
+the header gives the lengths of: the host func.func pickled without its source locations (2 ms to load for a GPT
+step's 400 launches, where parsing its text takes 50 ms and, in a process that has parsed nothing yet, the parser's
+tables), then the device's binaries (BaseDevice.save_programs). The kernels' uop.funcs are not kept:
 that step's are 3.2 MB of text, 0.35 s to print and 1.9 s to parse against 3 s of lowering, and launching needs
 none of them. What asks for one after a load (Program.fn: a program called on numpy arrays)
 gets the function lowered again, once (`relower`). Only devices that save their binaries (BaseDevice.saves_programs:
@@ -20,14 +21,14 @@ the CPU's LLVM, CUDA) have their functions kept: for the others a kept function 
 cost its printing on every compile.
 """
 from __future__ import annotations
-import hashlib, json, os, struct
+import hashlib, json, os, pickle, struct
 from tgc import cache
 from tgc.errors import TgcError
 from tgc.ir import dtypes as D
 from tgc.ir.core import Operation
 
 KIND = 'function'
-FORMAT = 2  # (the entry layout's version: part of the key)
+FORMAT = 3  # (the entry layout's version: part of the key)
 stats = {'hits': 0, 'misses': 0, 'writes': 0, 'unusable': 0}
 
 _source_id: str | None = None
@@ -86,7 +87,8 @@ def store(k: str, host: Operation, names: list[str], progs: list, counts: list[t
   if image is None: return
   meta, parts = image
   kernels = [encode_kernel((p.name, p.signature, p.sizes, (p.global_size, p.local_size), p.written), c, n) for n, p, c in zip(names, progs, counts)]
-  header = json.dumps({'host': str(host), 'kernels': kernels, 'image': meta, 'parts': [len(p) for p in parts]}).encode()
+  parts = [_host_bytes(host), *parts]
+  header = json.dumps({'kernels': kernels, 'image': meta, 'parts': [len(p) for p in parts]}).encode()
   cache.put(KIND, k, b''.join([struct.pack('<Q', len(header)), header, *parts]))
   stats['writes'] += 1
 
@@ -105,6 +107,14 @@ def decode_kernels(ks: list) -> tuple[list, list, list]:
   return infos, [(int(pts), int(fl)) for *_, pts, fl, _ in ks], [str(c) for *_, c in ks]
 
 
+def _host_bytes(host: Operation) -> bytes:
+  """The host func.func pickled, without its source locations (they would carry the whole module's text along)."""
+  from tgc.ir.rewrite import clone_op
+  h = clone_op(host, {})
+  for op in h.walk(): op.loc = None
+  return pickle.dumps(h, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 class Loaded:
   """A function from the disk cache: `host` (its host func.func), and per kernel (in order of definition) the name its
   launches call (`names`), its uop.func or what makes it (`fns`), launch_info (`infos`), (points, flops per point)
@@ -120,7 +130,8 @@ def load(k: str, dev, relower) -> Loaded | None:
   data = cache.get(KIND, k)
   if data is None: stats['misses'] += 1; return None
   try: out = _decode(data, dev, relower)
-  except (TgcError, RuntimeError, ValueError, KeyError, TypeError, IndexError, struct.error, UnicodeDecodeError):
+  except (TgcError, RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError, ImportError, EOFError,
+          struct.error, UnicodeDecodeError, pickle.UnpicklingError):
     stats['unusable'] += 1; stats['misses'] += 1
     return None
   stats['hits'] += 1
@@ -128,7 +139,6 @@ def load(k: str, dev, relower) -> Loaded | None:
 
 
 def _decode(data: bytes, dev, relower) -> Loaded:
-  from tgc.parser import parse
   n, = struct.unpack_from('<Q', data)
   head = json.loads(bytes(data[8:8 + n]))
   view, at, parts = memoryview(data), 8 + n, []
@@ -136,7 +146,8 @@ def _decode(data: bytes, dev, relower) -> Loaded:
     if size < 0 or at + size > len(data): raise ValueError("entry cut short")
     parts.append(bytes(view[at:at + size])); at += size
   if at != len(data): raise ValueError("entry too long")
-  host = parse(head['host'], '<function cache>', verify=False).ops[0]  # (its kernels are not in its module: verified as written)
+  host = pickle.loads(parts.pop(0))
+  if not isinstance(host, Operation) or host.name != 'func.func': raise ValueError("no host function")
   infos, counts, names = decode_kernels(head['kernels'])
   lazy = Relowered(relower)
   fns = [lazy.of(n) for n in names]

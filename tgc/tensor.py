@@ -346,8 +346,7 @@ def _realize_nodes(nodes) -> None:
       from tgc.compiler import compile_module  # (here, not per call: the hit path skips the import machinery)
       m, args = _build_module(group)
       if args != leaves: raise TgcError("internal: _graph_key and _build_module number the leaves differently")
-      m.verify()
-      fn = _COMPILED[key, dev] = _TWINS[key, twin] = compile_module(m, dev)
+      fn = _COMPILED[key, dev] = _TWINS[key, twin] = compile_module(m, dev, verify=True)
     outs = fn.run([l.buf for l in leaves], check=False)  # (the key holds each leaf's shape and dtype, and the device)
     # after the launches (queued: on a GPU this overlaps them): the computed nodes become leaves of their results
     for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf, n.entry = 'BUFFER', (), None, o, None
