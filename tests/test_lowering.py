@@ -103,10 +103,10 @@ def spec_device(monkeypatch):
 
 
 def test_device_declares_its_spec(spec_device):
-  from tgc.compiler import device_spec, device_warpgroup
+  from tgc.compiler import device_spec
   spec = device_spec(spec_device)
   assert spec == DeviceSpec(get_target('cuda'), 'auto', H100_SHARED, False, 'host', 132, 'SPECTEST')
-  assert not spec.has_warpgroup and not device_warpgroup(spec_device) and spec.smem_budget == H100_SHARED
+  assert not spec.has_warpgroup and spec.smem_budget == H100_SHARED
   assert device_spec('CPU').target.name == 'llvm'
 
 

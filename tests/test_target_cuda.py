@@ -429,14 +429,13 @@ def test_warpgroup_conv_reads_its_padding_through_gated_copies(monkeypatch):
   """On warpgroups the conv kernel reads the unpadded channels-last input, its padding as gated 16-byte copies (the
   pad kernel goes: 4 kernels); a device without them keeps the padded copy (mma.sync's masked copies were 30x
   slower): 5 kernels."""
-  import tgc.compiler
-  def kernels(batch):  # (another batch a time: conv2d's graph is recorded once per signature)
+  from tgc.compiler import device_spec
+  def kernels(batch, warpgroup):  # (another batch a time: conv2d's graph is recorded once per signature)
     m = _wg_conv_module(batch)
-    lower(m, 'cuda', local_memory=H100_SHARED, warpgroup=tgc.compiler.device_warpgroup('CUDA'))
+    lower(m, 'cuda', local_memory=H100_SHARED, warpgroup=warpgroup)
     return [f.sym_name for f in m.functions('uop.func')]
-  if tgc.compiler.device_warpgroup('CUDA'): assert len(kernels(32)) == 4
-  monkeypatch.setattr(tgc.compiler, 'device_warpgroup', lambda device: False)
-  assert len(kernels(48)) == 5
+  if device_spec('CUDA').has_warpgroup: assert len(kernels(32, True)) == 4
+  assert len(kernels(48, False)) == 5
 
 def test_warpgroup_conv_on_gpu():
   """The conv on the GPU matches numpy's (wgmma on a Hopper GPU, mma.sync elsewhere)."""

@@ -42,13 +42,6 @@ def device_spec(device: str | None) -> DeviceSpec:
   except TgcError: return DeviceSpec(device_target(device), device=Device.canonicalize(device))
 
 
-def device_warpgroup(device: str | None) -> bool:
-  """Whether the device has its target's warpgroup tensor cores (Hopper's wgmma): its spec's (device_spec)."""
-  if isinstance(device, tuple): device = device[0]  # (a sharded tensor's devices are of one kind)
-  t = device_target(device)
-  if t.tensor_cores is None or not t.tensor_cores.warpgroup: return False
-  return device_spec(device).has_warpgroup
-
 # every CompiledFunction.run reads DEBUG: os.environ.get costs half a microsecond (a KeyError inside it while DEBUG is
 # unset), a look in the dict behind it a tenth of that (os.environ updates that dict: setting DEBUG takes effect at once)
 try: _ENV, _DEBUG = os.environ._data, os.environ.encodekey('DEBUG')

@@ -144,6 +144,11 @@ class DeviceSpec:
     return ' '.join([f'target={self.target.name}'] + [f'{k}={str(v).lower() if isinstance(v, bool) else v}'
                                                        for k in DEVICE_OPTIONS if k != 'target' and (v := getattr(self, k)) != default[k]])
 
+  def render(self, fns) -> str:
+    """These uop.funcs (a Module or a list) as one source text in the target's language: what a runtime compiles."""
+    from tgc.emit import render
+    return render(fns, self.target)
+
   @property
   def name(self) -> str: return self.target.name
   @property

@@ -103,10 +103,9 @@ def compile_c(src: str) -> ctypes.CDLL:
 class CProgram(HostKernelProgram):
   """One kernel built by the system C compiler; launched as the CPU's are (threads over gidx0)."""
   def __init__(self, device, fn):
-    from tgc.emit.c import render_c_kernel
     super().__init__(device, fn)
     if any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"C: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
-    self.src = render_c_kernel(fn)
+    self.src = device.spec.render([fn])
     f = getattr(compile_c(self.src), self.name)
     f.argtypes = [ctypes.c_void_p] * len(self.signature) + [ctypes.c_int, ctypes.c_int]
     f.restype = None

@@ -264,7 +264,6 @@ class CUDADevice(BaseDevice):
     """A function's kernels in a few modules (those allowed fma and the others apart, each cut into one module a
     compile worker): a compiler's start-up and the driver's load once a module, not once a kernel (PP-OCR's
     classifier, 99 kernels: 58 s on an H100 one by one), the modules compiled side by side on the workers."""
-    from tgc.emit.cuda import render_cuda
     from tgc.runtime import workers
     import time
     st, t0, cpu0 = workers.STATS, time.perf_counter(), time.process_time()
@@ -272,7 +271,8 @@ class CUDADevice(BaseDevice):
     for fn in fns: groups.setdefault(bool(fn.attrs.get('contract')), []).append(fn)
     n = workers.workers()
     parts = [(fmad, g[i::n]) for fmad, g in sorted(groups.items()) for i in range(min(n, len(g)))]
-    srcs = [render_cuda(list(g)) for _, g in parts]
+    spec = self.spec
+    srcs = [spec.render(list(g)) for _, g in parts]
     t1 = time.perf_counter(); st.add('emit', t1 - t0)
     st.emit_per_kernel += [(time.process_time() - cpu0) / max(len(fns), 1)] * len(fns)
     if progress is not None: progress.phase('compile', len(fns))
@@ -299,15 +299,15 @@ class CUDADevice(BaseDevice):
 
   def build_programs(self, fns: list) -> tuple:
     """One module for the kernels allowed fma and one for the others, compiled (NVRTC, nvcc) without the driver."""
-    from tgc.emit.cuda import render_cuda, dynamic_shared_bytes
+    from tgc.emit.cuda import dynamic_shared_bytes
     from tgc.runtime import workers
     import time
-    groups: dict[bool, list[int]] = {}
+    spec, groups = self.spec, {}
     for i, fn in enumerate(fns): groups.setdefault(bool(fn.attrs.get('contract')), []).append(i)
     which, srcs, st, c0 = [0] * len(fns), [], workers.STATS, time.process_time()
     for fmad, idx in sorted(groups.items()):
       for i in idx: which[i] = len(srcs)
-      srcs.append((render_cuda([fns[i] for i in idx]), fmad))
+      srcs.append((spec.render([fns[i] for i in idx]), fmad))
     c1 = time.process_time()
     st.add('emit', c1 - c0); st.emit_per_kernel += [(c1 - c0) / max(len(fns), 1)] * len(fns)
     blobs = [compile_cuda(src, self.arch, fmad) for src, fmad in srcs]
@@ -339,10 +339,10 @@ class CUDAProgram(Program):
   def __init__(self, dev: CUDADevice, fn, module=None, info: tuple | None = None, shared: int | None = None):
     """info, shared: the kernel's launch_info and dynamic shared memory, where fn is not parsed yet (loaded from the
     disk cache: its module too)."""
-    from tgc.emit.cuda import render_cuda_kernel, dynamic_shared_bytes
+    from tgc.emit.cuda import dynamic_shared_bytes
     super().__init__(dev, fn, info)
     if info is None and any(op.name == 'uop.define_var' for op in fn.body.ops): raise TgcError(f"CUDA: @{self.name}: kernels with uop.define_var take scalar arguments this runtime does not pass")
-    if module is None: module = dev.module(render_cuda_kernel(fn), bool(fn.attrs.get('contract')))  # (module: compiled with others)
+    if module is None: module = dev.module(dev.spec.render([fn]), bool(fn.attrs.get('contract')))  # (module: compiled with others)
     self.module, self.func = module, dev.function(module, self.name)
     self.shared = dynamic_shared_bytes(self.fn) if shared is None else shared
     if self.shared:
