@@ -232,3 +232,31 @@ def test_split_of_a_conv_weight_gradient():
     assert str(m).count('tensor.reduce') == reduces, str(m)
     (out,) = compile_module(m, 'CPU')(*[t for t in (x, g, a, b) if any(v.type.shape == t.shape for v in m.functions('func.func')[0].body.args)])
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-3, atol=1e-3)
+
+
+def test_split_of_an_embedding_gradient():
+  """An embedding's gradient (a one-hot of 4096 tokens times their gradients, summed over the tokens into 256x384)
+  on a GPU of 132 multiprocessors: the token axis cut into chunks summed apart, then their sum (its one-hot factor is
+  computed, but from reads of the tokens and the positions only); a sum over the tokens of an elementwise product
+  stays one reduce. Both equal numpy's (decomposed for cuda, run on the CPU)."""
+  from tgc import Tensor
+  from tgc.nn import Embedding
+  from tgc.passes.manager import PassManager
+  rng = np.random.default_rng(7)
+  tok, g = rng.integers(0, 256, 4096).astype(np.int32), rng.standard_normal((4096, 384)).astype(np.float32)
+  emb = Embedding(256, 384)
+  emb.weight.requires_grad = True
+  tt, gt = Tensor(tok), Tensor(g)
+  (dw,) = emb(tt).gradient(emb.weight, gradient=gt)
+  want = np.zeros((256, 384), np.float64)
+  np.add.at(want, tok, g)
+  a, b = rng.standard_normal((4096, 384)).astype(np.float32), rng.standard_normal((4096, 384)).astype(np.float32)
+  at, bt = Tensor(a), Tensor(b)
+  ew = (at * bt).sum(0)
+  arrays = {id(tt.node): tok, id(gt.node): g, id(at.node): a, id(bt.node): b}
+  for y, want, reduces in ((dw, want, 2), (ew, (a * b).sum(0), 1)):
+    m, leaves = _build_module([y.node], 'f')
+    PassManager.parse('tensor-decompose{target=cuda processors=132}').run(m)
+    assert str(m).count('tensor.reduce') == reduces, str(m)
+    (res,) = compile_module(m, 'CPU')(*[arrays[id(l)] for l in leaves])
+    np.testing.assert_allclose(res.reshape(want.shape), want, rtol=1e-4, atol=1e-4)

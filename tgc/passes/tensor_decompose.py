@@ -12,7 +12,7 @@ replaced by what it returns, the primitives it creates with `rw.create`.
 """
 from __future__ import annotations
 import math
-from tgc.ir.core import REGISTRY, MOVEMENT
+from tgc.ir.core import REGISTRY, MOVEMENT, ELEMENTWISE
 from tgc.ir.types import TensorType
 from tgc.ir import dtypes as D
 from tgc.dialects.tensor import conv_acc
@@ -79,24 +79,47 @@ SPLIT_K_MIN = 256    # the shortest chunk of k a split leaves
 
 
 def split_product_reduce(op, rw, spec: DeviceSpec):
-  """A sum of products over several axes into too few outputs for a GPU's multiprocessors (a conv's weight gradient:
-  32x32x3x3 sums over a batch of 64 images of 32x32 pixels made 3 staged tiles' work-groups): partial sums that keep
-  the outermost summed axis (the batch), then their sum, as split_k does for a matmul."""
-  src, a = op.src, op.axes[0] if len(op.axes) > 1 else None
+  """A sum of products of broadcast factors into too few outputs for a GPU's multiprocessors: over several axes (a
+  conv's weight gradient: 32x32x3x3 sums over a batch of 64 images of 32x32 pixels made 3 staged tiles'
+  work-groups), partial sums that keep the outermost summed axis (the batch), then their sum; over one axis (an
+  embedding's gradient, a one-hot of the tokens times their gradients summed over 4096 tokens into 256x384), the
+  axis cut into chunks as split_k cuts a matmul's k (split_k's count: a matmul split there is not split again)."""
+  src = op.src
   prod = src.op
   while prod is not None and prod.name == 'tensor.cast': prod = prod.operands[0].op
-  if a is None or op.kind != 'add' or prod is None or prod.name != 'tensor.mul': return None
-  def base(v):  # the value a factor is a view of (through movement ops)
-    while v.op is not None and MOVEMENT in v.op.TRAITS: v = v.op.operands[0]
-    return v
-  # a product's factors each broadcast along some axis (a matmul's, a conv's): each read is shared by many outputs;
-  # an elementwise product summed (a norm's weight gradient) reads its factors once and stays one reduce
-  if any(base(x).type.numel >= src.type.numel for x in prod.operands): return None
-  shape, out = src.type.shape, math.prod(op.results[0].type.shape)
-  if out >= TILE_OUTPUTS * WAVES * spec.processors or shape[a] < 2 or math.prod(shape[i] for i in op.axes[1:]) < SPLIT_K_MIN: return None
-  part = TensorType(tuple(1 if i in op.axes[1:] else d for i, d in enumerate(shape)), op.results[0].type.dtype)
-  r = rw.create(REGISTRY['tensor.reduce'], [src], [part], {'kind': 'add', 'axes': op.axes[1:]}, op.loc).results[0]
-  return rw.create(REGISTRY['tensor.reduce'], [r], [op.results[0].type], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
+  if op.kind != 'add' or prod is None or prod.name != 'tensor.mul': return None
+  # a product's factors each broadcast along some axis (a matmul's, a conv's, a one-hot's): each read is shared by
+  # many outputs; an elementwise product summed (a norm's weight gradient) reads its factors once and stays one reduce
+  if any(_reads(x) >= src.type.numel for x in prod.operands): return None
+  shape, out, t = src.type.shape, math.prod(op.results[0].type.shape), op.results[0].type
+  if len(op.axes) > 1:
+    a = op.axes[0]
+    if out >= TILE_OUTPUTS * WAVES * spec.processors or shape[a] < 2 or math.prod(shape[i] for i in op.axes[1:]) < SPLIT_K_MIN: return None
+    part = TensorType(tuple(1 if i in op.axes[1:] else d for i, d in enumerate(shape)), t.dtype)
+    r = rw.create(REGISTRY['tensor.reduce'], [src], [part], {'kind': 'add', 'axes': op.axes[1:]}, op.loc).results[0]
+    return rw.create(REGISTRY['tensor.reduce'], [r], [t], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
+  a, = op.axes
+  n = split_k(t.shape, shape[a], spec)
+  if n < 2: return None
+  cut = shape[:a] + (n, shape[a] // n) + shape[a + 1:]
+  v = rw.create(REGISTRY['tensor.reshape'], [src], [TensorType(cut, src.type.dtype)], None, op.loc).results[0]
+  v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(cut[:a + 1] + (1,) + cut[a + 2:], t.dtype)], {'kind': 'add', 'axes': (a + 1,)}, op.loc).results[0]
+  v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(cut[:a] + (1, 1) + cut[a + 2:], t.dtype)], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
+  return rw.create(REGISTRY['tensor.reshape'], [v], [t], None, op.loc).results[0]
+
+
+def _reads(v) -> int:
+  """The most elements v reads from one tensor: the largest of the values its elementwise ops and movements start
+  from (a leaf, an argument, any other op counts at its own size)."""
+  seen, todo, most = set(), [v], 0
+  while todo:
+    x = todo.pop()
+    if id(x) in seen: continue
+    seen.add(id(x))
+    o = x.op
+    if o is not None and (MOVEMENT in o.TRAITS or ELEMENTWISE in o.TRAITS) and o.operands: todo.extend(o.operands)
+    else: most = max(most, x.type.numel)
+  return most
 
 
 def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None):
