@@ -139,8 +139,9 @@ def test_attention_backward_keeps_one_score_matrix_a_layer():
 def test_a_jitted_training_step_keeps_no_copy_of_its_state():
   """After jitted AdamW steps the device holds what it held before them: the weights, the optimizer's state and the
   inputs, once. The jit keeps none of the values its first call read or wrote (the step's weights and moments before
-  and after it) and no lazy gradient of that call holds the weights it read; no step leaves garbage for the
-  collector to find (the check runs without gc.collect). The losses are those of eager steps."""
+  and after it) and no lazy gradient of that call holds the weights it read (the gradients are None after a jitted
+  step; an eager step's stay until the next zero_grad); no step leaves garbage for the collector to find (the check
+  runs without gc.collect). The losses and weights are those of eager steps."""
   from tgc import nn
   from tgc.nn import optim
   rng = np.random.default_rng(0)
@@ -158,16 +159,19 @@ def test_a_jitted_training_step_keeps_no_copy_of_its_state():
       loss.backward()
       Tensor.realize(loss, *opt.schedule_step())
       return loss
-    return step
+    return step, ps
   al = get_device('CPU').allocator
   x, y = Tensor(xs, device='CPU').realize(), Tensor(ys, device='CPU').realize()
-  eager = model()
+  eager, eager_ps = model()
   want = [eager(x, y).item() for _ in range(4)]
-  step = Tensor.jit(model())
+  step, ps = model()
+  step = Tensor.jit(step)
   base = al.in_use
   got = [step(x, y).item() for _ in range(4)]
   assert al.in_use == base, (al.in_use, base)
   np.testing.assert_allclose(got, want, rtol=1e-5)
+  assert all(p.grad is None for p in ps) and all(p.grad is not None for p in eager_ps)
+  for p, q in zip(ps, eager_ps): np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize('device', ['CPU', 'C'])
