@@ -18,7 +18,9 @@ The rows (--rows, comma-separated):
 Every row starts tgc from torch's initial weights (copied) on the same data. A training row's steps/s is the median of
 its steps after the first (each synchronized), its first step (the compile) timed apart, its losses after --steps
 steps checked against torch's; the generated tokens must equal torch's. Peak memory: the device allocator's high
-water mark over the row (tgc's allocator, torch.cuda.max_memory_allocated; none for torch on the CPU). After each row,
+water mark over the row, bytes in use (tgc's allocator, torch.cuda.max_memory_allocated; none for torch on the CPU);
+a training row's torch floor is what no step can do without, on any device: parameters, gradients, optimizer state
+and the activations torch's autograd saves (torch_floor). After each row,
 where tgc's time goes in one call: tgc.compiler.profile's kernels (each launch timed alone), the largest first.
 torch runs with its defaults: on cuda its cuDNN convolves float32 in TF32 (the resnet row; tgc keeps float32), its
 float32 matmuls stay float32. On a CPU both run on one thread (CPU_THREADS sets both).
@@ -186,6 +188,25 @@ def train_loop(side: Side, step, steps: int) -> dict:
           'losses': [float(l.item()) for l in losses], 'peak': side.peak()}
 
 
+def torch_floor(tm, topt, loss_fn) -> int:
+  """The bytes a torch training step cannot do without (torch's measured peak adds its transients): the parameters,
+  their gradients, the optimizer's state and the activations autograd saves for the backward (torch's saved-tensor
+  hooks, each storage once, the parameters' own left out), read from one more forward and backward after the timed
+  steps (its gradients then cleared)."""
+  import torch
+  params = {p.untyped_storage().data_ptr() for p in tm.parameters()}
+  saved = {}
+  def pack(x):
+    st = x.untyped_storage()
+    if st.data_ptr() not in params: saved[st.data_ptr()] = st.nbytes()
+    return x
+  with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x): loss = loss_fn()
+  loss.backward(); topt.zero_grad()
+  nbytes = lambda x: x.numel() * x.element_size()
+  state = sum(nbytes(v) for st in topt.state.values() for v in st.values() if torch.is_tensor(v))
+  return 2 * sum(nbytes(p) for p in tm.parameters()) + state + sum(saved.values())
+
+
 def row_train(cfg: dict, device: str, tdev: str, steps: int, bf16: bool):
   """tgc's and torch's train_loop results, the tgc step (for its kernel table) and its flops by 6 x params x tokens."""
   import torch
@@ -199,10 +220,12 @@ def row_train(cfg: dict, device: str, tdev: str, steps: int, bf16: bool):
   # torch
   topt = torch.optim.AdamW(tm.parameters(), lr=1e-3, eps=1e-8, weight_decay=0.01)
   tx, ty = torch.tensor(data[:, :-1], dtype=torch.long, device=tdev), torch.tensor(data[:, 1:], dtype=torch.long, device=tdev)
+  def tloss():
+    with torch.autocast(tdev, dtype=torch.bfloat16, enabled=bf16):
+      return torch.nn.functional.cross_entropy(tm(tx).reshape(-1, g['vocab']), ty.reshape(-1))
   def tstep():
     topt.zero_grad()
-    with torch.autocast(tdev, dtype=torch.bfloat16, enabled=bf16):
-      loss = torch.nn.functional.cross_entropy(tm(tx).reshape(-1, g['vocab']), ty.reshape(-1))
+    loss = tloss()
     loss.backward(); topt.step()
     return loss
   # tgc
@@ -216,6 +239,7 @@ def row_train(cfg: dict, device: str, tdev: str, steps: int, bf16: bool):
     Tensor.realize(loss, *opt.schedule_step())
     return loss
   t = train_loop(Side('torch', tdev), tstep, steps)
+  t['floor'] = torch_floor(tm, topt, tloss)
   r = train_loop(Side('tgc', device), lambda: step(x, y), steps)
   flops = 6 * g['batch'] * g['seq'] * sum(p.numel() for n, p in tm.named_parameters() if n != 'pos.weight' and n != 'tok.weight')
   return r, t, (lambda: step(x, y)), flops
@@ -232,9 +256,10 @@ def row_resnet(cfg: dict, device: str, tdev: str, steps: int):
   xs, ys = rng.standard_normal((c['batch'], 3, c['size'], c['size'])).astype(np.float32), rng.integers(0, c['classes'], c['batch']).astype(np.int32)
   topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
   tx, ty = torch.tensor(xs, device=tdev), torch.tensor(ys, dtype=torch.long, device=tdev)
+  tloss = lambda: torch.nn.functional.cross_entropy(tm(tx), ty)
   def tstep():
     topt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(tm(tx), ty)
+    loss = tloss()
     loss.backward(); topt.step()
     return loss
   opt = optim.SGD(get_parameters(model), lr=0.01, momentum=0.9)
@@ -249,6 +274,7 @@ def row_resnet(cfg: dict, device: str, tdev: str, steps: int):
       return loss
   tm.train()
   t = train_loop(Side('torch', tdev), tstep, steps)
+  t['floor'] = torch_floor(tm, topt, tloss)
   r = train_loop(Side('tgc', device), lambda: step(x, y), steps)
   return r, t, (lambda: step(x, y)), None
 
@@ -362,7 +388,7 @@ def main(argv=None) -> int:
         if not good: ok = False
         n = B * cfg['new']
         results.append((f"generate b{B} ({cfg['prompt']}+{cfg['new']})", 'tokens/s', n / r['step'], n / t['step'], r['first'], t['first'],
-                        'tokens equal' if good else f"TOKENS DIFFER ({int((r['tokens'] != t['tokens']).sum())} of {r['tokens'].size})", r['peak'], t['peak']))
+                        'tokens equal' if good else f"TOKENS DIFFER ({int((r['tokens'] != t['tokens']).sum())} of {r['tokens'].size})", r['peak'], t['peak'], None))
       table = kernel_table(call, args.top, r['step'] / cfg['new'], "a generation's median over its tokens")
       print(f"### {row}: one decode step at batch {B}\n\n{table}\n", flush=True)
       del call; continue  # (a row's models are garbage by the next: each peak counts its row's memory)
@@ -371,14 +397,14 @@ def main(argv=None) -> int:
     good = err <= TOL[row]
     if not good: ok = False
     check = f"loss {r['losses'][-1]:.4f} vs {t['losses'][-1]:.4f} (max rel err {err:.1e})" + ('' if good else ' MISMATCH')
-    results.append((row, 'steps/s', 1 / r['step'], 1 / t['step'], r['first'], t['first'], check, r['peak'], t['peak']))
+    results.append((row, 'steps/s', 1 / r['step'], 1 / t['step'], r['first'], t['first'], check, r['peak'], t['peak'], t['floor']))
     print(f"### {row}: one step" + (f" ({flops / r['step'] / 1e12:.3f} TFLOP/s by 6 x params x tokens at tgc's median step)" if flops else '')
           + f"\n\n{kernel_table(call, args.top, r['step'])}\n", flush=True)
     del call
-  print('| row | unit | tgc | torch | tgc/torch | tgc first s | torch first s | check | tgc peak MiB | torch peak MiB |')
-  print('| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |')
-  for name, unit, a, b, fa, fb, check, pa, pb in results:
-    print(f"| {name} | {unit} | {a:.2f} | {b:.2f} | {a / b:.2f} | {fa:.2f} | {fb:.2f} | {check} | {mb(pa)} | {mb(pb)} |")
+  print('| row | unit | tgc | torch | tgc/torch | tgc first s | torch first s | check | tgc peak MiB | torch peak MiB | torch floor MiB |')
+  print('| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |')
+  for name, unit, a, b, fa, fb, check, pa, pb, fl in results:
+    print(f"| {name} | {unit} | {a:.2f} | {b:.2f} | {a / b:.2f} | {fa:.2f} | {fb:.2f} | {check} | {mb(pa)} | {mb(pb)} | {mb(fl)} |")
   return 0 if ok else 1
 
 

@@ -124,6 +124,8 @@ def check(fn, *arrays, tfn=None, rtol=1e-4, atol=1e-5):
 
 RNG = np.random.default_rng(0)
 A, B = RNG.standard_normal((4, 6)).astype(np.float32), RNG.standard_normal((6, 5)).astype(np.float32)
+Q, K, V, W = RNG.standard_normal((4, 2, 3, 5, 4)).astype(np.float32)  # (batch, heads, positions, head size)
+MASK = RNG.standard_normal((5, 5)).astype(np.float32)
 
 CASES = {
   'elementwise': (lambda a: (a.exp() * a.sin() + a.sigmoid() / (a * a + 1)).sum(), A),
@@ -138,6 +140,10 @@ CASES = {
   'softmax-logsumexp': (lambda a: (a.softmax(1) * a).sum() + a.log_softmax(0)[1].sum() + a.logsumexp(1).sum(), A,
                         lambda a: (a.softmax(1) * a).sum() + a.log_softmax(0)[1].sum() + a.logsumexp(1).sum()),
   'matmul': (lambda a, b: (a @ b).relu().sum() + (a[0] @ b).square().sum(), A, B),
+  'attention': (lambda q, k, v: (q.scaled_dot_product_attention(k, v, is_causal=True) * Tensor(W, device=DEV)).sum()
+                + q.scaled_dot_product_attention(k, v, attn_mask=Tensor(MASK, device=DEV)).square().sum(), Q, K, V,
+                lambda q, k, v: (torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * torch.tensor(W)).sum()
+                + torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=torch.tensor(MASK)).square().sum()),
   'where-maximum': (lambda a, b: (a > 0).where(a, a * b[:4, :1]).sum() + a.maximum(b[:4, :1] * 0.1).sum(), A, B,
                     lambda a, b: torch.where(a > 0, a, a * b[:4, :1]).sum() + torch.maximum(a, b[:4, :1] * 0.1).sum()),
   'cast': (lambda a: (a.half().float() * a).sum() + a.cast('float64').square().sum().float(), A,

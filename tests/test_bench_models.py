@@ -89,3 +89,35 @@ def test_bf16_model_rounds_as_autocast():
     got[dt] = m(Tensor(x)).numpy()
   assert got['bfloat16'].dtype == np.float32 and np.abs(got['bfloat16'] - got[None]).max() > 1e-3
   np.testing.assert_allclose(got['bfloat16'], want, atol=3e-2)
+
+
+def test_memory_script_accounts_for_the_allocators_peak():
+  """bench/memory.py's account of a jitted GPT step: the allocator's peak over a replayed step is what was in use
+  before it plus the peak of the step's plan (its blocks by liveness), and bytes in use come back to where they were."""
+  spec = importlib.util.spec_from_file_location('bench_memory', os.path.join(ROOT, 'bench', 'memory.py'))
+  mem = importlib.util.module_from_spec(spec); spec.loader.exec_module(mem)
+  from tgc import Tensor
+  from tgc.nn import optim
+  from tgc.nn.state import get_parameters
+  from examples.gpt_train import GPT
+  g = CFG['gpt']
+  model = GPT(g['vocab'], g['seq'], g['d'], g['layers'], g['heads'])
+  opt = optim.AdamW(get_parameters(model), lr=1e-3)
+  data = np.random.default_rng(0).integers(0, g['vocab'], (g['batch'], g['seq'] + 1)).astype(np.int32)
+  x, y = Tensor(data[:, :-1]).realize(), Tensor(data[:, 1:]).realize()
+  @Tensor.jit
+  def step(x, y):
+    opt.zero_grad()
+    loss = model(x).sparse_categorical_crossentropy(y)
+    loss.backward()
+    Tensor.realize(loss, *opt.schedule_step())
+    return loss
+  step(x, y).item()
+  al = tgc.Device['CPU'].allocator
+  base = al.peak = al.in_use
+  step(x, y).item()
+  (cf,) = [e[1] for e in next(iter(step.cache.values())).log if e[0] == 'realize']
+  peak, _, live = mem.plan_peak(cf)
+  assert al.peak == base + peak and peak == sum(nb for nb, _, _ in live.values()) > 0
+  assert al.in_use == base
+  assert mem.main(['--config', 'tiny', '--steps', '2', '--top', '3']) == 0

@@ -85,6 +85,95 @@ def test_intermediates_go_back_to_the_allocator_after_their_last_launch(device):
   np.testing.assert_array_equal(y.numpy(), np.full(n, 13, np.float32))
 
 
+def test_a_schedules_peak_is_its_liveness_bound():
+  """The allocator's peak over one realize is the liveness bound by hand: a block lives from the launch that writes
+  it to its last reader. a = x + 1, b = 2a, c = a + b (a's and b's last use), d = c * c (c's), the sums of d's rows
+  (d's): at c's launch a, b and c are live (3 blocks of n), at d's c and d, at the sums' d and the result (n / 8);
+  blocks kept to the end of the call would peak at a + b + c + d + n / 8."""
+  dev, n = get_device('CPU'), 1 << 16
+  x = Tensor(np.ones(n, np.float32), device='CPU').realize()
+  a = (x + 1).contiguous(); b = (a * 2).contiguous(); c = (a + b).contiguous(); d = (c * c).contiguous()
+  e = d.reshape(n // 8, 8).sum(1)
+  base = dev.allocator.in_use
+  dev.allocator.peak = base
+  e.realize()
+  f32 = 4
+  live = [[a], [a, b], [a, b, c], [c, d], [d, e]]  # per launch, in order: what its launch needs (each of n elements but e)
+  size = lambda t: f32 * t.numel()
+  assert dev.allocator.peak - base == max(sum(size(t) for t in ts) for ts in live) == 3 * f32 * n
+  assert dev.allocator.in_use - base == size(e)
+  np.testing.assert_array_equal(e.numpy(), np.full(n // 8, 8 * 36, np.float32))  # ((1 + 1) * 3) ** 2 = 36, 8 a row
+
+
+def test_attention_backward_keeps_one_score_matrix_a_layer():
+  """A stack of causal self-attention layers keeps one (T, T) block a head and layer for its backward: softmax's
+  division comes after the matmul with the values, so the probabilities are never a buffer beside the scores (which
+  the backward needs for their exponentials). The peak, where the last layer's backward starts: a score block of
+  each of the n layers and the last one's gradient, n + 1, beside (B, T, D) activations (each 1/32 of a score block
+  here; at most 8 a layer: its input, q, k, v, the attention output and its projection, two gradients). The
+  gradient is torch's."""
+  import torch
+  from tgc import nn
+  dev, (B, T, D, H, n) = get_device('CPU'), (2, 256, 16, 2, 4)
+  rng = np.random.default_rng(0)
+  xs = rng.standard_normal((B, T, D)).astype(np.float32)
+  ws = [(rng.standard_normal((D, 3 * D)) * 0.3).astype(np.float32) for _ in range(n)]
+  def run(x, w, attention):
+    for w_ in w:
+      q, k, v = [y.reshape(B, T, H, D // H).transpose(1, 2) for y in (x @ w_).chunk(3, dim=2)]
+      x = x + attention(q, k, v).transpose(1, 2).reshape(B, T, D)
+    return x.square().sum()
+  x = Tensor(xs, device='CPU', requires_grad=True).realize()
+  run(x, [Tensor(w, device='CPU') for w in ws], lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True)).backward()
+  base = dev.allocator.in_use
+  dev.allocator.peak = base
+  x.grad.realize()
+  f32, score, act = 4, B * H * T * T, B * T * D
+  assert dev.allocator.peak - base <= f32 * ((n + 1) * score + 8 * n * act)
+  tx = torch.tensor(xs, requires_grad=True)
+  run(tx, [torch.tensor(w) for w in ws], lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)).backward()
+  want = tx.grad.numpy()
+  np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())  # (float32 sums of values up to 1e4)
+
+
+def test_a_jitted_training_step_keeps_no_copy_of_its_state():
+  """After jitted AdamW steps the device holds what it held before them: the weights, the optimizer's state and the
+  inputs, once. The jit keeps none of the values its first call read or wrote (the step's weights and moments before
+  and after it) and no lazy gradient of that call holds the weights it read (the gradients are None after a jitted
+  step; an eager step's stay until the next zero_grad); no step leaves garbage for the collector to find (the check
+  runs without gc.collect). The losses and weights are those of eager steps."""
+  from tgc import nn
+  from tgc.nn import optim
+  rng = np.random.default_rng(0)
+  xs, ys = rng.standard_normal((8, 16)).astype(np.float32), rng.integers(0, 4, 8).astype(np.int32)
+  def model():
+    l1, l2 = nn.Linear(16, 32), nn.Linear(32, 4)
+    for l, w in ((l1, 0.1), (l2, 0.2)):
+      l.weight.assign(Tensor(np.linspace(-w, w, l.weight.numel(), dtype=np.float32).reshape(l.weight.shape))); l.bias.assign(Tensor.zeros(*l.bias.shape))
+    ps = [l1.weight, l1.bias, l2.weight, l2.bias]
+    opt = optim.AdamW(ps, lr=1e-2)
+    Tensor.realize(*ps, *opt.buffers)
+    def step(x, y):
+      opt.zero_grad()
+      loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y)
+      loss.backward()
+      Tensor.realize(loss, *opt.schedule_step())
+      return loss
+    return step, ps
+  al = get_device('CPU').allocator
+  x, y = Tensor(xs, device='CPU').realize(), Tensor(ys, device='CPU').realize()
+  eager, eager_ps = model()
+  want = [eager(x, y).item() for _ in range(4)]
+  step, ps = model()
+  step = Tensor.jit(step)
+  base = al.in_use
+  got = [step(x, y).item() for _ in range(4)]
+  assert al.in_use == base, (al.in_use, base)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  assert all(p.grad is None for p in ps) and all(p.grad is not None for p in eager_ps)
+  for p, q in zip(ps, eager_ps): np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize('device', ['CPU', 'C'])
 def test_a_specialized_function_keeps_its_intermediates(device):
   """A specialized function (an ONNX model's) owns its intermediates on a host device: allocated once, shared by the

@@ -75,13 +75,43 @@ def record(entry) -> None:
   if _capture is not None: _capture.append(entry)
 
 
+def _made(e) -> list:
+  """The nodes a recorded step computes (a replay has them from its own run)."""
+  kind = e[0]
+  if kind == 'realize': return list(e[3])
+  if kind == 'multi_leaf': return list(e[2])
+  if kind in ('multi_out', 'shard'): return [e[1] if kind == 'multi_out' else e[2]]
+  if kind == 'collectives': return [o for c in e[2] for o in c[3]]
+  return []
+
+
+def _drop_stale_grads(olds: set) -> None:
+  """A jit's replay runs no Python, so it gives no tensor a new .grad: the lazy gradients its first call left (an
+  optimizer consumed them) that read values the call replaced (the parameters before the step) would describe
+  those forever and hold them in memory. They become None, as a zero_grad would make them."""
+  from tgc.tensor import _toposort
+  ts = [t for r in list(_TRACKED.values()) if (t := r()) is not None and t.grad is not None and not t.grad.node.realized]
+  if not ts or not olds: return
+  reach: dict = {}  # node -> whether its graph reads a replaced value (sources before their users: _toposort's order)
+  for n in _toposort([t.grad.node for t in ts]): reach[n] = n in olds or any(reach[s] for s in n.srcs)
+  for t in ts:
+    if reach[t.grad.node]: t.grad = None
+
+
+def _subst(x, stand, node_type):
+  """x with every graph node in it (through tuples and lists) replaced by stand(node)."""
+  if isinstance(x, node_type): return stand(x)
+  if isinstance(x, (tuple, list)): return type(x)(_subst(y, stand, node_type) for y in x)
+  return x
+
+
 class Capture:
   """The realizations and assigns of one call of a function, replayed on new inputs: a realization's leaves
   are taken from the new inputs, from what an earlier step of the replay computed, from the current value of
   an assigned tensor, or else as they were (captured constants)."""
   def __init__(self, fn, args, kwargs, inputs):
     global _capture
-    from tgc.tensor import Tensor
+    from tgc.tensor import Tensor, _Node
     prev, _capture = _capture, []
     try:
       self.out = fn(*args, **kwargs)
@@ -92,11 +122,26 @@ class Capture:
       elif assigned: Tensor.realize(*assigned)
       self.log = _capture
     finally: _capture = prev
-    self.inputs = {n: i for i, n in enumerate(inputs)}
-    self.assigns = [(t, old, t.node) for kind, t, old, _ in (e for e in self.log if e[0] == 'assign')]
-    self.assigns = list({id(t): (t, old, new) for t, old, new in self.assigns}.values())  # per tensor: its first old value, its last node
+    assigns = [(t, old, t.node) for kind, t, old, _ in (e for e in self.log if e[0] == 'assign')]
+    assigns = list({id(t): (t, old, new) for t, old, new in assigns}.values())  # per tensor: its first old value, its last node
+    # What a replay reads it takes from its inputs, the assigned tensors' current values or what it computed before;
+    # only the captured constants come from the recorded nodes themselves. So the log keeps stand-ins of its nodes
+    # that hold those constants' Buffers and no other: the first call's values (a training step's parameters and
+    # optimizer state as it read them and as it wrote them) go away with their tensors, not with the jit.
+    made = {n for e in self.log for n in _made(e)}
+    olds, ins, sub = {old for _, old, _ in assigns}, set(inputs), {}
+    _drop_stale_grads(olds)
+    def stand(n):
+      s = sub.get(n)
+      if s is None:
+        keep = n not in ins and n not in olds and n not in made
+        s = sub[n] = _Node('BUFFER', (), None, n.shape, n.dtype, n.device, n.buf if keep else None)
+      return s
+    self.log = [_subst(e, stand, _Node) for e in self.log if e[0] != 'assign']
+    self.inputs = {stand(n): i for i, n in enumerate(inputs)}
+    self.assigns = [(t, stand(old), stand(new)) for t, old, new in assigns]
     self.olds = {old: t for t, old, _ in reversed(self.assigns)}
-    self.outs = [o.node for o in outs] if self.ok else []
+    self.outs = [stand(o.node) for o in outs] if self.ok else []
     self.multi = isinstance(self.out, (tuple, list))
 
   def replay(self, tensors):

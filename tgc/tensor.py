@@ -1539,4 +1539,5 @@ class _Jit:
     if ent is not None: return ent.replay(tens)
     cap = _autograd.Capture(self.fn, args, kwargs, [t.node for t in tens])
     if cap.ok: self.cache[key] = cap  # else nothing to replay: the results are not tensors
-    return cap.out
+    out, cap.out = cap.out, None  # (the caller's alone: the cache keeps no first results)
+    return out

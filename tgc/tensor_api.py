@@ -548,7 +548,11 @@ class TensorAPI:
       L, S = s.shape[-2:]
       attn_mask = type(self).ones(L, S, dtype=_D.bool_, device=self.device).tril()
     if attn_mask is not None: s = attn_mask.where(s, -math.inf) if attn_mask.dtype.is_bool else s + attn_mask
-    return s.softmax(-1).matmul(value)
+    # softmax's division after the matmul, on its (L, E) rows, as flash attention does: the (L, S) probabilities are
+    # never a buffer, so a backward keeps only the scores (it recomputes their exponentials) where softmax(s) @ v
+    # would keep the scores and the probabilities, two (L, S) buffers a head
+    _, e, ss = s._softmax(-1)
+    return e.matmul(value) * ss.reciprocal()
 
   @classmethod
   def einsum(cls, formula: str, *operands):
