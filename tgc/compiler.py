@@ -10,7 +10,7 @@ import copy, importlib, math, operator, os, sys, threading, time
 from tgc.errors import TgcError
 from tgc.ir.core import Module, Operation
 from tgc.ir.types import TensorType
-from tgc.target import Target, DeviceSpec, get_target
+from tgc.target import Target, DeviceSpec, get_target, tf32_matmul
 from tgc.lowering import lower, gc_paused
 from tgc import cache
 
@@ -38,7 +38,7 @@ def device_spec(device: str | None) -> DeviceSpec:
   from tgc.runtime import get_device, Device
   if isinstance(device, tuple): device = device[0]
   try: return get_device(device).spec
-  except TgcError: return DeviceSpec(device_target(device), device=Device.canonicalize(device))
+  except TgcError: return DeviceSpec(device_target(device), device=Device.canonicalize(device), tf32=tf32_matmul(device_target(device)))
 
 
 def device_warpgroup(device: str | None) -> bool:
