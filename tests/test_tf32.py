@@ -214,19 +214,30 @@ def _run_on_gpu(build, arrays):
 def _rel(out, ref): return np.abs(out - ref).max() / np.abs(ref).max()
 
 
-@pytest.mark.parametrize('shape', [(128, 1024, 96), (100, 1024, 70), (4, 256, 1024, 64)], ids=['128x1024x96', 'odd 100x1024x70', 'batched'])
-def test_tf32_matmul_on_gpu(precision, shape):
-  """Random f32 inputs, K = 1024: within TF32's error of numpy's float64 product (1e-2 of the largest), and further
-  from it than f32 would be (the tensor cores ran)."""
+MATMULS = {  # name: (the operands' shapes, the product)
+  '128x1024x96': (((128, 1024), (1024, 96)), lambda x, y: x @ y),
+  'odd 100x1024x70': (((100, 1024), (1024, 70)), lambda x, y: x @ y),
+  'odd k 96x1000x64': (((96, 1000), (1000, 64)), lambda x, y: x @ y),
+  'batched': (((4, 256, 1024), (1024, 64)), lambda x, y: x @ y),
+  'x.T@y': (((1024, 128), (1024, 96)), lambda x, y: x.T @ y),  # (A's tile m-contiguous, B's n-contiguous)
+  'x@y.T': (((128, 1024), (96, 1024)), lambda x, y: x @ y.T),  # (both k-contiguous)
+}
+
+
+@pytest.mark.parametrize('name', list(MATMULS))
+def test_tf32_matmul_on_gpu(precision, name):
+  """Random f32 inputs, K about 1024: within TF32's error of numpy's float64 product (1e-2 of the largest), and
+  further from it than f32 would be (the tensor cores ran); exact f32 again at 'highest'."""
   _gpu()
+  shapes, f = MATMULS[name]
   rng = np.random.default_rng(3)
-  a, b = rng.standard_normal(shape[:-1]).astype(np.float32), rng.standard_normal(shape[-2:]).astype(np.float32)
-  ref = a.astype(np.float64) @ b
+  a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+  ref = f(a.astype(np.float64), b.astype(np.float64))
   precision('high')
-  out, tc = _run_on_gpu(lambda x, y: x @ y, (a, b))
+  out, tc = _run_on_gpu(f, (a, b))
   assert tc and 1e-6 < _rel(out, ref) < 1e-2, _rel(out, ref)
   precision('highest')
-  out, tc = _run_on_gpu(lambda x, y: x @ y, (a, b))
+  out, tc = _run_on_gpu(f, (a, b))
   assert not tc and _rel(out, ref) < 1e-5
 
 
