@@ -58,6 +58,7 @@ def nvcc_builds(src: str, arch: str) -> None:
 # ---- the switch ----
 
 def test_precision_switch(precision):
+  precision('highest')  # (the default, unless TGC_TF32=1: test_environment_sets_the_starting_precision)
   assert get_float32_matmul_precision() == 'highest' and tgc.get_float32_matmul_precision() == 'highest'
   tgc.set_float32_matmul_precision('high')
   assert get_float32_matmul_precision() == 'high' and device_spec('CUDA').tf32

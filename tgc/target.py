@@ -11,10 +11,11 @@ fit; whether f32 products may use TF32 tensor cores). A DeviceSpec travels in pi
 (`kernel-opt{target=opencl processor=cpu}`, `linearize{target=cuda tf32=true}`), so a pipeline printed from a run
 replays it.
 
-The float32 matmul precision (set_float32_matmul_precision, as torch's) is the one switch of the user's that reaches
-the lowering: 'highest' (the default) keeps f32 products exact; 'high' lets a device whose tensor cores multiply TF32
-(10-bit mantissas, f32 sums: CUDA's sm_80 and later) compute f32 matmuls and convs on them. A device's spec takes it
-when it is made (BaseDevice.spec), so it is part of every compile and cache key; other targets ignore it.
+The float32 matmul precision (set_float32_matmul_precision, as torch's) is a switch of the user's that reaches the
+lowering through the DeviceSpec: 'highest' (the default) keeps f32 products exact; 'high' lets a device whose tensor
+cores multiply TF32 (10-bit mantissas, f32 sums: CUDA's sm_80 and later) compute f32 matmuls and convs on them. A
+device's spec takes it when it is made (BaseDevice.spec), so it is part of every compile and cache key; other targets
+ignore it.
 
 This module imports nothing of tgc but its errors: dialects, passes and emitters all read it.
 """
