@@ -82,6 +82,7 @@ def test_environment_sets_the_starting_precision():
 def test_the_spec_carries_it_where_the_target_takes_it(precision):
   """A device's spec takes the precision where its target's tensor cores take TF32 (cuda): its pipeline text says
   tf32=true, its repr (the function cache's key) differs; a CPU device's spec stays as it was."""
+  precision('highest')
   off = device_spec('CUDA')
   cpu_off = tgc.Device['CPU'].spec
   precision('high')
@@ -113,6 +114,7 @@ def test_pipeline_text_round_trips():
 
 def test_eager_cache_compiles_again_when_it_changes(precision):
   import tgc.tensor as T
+  precision('highest')
   a, b = tgc.Tensor(np.ones((4, 8), np.float32), device='INTERP'), tgc.Tensor(np.ones((8, 4), np.float32), device='INTERP')
   (a @ b).realize()
   n = len(T._COMPILED)
@@ -184,8 +186,9 @@ def test_a_forced_tc_on_f32_names_the_switch():
   Schedule(k, (Opt('tc', red, 0),), None).check(DeviceSpec.of('cuda', tf32=True))
 
 
-def test_translate_tool_flag(tmp_path):
+def test_translate_tool_flag(tmp_path, precision):
   from tgc.driver import translate_main
+  precision('highest')  # (the flag, or TGC_TF32=1: the precision the process has)
   src = tmp_path / 'mm.tgc'
   src.write_text(matmul_module(64, 128, 32).print())
   for flag, want in (([], False), (['--tf32'], True)):
