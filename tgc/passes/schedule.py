@@ -328,7 +328,9 @@ class Schedule:
     if not (zero_along(ca, n_in) and zero_along(cb, m_in)): raise bad("one factor must vary along m only and the other along n only")
     acc_dt = r.results[0].type
     if xb.type is not xa.type or (xa.type.name, acc_dt.name) not in dtypes:
-      tf32 = " (f32 as TF32: set_float32_matmul_precision('high'))" if DeviceSpec.of(target).target.tensor_cores.tf32 and xa.type is D.f32 else ''
+      tcs = DeviceSpec.of(target).target.tensor_cores
+      off = tcs is not None and tcs.tf32 and xa.type is xb.type is acc_dt is D.f32  # (the target's take f32, the device's spec not)
+      tf32 = " (f32 as TF32: set_float32_matmul_precision('high'))" if off else ''
       raise bad(f"no tensor core multiplies {xa.type} by {xb.type} into {acc_dt} (they take {', '.join(f'{i} -> {o}' for i, o in dtypes)}{tf32})")
     return r, (xa, ca), (xb, cb)
 
