@@ -46,6 +46,9 @@ def rows(scale: float):
     'sdpa causal f16': ([(nb8, 16, sq, 64)] * 3, 'float16', lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
                         lambda q, k, v: _torch_sdpa(q, k, v), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'matmul f32': ([(mm, mm), (mm, mm)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
+    # f32 on the tensor cores as TF32 where each is asked to (tgc.set_float32_matmul_precision('high'), torch's
+    # allow_tf32=True), both within the call alone
+    'matmul f32 tf32': ([(mm, mm), (mm, mm)], 'float32', _tgc_tf32(lambda a, b: a @ b), _torch_tf32(lambda a, b: a @ b), 2 * mm ** 3, 'TFLOP/s'),
     'matmul f16': ([(mm, mm), (mm, mm)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     'matmul bf16': ([(mm, mm), (mm, mm)], 'bfloat16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     # sizes no tile divides: guarded edges
@@ -70,8 +73,29 @@ def rows(scale: float):
     'conv2d f32': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
     # torch's cuDNN convolves f32 in TF32 by default (10-bit mantissas); tgc keeps f32: this row holds torch to f32 too
     'conv2d f32 strict': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', lambda x, w: x.conv2d(w, padding=1), _torch_conv_strict, conv_flops, 'TFLOP/s'),
+    'conv2d f32 tf32': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float32', _tgc_tf32(lambda x, w: x.conv2d(w, padding=1)), _torch_conv, conv_flops, 'TFLOP/s'),
     'conv2d f16': ([(nb, 64, 56, 56), (64, 64, 3, 3)], 'float16', lambda x, w: x.conv2d(w, padding=1), _torch_conv, conv_flops, 'TFLOP/s'),
   }
+
+
+def _tgc_tf32(f):
+  """f with tgc's float32 matmul precision 'high' (TF32), realized within it: the precision is read as the graph compiles."""
+  def call(*xs):
+    was = tgc.get_float32_matmul_precision()
+    tgc.set_float32_matmul_precision('high')
+    try: return f(*xs).realize()
+    finally: tgc.set_float32_matmul_precision(was)
+  return call
+
+
+def _torch_tf32(f):
+  """f with torch's cuBLAS allowed TF32 (torch.backends.cuda.matmul.allow_tf32)."""
+  def call(*ts):
+    import torch
+    was, torch.backends.cuda.matmul.allow_tf32 = torch.backends.cuda.matmul.allow_tf32, True
+    try: return f(*ts)
+    finally: torch.backends.cuda.matmul.allow_tf32 = was
+  return call
 
 
 def _torch_sdpa(q, k, v):
@@ -147,7 +171,7 @@ def main(argv=None) -> int:
     t_torch, t_e2e, t_kern = (statistics.median(r[i] for r in runs) for i in range(3))
     ref = tf(*ts).float().cpu().numpy()
     got = out.numpy().astype(np.float32)
-    tol = {'float16': 2e-2, 'bfloat16': 5e-2}.get(dt, 1e-3)
+    tol = 1e-2 if 'tf32' in name else {'float16': 2e-2, 'bfloat16': 5e-2}.get(dt, 1e-3)  # (TF32: 10-bit mantissas, both sides)
     good = np.allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(ref).max())))
     ok &= good
     scale = 1e9 if unit == 'GB/s' else 1e12

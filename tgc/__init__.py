@@ -16,6 +16,9 @@ _LAZY = {
   'Tensor': ('tgc.tensor', 'Tensor'), 'dtypes': ('tgc.tensor', 'dtypes'), 'Device': ('tgc.runtime', 'Device'),
   'compile': ('tgc.compiler', 'compile'), 'ir': ('tgc.ir', None), 'passes': ('tgc.passes', None), 'emit': ('tgc.emit', None),
   'runtime': ('tgc.runtime', None), 'target': ('tgc.target', None), 'nn': ('tgc.nn', None), 'onnx': ('tgc.onnx', None),
+  # as torch's: 'high' lets f32 matmuls and convs run on tensor cores as TF32 (CUDA), 'highest' (the default) not
+  'set_float32_matmul_precision': ('tgc.target', 'set_float32_matmul_precision'),
+  'get_float32_matmul_precision': ('tgc.target', 'get_float32_matmul_precision'),
 }
 
 def __getattr__(name):

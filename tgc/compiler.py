@@ -10,7 +10,7 @@ import copy, importlib, math, operator, os, sys, threading, time
 from tgc.errors import TgcError
 from tgc.ir.core import Module, Operation
 from tgc.ir.types import TensorType
-from tgc.target import Target, DeviceSpec, get_target
+from tgc.target import Target, DeviceSpec, get_target, tf32_matmul
 from tgc.lowering import lower, gc_paused
 from tgc import cache
 from tgc.runtime.device import BaseDevice
@@ -39,7 +39,7 @@ def device_spec(device: str | None) -> DeviceSpec:
   from tgc.runtime import get_device, Device
   if isinstance(device, tuple): device = device[0]
   try: return get_device(device).spec
-  except TgcError: return DeviceSpec(device_target(device), device=Device.canonicalize(device))
+  except TgcError: return DeviceSpec(device_target(device), device=Device.canonicalize(device), tf32=tf32_matmul(device_target(device)))
 
 
 # every CompiledFunction.run reads DEBUG: os.environ.get costs half a microsecond (a KeyError inside it while DEBUG is
@@ -365,7 +365,7 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out, verif
   dbg = debug_level()
   out = out or sys.stdout
   if dbg >= 1 and dev_name not in _opened_logged:
-    _opened_logged.add(dev_name); out.write(f"opened device {dev_name} from pid:{os.getpid()}\n")
+    _opened_logged.add(dev_name); out.write(f"opened device {dev_name} from pid:{os.getpid()}: {spec.options()}\n")  # (its DeviceSpec)
   funcs = m.functions('func.func')
   if not funcs: raise TgcError("no func.func to run")
   host = funcs[0] if entry is None else m.lookup(entry.lstrip('@'))
@@ -430,7 +430,8 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out, verif
       function_cache.store(fkey, host, list(kernels), progs, [(k.points, k.flops_per_point) for k in kernels.values()], dev)
     st.add('store', time.perf_counter() - t2)
   if dbg >= 1:
-    out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels\n")
+    out.write(f"{host.attrs['sym_name']}: {sum(1 for o in host.body.ops if o.name == 'kernel.launch')} kernel launches, {len(kernels)} kernels"
+              f"{', f32 products as TF32' if spec.has_tf32 else ''}\n")
     emit, comp = st.phases.get('emit', 0.0) - e0, st.phases.get('compile', 0.0) - c0
     out.write(f"{host.attrs['sym_name']}: compiled in {t2 - t0:.3f} s: lower {t1 - t0:.3f} s, emit {emit:.3f} s, compile {comp:.3f} s\n")
   return CompiledFunction(host, kernels, dev_name, out)

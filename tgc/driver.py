@@ -241,6 +241,7 @@ def translate_main(argv: list[str] | None = None) -> int:
   ap.add_argument('-o', dest='output', default=None)
   ap.add_argument('--target', required=True, help='|'.join(TARGETS))
   ap.add_argument('--noopt', action='store_true', help='the unoptimised pipeline (as NOOPT=1)')
+  ap.add_argument('--tf32', action='store_true', help="f32 products on the target's tensor cores as TF32 (as TGC_TF32=1: the float32 matmul precision 'high')")
   ap.add_argument('--split-input-file', action='store_true')
   args = ap.parse_args(sys.argv[1:] if argv is None else argv)
   return run_tool('tgc-translate', lambda: _translate(args))
@@ -255,17 +256,19 @@ def module_error(m, text: str, name: str, offset: int, msg: str):
 
 def _translate(args) -> int:
   from tgc.parser import parse, parse_chunks
-  from tgc.target import get_target
+  from tgc.target import get_target, tf32_matmul, DeviceSpec
   from tgc.lowering import lower
-  get_target(args.target)  # an unknown target before reading the input
+  t = get_target(args.target)  # an unknown target before reading the input
+  # (TF32 where the target's tensor cores take it; other targets ignore it, as a device's spec does)
+  spec = DeviceSpec.of(t, tf32=(args.tf32 or tf32_matmul()) and t.tensor_cores is not None and t.tensor_cores.tf32)
   text, name = read_input(args.input, 'tgc-translate')
   outs = []
   for chunk, offset in parse_chunks(text, name, args.split_input_file):
     m = parse(chunk, name, line_offset=offset)
-    lower(m, args.target, 'uop', args.noopt or None, verify_each=True)
+    lower(m, spec, 'uop', args.noopt or None, verify_each=True)
     if not m.functions('uop.func'):
       raise module_error(m, chunk, name, offset, "nothing to translate: no function here lowers to a kernel (a func.func that computes, a kernel.func or a uop.func)")
-    outs.append(lower(m, args.target, 'source'))
+    outs.append(lower(m, spec, 'source'))
   write_output('// -----\n'.join(outs), args.output)
   return 0
 

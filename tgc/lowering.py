@@ -44,7 +44,7 @@ def lower(m: Module, target: str | Target | DeviceSpec, until: str = 'uop', noop
           verify_each: bool = False, progress=None, **capabilities):
   """Lower `m` in place from its level (level_of) to stage `until`, for `target`: a DeviceSpec, or a target (its name
   or a Target) with the device's capabilities as keywords (DeviceSpec's: processor, local_memory, warpgroup, cpu,
-  device). noopt=None: as NOOPT says. `trace(stage, m)`: called as m reaches each stage on the way (tgc.compile's
+  processors, device, tf32). noopt=None: as NOOPT says. `trace(stage, m)`: called as m reaches each stage on the way (tgc.compile's
   DEBUG printing). verify_each: verify after every pass (the tools'), else once at the end. progress: a
   tgc.runtime.workers.Progress the binary stage steps. Returns the module for
   the IR stages, the source text for `source`, the compiled Programs (of the uop.funcs, in order) for `binary`."""

@@ -7,14 +7,22 @@ runtime device that measures it. Pass options name a target (`linearize{target=c
 are the registry's. A device (tgc/runtime) names the target it runs and declares what it has beyond the language:
 a DeviceSpec, the one object the lowering asks every device question (another kind of processor than the language's
 own: an OpenCL device on a CPU; its shared memory; whether it has warpgroup tensor cores; the CPU whose registers
-fit). A DeviceSpec travels in pipeline text as pass options (`kernel-opt{target=opencl processor=cpu}`), so a
-pipeline printed from a run replays it.
+fit; whether f32 products may use TF32 tensor cores). A DeviceSpec travels in pipeline text as pass options
+(`kernel-opt{target=opencl processor=cpu}`, `linearize{target=cuda tf32=true}`), so a pipeline printed from a run
+replays it.
+
+The float32 matmul precision (set_float32_matmul_precision, as torch's) is a switch of the user's that reaches the
+lowering through the DeviceSpec: 'highest' (the default) keeps f32 products exact; 'high' lets a device whose tensor
+cores multiply TF32 (10-bit mantissas, f32 sums: CUDA's sm_80 and later) compute f32 matmuls and convs on them. A
+device's spec takes it when it is made (BaseDevice.spec), so it is part of every compile and cache key; other targets
+ignore it.
 
 This module imports nothing of tgc but its errors: dialects, passes and emitters all read it.
 """
 from __future__ import annotations
+import os
 from dataclasses import dataclass, fields, replace
-from tgc.errors import TgcError
+from tgc.errors import TgcError, ArgumentError
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,8 @@ class TensorCores:
   ldmatrix: bool = False  # fragments of a staged (shared-memory) tile come from one uop.ldmatrix a fragment
   warpgroup: bool = False  # tc with amount 1: a warpgroup's 64xNx16 from shared memory (uop.wgmma: Hopper's wgmma,
                            # on the newest architecture the target knows; a device says whether it has them)
+  tf32: bool = False       # f32 factors summed in f32 as TF32 (mma.sync m16n8k8 .tf32, two a 16-deep step), where the
+                           # device's spec allows it (DeviceSpec.tf32: the float32 matmul precision 'high')
 
 
 @dataclass(frozen=True)
@@ -96,7 +106,7 @@ register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_mat
 # (16 bytes is its widest memory access: a float4, 8 halfs; a wider vector is split into such chunks)
 register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=8, max_vector_bytes=16, aligned_vectors=True, max_threads=256,
                        local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=8, device='CUDA', fp_contract=True, async_copy=True, warp_size=32,
-                       tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True, warpgroup=True)))  # mma.sync m16n8k16, wgmma
+                       tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True, warpgroup=True, tf32=True)))  # mma.sync m16n8k16, wgmma
 # (PoCL's OpenCL C builtins are built for 256-bit vectors: on an AVX-512 host, an AMD EPYC here, a float16 vload or
 # sqrt and a double8 vstore abort its LLVM ("Do not know how to scalarize this operator's operand"))
 register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,
@@ -111,7 +121,8 @@ DEVICE_OPTIONS = {'target': (str, 'llvm', 'the target (tgc/target.py): the langu
                   'local_memory': (int, 0, "the shared memory a work-group may take, in bytes: the device's (0: the target's default)"),
                   'warpgroup': (bool, True, "the device has warpgroup tensor cores (Hopper's wgmma), where the target does (false: a device without)"),
                   'cpu': (str, 'host', 'the CPU whose registers and cache CPU tiles fit: host (this machine) | avx512 | avx2 | sse | neon'),
-                  'processors': (int, 0, "the device's multiprocessors (a GPU's SMs, compute units) that blocks spread over (0: unknown)")}
+                  'processors': (int, 0, "the device's multiprocessors (a GPU's SMs, compute units) that blocks spread over (0: unknown)"),
+                  'tf32': (bool, False, "f32 products on the tensor cores as TF32, where the target's take it (the float32 matmul precision 'high')")}
 
 
 @dataclass(frozen=True)
@@ -126,6 +137,7 @@ class DeviceSpec:
   cpu: str = 'host'         # the CPU whose registers and caches CPU tiles fit (tgc.host: host, or a kind by name)
   processors: int = 0       # the device's multiprocessors that work-groups spread over (a GPU's SMs; 0: unknown)
   device: str | None = None # the runtime device (None: the target's own, Target.device): what search times, binaries run on
+  tf32: bool = False        # f32 products may run on the tensor cores as TF32 (where the target's take it: has_tf32)
 
   @staticmethod
   def of(target: 'str | Target | DeviceSpec', **capabilities) -> 'DeviceSpec':
@@ -161,6 +173,17 @@ class DeviceSpec:
     tc = self.target.tensor_cores
     return tc is not None and tc.warpgroup and self.warpgroup
   @property
+  def has_tf32(self) -> bool:
+    """f32 products on the target's tensor cores as TF32, on this device (the user asked for it: tf32)."""
+    tc = self.target.tensor_cores
+    return tc is not None and tc.tf32 and self.tf32
+  @property
+  def tc_dtypes(self) -> tuple[tuple[str, str], ...]:
+    """The (input, accumulator) dtype names the tensor cores multiply on this device: the target's, and f32 into f32
+    where has_tf32."""
+    tc = self.target.tensor_cores
+    return () if tc is None else tc.dtypes + ((('f32', 'f32'),) if self.has_tf32 else ())
+  @property
   def smem_budget(self) -> int:
     """The shared memory kernel-opt's tiles may take a work-group: the device's, within the target's opt-in limit,
     where the device says; else the target's default."""
@@ -169,4 +192,34 @@ class DeviceSpec:
   def runtime_device(self) -> str | None: return self.device or self.target.device
 
 
-__all__ = ['Target', 'TensorCores', 'TARGETS', 'DeviceSpec', 'DEVICE_OPTIONS', 'register_target', 'get_target', 'tensor_core_targets']
+F32_MATMUL_PRECISIONS = ('highest', 'high', 'medium')
+_f32_precision = 'high' if os.environ.get('TGC_TF32', '0') not in ('', '0') else 'highest'  # (TGC_TF32=1: 'high' from the start)
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+  """As torch's: 'highest' (the default) computes f32 matmuls and convs in f32; 'high' (and 'medium', which has no
+  bf16 form here) lets them run on tensor cores as TF32 where the device has them (CUDA, sm_80 and later): inputs
+  rounded to 10-bit mantissas, products summed in f32. Functions compiled from then on take it; one compiled before
+  (tgc.compile's, a jit's capture) keeps the precision it was compiled with. TGC_TF32=1 in the environment makes
+  'high' the precision a process starts with."""
+  global _f32_precision
+  if precision not in F32_MATMUL_PRECISIONS:
+    raise ArgumentError(f"set_float32_matmul_precision: {precision!r} is not a precision (known: {', '.join(F32_MATMUL_PRECISIONS)})")
+  _f32_precision = precision
+
+
+def get_float32_matmul_precision() -> str:
+  """The float32 matmul precision functions are compiled with now: 'highest', 'high' or 'medium'."""
+  return _f32_precision
+
+
+def tf32_matmul(target: 'str | Target | None' = None) -> bool:
+  """Whether f32 products may run as TF32: the precision is not 'highest' (and, given a target, its tensor cores take
+  TF32: a device's spec takes it only there, so that other targets' pipelines and cache keys stay as they are)."""
+  if _f32_precision == 'highest': return False
+  tc = None if target is None else (get_target(target) if isinstance(target, str) else target).tensor_cores
+  return target is None or (tc is not None and tc.tf32)
+
+
+__all__ = ['Target', 'TensorCores', 'TARGETS', 'DeviceSpec', 'DEVICE_OPTIONS', 'register_target', 'get_target', 'tensor_core_targets',
+           'set_float32_matmul_precision', 'get_float32_matmul_precision', 'tf32_matmul']

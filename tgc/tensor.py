@@ -28,6 +28,7 @@ from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
 from tgc.ir.types import TensorType
 from tgc.runtime import Buffer, DEVICES
+from tgc.target import get_float32_matmul_precision as _f32_precision
 from tgc import autograd as _autograd
 from tgc.shape.pool import pool as _pool_view, pool_shape as _pool_shape
 
@@ -313,14 +314,14 @@ def _graph_key_deep(roots: list[_Node]):
   return (tuple(entries), tuple([ids[r] for r in roots])), leaves
 
 
-_COMPILED: dict[tuple, Any] = {}  # (graph key, device) -> CompiledFunction
+_COMPILED: dict[tuple, Any] = {}  # (graph key, device, float32 matmul precision) -> CompiledFunction
 _TWINS: dict[tuple, Any] = {}  # (graph key, _twin(device)) -> the first device's CompiledFunction of that graph
 
 def _twin(dev: str) -> tuple:
   """What a compiled function depends on besides its graph: the device's class, target and architecture."""
   from tgc.runtime import get_device
   d = get_device(dev)
-  return ('twin', type(d), d.target, getattr(d, 'arch', None), getattr(d, 'processor', None), getattr(d, 'local_memory', None))
+  return ('twin', type(d), d.target, getattr(d, 'arch', None), getattr(d, 'processor', None), getattr(d, 'local_memory', None), _f32_precision())
 
 def _realize_nodes(nodes) -> None:
   if len(nodes) == 1: todo = [] if nodes[0].op == 'BUFFER' else nodes  # (one tensor: every eager call)
@@ -337,16 +338,17 @@ def _realize_nodes(nodes) -> None:
       from tgc.multi import realize as realize_multi
       realize_multi(group); continue
     key, leaves = _graph_key(group)
-    fn = _COMPILED.get((key, dev))
+    dk = (key, dev, _f32_precision())  # (the precision is part of the device's spec: TF32 or not, another program)
+    fn = _COMPILED.get(dk)
     if fn is None:
       twin = _twin(dev)  # (devices of one kind and target share the lowering: CUDA:1 compiles CUDA:0's kernels)
       fn = _TWINS.get((key, twin))
-      if fn is not None: fn = _COMPILED[key, dev] = fn.on_device(dev)
+      if fn is not None: fn = _COMPILED[dk] = fn.on_device(dev)
     if fn is None:
       from tgc.compiler import compile_module  # (here, not per call: the hit path skips the import machinery)
       m, args = _build_module(group)
       if args != leaves: raise TgcError("internal: _graph_key and _build_module number the leaves differently")
-      fn = _COMPILED[key, dev] = _TWINS[key, twin] = compile_module(m, dev, verify=True)
+      fn = _COMPILED[dk] = _TWINS[key, twin] = compile_module(m, dev, verify=True)
     outs = fn.run([l.buf for l in leaves], check=False)  # (the key holds each leaf's shape and dtype, and the device)
     # after the launches (queued: on a GPU this overlaps them): the computed nodes become leaves of their results
     for n, o in zip(group, outs): n.op, n.srcs, n.attrs, n.buf, n.entry = 'BUFFER', (), None, o, None

@@ -59,7 +59,11 @@ class CUDALang(Lang):
   # tensor cores: mma.sync m16n8k16 (sm_80 and later), one warp per 16x8 tile; per thread (lane = 4*group + t)
   # a: 8 elements at (group + 8*(i>>1 & 1), 2t + (i&1) + 8*(i>>2)), b: 4 at (k = 2t + (i&1) + 8*(i>>1), n = group),
   # c: 4 at (group + 8*(i>>1), 2t + (i&1)), as the PTX ISA lays the fragments out
-  MMA = {(D.f16, D.f32): 'f32.f16.f16.f32', (D.f16, D.f16): 'f16.f16.f16.f16', (D.bf16, D.f32): 'f32.bf16.bf16.f32'}
+  # f32 factors (the device's spec allowed TF32: tgc/target.py) are two mma.sync m16n8k8 .tf32 a 16-deep step, k 0-7
+  # then 8-15, from the same fragments: the lane's k slots t and t+4 of each take the tile's k 2t and 2t+1 (a's and b's
+  # alike, so each product meets its partner and the sum is the same), its inputs rounded to TF32 (cvt.rna, as cuBLAS)
+  MMA = {(D.f16, D.f32): 'f32.f16.f16.f32', (D.f16, D.f16): 'f16.f16.f16.f16', (D.bf16, D.f32): 'f32.bf16.bf16.f32',
+         (D.f32, D.f32): 'f32.tf32.tf32.f32'}
   def wmma_helper(self, dims, a, b, c):
     ptx = self.MMA.get((a.dtype, c.dtype))
     if tuple(dims) != (16, 8, 16) or ptx is None or b.dtype is not a.dtype or (a.count, b.count, c.count) != (8, 4, 4): return None
@@ -111,6 +115,7 @@ class CUDALang(Lang):
             f'    : {", ".join(f"{chr(34)}=r{chr(34)}(u[{i}])" for i in range(count))} : "r"(a));',
             "  return r;", "}"]
   def mma_function(self, name, ptx, ta, tb, tc) -> list[str]:
+    if 'tf32' in ptx: return self.mma_tf32_function(name, ptx, ta, tb, tc)
     f32 = ptx.startswith('f32')
     outs = ', '.join(f'"+f"(c.{x})' for x in 'xyzw') if f32 else '"+r"(C[0]), "+r"(C[1])'
     cregs = '{%0, %1, %2, %3}' if f32 else '{%0, %1}'
@@ -120,6 +125,14 @@ class CUDALang(Lang):
             f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.{ptx} {cregs}, {{%{n}, %{n+1}, %{n+2}, %{n+3}}}, {{%{n+4}, %{n+5}}}, {cregs};"',
             f'    : {outs} : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));',
             "  return c;", "}"]
+  def mma_tf32_function(self, name, ptx, ta, tb, tc) -> list[str]:
+    mma = lambda h: (f'  asm volatile("mma.sync.aligned.m16n8k8.row.col.{ptx} {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"',
+                     f'    : "+f"(c.x), "+f"(c.y), "+f"(c.z), "+f"(c.w) : "r"(A[{4*h}]), "r"(A[{4*h+2}]), "r"(A[{4*h+1}]), "r"(A[{4*h+3}]), "r"(B[{2*h}]), "r"(B[{2*h+1}]));')
+    return [f"__device__ inline {tc} {name}({ta} a, {tb} b, {tc} c) {{",
+            "  const float *fa = (const float *)&a, *fb = (const float *)&b; unsigned A[8], B[4];",
+            '  for (int i = 0; i < 8; i++) asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(A[i]) : "f"(fa[i]));',
+            '  for (int i = 0; i < 4; i++) asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(B[i]) : "f"(fb[i]));',
+            *mma(0), *mma(1), "  return c;", "}"]
   def prelude(self):
     # nvcc's implicit cuda_runtime.h brings math.h's INFINITY and NAN: ours replace them (without a redefinition warning)
     out = ['#undef INFINITY', '#define INFINITY (__int_as_float(0x7f800000))', '#undef NAN', '#define NAN (__int_as_float(0x7fffffff))']

@@ -113,7 +113,7 @@ def tc_conv(tl: Tiling) -> list | None:
   # weights' tile), a step of the reduce loops 4 tiles deep, and both operands go through a ring of shared-memory
   # stages (the reduce loops run as one range): on an H100 a 3x3 f16 conv (32x64x56x56) ran its conv kernel in 69 us
   # so, 169 us with 2x4 tiles, 8x2 warps and one buffer a step of 16 (a sweep of 11 shapes)
-  if t.tensor_cores is not None and len(red) > 1 and lowers(k, Opt('tc', red[0], 0), t):
+  if t.tensor_cores is not None and len(red) > 1 and lowers(k, Opt('tc', red[0], 0), tl.spec):
     tl.apply(Opt('tc', red[0], 0))
     for role, amts in (('tcn', (8, 4, 2)), ('tcm', (2,))):
       ax = tl.tile_grid(role)
@@ -135,7 +135,7 @@ def tc_matmul(tl: Tiling) -> list | None:
   # tensor cores, where the target has them and the kernel is a matmul of their dtypes and tile multiples;
   # sizes the tiles do not divide are padded first (PADTO: a 4095 f16 matmul ran at 0.2 TFLOP/s without tensor cores)
   pads = tc_padding(tl.ks, t) if t.tensor_cores is not None and len(red) == 1 else None
-  if pads is not None and lowers(k, pads + [Opt('tc', red[0], 0)], t):
+  if pads is not None and lowers(k, pads + [Opt('tc', red[0], 0)], tl.spec):
     for o in pads: tl.apply(o)
     # a warp computes 4x4 tiles (64x32), a block 2x4 warps (128x128), a step of the k loop 4 tiles (64) deep, and
     # both operands are staged through shared memory (SMEM) in a ring of stages: on an H100 a 4096 f16 matmul ran
@@ -150,7 +150,10 @@ def tc_matmul(tl: Tiling) -> list | None:
       amt = next((a for a in amts if ax is not None and tl.ks.full[ax] % a == 0 and (tl.ks.full[ax] > a or (kind == 'upcast' and others >= 4096))), None)
       if amt: tl.apply(Opt(kind, ax, amt))
     r = tl.ks.axes('reduce')
-    if r and tl.ks.axes('local'): next((u for u in (4, 2) if tl.ks.full[r[0]] % u == 0 and tl.apply(Opt('unroll', r[0], u))), None)  # (deep steps between a block's barriers)
+    # (deep steps between a block's barriers: 128 bytes of k a row, so that f32's (TF32) stages are the size of f16's
+    # and a ring of them fits where 64-deep steps of f32 would leave one buffer)
+    deep = (4, 2) if max((op.buf.type.dtype.itemsize for op in tl.factors), default=2) <= 2 else (2,)
+    if r and tl.ks.axes('local'): next((u for u in deep if tl.ks.full[r[0]] % u == 0 and tl.apply(Opt('unroll', r[0], u))), None)
     used = 0 if any(kd in ('upcast', 'local') for kd in tl.ks.kinds) else smem_budget  # (one tile a block: nothing shared)
     for i, op in enumerate(op for op in loads if tuple(tl.ks.views[op].shape) == tuple(tl.ks.full)):
       if used + tl.ks.tile_bytes(op) <= smem_budget and tl.apply(Opt('smem', i, 0)): used += tl.ks.tile_bytes(op)

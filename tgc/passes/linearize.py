@@ -150,7 +150,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     k = self.k
     ops = k.body.ops
     reduces = [op for op in ops if op.name == 'kernel.reduce']
-    s = self.sched = Schedule(k, self.opts, self.t).check(self.t)  # the opts applied, and legal here (its errors name the kernel)
+    s = self.sched = Schedule(k, self.opts, self.t).check(self.spec)  # the opts applied, and legal here (its errors name the kernel)
     full, out, kinds, views, padded, opts = s.full, s.out, s.kinds, s.views, s.padded, s.opts
     self.full, self.out, self.kinds, self.views, self.padded = full, out, kinds, views, padded
     self.smem, self.tiles = s.smem, {}  # SMEM's loads; while a reduce loop is open, each one's tiles: (buffer, {axis: stride}, slot size)

@@ -262,7 +262,8 @@ class Schedule:
     language alone, gathers neither on tensor cores nor staged, tensor cores on a target that has them, the launch grid's sizes, tensor cores' operands, dtypes
     and warps (tc_operands; a warpgroup's: its staged operands and its warps along m), the shared memory the staged
     tiles take (per reduce loop)."""
-    t = target.target if isinstance(target, DeviceSpec) else target
+    spec = DeviceSpec.of(target)  # (a Target: its defaults; a device's spec may add tensor cores' dtypes: TF32)
+    t = spec.target
     name, full, kinds = self.k.sym_name, self.full, self.kinds
     axes = lambda *ks: [i for i in range(len(full)) if kinds[i] in ks and full[i] > 1]
     lanes = math.prod(full[i] for i in axes('upcast') + axes('unroll'))
@@ -283,7 +284,7 @@ class Schedule:
     if tc and len(axes('local', 'group')) > 2: raise OptError(f"@{name}: tc: at most two local dims besides the warp's lanes")
     if not tc: grid(axes('local', 'group'), 'lidx')
     if tc:
-      r, (xa, ca), (xb, cb) = self.tc_operands(t)
+      r, (xa, ca), (xb, cb) = self.tc_operands(spec)
       if self.warpgroup: self.check_warpgroup(t, r, (xa, ca), (xb, cb))
       stages = [[op for op in self.smem if op in ca or op in cb]]
     else:
@@ -296,14 +297,15 @@ class Schedule:
         raise OptError(f"@{name}: smem: the tiles take {size} bytes of shared memory, more than the {t.max_local_memory} of {t.name}")
     return self
 
-  def tc_operands(self, t: Target):
+  def tc_operands(self, target: Target | DeviceSpec):
     """Tensor cores' sum of products: (the reduce, (A, the ops computing it), (B, the same)), each factor without the
     casts that widen it to the sum's dtype, A the one broadcast along n; an OptError where the kernel is no such sum
-    or no tensor core of `t` multiplies its dtypes."""
+    or no tensor core of `target` multiplies its dtypes (DeviceSpec.tc_dtypes: f32 as TF32 where the device's spec
+    allows it)."""
     bad = lambda why: OptError(f"@{self.k.sym_name}: tc: {why}")
     if len(self.reduces) != 1 or self.reduces[0].kind != 'add': raise bad("tensor cores compute one sum of products")
-    r, tcs = self.reduces[0], t.tensor_cores
-    tc_in = {D.BY_NAME[i] for i, _ in tcs.dtypes}
+    r, dtypes = self.reduces[0], DeviceSpec.of(target).tc_dtypes
+    tc_in = {D.BY_NAME[i] for i, o in dtypes if i != o}  # (the narrow inputs whose widening casts the factors lose)
     mul = r.src.op
     # a product of narrow values widened after (conv's half product summed in float): the tensor cores multiply
     # exactly and sum in the wider type, as they do when the factors are widened first
@@ -325,8 +327,11 @@ class Schedule:
     if not zero_along(ca, n_in): (xa, ca), (xb, cb) = (xb, cb), (xa, ca)  # A is the factor broadcast along n
     if not (zero_along(ca, n_in) and zero_along(cb, m_in)): raise bad("one factor must vary along m only and the other along n only")
     acc_dt = r.results[0].type
-    if xb.type is not xa.type or (xa.type.name, acc_dt.name) not in tcs.dtypes:
-      raise bad(f"no tensor core multiplies {xa.type} by {xb.type} into {acc_dt} (they take {', '.join(f'{i} -> {o}' for i, o in tcs.dtypes)})")
+    if xb.type is not xa.type or (xa.type.name, acc_dt.name) not in dtypes:
+      tcs = DeviceSpec.of(target).target.tensor_cores
+      off = tcs is not None and tcs.tf32 and xa.type is xb.type is acc_dt is D.f32  # (the target's take f32, the device's spec not)
+      tf32 = " (f32 as TF32: set_float32_matmul_precision('high'))" if off else ''
+      raise bad(f"no tensor core multiplies {xa.type} by {xb.type} into {acc_dt} (they take {', '.join(f'{i} -> {o}' for i, o in dtypes)}{tf32})")
     return r, (xa, ca), (xb, cb)
 
   def check_warpgroup(self, t: Target, r, a, b) -> None:
@@ -444,5 +449,5 @@ def try_opts(k, opts, target: Target | None = None) -> Schedule | None:
 def lowers(k, opts, target: Target | DeviceSpec) -> bool:
   """Whether the kernel with these opts lowers on `target` (Schedule.check: its shape, dtypes, limits)."""
   t = target.target if isinstance(target, DeviceSpec) else target
-  try: Schedule(k, tuple(opts) if isinstance(opts, list) else (opts,) if isinstance(opts, Record) else opts, t).check(t); return True
+  try: Schedule(k, tuple(opts) if isinstance(opts, list) else (opts,) if isinstance(opts, Record) else opts, t).check(target); return True
   except TgcError: return False

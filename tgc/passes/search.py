@@ -93,7 +93,7 @@ def beam_search(k, spec: DeviceSpec, beam: int, budget: float, start=None):
   t, device = spec.target, spec.runtime_device
   if device is None: return list(start or [])
   text = str(k)
-  key = hashlib.sha256(f"{text}|{t.name}|{device}".encode()).hexdigest()
+  key = hashlib.sha256(f"{text}|{t.name}|{device}{'|tf32' if spec.has_tf32 else ''}".encode()).hexdigest()  # (TF32: tc on f32 kernels)
   hit = _load_cache().get(key)
   if hit is not None: return [Record(n, {'axis': a, 'amt': m}) for n, a, m in hit]
   t_end = time.perf_counter() + budget

@@ -22,7 +22,7 @@ class TensorCoreLowering:
     b, full, kinds, ops = self.b, self.full, self.kinds, self.ops_list
     self.vals = {}
     tcs = self.t.tensor_cores
-    r, (xa, ca), (xb, cb) = self.sched.tc_operands(self.t)  # (checked: Schedule.check)
+    r, (xa, ca), (xb, cb) = self.sched.tc_operands(self.spec)  # (checked: Schedule.check)
     m_in, n_in, k_in = (kinds.index(x) for x in ('tcm', 'tcn', 'tck'))
     acc_dt = r.results[0].type
     if self.sched.warpgroup: return self.lower_wgmma(r, (xa, ca), (xb, cb), m_in, n_in, k_in, name)

@@ -96,9 +96,9 @@ class BaseDevice:
   @property
   def spec(self):
     """The DeviceSpec the lowering runs for this device: its target and its declared capabilities."""
-    from tgc.target import DeviceSpec
+    from tgc.target import DeviceSpec, tf32_matmul
     return DeviceSpec.of(self.target, processor=self.processor, local_memory=self.local_memory, warpgroup=self.warpgroup_mma,
-                         processors=self.processors, device=self.name)
+                         processors=self.processors, device=self.name, tf32=tf32_matmul(self.target))
   def compile(self, fn) -> Program: raise NotImplementedError
   def compile_all(self, fns: list, progress=None) -> list[Program]:
     """Every kernel a function needs, compiled at once (a device whose compiler has a cost per call overrides it);
