@@ -12,7 +12,6 @@ from tgc.ir.core import Module, Operation
 from tgc.ir.types import TensorType
 from tgc.target import Target, DeviceSpec, get_target
 from tgc.lowering import lower, gc_paused
-from tgc.passes.zero_unwritten import zero_unwritten
 from tgc import cache
 
 def device_target(device: str | None, dev=None) -> Target:
@@ -396,6 +395,7 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out) -> Co
     if stage == 'opt' and dbg >= 3:
       for k in m.functions('kernel.func'): out.write(str(k) + '\n')
   prog.phase('lower', 0)
+  from tgc.passes.zero_unwritten import zero_unwritten
   given = {f.attrs['sym_name'] for f in m.functions('uop.func')}  # (not lowered from kernel.funcs: they may store part)
   lower(m, spec, 'uop', trace=trace)
   _declare_sizes(m, host)
@@ -438,6 +438,7 @@ def _relower(m: Module, entry: str | None, spec: DeviceSpec) -> dict[str, Operat
   as compile_module made them (what asks for a loaded kernel's body: the function cache keeps none)."""
   m = m.clone()
   host = m.functions('func.func')[0] if entry is None else m.lookup(entry.lstrip('@'))
+  from tgc.passes.zero_unwritten import zero_unwritten
   given = {f.attrs['sym_name'] for f in m.functions('uop.func')}
   lower(m, spec, 'uop')
   _declare_sizes(m, host)
