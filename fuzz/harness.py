@@ -124,7 +124,14 @@ def main(fz, argv=None) -> int:
   ap.add_argument('--timeout', type=float, default=120, help='seconds one case may take before it counts as a hang')
   ap.add_argument('--minimise-seconds', type=float, default=60, help='time spent minimising each new failure')
   ap.add_argument('--max-cases', type=int, default=None, help='stop after this many cases')
+  ap.add_argument('--replay', metavar='CASE_JSON', help="run one finding's case.json here, in this process, and print its outcome")
   args = ap.parse_args(argv)
+  if args.replay:
+    with open(args.replay) as f: case = json.load(f)
+    print(f"fuzz.{fz.NAME}: {fz.setup()}", flush=True)
+    out, msg = fz.run(case)
+    print(f"fuzz.{fz.NAME}: {out}" + (f"\n{msg}" if msg else ''))
+    return 1 if msg else 0
   seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
   print(f"fuzz.{fz.NAME}: seed {seed}, {args.seconds:g} s", flush=True)
   t0 = time.monotonic()

@@ -351,8 +351,10 @@ def run(case):
 
 def reproducer(case):
   devs = case.get('devices') or DEVICES or ['CPU', 'INTERP']
-  head = ''.join(f"// tgc-run case.tgc --device={d} --seed {case['seed']}\n" for d in devs)
-  return 'tgc', f"// found by fuzz/ir.py: the devices below disagree on this module (inputs: fuzz.ir._inputs, seed {case['seed']})\n{head}{case['text']}"
+  head = ''.join(f"//   tgc-run repro.tgc --device={d} --seed {case['seed']}\n" for d in devs)
+  return 'tgc', (f"// found by fuzz/ir.py: the devices below disagree on this module, with the inputs fuzz.ir._inputs makes from seed "
+                 f"{case['seed']}\n// (from the repository root: python -m fuzz.ir --replay FOLDER/case.json); or with tgc-run's own "
+                 f"random inputs, in this folder:\n{head}{case['text']}")
 
 
 if __name__ == '__main__':

@@ -259,9 +259,9 @@ def _tmpdir():
 
 def reproducer(case):
   """The mutant, then (at its end, so that line numbers stay) the commands it went through."""
-  cmds = ["tgc-opt %s", f"tgc-opt %s -p '{case['pipeline']}' --allow-idle-passes"] + [f"tgc-translate %s --target={t}{' --noopt' if case['noopt'] else ''}" for t in case['targets']]
-  cmds += [f"tgc-run %s --device={case['device']}"] if case['run'] else []
-  return 'tgc', case['text'].rstrip('\n') + '\n// found by fuzz/mutate.py (finding.txt names the failing command) after:\n' + ''.join(f"//   {c}\n" for c in cmds)
+  cmds = ["tgc-opt repro.tgc", f"tgc-opt repro.tgc -p '{case['pipeline']}' --allow-idle-passes"] + [f"tgc-translate repro.tgc --target={t}{' --noopt' if case['noopt'] else ''}" for t in case['targets']]
+  cmds += [f"tgc-run repro.tgc --device={case['device']}"] if case['run'] else []
+  return 'tgc', case['text'].rstrip('\n') + '\n// found by fuzz/mutate.py (finding.txt names the failing command) after, in this folder:\n' + ''.join(f"//   {c}\n" for c in cmds)
 
 
 if __name__ == '__main__':

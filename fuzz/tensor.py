@@ -501,7 +501,8 @@ def reproducer(case):
   for i, st in enumerate(case['steps']):
     lines.append(f"#   v{i} = {st['op']}({', '.join('v%d' % s for s in st.get('src', []))}{', ' if st.get('src') and st.get('arg') is not None else ''}{'' if st.get('arg') is None else json.dumps(st['arg'])})")
   lines.append(f"#   outputs: {', '.join('v%d' % o for o in case['outs'])}")
-  lines += ["import sys; sys.path.insert(0, '.')", "from fuzz import tensor as fz", f"case = {json.dumps(case)}",
+  lines += ["import json, sys; sys.path.insert(0, '.')", "from fuzz import tensor as fz",
+            f"case = json.loads({json.dumps(case)!r})",  # (JSON's true and null are no Python)
             "print(fz.setup()); print(fz.run(case))", ""]
   return 'py', '\n'.join(lines)
 

@@ -102,3 +102,47 @@ def test_float_oracle_allows_reordered_and_contracted_sums_not_a_wrong_value():
   # the CPU's contracted matmul so); a finite value where the reference is not finite is still a mismatch
   assert _same(np.array([-np.inf, 1.0], np.float32), np.array([np.nan, 1.0], np.float32), D.f32) is None
   assert _same(np.array([3.0, 1.0], np.float32), np.array([np.nan, 1.0], np.float32), D.f32) is not None
+
+
+def _env(): return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+
+def _run_tools(text: str, cwd) -> list:
+  """The tgc-* commands a .tgc reproducer names in its comments, run in its folder (the tools' entry points)."""
+  import shlex
+  entry = {'tgc-opt': 'opt_entry', 'tgc-translate': 'translate_entry', 'tgc-run': 'run_entry'}
+  out = []
+  for line in text.splitlines():
+    if not line.startswith('//   tgc-'): continue
+    tool, *args = shlex.split(line[5:])
+    p = subprocess.run([sys.executable, '-c', f"import sys; sys.argv[0] = {tool!r}; from tgc.driver import {entry[tool]}; {entry[tool]}()", *args],
+                       cwd=cwd, capture_output=True, text=True, timeout=300, env=_env())
+    out.append((line, p.returncode, p.stderr[-2000:]))
+  return out
+
+
+def test_reproducers_run_as_written(tmp_path):
+  """Each fuzzer's reproducer runs as its comments say: fuzz.tensor's repro.py is Python (its case once held JSON's
+  true and null), the commands of fuzz.ir's and fuzz.mutate's name the file they are written to, and --replay runs
+  a case.json."""
+  import json
+  from fuzz import tensor, ir, mutate
+  case = {"steps": [{"op": "input", "arg": [[3, 2], "float32", 7]}, {"op": "reduce", "src": [0], "arg": ["sum", [1], True]},
+                    {"op": "reduce", "src": [1], "arg": ["sum", None, False]}, {"op": "unary", "src": [2], "arg": "recip1pabs"}],
+          "outs": [3], "devices": ["CPU"]}
+  ext, text = tensor.reproducer(case)
+  (tmp_path / f'repro.{ext}').write_text(text)
+  p = subprocess.run([sys.executable, str(tmp_path / 'repro.py')], cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env())
+  assert p.returncode == 0 and "('ok', None)" in p.stdout, p.stdout + p.stderr
+  mod = ("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = tensor.add %a, %a : tensor<4xf32>\n"
+         "  func.return %0 : tensor<4xf32>\n}\n")
+  for fz, case in ((ir, {'text': mod, 'seed': 5, 'devices': ['INTERP', 'C']}),
+                   (mutate, {'text': mod, 'pipeline': 'canonicalize,kernelize', 'targets': ['c'], 'device': 'INTERP', 'noopt': False, 'run': True})):
+    d = tmp_path / fz.NAME
+    d.mkdir()
+    ext, text = fz.reproducer(case)
+    (d / f'repro.{ext}').write_text(text)
+    ran = _run_tools(text, d)
+    assert len(ran) == (2 if fz is ir else 4) and all(rc == 0 for _, rc, _ in ran), ran
+  (tmp_path / 'case.json').write_text(json.dumps({'text': mod, 'seed': 5, 'devices': ['INTERP', 'C']}))
+  p = subprocess.run([sys.executable, '-m', 'fuzz.ir', '--replay', str(tmp_path / 'case.json')], cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env())
+  assert p.returncode == 0 and 'fuzz.ir: ok' in p.stdout, p.stdout + p.stderr

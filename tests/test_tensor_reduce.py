@@ -306,6 +306,31 @@ def test_matmul_over_an_empty_axis(sa, sb):
   check((Tensor(a) @ Tensor(b)).sum(), (a @ b).sum())
 
 
+@pytest.mark.parametrize('dev', ['CPU', 'C', 'INTERP', 'OPENCL'])
+@pytest.mark.parametrize('shape,axis,keepdim', [((0,), None, False), ((0,), 0, True), ((3, 0), 1, False), ((3, 0), None, True),
+                                                ((0, 4), 0, False)], ids=repr)
+def test_reduce_over_an_empty_axis_then_elementwise(shape, axis, keepdim, dev):
+  """A reduce over an empty axis (the reduce of its identity padded on) fused with an elementwise op: a scalar result
+  reads a padded element that is not in the buffer, which must stay masked (the CPU pipeline left a load of a 0-element
+  buffer: fuzz.tensor seed 6029)."""
+  a = np.zeros(shape, np.float32)
+  t = Tensor(a)
+  check(1 / (1 + t.sum(axis, keepdim=keepdim).abs()), 1 / (1 + np.abs(a.sum(axis, keepdims=keepdim))))
+  check(t.sum(axis, keepdim=keepdim) + 1, a.sum(axis, keepdims=keepdim) + 1)
+  check(t.prod(axis, keepdim=keepdim) * 2, a.prod(axis, keepdims=keepdim) * 2)
+  out = a.sum(axis, keepdims=keepdim).shape
+  check(t.max(axis, keepdim=keepdim).exp(), np.zeros(out))  # max of nothing: -inf
+  check(t.mean(axis, keepdim=keepdim) - 1, np.full(out, np.nan))  # numpy's too, with a warning
+
+
+@pytest.mark.parametrize('dev', ['CPU', 'C', 'INTERP', 'OPENCL'])
+def test_padding_read_as_a_scalar(dev):
+  """An element of the padding, alone and reshaped to 0-d, reads the pad value (it read x[0])."""
+  x = np.arange(1, 4, dtype=np.float32)
+  check(Tensor(x).pad(((0, 2),)).shrink(((4, 5),)).reshape(()) + 1, np.float32(1))
+  check(Tensor(x).pad(((1, 1),), value=7.0)[0:1].reshape(()) * 2, np.float32(14))
+
+
 def test_fused_reduces_stored_by_an_epilogue_that_reads_only_the_first():
   """min(x) kept, sum(x * min(x)) and (x * min(x))^2 realized together: the elementwise result is the epilogue of the
   kernel that computes both reduces in stages, and reads only the first; the second is still computed and stored

@@ -135,6 +135,16 @@ def test_reshape_zero_and_scalar():
   check((2, 3), [("shrink", ((0, 0), (0, 3))), ("pad", ((1, 1), (0, 0))), ("reshape", (2, 3))])
 
 
+def test_all_invalid_scalar():
+  # a 0-d view has no axis for an all-invalid mask: reshaped to 0-d (and simplified) it stays invalid
+  for shape, ops in (((3,), [("pad", ((0, 1),)), ("shrink", ((3, 4),)), ("reshape", ())]),
+                     ((2, 3), [("pad", ((0, 2), (0, 0))), ("shrink", ((2, 3), (1, 2))), ("reshape", (1,)), ("reshape", ())])):
+    vs = check(shape, ops)
+    assert vs.to_indexed([], IntBuilder())[1] is False and vs.simplify().to_indexed([], IntBuilder())[1] is False
+  vs = ViewStack((View.create((4,), mask=((1, 3),)), View.create((), offset=3)))
+  assert vs.simplify().to_indexed([], IntBuilder())[1] is False
+
+
 def test_expand():
   vs = ViewStack.from_shape((3, 1)).expand((3, 4))
   assert vs.views[0].strides == (1, 0)

@@ -407,8 +407,11 @@ def _compile_module(m: Module, device: str | None, entry: str | None, out, verif
     if stage == 'opt' and dbg >= 3:
       for k in m.functions('kernel.func'): out.write(str(k) + '\n')
   prog.phase('lower', 0)
+  from tgc.passes.zero_unwritten import zero_unwritten
+  given = {f.attrs['sym_name'] for f in m.functions('uop.func')}  # (not lowered from kernel.funcs: they may store part)
   lower(m, spec, 'uop', trace=trace)
   _declare_sizes(m, host)
+  zero_unwritten(m, host, given)
   fns = m.functions('uop.func')
   t1 = time.perf_counter()
   st.add('lower', t1 - t0); st.kernels += len(fns)
@@ -524,8 +527,11 @@ def _relower(m: Module, entry: str | None, spec: DeviceSpec) -> dict[str, Operat
   as compile_module made them (what asks for a loaded kernel's body: the function cache keeps none)."""
   m = m.clone()
   host = m.functions('func.func')[0] if entry is None else m.lookup(entry.lstrip('@'))
+  from tgc.passes.zero_unwritten import zero_unwritten
+  given = {f.attrs['sym_name'] for f in m.functions('uop.func')}
   lower(m, spec, 'uop')
   _declare_sizes(m, host)
+  zero_unwritten(m, host, given)
   return {fn.attrs['sym_name']: fn for fn in m.functions('uop.func')}
 
 

@@ -193,3 +193,74 @@ def outside_accesses(fn, memo: dict | None = None) -> list:
   memo = {} if memo is None else memo
   return [(op, buf, size, lo, hi) for op, buf, idx, size, lo, hi, cond in accesses(fn, memo, unconditional=True)
           if size is not None and not (lo >= 0 and hi < size) and visible(idx, memo)]
+
+
+def covered(fn, sizes: dict) -> set:
+  """The define_global indices i of `sizes` (index -> elements) whose every element a store of `fn` provably writes
+  on every launch: stores neither gated nor under a uop.if, in loops of constant bounds that run, at an affine index
+  over specials and those loops (lanes of a vector store and stores of one index but for a constant are axes too)
+  whose axes' strides are a layout's of exactly [0, size). Anything else is not proven (a hand-written kernel that
+  stores part of a result: the compiler defines the rest)."""
+  memo, found, opened = {}, {}, []  # opened: a uop.range (None: a uop.if, or a loop that may not run)
+  for op in fn.body.ops:
+    n = op.name
+    if n == 'uop.range':
+      s, e = (v.op.attrs['value'] if v.op is not None and v.op.name == 'uop.const' else None for v in (op.start, op.end))
+      opened.append(op if isinstance(s, int) and isinstance(e, int) and e > s else None)
+    elif n == 'uop.if': opened.append(None)
+    elif n in ('uop.endrange', 'uop.endif') and opened: opened.pop()
+    elif n == 'uop.store' and op.gate is None and None not in opened and op.buf.op is not None and op.buf.op.name == 'uop.define_global':
+      i = op.buf.op.attrs['index']
+      if i not in sizes or (a := _affine(op.idx, opened)) is None: continue
+      lo, hi = bounds(op.idx, memo)
+      lanes = op.value.type.count if isinstance(op.value.type, VecType) else 1
+      if lo < 0 or hi + lanes > sizes[i]: continue  # (might wrap, or reaches outside: the guards drop it)
+      terms, c0 = a
+      if lanes > 1: terms = {**terms, ('lane',): (1, lanes)}
+      found.setdefault(i, {}).setdefault(tuple(sorted((k, c) for k, (c, _) in terms.items())), (terms, []))[1].append(c0)
+  out = set()
+  for i, groups in found.items():
+    for terms, c0s in groups.values():
+      c0s = sorted(set(c0s))
+      d = c0s[1] - c0s[0] if len(c0s) > 1 else 1
+      if any(b - a != d for a, b in zip(c0s, c0s[1:])): continue
+      axes = sorted((abs(c), m) for c, m in [*terms.values(), (d, len(c0s))] if m > 1 and c)
+      step = 1
+      for c, m in axes:
+        if c != step: break
+        step *= m
+      else:
+        if step == sizes[i] and c0s[0] + sum(min(0, c * (m - 1)) for c, m in terms.values()) == 0: out.add(i)
+  return out
+
+
+def _affine(v: Value, opened: list):
+  """v as ({axis: (coefficient, extent)}, constant) over specials and the open loops, or None."""
+  op = v.op
+  if op is None: return None
+  n = op.name
+  if n == 'uop.const': return ({}, op.attrs['value']) if isinstance(op.attrs['value'], int) else None
+  if n == 'uop.special': return {('special', op.attrs['axis']): (1, op.attrs['size'])}, 0
+  if n == 'uop.range':
+    if op not in opened: return None
+    s, e = op.start.op.attrs['value'], op.end.op.attrs['value']
+    return {('range', id(op)): (1, e - s)}, s
+  opn = getattr(op, 'opname', None)
+  if opn == 'cast' and isinstance(op.operands[0].type, D.DType) and op.operands[0].type.is_int: return _affine(op.operands[0], opened)
+  if opn not in ('add', 'sub', 'mul', 'shl') or len(op.operands) != 2: return None
+  a, b = _affine(op.operands[0], opened), _affine(op.operands[1], opened)
+  if a is None or b is None: return None
+  if opn in ('mul', 'shl'):
+    if opn == 'shl':
+      if b[0] or not 0 <= b[1] < 63: return None
+      b = ({}, 1 << b[1])
+    if b[0] and a[0]: return None
+    (t, c), k = (a, b[1]) if not b[0] else (b, a[1])
+    return {x: (cx * k, m) for x, (cx, m) in t.items()}, c * k
+  sign = 1 if opn == 'add' else -1
+  terms = dict(a[0])
+  for x, (cx, m) in b[0].items():
+    cx = terms.get(x, (0, m))[0] + sign * cx
+    if cx: terms[x] = (cx, m)
+    else: terms.pop(x, None)
+  return terms, a[1] + sign * b[1]

@@ -4,6 +4,8 @@ A View maps a point p of its shape to the flat index `offset + sum(strides[i] * 
 valid iff `mask[i][0] <= p[i] < mask[i][1]` on every axis (invalid points read as 0: padding).
 Movement ops only rewrite these numbers; no data moves. When a reshape is not expressible as one
 View, a ViewStack pushes a new View that addresses the flattened output of the one below it.
+A 0-d View has no axis to carry an all-invalid mask: a reshape to 0-d of an all-invalid view (the scalar reduce of
+an empty axis padded with its identity) stays a stack, the all-invalid view below.
 """
 from __future__ import annotations
 
@@ -131,7 +133,7 @@ class View:
       raise ValueError(f"cannot reshape {self.shape} ({self.size} elements) to {new_shape} ({math.prod(new_shape)} elements)")
     if new_shape == self.shape: return self
     if self.size == 0 or self.contiguous: return View.create(new_shape)
-    if self.all_invalid: return View.create(new_shape, mask=((0, 0),) * len(new_shape))
+    if self.all_invalid: return View.create(new_shape, mask=((0, 0),) * len(new_shape)) if new_shape else None
     # size-1 axes address nothing (stride 0, full mask unless all-invalid, handled above): drop them and
     # match the remaining axes in chunks of equal element count, outer to inner
     old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self._ranges()) if s != 1]
@@ -257,7 +259,7 @@ def _merge_views(lo: View, up: View) -> View | None:
   is affine. The lower mask then constrains each digit; it is a box in p if each constrained digit
   depends on at most one up axis."""
   if up.size == 0: return View.create(up.shape)
-  if up.all_invalid or lo.all_invalid: return View.create(up.shape, mask=((0, 0),) * len(up.shape))
+  if up.all_invalid or lo.all_invalid: return View.create(up.shape, mask=((0, 0),) * len(up.shape)) if up.shape else None
   if lo.size == 0: return None
   lo = lo.compress()
   S, T, n = lo.shape, lo.strides, len(up.shape)
@@ -281,7 +283,7 @@ def _merge_views(lo: View, up: View) -> View | None:
   mask = list(box)
   for j, ((dep, dlo, dhi), (mb, me)) in enumerate(zip(digits, lo._ranges())):
     if mb <= dlo and dhi < me: continue
-    if len(dep) != 1: return None if dep else View.create(up.shape, mask=((0, 0),) * n)
+    if len(dep) != 1: return None if dep or not n else View.create(up.shape, mask=((0, 0),) * n)
     # mb <= origin + c*t < me for t = p_k - box_k[0]: an interval of t
     k, c = dep[0]
     lo_num, hi_num = mb - origin[j], me - 1 - origin[j]
