@@ -449,11 +449,13 @@ if os.environ.get('VIZ', '0') not in ('', '0'): importlib.import_module('tgc.viz
 def _lowers_in_workers(m: Module, dev) -> bool:
   """Whether a function's kernels are lowered and compiled on the compile workers (each worker a share of the kernels,
   from the kernel level to binaries): where there are workers, the device builds binaries without its driver, the
-  module is above the uop level, and nothing watches the lowering pass by pass (a profile, the pipeline viewer)."""
+  module is above the uop level and holds no uop.func, and nothing watches the lowering pass by pass (a profile, the
+  pipeline viewer)."""
   from tgc.runtime import workers
   from tgc.lowering import level_of
   return (workers.workers() > 1 and not workers.in_worker() and type(dev).build_programs is not BaseDevice.build_programs
-          and not COMPILE_WATCHERS and _profiler.instrumentation() is None and level_of(m) in ('tensor', 'kernel'))
+          and not COMPILE_WATCHERS and _profiler.instrumentation() is None and level_of(m) in ('tensor', 'kernel')
+          and not m.functions('uop.func'))  # (uop.funcs given as they are: zero_unwritten reads them here)
 
 
 def _compile_in_workers(m: Module, entry, spec: DeviceSpec, dev, dev_name: str, host, prog, st, cpu0) -> dict[str, Kernel]:
