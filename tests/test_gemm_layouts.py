@@ -260,3 +260,32 @@ def test_split_of_an_embedding_gradient():
     assert str(m).count('tensor.reduce') == reduces, str(m)
     (res,) = compile_module(m, 'CPU')(*[arrays[id(l)] for l in leaves])
     np.testing.assert_allclose(res.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+
+
+def test_computed_operand_of_a_cuda_core_product_is_a_buffer():
+  """On a GPU, an f32 matmul's operand that is computed (scaled rows) becomes a buffer of its own, so that the
+  product's tiles stage it as a plain read: two kernels, the product's reading buffers only; a plain operand, a
+  product on the tensor cores (f32 as TF32), or a CPU keeps one kernel. The result equals numpy's (lowered for cuda, run on
+  the CPU)."""
+  from tgc import Tensor
+  from tgc.lowering import lower
+  from tgc.target import DeviceSpec
+  from tgc.passes.manager import PassManager
+  rng = np.random.default_rng(9)
+  x, s, w = rng.standard_normal((256, 128)).astype(np.float32), rng.random((256, 1)).astype(np.float32) + 0.5, rng.standard_normal((128, 64)).astype(np.float32)
+  xt, st, wt = Tensor(x), Tensor(s), Tensor(w)
+  def kernels(y, spec):
+    m, _ = _build_module([y.node], 'f')
+    lower(m, spec, 'kernel')
+    return m.functions('kernel.func')
+  cuda = DeviceSpec.of('cuda', processors=132)
+  ks = kernels((xt * st.reciprocal()) @ wt, cuda)
+  assert len(ks) == 2 and 'kernel.recip' not in str(ks[-1]) and 'kernel.recip' in str(ks[0])
+  assert len(kernels(xt @ wt, cuda)) == 1
+  assert len(kernels((xt * st.reciprocal()) @ wt, DeviceSpec.of('llvm'))) == 1
+  assert len(kernels((xt * st.reciprocal()) @ wt, DeviceSpec.of('cuda', processors=132, tf32=True))) == 1  # (on the tensor cores)
+  m, leaves = _build_module([((xt * st.reciprocal()) @ wt).node], 'f')
+  PassManager.parse('tensor-decompose{target=cuda processors=132}').run(m)
+  arrays = {id(xt.node): x, id(st.node): s, id(wt.node): w}
+  (out,) = compile_module(m, 'CPU')(*[arrays[id(l)] for l in leaves])
+  np.testing.assert_allclose(out, (x / s) @ w, rtol=1e-4, atol=1e-4)
