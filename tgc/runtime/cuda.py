@@ -46,6 +46,24 @@ def compiler_id(which: str) -> str:
   return _compiler_ids[which]
 
 
+_toolkit: str | None = None
+
+def toolkit_id() -> str:
+  """The CUDA compiler a function's binaries come from, as a disk cache key names it, read without loading the compiler
+  (a process that finds its functions in the disk cache never compiles: importing cuda-python's NVRTC took 0.19 s of
+  a GPT step's 0.5 s warm start): the versions of the cuda-python and NVRTC distributions where cuda-python is
+  installed, else nvcc's."""
+  global _toolkit
+  if _toolkit is None:
+    from importlib import metadata
+    vs = []
+    for d in ('cuda-bindings', 'cuda-python', 'nvidia-cuda-nvrtc', 'nvidia-cuda-nvrtc-cu12', 'nvidia-cuda-nvrtc-cu13'):
+      try: vs.append(f"{d} {metadata.version(d)}")
+      except metadata.PackageNotFoundError: pass
+    _toolkit = 'nvrtc: ' + ', '.join(vs) if vs and vs[0].startswith('cuda-bindings') else compiler_id('nvcc')
+  return _toolkit
+
+
 def include_dirs() -> list[str]:
   """Where the CUDA headers the sources include (cuda_fp16.h, cuda_bf16.h) are: NVRTC has no search path of its own.
   $CUDA_HOME or $CUDA_PATH, nvcc's toolkit, /usr/local/cuda, and the pip wheels' (nvidia/cu13, nvidia/cuda_runtime)."""
@@ -287,7 +305,7 @@ class CUDADevice(BaseDevice):
     return [CUDAProgram(self, fn, mod[id(fn)]) for fn in fns]
 
   saves_programs = True
-  def binary_id(self) -> str: return f"cuda {self.arch} {compiler_id('nvrtc' if _nvrtc() is not None else 'nvcc')}"
+  def binary_id(self) -> str: return f"cuda {self.arch} {toolkit_id()}"
 
   def save_programs(self, progs: list):
     """The cubins of the programs' modules, each once, and which one each kernel is in (with its dynamic shared
