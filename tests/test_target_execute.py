@@ -717,3 +717,59 @@ def test_covered_stores(body, proven):
   get_device('INTERP').compile(_stores(body))(buf)
   assert bool((buf == 1).all()) == proven
   assert covered(_stores(body), {0: 8}) == ({0} if proven else set())
+
+
+EXP2_NAN = """kernel.func @k(%data0: !kernel.buf<2x1xDT>, %data1: !kernel.buf<2x2xDT>) {
+  %0 = kernel.load %data1 [view(shape = [2, 2], strides = [2, 1], offset = 0)] : DT
+  %1 = kernel.const -100.0 : DT
+  %2 = kernel.sqrt %1 : DT
+  %3 = kernel.add %2, %0 : DT
+  %4 = kernel.reduce add %3 [1] : DT
+  %5 = kernel.exp2 %4 : DT
+  kernel.store %data0 [view(shape = [2, 1], strides = [1, 1], offset = 0)], %5 : DT
+}
+func.func @main(%a: tensor<2x2xDT>) -> tensor<2x1xDT> {
+  %r = kernel.alloc : tensor<2x1xDT>
+  kernel.launch @k(%r, %a)
+  func.return %r : tensor<2x1xDT>
+}"""
+
+
+@pytest.mark.parametrize('dt', ['f32', 'f64'])
+@pytest.mark.parametrize('device', ['CPU', 'C', 'INTERP', 'OPENCL'])
+def test_exp2_of_a_known_nan_is_nan(device, dt):
+  """exp2 of a sum of sqrt(-100) + x terms is NaN on every device (PoCL's exp2 returned an undefined value, a denormal
+  or a finite number, for an argument its compiler could tell was NaN: the OpenCL source guards it; fuzz.ir found the
+  disagreement)."""
+  try: get_device(device)
+  except tgc.TgcError as e: pytest.skip(str(e))
+  a = np.arange(4, dtype=np.float32 if dt == 'f32' else np.float64).reshape(2, 2)
+  (out,) = tgc.compile(EXP2_NAN.replace('DT', dt), device=device)(a)
+  assert out.shape == (2, 1) and np.isnan(out).all(), out
+
+
+WIDE_VECTORS = """kernel.func @k(%data0: !kernel.buf<64xDT>, %data1: !kernel.buf<64xDT>) attributes {opts = [upcast(axis = 0, amt = AMT)]} {
+  %0 = kernel.load %data1 [view(shape = [64], strides = [1], offset = 0)] : DT
+  %1 = kernel.const THREE : DT
+  %2 = kernel.mul %0, %1 : DT
+  kernel.store %data0 [view(shape = [64], strides = [1], offset = 0)], %2 : DT
+}
+func.func @main(%a: tensor<64xDT>) -> tensor<64xDT> {
+  %r = kernel.alloc : tensor<64xDT>
+  kernel.launch @k(%r, %a)
+  func.return %r : tensor<64xDT>
+}"""
+
+
+@pytest.mark.parametrize('dt,amt', [('f32', 8), ('f32', 16), ('f64', 4), ('f64', 8), ('f64', 16), ('i32', 16), ('i64', 8), ('u8', 16)])
+@pytest.mark.parametrize('device', ['CPU', 'C', 'INTERP', 'OPENCL'])
+def test_wide_vector_load_and_store(device, dt, amt):
+  """A kernel upcast to 64- and 128-byte vectors (float16, double8, double16) loads and stores every lane on every
+  device (PoCL without AVX-512 passes such vectors to vloadN/vstoreN by another ABI: vload16 of floats gave its low
+  8 lanes; the OpenCL source moves them as halves of at most 32 bytes; fuzz.tensor found the disagreement)."""
+  try: get_device(device)
+  except tgc.TgcError as e: pytest.skip(str(e))
+  npdt = {'f32': np.float32, 'f64': np.float64, 'i32': np.int32, 'i64': np.int64, 'u8': np.uint8}[dt]
+  a = (np.arange(64) * 1.5 + 1).astype(npdt)
+  (out,) = tgc.compile(WIDE_VECTORS.replace('DT', dt).replace('AMT', str(amt)).replace('THREE', '3.0' if dt[0] == 'f' else '3'), device=device)(a)
+  np.testing.assert_array_equal(out, a * npdt(3))

@@ -6,6 +6,7 @@ uchar (a kernel argument may not point to bool), bool vectors uchar vectors. FP_
 from __future__ import annotations
 from tgc.errors import TgcError
 from tgc.ir import dtypes as D
+from tgc.ir.types import VecType
 from tgc.emit.cstyle import Lang, render_module, render_kernel
 
 
@@ -39,12 +40,26 @@ class OpenCLLang(Lang):
     return t.count in self.native_vecs and t.dtype.name in ('f32', 'f64')
   def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.s{i:x}"
   def ctor(self, t, lanes): return f"({self.vtype(t)})({','.join(lanes)})"
+  # exp2 and trunc pass a NaN through themselves: PoCL's (SLEEF's) exp2 and trunc convert their argument to an integer,
+  # and where LLVM can tell the argument is NaN (a NaN constant, x*NaN, fmod(x, 0)) it folds that conversion to poison
+  # and the call returns an undefined value (a denormal, 0.0, any finite number); the select folds away for such an
+  # argument, and costs a compare otherwise
+  nan_guarded = ('exp2', 'trunc')
   def math_fn(self, op, dt, args):
-    # trunc passes a NaN through: PoCL's vectorised trunc (its loop vectoriser's) returned finite values for NaN
-    if op == 'trunc': return f"(isnan({args[0]}) ? {args[0]} : trunc({args[0]}))"
+    if op in self.nan_guarded: return f"(isnan({args[0]}) ? {args[0]} : {self.math[op]}({args[0]}))"
     return f"{self.math[op]}({', '.join(args)})"
-  def vec_load(self, buf, idx, t, space): return f"vload{t.count}(0, {buf}+{idx})"
-  def vec_store(self, buf, idx, v, t, space): return f"vstore{t.count}({v}, 0, {buf}+{idx});"
+  # vloadN/vstoreN move at most 32 bytes at once: PoCL on a CPU without AVX-512 passes a 64-byte vector (float16,
+  # double8) to and from its builtins by another ABI than the kernel's, and vload16 of floats returns its low 8 lanes
+  # and garbage (or a vstore's kernel fails to build); wider vectors are loaded and stored as halves
+  max_vec_bytes = 32
+  def vec_load(self, buf, idx, t, space):
+    if t.count * t.dtype.itemsize <= self.max_vec_bytes: return f"vload{t.count}(0, {buf}+{idx})"
+    h = VecType(t.count // 2, t.dtype)
+    return f"({self.vtype(t)})({self.vec_load(buf, idx, h, space)}, {self.vec_load(buf, f'{idx}+{h.count}', h, space)})"
+  def vec_store(self, buf, idx, v, t, space):
+    if t.count * t.dtype.itemsize <= self.max_vec_bytes: return f"vstore{t.count}({v}, 0, {buf}+{idx});"
+    h = VecType(t.count // 2, t.dtype)
+    return f"{self.vec_store(buf, idx, f'({v}).lo', h, space)} {self.vec_store(buf, f'{idx}+{h.count}', f'({v}).hi', h, space)}"
   def wrap(self, dt, e):
     if dt is D.f16: self.needs.add('halfemu'); return f"tg_half_round({e})"
     return super().wrap(dt, e)
