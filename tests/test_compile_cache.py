@@ -195,3 +195,45 @@ def test_small_batches_stay_in_this_process(monkeypatch):
   monkeypatch.setenv('TGC_COMPILE_WORKERS', '2')
   assert set(workers.run(_pid, 4, cost=lambda i: 10, min_cost=100)) == {os.getpid()}
   assert os.getpid() not in workers.run(_pid, 4, cost=lambda i: 30, min_cost=100)
+
+
+_LAYERS = """func.func @main(%x: tensor<8x16xf32>, %w1: tensor<16x16xf32>, %w2: tensor<16x16xf32>) -> tensor<8x16xf32> {
+  %a = tensor.matmul %x, %w1 : tensor<8x16xf32>, tensor<16x16xf32> -> tensor<8x16xf32>
+  %b = tensor.exp2 %a : tensor<8x16xf32>
+  %c = tensor.matmul %b, %w2 : tensor<8x16xf32>, tensor<16x16xf32> -> tensor<8x16xf32>
+  %d = tensor.exp2 %c : tensor<8x16xf32>
+  func.return %d : tensor<8x16xf32>
+}
+"""
+
+@pytest.mark.parametrize('n_workers', ['1', '2'])
+def test_kernels_of_one_body_compile_once(cdir, monkeypatch, n_workers):
+  """Two layers' kernels differ only in their names: on the compile workers they are lowered and compiled once and
+  share a program; the result is numpy's, and a new process's load of the function from the disk cache (each
+  kernel under the name the host calls) gives it again. On one worker every kernel compiles in this process."""
+  monkeypatch.setenv('TGC_COMPILE_WORKERS', n_workers)
+  from tgc.compiler import compile_module
+  from tgc.parser import parse
+  rng = np.random.default_rng(1)
+  x, w1, w2 = (rng.standard_normal(s).astype(np.float32) * 0.3 for s in ((8, 16), (16, 16), (16, 16)))
+  want = np.exp2(np.exp2(x @ w1) @ w2)
+  st = workers.STATS
+  c0 = st.compiled
+  f = compile_module(parse(_LAYERS), 'CPU')
+  np.testing.assert_allclose(f(x, w1, w2)[0], want, rtol=1e-5)
+  names = sorted(map(str, f.kernels))
+  assert len(names) == 2
+  if n_workers == '2':
+    assert st.compiled - c0 == 1 and f.kernels[names[0]].program is f.kernels[names[1]].program
+  code = f"""
+import numpy as np, tgc
+from tgc import function_cache
+from tgc.compiler import compile_module
+from tgc.parser import parse
+f = compile_module(parse({_LAYERS!r}), 'CPU')
+print(function_cache.stats['hits'], sorted(map(str, f.kernels)) == {names!r}, np.abs(f(*[np.load(p) for p in {[str(cdir / f'{n}.npy') for n in ('x', 'w1', 'w2')]!r}])[0] - np.load({str(cdir / 'want.npy')!r})).max())
+"""
+  for n, a in (('x', x), ('w1', w1), ('w2', w2), ('want', want)): np.save(cdir / f'{n}.npy', a)
+  p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+  out = p.stdout.split()
+  assert out[:2] == ['1', 'True'] and float(out[2]) < 1e-4, p.stderr[-2000:]
