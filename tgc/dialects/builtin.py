@@ -57,7 +57,7 @@ class FuncOp(Operation):
       outs = set()
       if op.name == 'kernel.launch':
         k = module.lookup(op.callee)
-        bad = k is None or (k.name == 'kernel.func' and len(k.body.args) != len(op.operands))  # the launch's own error says so
+        bad = k is None or (k.name == 'kernel.func' and len(k.body.args) != len(op.operands)) or malformed_globals(k)  # (their own errors say so)
         outs = set(range(len(op.operands))) if bad else _stored_args(k)
       for i, v in enumerate(op.operands):
         if v in unwritten and i not in outs:
@@ -66,8 +66,16 @@ class FuncOp(Operation):
           d.notes.append(Note('note', 'allocated here', unwritten[v].loc))
           raise d
       for i in outs:
-        alloc = unwritten.get(op.operands[i]) if i < len(op.operands) else None
+        alloc = unwritten.get(op.operands[i]) if 0 <= i < len(op.operands) else None
         for v in [v for v, a in unwritten.items() if a is alloc and alloc is not None]: del unwritten[v]
+
+
+def malformed_globals(k) -> bool:
+  """Whether a uop.func's define_globals are not all global pointers of indices from 0 (its own verifier's errors): a
+  launch of it is checked no further."""
+  from tgc.ir.types import PtrType
+  return k.name == 'uop.func' and any(not isinstance(d.results[0].type, PtrType) or not isinstance(d.attrs.get('index'), int) or d.attrs['index'] < 0
+                                      for d in k.body.ops if d.name == 'uop.define_global')
 
 
 def _stored_args(k) -> set[int]:

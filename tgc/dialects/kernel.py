@@ -259,6 +259,8 @@ class LaunchOp(Operation):
     if k is None or k.name not in ('kernel.func', 'uop.func'): raise self.error(f"launches unknown kernel '@{self.callee}'")
     if k.name == 'kernel.func': want = [(a.type.dtype, a.type.numel) for a in k.body.args]
     else:  # after linearize: the kernel's buffers are its define_globals, of the sizes they declare
+      from tgc.dialects.builtin import malformed_globals
+      if malformed_globals(k): return  # (the kernel's own error, reported there)
       glob = {op.attrs['index']: (op.results[0].type.dtype, op.attrs.get('size')) for op in k.body.ops if op.name == 'uop.define_global'}
       want = [glob[i] for i in sorted(glob)]
     if len(want) != len(self.args): raise self.error(f"passes {len(self.args)} buffers, @{self.callee} takes {len(want)}")
