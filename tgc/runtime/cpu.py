@@ -50,10 +50,11 @@ def _target_machine():
 
 
 # The SLP vectorizer finds vectors in a kernel's scalar code (a small kernel's loads and stores side by side); in an
-# unrolled kernel of thousands of instructions it searches for long (1.5 s at 3900 lines, 8 s at 12000, 5 to 10
-# times the rest of the pipeline) and, on every such kernel of a GPT training step (14 of 93 over 2000 lines), changed
-# nothing: those have their vectors from kernel-opt already. Below this it runs (and does change kernels of 2100).
-SLP_MAX_LINES = 3000
+# unrolled kernel it searches for long (three times the rest of LLVM's pipeline on the 500-2000-line kernels of a small
+# GPT training step: 4.1 s of its 8.6 s first step; 1.5 s at 3900 lines, 8 s at 12000) and finds little: kernel-opt
+# made their vectors already. The ONNX models' steady calls (bench/onnx.py, one thread, CPU time) moved within their
+# noise with it held to 600 lines instead of 3000, where their first calls and the GPT step's compile took 25 % less.
+SLP_MAX_LINES = 600
 
 
 def _optimize(mod, tm, slp: bool = True) -> None:
