@@ -33,7 +33,7 @@ def gpt_step(layers: int, dim: int, heads: int, seq: int, batch: int, vocab: int
   from tgc import Tensor
   from tgc.nn import optim
   from tgc.nn.state import get_parameters
-  from examples.gpt_train import GPT
+  from examples.gpt_train import GPT, train_step
   Tensor.manual_seed(0)
   with Tensor.train():
     model = GPT(vocab, seq, dim, layers, heads)
@@ -43,14 +43,7 @@ def gpt_step(layers: int, dim: int, heads: int, seq: int, batch: int, vocab: int
   x = Tensor(rng.integers(0, vocab, (batch, seq)).astype(np.int32), device=device)
   y = Tensor(rng.integers(0, vocab, (batch, seq)).astype(np.int32), device=device)
 
-  @Tensor.jit
-  def step(x, y):
-    with Tensor.train():
-      opt.zero_grad()
-      loss = model(x).sparse_categorical_crossentropy(y)
-      loss.backward()
-      Tensor.realize(loss, *opt.schedule_step())
-      return loss
+  step = train_step(model, opt)
   return lambda: step(x, y)
 
 

@@ -19,7 +19,7 @@ import tgc
 from tgc import Tensor
 from tgc.nn import optim
 from tgc.nn.state import get_parameters
-from examples.gpt_train import GPT
+from examples.gpt_train import GPT, train_step
 from bench.models import CONFIGS
 
 MiB = 2 ** 20
@@ -55,13 +55,7 @@ def main(argv=None) -> int:
   Tensor.realize(*params, *opt.buffers)
   data = np.random.default_rng(0).integers(0, g['vocab'], (g['batch'], g['seq'] + 1)).astype(np.int32)
   x, y = Tensor(data[:, :-1]).realize(), Tensor(data[:, 1:]).realize()
-  @Tensor.jit
-  def step(x, y):
-    opt.zero_grad()
-    loss = model(x).sparse_categorical_crossentropy(y)
-    loss.backward()
-    Tensor.realize(loss, *opt.schedule_step())
-    return loss
+  step = train_step(model, opt)
   dev = tgc.Device[device]
   al = dev.allocator
   n = sum(p.numel() for p in params)

@@ -35,7 +35,7 @@ from tgc import Tensor, nn
 from tgc.compiler import profile
 from tgc.nn import optim
 from tgc.nn.state import get_parameters, get_state_dict, load_state_dict
-from examples.gpt_train import GPT
+from examples.gpt_train import GPT, train_step
 
 CONFIGS = {
   'default': dict(gpt=dict(layers=4, d=384, heads=6, seq=256, batch=16, vocab=256), prompt=32, new=64, gen_batches=(1, 16),
@@ -231,13 +231,7 @@ def row_train(cfg: dict, device: str, tdev: str, steps: int, bf16: bool):
   # tgc
   opt = optim.AdamW(get_parameters(model), lr=1e-3, eps=1e-8, weight_decay=0.01)
   x, y = Tensor(data[:, :-1], device=device).realize(), Tensor(data[:, 1:], device=device).realize()
-  @Tensor.jit
-  def step(x, y):
-    opt.zero_grad()
-    loss = model(x).sparse_categorical_crossentropy(y)
-    loss.backward()
-    Tensor.realize(loss, *opt.schedule_step())
-    return loss
+  step = train_step(model, opt)
   t = train_loop(Side('torch', tdev), tstep, steps)
   t['floor'] = torch_floor(tm, topt, tloss)
   r = train_loop(Side('tgc', device), lambda: step(x, y), steps)

@@ -87,6 +87,19 @@ class GPT:
     return KVCache(len(self.blocks), batch, self.heads, max_len, d // self.heads, device)
 
 
+def train_step(model: GPT, opt):
+  """The jitted training step: next-token cross-entropy, its backward and the optimizer's update realized together;
+  step(x, y) -> the loss."""
+  @Tensor.jit
+  def step(x, y):
+    opt.zero_grad()
+    loss = model(x).sparse_categorical_crossentropy(y)
+    loss.backward()
+    Tensor.realize(loss, *opt.schedule_step())
+    return loss
+  return step
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   ap.add_argument('--layers', type=int, default=2)
@@ -105,15 +118,7 @@ def main(argv=None) -> int:
   data = rng.integers(0, args.vocab, (args.batch, args.seq + 1)).astype(np.int32)
   x, y = Tensor(data[:, :-1], device=args.device), Tensor(data[:, 1:], device=args.device)
 
-  @Tensor.jit
-  def step(x, y):
-    opt.zero_grad()
-    logits = model(x)
-    loss = logits.reshape(-1, args.vocab).cross_entropy(y.reshape(-1))
-    loss.backward()
-    Tensor.realize(loss, *opt.schedule_step())
-    return loss
-
+  step = train_step(model, opt)
   for i in range(args.steps): print(f"step {i}: loss {step(x, y).item():.4f}")
   return 0
 

@@ -99,19 +99,13 @@ def test_memory_script_accounts_for_the_allocators_peak():
   from tgc import Tensor
   from tgc.nn import optim
   from tgc.nn.state import get_parameters
-  from examples.gpt_train import GPT
+  from examples.gpt_train import GPT, train_step
   g = CFG['gpt']
   model = GPT(g['vocab'], g['seq'], g['d'], g['layers'], g['heads'])
   opt = optim.AdamW(get_parameters(model), lr=1e-3)
   data = np.random.default_rng(0).integers(0, g['vocab'], (g['batch'], g['seq'] + 1)).astype(np.int32)
   x, y = Tensor(data[:, :-1]).realize(), Tensor(data[:, 1:]).realize()
-  @Tensor.jit
-  def step(x, y):
-    opt.zero_grad()
-    loss = model(x).sparse_categorical_crossentropy(y)
-    loss.backward()
-    Tensor.realize(loss, *opt.schedule_step())
-    return loss
+  step = train_step(model, opt)
   step(x, y).item()
   al = tgc.Device['CPU'].allocator
   base = al.peak = al.in_use
