@@ -7,7 +7,7 @@ from tgc.ir.types import BufType, TensorType, VecType
 from tgc.ir.dtypes import DType
 from tgc.ir import alu
 from tgc.dialects.alu import define_alu_ops
-from tgc.dialects.tensor import check_scalar, check_scan
+from tgc.dialects.tensor import ScanBase, check_scalar
 
 define_alu_ops('kernel', False, globals())
 
@@ -206,21 +206,15 @@ class ReduceOp(Operation):
     if len(set(self.axes)) != len(self.axes) or not self.axes: raise self.error(f"axes {list(self.axes)} must be distinct and non-empty")
 
 
-class ScanOp(Operation):
+class ScanOp(ScanBase):
   """`kernel.scan add %x 1 : f32` (`kernel.scan add %x 1 (%init)`): the inclusive scan of the kernel's value along
   iteration axis `axis`, a loop that carries the running value (from init, a value at the shape with 1 along the
   axis, else the kind's identity) and yields it at every step (`{exclusive = true}`: the value before the step's
   element joins it). A scan kernel computes one scan and stores at the
   iteration shape."""
   name = 'kernel.scan'
-  OPERANDS = ('src', 'init?')
-  ATTRS = {'kind': 'ident', 'axis': 'int', 'exclusive': 'any?'}
-  TRAITS = {PURE}
-  FORMAT = '$kind $src $axis?{ ($init)} : type($result)'
-  @property
-  def exclusive(self) -> bool: return self.attrs.get('exclusive', False) in (True, 'true')
   def verify(self):
-    check_scan(self, self.src.type)
+    self.check_attrs(self.src.type)
     if self.src.type != self.results[0].type: raise self.error(f"result type {self.results[0].type} does not match operand type {self.src.type}")
     if self.init is not None and self.init.type != self.src.type: raise self.error(f"init type {self.init.type} does not match operand type {self.src.type}")
     if self.axis < 0: raise self.error(f"axis {self.axis} must be non-negative")

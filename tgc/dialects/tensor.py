@@ -89,29 +89,31 @@ class ReduceOp(Operation):
       raise self.error(f"result must be {TensorType(want, s.dtype)} (reduced axes kept as 1), got {r}")
 
 
-def check_scan(op, dtype) -> None:
-  """What a scan of either level checks of its attributes: the exclusive flag, the kind, and logaddexp on floats."""
-  if op.attrs.get('exclusive', False) not in (True, False, 'true', 'false'): raise op.error(f"exclusive must be true or false, got {op.attrs['exclusive']!r}")
-  if op.kind not in alu.SCAN_KINDS: raise op.error(f"unknown scan kind '{op.kind}' (expected one of {', '.join(alu.SCAN_KINDS)})")
-  if op.kind == 'logaddexp' and not getattr(dtype, 'is_float', False): raise op.error(f"logaddexp scans floats, got {dtype}")
-
-
-class ScanOp(Operation):
-  """`tensor.scan add %x 1 : tensor<8x512xf32>`: the inclusive scan of x along one axis, out[..., i, ...] = x[..., 0,
-  ...] op ... op x[..., i, ...] (cumsum: add, cumprod: mul, cummax: max). `tensor.scan add %x 1 (%init)` starts each
-  row's running value from init (x's shape with 1 along the axis) instead of the kind's identity: a long axis split in
-  chunks scans each chunk from the scan of the chunks' totals before it. `{exclusive = true}`: out[i] leaves x[i] out
-  (out[0] is the init, or the identity)."""
-  name = 'tensor.scan'
+class ScanBase(Operation):
+  """A scan of either level (tensor.scan, kernel.scan): its operands, attributes and form, and the checks of them."""
   OPERANDS = ('src', 'init?')
   ATTRS = {'kind': 'ident', 'axis': 'int', 'exclusive': 'any?'}
   TRAITS = {PURE}
   FORMAT = '$kind $src $axis?{ ($init)} : type($result)'
   @property
   def exclusive(self) -> bool: return self.attrs.get('exclusive', False) in (True, 'true')
+  def check_attrs(self, dtype) -> None:
+    """The exclusive flag, the kind, and logaddexp on floats."""
+    if self.attrs.get('exclusive', False) not in (True, False, 'true', 'false'): raise self.error(f"exclusive must be true or false, got {self.attrs['exclusive']!r}")
+    if self.kind not in alu.SCAN_KINDS: raise self.error(f"unknown scan kind '{self.kind}' (expected one of {', '.join(alu.SCAN_KINDS)})")
+    if self.kind == 'logaddexp' and not getattr(dtype, 'is_float', False): raise self.error(f"logaddexp scans floats, got {dtype}")
+
+
+class ScanOp(ScanBase):
+  """`tensor.scan add %x 1 : tensor<8x512xf32>`: the inclusive scan of x along one axis, out[..., i, ...] = x[..., 0,
+  ...] op ... op x[..., i, ...] (cumsum: add, cumprod: mul, cummax: max). `tensor.scan add %x 1 (%init)` starts each
+  row's running value from init (x's shape with 1 along the axis) instead of the kind's identity: a long axis split in
+  chunks scans each chunk from the scan of the chunks' totals before it. `{exclusive = true}`: out[i] leaves x[i] out
+  (out[0] is the init, or the identity)."""
+  name = 'tensor.scan'
   def verify(self):
     s, r = _tensor(self, self.src.type, 'operand'), _tensor(self, self.results[0].type)
-    check_scan(self, s.dtype)
+    self.check_attrs(s.dtype)
     if not 0 <= self.axis < s.rank: raise self.error(f"axis {self.axis} is out of range for rank {s.rank}")
     if r != s: raise self.error(f"result must be the operand's type {s}, got {r}")
     if self.init is not None:
