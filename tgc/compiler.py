@@ -79,14 +79,17 @@ class Kernel:
     return f
   @property
   def points(self) -> int:
-    if self._points is None:
-      a = self.fn.attrs
-      self._points = math.prod(a.get('global_size', (1,))) * math.prod(a.get('local_size', (1,)))
+    if self._points is None: self._points = launch_points(self.fn)
     return self._points
   @property
   def flops_per_point(self) -> int:
     if self._flops is None: self._flops = count_flops(self.fn)
     return self._flops
+
+
+def launch_points(fn) -> int:
+  """The threads a launch of uop.func fn runs (its grid times its work-group)."""
+  return math.prod(fn.attrs.get('global_size', (1,))) * math.prod(fn.attrs.get('local_size', (1,)))
 
 
 def _pick(idx):
@@ -519,7 +522,7 @@ def _build_share(j: int, shares: list, host, spec: DeviceSpec, dev) -> tuple:
   secs = {k: v - phases.get(k, 0.0) for k, v in st.phases.items() if v != phases.get(k, 0.0)}
   secs['lower'] = c1 - c0
   emit = st.emit_per_kernel[emits:] or [0.0] * len(fns)
-  ks = [function_cache.encode_kernel(launch_info(fn), (math.prod(fn.attrs.get('global_size', (1,))) * math.prod(fn.attrs.get('local_size', (1,))), count_flops(fn)),
+  ks = [function_cache.encode_kernel(launch_info(fn), (launch_points(fn), count_flops(fn)),
                                      fn.sym_name) for fn in fns]
   return ks, meta, blobs, secs, [((c1 - c0) / max(len(fns), 1), e) for e in emit]
 
