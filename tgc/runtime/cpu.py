@@ -712,16 +712,15 @@ def build_programs(fns: list) -> tuple:
     t, dt = _render(i, fns)
     texts.append(t); st.emit_per_kernel.append(dt); st.add('emit', dt)
   c0 = time.process_time()
-  syms = list(dict.fromkeys(map(kernel_symbol, texts)))
-  text_of = {kernel_symbol(t): t for t in texts}
-  keys, objs = [cache.key(text_of[s_], codegen_id()) for s_ in syms], []
-  for s_, k in zip(syms, keys):
+  text_of = {kernel_symbol(t): t for t in texts}  # (distinct texts, in order of first use)
+  at = {s_: i for i, s_ in enumerate(text_of)}
+  keys, objs = [cache.key(t, codegen_id()) for t in text_of.values()], []
+  for t, k in zip(text_of.values(), keys):
     o = cache.get('llvm', k)
-    if o is None: o = compile_object(text_of[s_]); cache.put('llvm', k, o)
+    if o is None: o = compile_object(t); cache.put('llvm', k, o)
     objs.append(o)
   st.add('compile', time.process_time() - c0)
-  at = {s_: i for i, s_ in enumerate(syms)}
-  return {'symbols': syms, 'keys': keys, 'kernels': [at[kernel_symbol(t)] for t in texts]}, objs
+  return {'symbols': list(text_of), 'keys': keys, 'kernels': [at[kernel_symbol(t)] for t in texts]}, objs
 
 
 def load_programs(device, fns: list, infos: list, meta: dict, blobs: list) -> list:
