@@ -7,7 +7,7 @@ bounds fold to constants; gates that are always true disappear.
 """
 from __future__ import annotations
 from tgc.ir.core import REGISTRY, Value
-from tgc.ir.types import elem
+from tgc.ir.types import VecType, elem
 from tgc.ir import dtypes as D
 from tgc.ir.rewrite import PatternMatcher, apply_patterns, const_value
 from tgc.passes.manager import Pass
@@ -103,10 +103,18 @@ def simplify_cmp(op, rw, memo):
   return None
 
 def simplify_gate(op, rw, memo):
+  """A load's gate that is always false gives its alternative; one always true goes where the load is proven inside
+  its buffer's declared size (a gated load outside it reads as a false gate on every device: dropping that gate
+  would make an access the verifier rejects of one the guards keep in bounds)."""
   if op.name == 'uop.load' and len(op.operands) == 4:
     g = const_value(op.operands[2]) if op.operands[2].op is not None and op.operands[2].op.name == 'uop.const' else None
-    if g == 1: return rw.create(REGISTRY['uop.load'], op.operands[:2], [op.results[0].type], None, op.loc).results[0]
     if g == 0: return op.operands[3]
+    if g == 1:
+      n = op.buf.op.attrs.get('size') if op.buf.op is not None and op.buf.op.name in ('uop.define_global', 'uop.define_local') else None
+      t = op.results[0].type
+      lo, hi = bounds(op.idx, memo)
+      if n is not None and not (lo >= 0 and hi + (t.count if isinstance(t, VecType) else 1) - 1 < n): return None
+      return rw.create(REGISTRY['uop.load'], op.operands[:2], [op.results[0].type], None, op.loc).results[0]
   return None
 
 
