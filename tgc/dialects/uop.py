@@ -378,6 +378,8 @@ class WmmaOp(Operation):
   def verify(self):
     if len(self.dims) != 3 or min(self.dims) < 1: raise self.error(f"dims must be (m, n, k), got {list(self.dims)}")
     if self.c.type != self.results[0].type: raise self.error("accumulator and result types differ")
+    for n in ('a', 'b', 'c'):  # (each thread holds its lanes of a fragment: a vector)
+      if not isinstance(getattr(self, n).type, VecType): raise self.error(f"operand {n} must be a vector of a fragment's lanes, got {getattr(self, n).type}")
 
 
 
