@@ -243,6 +243,45 @@ def test_gpu_heuristic_shapes(case):
   np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
 
 
+def _kernels_at_opt(root, spec):
+  from tgc.tensor import _build_module
+  from tgc.lowering import lower as lower_to
+  m, _ = _build_module([root.node], 'main')
+  lower_to(m, spec, 'opt')
+  return m.functions('kernel.func')
+
+
+def test_unrolled_ops_counts_each_op_once_per_lane_it_varies_along():
+  """A matmul tile of 8 rows x 4 columns with the reduce unrolled by 8: a row's operand is loaded once per row and
+  step, a column's once per column and step, the products and sums once per lane and step, the stores once a lane."""
+  from tgc.passes.schedule import Schedule, Opt
+  from tgc.target import DeviceSpec
+  a, b = tgc.Tensor.empty(64, 32), tgc.Tensor.empty(32, 48)
+  k, = _kernels_at_opt(a @ b, DeviceSpec.of('llvm'))
+  ks = Schedule(k, [Opt('upcast', 1, 4), Opt('upcast', 0, 8), Opt('unroll', 4, 8)], None)
+  assert ks.unrolled_ops() == 8 * 8 + 4 * 8 + 2 * 8 * 4 * 8 + 8 * 4
+
+
+def test_gpu_unrolling_keeps_a_heavy_body_small():
+  """A reduce over a long elementwise chain of broadcast and gathered operands (a position embedding's gradient behind
+  a layernorm's): the GPU tile unrolls its reduce only as far as keeps the unrolled body within MAX_UNROLLED_OPS (NVRTC
+  spent 1.9 s on such a kernel unrolled 8 times); a matmul's tile still unrolls 8 deep."""
+  from tgc.passes.schedule import Schedule, MAX_UNROLLED_OPS
+  from tgc.target import DeviceSpec
+  spec = DeviceSpec.of('cuda', processors=132)
+  x, g = tgc.Tensor.empty(16, 256, 384), tgc.Tensor.empty(384)
+  idx, emb = tgc.Tensor.empty(16, 256, dtype=tgc.dtypes.int32), tgc.Tensor.empty(64, 384)
+  mu, var = tgc.Tensor.empty(16, 256, 1), tgc.Tensor.empty(16, 256, 1)
+  e = emb[idx]
+  y = x * g * (var / 384 + 1e-5).rsqrt() + mu * (e - mu) * 2 + e * x
+  k, = _kernels_at_opt(y.sum(0), spec)
+  ks = Schedule(k, None, spec.target)
+  assert any(o.name == 'unroll' for o in ks.opts) and any(o.name == 'upcast' for o in ks.opts), ks.opts
+  assert ks.unrolled_ops() <= MAX_UNROLLED_OPS, (ks.opts, ks.unrolled_ops())
+  k, = _kernels_at_opt(tgc.Tensor.empty(1024, 384) @ tgc.Tensor.empty(384, 384), spec)
+  assert [o.fields['amt'] for o in Schedule(k, None, spec.target).opts if o.name == 'unroll'] == [8]
+
+
 def _staged_tc_module(device, stages=4, warpgroup=False):
   """A 256x512 @ 512x256 f16 matmul on tensor cores (a warp's mma.sync, or with `warpgroup` Hopper's wgmma) whose SMEM
   ring (`stages` of 64-deep steps) outgrows static shared memory (48 KB)."""

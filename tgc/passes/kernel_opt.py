@@ -21,7 +21,7 @@ from tgc.ir.attrs import Record
 from tgc.target import Target, DeviceSpec, DEVICE_OPTIONS
 from tgc.host import CPU_KINDS, cpu_facts
 from tgc.passes.manager import Pass, PipelineError
-from tgc.passes.schedule import Schedule, Opt, OptError, try_opts, lowers, tc_axes, MAX_LANES
+from tgc.passes.schedule import Schedule, Opt, OptError, try_opts, lowers, tc_axes, MAX_LANES, MAX_UNROLLED_OPS
 from tgc.passes.pipelines import noopt_from_env
 
 
@@ -79,6 +79,13 @@ class Tiling:
     """Add the action where it applies to the kernel's shape (the schedule follows)."""
     nk = try_opts(self.k, self.opts + [o], self.t)
     if nk is None: return False
+    self.opts.append(o); self.ks = nk
+    return True
+
+  def apply_within(self, o, most_ops: int | float) -> bool:
+    """apply, where the unrolled body it makes holds at most most_ops ops (what the device's compiler reads)."""
+    nk = try_opts(self.k, self.opts + [o], self.t)
+    if nk is None or nk.unrolled_ops() > most_ops: return False
     self.opts.append(o); self.ks = nk
     return True
 
@@ -344,7 +351,10 @@ def generic(tl: Tiling) -> list | None:
         tl.apply(Opt('unroll', r, vec))  # a plain reduction over contiguous memory: vector lanes along it
       elif s <= 32 and cur * s <= MAX_LANES and s in (2, 4, 8, 16, 32) and not gpu: tl.apply(Opt('unroll', r, 0))
       elif staged and s % (4 * unroll) == 0 and cur * 4 * unroll <= MAX_LANES: tl.apply(Opt('unroll', r, 4 * unroll))  # a longer step between barriers
-      elif gpu and s % (2 * unroll) == 0 and cur * 2 * unroll <= MAX_LANES and cur > 1: tl.apply(Opt('unroll', r, 2 * unroll))  # a GPU tile: more loads in flight
+      elif gpu and cur > 1 and s % unroll == 0:  # a GPU tile: more loads in flight, as many as keep the unrolled body small
+        # (staged tiles compute their operands once a tile, as they stage them: their loop body is the products)
+        most = MAX_UNROLLED_OPS if not staged else math.inf
+        next((a for a in (2 * unroll, unroll, 2) if s % a == 0 and cur * a <= MAX_LANES and tl.apply_within(Opt('unroll', r, a), most)), None)
       elif s % unroll == 0 and cur * unroll <= MAX_LANES: tl.apply(Opt('unroll', r, unroll))
     # CPU loop order: each iteration of the outermost global loop re-reads every buffer that does not vary
     # along it; where such a buffer outgrows a core's cache, make outermost the axis for which that costs least

@@ -39,6 +39,8 @@ from tgc.errors import TgcError
 from tgc.target import Target, DeviceSpec, tensor_core_targets
 
 MAX_LANES = 256  # unrolled lanes (upcast x unroll) a kernel may have at most
+MAX_UNROLLED_OPS = 1024  # a GPU tile's unrolled body (Schedule.unrolled_ops) the heuristic's reduce unrolling stays within:
+                         # NVRTC took 1.9 s over one of 3700 (a position embedding's gradient behind a layernorm's), 0.6 over 1560, 0.2 over 640
 MAX_STAGES = 8   # SMEM's ring of tiles (uop.async_wait counts at most 8 groups in flight)
 MAX_GLOBAL_DIMS = 3  # launch grid dims (gidx0..2, lidx0..2): more axes are merged into the outermost
 MAX_GRID = 2**31 - 1  # points along one launch grid dim at most
@@ -175,7 +177,10 @@ def _split(full, out, kinds, views, ax, outer, inner, inner_kind):
   nf = full[:ax] + [outer, inner] + full[ax + 1:]
   no = out[:ax] + ([outer, inner] if out[ax] == s else [1, 1]) + out[ax + 1:]
   for k, vs in views.items():
-    views[k] = vs.reshape(tuple(nf) if tuple(vs.shape) == tuple(full) else tuple(no))
+    nv = vs.reshape(tuple(nf) if tuple(vs.shape) == tuple(full) else tuple(no))
+    # a split along a lower view's own digits can make the stack one view (a concatenated input read in tiles of
+    # its parts: an affine address where the stack took a div and a mod a lane)
+    views[k] = nv
   return nf, no, kinds[:ax] + [kinds[ax], inner_kind] + kinds[ax + 1:]
 
 
@@ -254,7 +259,6 @@ class Schedule:
     self.warpgroup = any(o.name == 'tc' and o.fields.get('amt') == 1 for o in opts)  # wgmma: SMEM's tiles are SwizzledTiles
     # the reduces whose input linearize masks to their identity past a padded reduce axis's end
     self.masked = {r for r in reduces if not zero_pad(r)} if self.reduce_bounds else set()
-    self.n_ops = sum(1 for op in ops if hasattr(op, 'opname'))
 
   def check(self, target: Target | DeviceSpec) -> 'Schedule':
     """This schedule, where it lowers on `target` (its language's limits); else an OptError naming the kernel, the
@@ -356,7 +360,25 @@ class Schedule:
     """Per axis, how far the load's address moves (None: not by a constant). A mask (padding) gates lanes without
     moving them, so a padded input still reads contiguously along its rows: the tiles are chosen as if unmasked, and
     linearize gates each lane."""
-    return self.views[op].real_strides(ignore_valid=True)
+    st = self.views[op].real_strides(ignore_valid=True)
+    if op.name == 'kernel.load' and op.gather is not None:  # (its index moves it along the axes the index varies along)
+      vary = self.varying(op.operands[0])
+      st = tuple(None if a in vary else s for a, s in enumerate(st))
+    return st
+
+  def varying(self, v) -> set[int]:
+    """The axes along which a value of the kernel varies: those of the loads that compute it (where the load's address
+    moves, or a gather's index varies)."""
+    memo = self.__dict__.setdefault('_varying', {})
+    if v not in memo:
+      op = v.op
+      if op is None: memo[v] = set()
+      else:
+        axes = set().union(*(self.varying(u) for u in op.operands))
+        if op.name in ('kernel.load', 'kernel.index'):
+          axes |= {a for a, s in enumerate(self.views[op].real_strides(ignore_valid=True)) if s != 0}
+        memo[v] = axes
+    return memo[v]
 
   @property
   def reduce_bounds(self) -> list:
@@ -369,6 +391,24 @@ class Schedule:
     return [v for k, v in self.padded.items() if not isinstance(k, tuple)]
 
   def axes(self, kind): return [i for i, kd in enumerate(self.kinds) if kd == kind and self.full[i] > 1]
+
+  def unrolled_ops(self) -> int:
+    """How many ops the kernel's unrolled body holds: each op once per lane of the upcast and unrolled axes along
+    which its value varies (a load broadcast along a tile's columns is loaded once a row; a sum's accumulators are
+    one a lane). What the device's compiler reads: its time grows with it, faster than linearly where registers run
+    short."""
+    lanes = [a for a in self.axes('upcast') + self.axes('unroll')]
+    if not lanes: return sum(1 for op in self.k.body.ops if op.results)
+    unroll, var, n = set(self.axes('unroll')), {}, 0
+    for op in self.k.body.ops:
+      axes = set().union(*(var.get(v, ()) for v in op.operands))
+      if op.name in ('kernel.load', 'kernel.index'):
+        st = self.strides(op)
+        axes |= {a for a in lanes if st[a] != 0}
+      n += math.prod(self.full[a] for a in axes)
+      if op.name == 'kernel.reduce': axes = axes - unroll
+      for r in op.results: var[r] = axes
+    return n
 
   def tile_axes(self, op) -> list[int]:
     """SMEM's tile of a load: the axes of a work-group's step of the reduce loop (local, group, upcast, unroll) that
