@@ -165,3 +165,21 @@ CHAINS = {
 def test_movement_chain(name, dev):
   f, g = CHAINS[name]
   check(f(Tensor(A)), g(A))
+
+
+def test_concat_of_permuted_parts_reads_affinely():
+  """Heads merged back (b, h, s, d) -> (b, s, h*d) and concatenated (attention's q, k and v gradients): a load of one
+  part is a view of a masked view of the permuted buffer, which the tiles' split along the parts' boundaries makes one affine view again (no division or
+  remainder a lane in the kernel); the values against numpy."""
+  from tgc.tensor import _build_module
+  from tgc.lowering import lower
+  from tgc.target import DeviceSpec
+  a, c = (RNG.standard_normal((4, 2, 16, 16)).astype(np.float32) for _ in range(2))
+  kt = RNG.standard_normal((4, 32, 16)).astype(np.float32)  # (a transposed part: the kernel's shape stays 4x16x96)
+  merge = lambda t: t.permute(0, 2, 1, 3).reshape(4, 16, 32)
+  out = Tensor.cat(merge(Tensor(a)), Tensor(kt).transpose(1, 2), merge(Tensor(c)), dim=-1)
+  m, _ = _build_module([out.node], 'main')
+  lower(m, DeviceSpec.of('llvm'), 'uop')
+  names = {op.name for f in m.functions('uop.func') for op in f.walk()}
+  assert not names & {'uop.mod', 'uop.idiv'}, names
+  check(out, np.concatenate([a.transpose(0, 2, 1, 3).reshape(4, 16, 32), kt.transpose(0, 2, 1), c.transpose(0, 2, 1, 3).reshape(4, 16, 32)], -1))

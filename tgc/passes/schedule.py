@@ -180,7 +180,7 @@ def _split(full, out, kinds, views, ax, outer, inner, inner_kind):
     nv = vs.reshape(tuple(nf) if tuple(vs.shape) == tuple(full) else tuple(no))
     # a split along a lower view's own digits can make the stack one view (a concatenated input read in tiles of
     # its parts: an affine address where the stack took a div and a mod a lane)
-    views[k] = nv
+    views[k] = nv.simplify() if len(nv.views) == len(vs.views) > 1 else nv
   return nf, no, kinds[:ax] + [kinds[ax], inner_kind] + kinds[ax + 1:]
 
 
