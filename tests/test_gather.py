@@ -101,3 +101,31 @@ def test_onnx_gathers_match_onnxruntime(dev, op, xs, idx, attrs):
   want = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider']).run(None, {'x': x, 'i': i})[0]
   model = tgc.onnx.load(m, device=dev)
   np.testing.assert_array_equal(model(x=x, i=i)[0], want)
+
+
+def test_cpu_tiles_of_gathers_stay_small():
+  """Token and position embeddings summed and layer-normed (a transformer's first kernel): the gathered tables' loads
+  move along the rows with the token ids (their views alone broadcast there), and a CPU tile takes at most
+  MAX_GATHERED_LANES of them (each a scalar load: 512 made 7500 lines of LLVM IR); the values against numpy."""
+  from tgc.tensor import _build_module
+  from tgc.lowering import lower as lower_to
+  from tgc.target import DeviceSpec
+  from tgc.passes.schedule import Schedule, MAX_GATHERED_LANES
+  ids = rng.integers(0, 64, (4, 16)).astype(np.int32)
+  tok, pos = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((16, 32)).astype(np.float32)
+  y = (nn.Embedding(64, 32), nn.Embedding(16, 32))
+  y[0].weight, y[1].weight = Tensor(tok), Tensor(pos)
+  out = (y[0](Tensor(ids)) + y[1](Tensor.arange(16, dtype=tgc.dtypes.int32).reshape(1, 16))).layernorm()
+  spec = DeviceSpec.of('llvm')
+  m, _ = _build_module([out.node], 'main')
+  lower_to(m, spec, 'opt')
+  ks = [Schedule(k, None, spec.target) for k in m.functions('kernel.func')]
+  g = [k for k in ks if any(op.name == 'kernel.load' and op.gather is not None for op in k.views)]
+  assert g
+  for k in g:  # (at the kernel's own shape, 4 x 16 x 32: the token table's rows follow both axes of the ids)
+    plain = Schedule(k.k, (), spec.target)
+    assert (None, None, 1) in [plain.strides(op) for op in plain.views if op.name == 'kernel.load' and op.gather is not None]
+  assert all(0 < k.gathered_lanes() <= MAX_GATHERED_LANES for k in g), [(k.opts, k.gathered_lanes()) for k in g]
+  x = tok[ids] + pos[None]
+  want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)

@@ -21,7 +21,7 @@ from tgc.ir.attrs import Record
 from tgc.target import Target, DeviceSpec, DEVICE_OPTIONS
 from tgc.host import CPU_KINDS, cpu_facts
 from tgc.passes.manager import Pass, PipelineError
-from tgc.passes.schedule import Schedule, Opt, OptError, try_opts, lowers, tc_axes, MAX_LANES, MAX_UNROLLED_OPS
+from tgc.passes.schedule import Schedule, Opt, OptError, try_opts, lowers, tc_axes, MAX_LANES, MAX_UNROLLED_OPS, MAX_GATHERED_LANES
 from tgc.passes.pipelines import noopt_from_env
 
 
@@ -76,9 +76,11 @@ class Tiling:
     return [op for op in self.loads if tuple(self.ks.views[op].shape) == tuple(self.ks.full)]
 
   def apply(self, o) -> bool:
-    """Add the action where it applies to the kernel's shape (the schedule follows)."""
+    """Add the action where it applies to the kernel's shape (the schedule follows); on a CPU, not one that takes a
+    tile's gathered lanes past MAX_GATHERED_LANES (each is a scalar load: the unrolled code grows, not the speed)."""
     nk = try_opts(self.k, self.opts + [o], self.t)
     if nk is None: return False
+    if not self.gpu and o.name in ('upcast', 'unroll') and MAX_GATHERED_LANES < (g := nk.gathered_lanes()) and g > self.ks.gathered_lanes(): return False
     self.opts.append(o); self.ks = nk
     return True
 
@@ -334,7 +336,9 @@ def generic(tl: Tiling) -> list | None:
       r_last = tl.ks.axes('reduce')[-1] if tl.ks.axes('reduce') else None
       if step == 0 and not gpu and best[1] * 4 <= vec and r_last is not None and tl.ks.full[r_last] % vec == 0 and \
           all(tl.ks.strides(op)[r_last] in (0, 1) for op in loads) and any(tl.ks.strides(op)[r_last] == 1 for op in loads): break
-      if tl.apply(Opt('upcast', *best)):
+      # (the largest amount that applies: a CPU tile of gathers takes fewer rows)
+      best = next(((best[0], a) for a in (best[1], best[1] // 2, best[1] // 4, best[1] // 8) if a > 1 and best[1] % a == 0 and tl.apply(Opt('upcast', best[0], a))), None)
+      if best:
         if vec_bcast is None: vec_bcast, width = tuple(tl.ks.strides(op)[best[0] + 1] == 0 for op in loads), best[1]
         lanes *= best[1]
         done = {a + (a > best[0]) for a in done} | {best[0], best[0] + 1}  # the split's two parts are used

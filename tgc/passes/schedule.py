@@ -39,6 +39,8 @@ from tgc.errors import TgcError
 from tgc.target import Target, DeviceSpec, tensor_core_targets
 
 MAX_LANES = 256  # unrolled lanes (upcast x unroll) a kernel may have at most
+MAX_GATHERED_LANES = 64  # a CPU tile's gathered lanes (Schedule.gathered_lanes) at most: LLVM took 0.8 s over a tiny GPT's
+                         # embedding and layer norm (two gathers in a tile of 64 rows with its reduce unrolled 4 times: 512)
 MAX_UNROLLED_OPS = 1024  # a GPU tile's unrolled body (Schedule.unrolled_ops) the heuristic's reduce unrolling stays within:
                          # NVRTC took 1.9 s over one of 3700 (a position embedding's gradient behind a layernorm's), 0.6 over 1560, 0.2 over 640
 MAX_STAGES = 8   # SMEM's ring of tiles (uop.async_wait counts at most 8 groups in flight)
@@ -362,7 +364,7 @@ class Schedule:
     linearize gates each lane."""
     st = self.views[op].real_strides(ignore_valid=True)
     if op.name == 'kernel.load' and op.gather is not None:  # (its index moves it along the axes the index varies along)
-      vary = self.varying(op.operands[0])
+      vary = self.varying(op.index)
       st = tuple(None if a in vary else s for a, s in enumerate(st))
     return st
 
@@ -391,6 +393,13 @@ class Schedule:
     return [v for k, v in self.padded.items() if not isinstance(k, tuple)]
 
   def axes(self, kind): return [i for i, kd in enumerate(self.kinds) if kd == kind and self.full[i] > 1]
+
+  def gathered_lanes(self) -> int:
+    """The lanes of the unrolled tile that load by a computed index (a gather: on a CPU each is a scalar load and an
+    insert, where other loads are vectors)."""
+    lanes = self.axes('upcast') + self.axes('unroll')
+    return sum(math.prod(self.full[a] for a in lanes if self.strides(op)[a] != 0)
+               for op in self.views if op.name == 'kernel.load' and op.gather is not None)
 
   def unrolled_ops(self) -> int:
     """How many ops the kernel's unrolled body holds: each op once per lane of the upcast and unrolled axes along
