@@ -183,7 +183,8 @@ def _softmax(a):
                                   'sum_i32', 'argmax', 'softmax_f16', 'softmax_rows1000', 'softmax_rows6625', 'max_rows6625', 'conv1x3_960',
                                   'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
                                   'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc', 'conv_tc_strided',
-                                  'cumsum_rows', 'cumsum_long', 'cumsum_cols', 'cummax_odd', 'logcumsumexp_long', 'argmax_rows'])
+                                  'cumsum_rows', 'cumsum_long', 'cumsum_cols', 'cummax_odd', 'logcumsumexp_long', 'argmax_rows',
+                                  'linear_bf16_mixed'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -237,10 +238,36 @@ def test_gpu_heuristic_shapes(case):
     'cummax_odd': (lambda a: a.cummax(1)[0], (r(33, 100003),), lambda a: np.maximum.accumulate(a, 1), 0),
     'logcumsumexp_long': (lambda a: a.logcumsumexp(0), (r(1000003) * 10,), lambda a: np.logaddexp.accumulate(a), 1e-5),
     'argmax_rows': (lambda a: a.argmax(1), (r(8192, 4096),), lambda a: a.argmax(1), 0),
+    # mixed precision (float32 activations and weights, the product of their bfloat16 casts summed in float32): the
+    # casts stored as bfloat16 copies, the product on the tensor cores
+    'linear_bf16_mixed': (lambda x, w: x.cast('bfloat16').linear(w.transpose().cast('bfloat16')).cast('float32'), (r(256, 384), r(192, 384)),
+                          lambda x, w: _bf16(x) @ _bf16(w).T, 2e-2),
   }[case]
   out = f(*[tgc.Tensor(a, device='CUDA') for a in args]).numpy()
   want = ref(*[a.astype(np.float64) for a in args])
   np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
+
+
+def _bf16(a):
+  """a rounded to bfloat16 (to nearest even), as float64."""
+  u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+  return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def test_mixed_precision_products_take_the_tensor_cores():
+  """A float32 product of bfloat16 casts (a mixed-precision Linear: float32 weights and activations) runs on the
+  tensor cores, its computed casts stored as bfloat16 copies first; a float32 product of float32 values stays on the
+  CUDA cores (without TF32)."""
+  from tgc.passes.schedule import Schedule
+  from tgc.target import DeviceSpec
+  spec = DeviceSpec.of('cuda', processors=132)
+  x, w = tgc.Tensor.empty(4096, 384), tgc.Tensor.empty(1536, 384)
+  ks = _kernels_at_opt(x.cast('bfloat16').linear(w.transpose().cast('bfloat16')), spec)
+  mm = [k for k in ks if any(op.name == 'kernel.reduce' for op in k.body.ops)]
+  assert len(mm) == 1 and any(o.name == 'tc' for o in Schedule(mm[0], None, spec.target).opts)
+  assert all(op.buf.type.dtype == tgc.dtypes.bfloat16 for op in mm[0].body.ops if op.name == 'kernel.load')
+  k, = _kernels_at_opt(x.linear(w.transpose()), spec)
+  assert not any(o.name == 'tc' for o in Schedule(k, None, spec.target).opts)
 
 
 def _kernels_at_opt(root, spec):

@@ -125,7 +125,11 @@ def _reads(v) -> int:
 def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None):
   shape = op.results[0].type.shape
   a, b = op.lhs, op.rhs
-  if spec is not None and spec.gpu and not _on_tensor_cores(a.type.dtype, spec): a, b = _staged(a, rw, op.loc), _staged(b, rw, op.loc)
+  if spec is not None and spec.gpu and not _on_tensor_cores(a.type.dtype, spec):
+    na, nb = _narrowed(a, spec), _narrowed(b, spec)
+    if na is not None and nb is not None and na.type.dtype == nb.type.dtype:  # (mixed precision: f32 sums of bf16 products)
+      a, b = (_widen(_stored(n, rw, op.loc), v, rw, op.loc) for n, v in ((na, a), (nb, b)))
+    else: a, b = _staged(a, rw, op.loc), _staged(b, rw, op.loc)
   return _product(rw, a, b, op.loc, pack, split_k(shape, op.lhs.type.shape[-1], spec))
 
 
@@ -133,6 +137,31 @@ def _on_tensor_cores(dt, spec: DeviceSpec) -> bool:
   """Whether a product of dt factors may run on the target's tensor cores (whose tiles compute their operands)."""
   tc = spec.target.tensor_cores
   return tc is not None and (any(dt.name == i for i, _ in tc.dtypes) or (dt == D.f32 and tc.tf32 and spec.tf32))
+
+
+def _narrowed(v, spec: DeviceSpec):
+  """The value v widens (a cast to v's dtype) where the tensor cores take its dtype, else None: a product in float32
+  of bfloat16 (or half) factors, as a mixed-precision matmul is written, runs on the tensor cores with float32 sums."""
+  o = v.op
+  if o is None or o.name != 'tensor.cast': return None
+  n = o.operands[0]
+  return n if n.type.dtype.itemsize < v.type.dtype.itemsize and _on_tensor_cores(n.type.dtype, spec) else None
+
+
+def _stored(n, rw, loc):
+  """A tensor-core operand n as a buffer of its own dtype where it is computed (a cast of a float32 activation or
+  weight): the tiles read (and stage) tensor cores' operands from memory as they are, a bfloat16 copy costing a write
+  and a read of half the float32 operand; a plain read (a buffer, an argument, another kernel's result) stays."""
+  u = n
+  while u.op is not None and MOVEMENT in u.op.TRAITS: u = u.op.operands[0]
+  if u.op is None or not (ELEMENTWISE in u.op.TRAITS or u.op.name == 'tensor.cast') or not u.op.operands: return n
+  return rw.create(REGISTRY['tensor.contiguous'], [n], [n.type], None, loc).results[0]
+
+
+def _widen(n, v, rw, loc):
+  """n cast to v's dtype, as v was."""
+  if n is v.op.operands[0]: return v
+  return rw.create(REGISTRY['tensor.cast'], [n], [v.type], None, loc).results[0]
 
 
 def _staged(v, rw, loc):
