@@ -184,7 +184,7 @@ def _softmax(a):
                                   'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
                                   'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc', 'conv_tc_strided',
                                   'cumsum_rows', 'cumsum_long', 'cumsum_cols', 'cummax_odd', 'logcumsumexp_long', 'argmax_rows',
-                                  'linear_bf16_mixed'])
+                                  'linear_bf16_mixed', 'onehot_grad'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -240,6 +240,12 @@ def test_gpu_heuristic_shapes(case):
     'argmax_rows': (lambda a: a.argmax(1), (r(8192, 4096),), lambda a: a.argmax(1), 0),
     # mixed precision (float32 activations and weights, the product of their bfloat16 casts summed in float32): the
     # casts stored as bfloat16 copies, the product on the tensor cores
+    # a one-hot product summed over 4096 tokens (an embedding's gradient) whose other factor is computed: the sum split
+    # into chunks, the computed factor stored once, not recomputed for each of the 256 rows it is broadcast to
+    'onehot_grad': (lambda t, a, b: ((t.reshape(4096, 1, 1) == tgc.Tensor.arange(256, device='CUDA').reshape(1, 256, 1)).cast('float32') *
+                                     ((a * a + 1).sqrt() * b).reshape(4096, 1, 384)).sum(0),
+                    (rng.integers(0, 256, 4096).astype(np.int32), r(4096, 384), r(4096, 384)),
+                    lambda t, a, b: np.eye(256)[t.astype(np.int64)].T @ (np.sqrt(a * a + 1) * b), 1e-4),
     'linear_bf16_mixed': (lambda x, w: x.cast('bfloat16').linear(w.transpose().cast('bfloat16')).cast('float32'), (r(256, 384), r(192, 384)),
                           lambda x, w: _bf16(x) @ _bf16(w).T, 2e-2),
   }[case]
@@ -268,6 +274,20 @@ def test_mixed_precision_products_take_the_tensor_cores():
   assert all(op.buf.type.dtype == tgc.dtypes.bfloat16 for op in mm[0].body.ops if op.name == 'kernel.load')
   k, = _kernels_at_opt(x.linear(w.transpose()), spec)
   assert not any(o.name == 'tc' for o in Schedule(k, None, spec.target).opts)
+
+
+def test_a_computed_factor_broadcast_along_a_split_sum_is_stored():
+  """An embedding's gradient as a GPU computes it: a one-hot of 4096 tokens times their (computed) gradients, summed
+  over the tokens in chunks: the gradients are computed once, in a kernel of their own, not in the one-hot product's
+  kernel once for each of the 256 rows they are broadcast to."""
+  from tgc.target import DeviceSpec
+  spec = DeviceSpec.of('cuda', processors=132)
+  t, a, b = tgc.Tensor.empty(4096, dtype=tgc.dtypes.int32), tgc.Tensor.empty(4096, 384), tgc.Tensor.empty(4096, 384)
+  onehot = (t.reshape(4096, 1, 1) == tgc.Tensor.arange(256).reshape(1, 256, 1)).cast('float32')
+  ks = _kernels_at_opt((onehot * ((a * a + 1).sqrt() * b).reshape(4096, 1, 384)).sum(0), spec)
+  ops = [{op.name for op in k.body.ops} for k in ks]
+  assert any('kernel.cmpeq' in o for o in ops) and any('kernel.sqrt' in o for o in ops)
+  assert not any({'kernel.cmpeq', 'kernel.sqrt'} <= o for o in ops), ops
 
 
 def _kernels_at_opt(root, spec):

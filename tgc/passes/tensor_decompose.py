@@ -101,11 +101,34 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
   a, = op.axes
   n = split_k(t.shape, shape[a], spec)
   if n < 2: return None
+  src = _with_stored_factors(src, prod, rw, op.loc)
   cut = shape[:a] + (n, shape[a] // n) + shape[a + 1:]
   v = rw.create(REGISTRY['tensor.reshape'], [src], [TensorType(cut, src.type.dtype)], None, op.loc).results[0]
   v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(cut[:a + 1] + (1,) + cut[a + 2:], t.dtype)], {'kind': 'add', 'axes': (a + 1,)}, op.loc).results[0]
   v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(cut[:a] + (1, 1) + cut[a + 2:], t.dtype)], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
   return rw.create(REGISTRY['tensor.reshape'], [v], [t], None, op.loc).results[0]
+
+
+def _with_stored_factors(src, prod, rw, loc):
+  """src (the product, through its casts) with each factor that is a computed value broadcast (an expand of an
+  elementwise chain: an embedding's token gradients behind a layer norm's backward, broadcast along the vocabulary)
+  read from a buffer of its own: fused, the chain ran once per output it is broadcast to (the GPT step's 256 per
+  token gradient: 0.26 ms for 1.7 GFLOP at 7 TFLOP/s). (A conv's weight gradient, summed over several axes, keeps
+  its factors: its staged tiles compute a factor once a tile, and a ResNet step ran 8 % slower with them stored.)"""
+  new = []
+  for x in prod.operands:
+    chain, u = [], x
+    while u.op is not None and MOVEMENT in u.op.TRAITS and u.op.operands: chain.append(u.op); u = u.op.operands[0]
+    s = _staged(u, rw, loc) if chain and u.type.numel < x.type.numel else u
+    for o in reversed(chain if s is not u else ()): s = rw.create(REGISTRY[o.name], [s], [o.results[0].type], dict(o.attrs), loc).results[0]
+    new.append(x if s is u else s)
+  if all(a is b for a, b in zip(new, prod.operands)): return src
+  v = rw.create(REGISTRY['tensor.mul'], new, [prod.results[0].type], dict(prod.attrs), loc).results[0]
+  casts = []
+  u = src
+  while u is not prod.results[0]: casts.append(u.op); u = u.op.operands[0]
+  for o in reversed(casts): v = rw.create(REGISTRY[o.name], [v], [o.results[0].type], dict(o.attrs), loc).results[0]
+  return v
 
 
 def _reads(v) -> int:
