@@ -237,3 +237,20 @@ print(function_cache.stats['hits'], sorted(map(str, f.kernels)) == {names!r}, np
   p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
   out = p.stdout.split()
   assert out[:2] == ['1', 'True'] and float(out[2]) < 1e-4, p.stderr[-2000:]
+
+
+def test_workers_fork_from_a_process_that_has_lowered_once(cdir, monkeypatch):
+  """Before the first batch the compile workers take for a spec, this process lowers one of its kernels to the uop
+  level and renders it (once a spec): the workers forked after find the passes' and the emitter's modules imported,
+  where each worker of each batch imported them before its first share. The function's results stay numpy's."""
+  monkeypatch.setenv('TGC_COMPILE_WORKERS', '2')
+  from tgc import compiler
+  from tgc.compiler import compile_module
+  from tgc.parser import parse
+  from tgc.runtime import get_device
+  monkeypatch.setattr(compiler, '_warmed', set())
+  rng = np.random.default_rng(2)
+  x, w1, w2 = (rng.standard_normal(s).astype(np.float32) * 0.3 for s in ((8, 16), (16, 16), (16, 16)))
+  f = compile_module(parse(_LAYERS), 'CPU')
+  np.testing.assert_allclose(f(x, w1, w2)[0], np.exp2(np.exp2(x @ w1) @ w2), rtol=1e-5)
+  assert compiler._warmed == {get_device('CPU').spec.options()}

@@ -484,6 +484,7 @@ def _compile_in_workers(m: Module, entry, spec: DeviceSpec, dev, dev_name: str, 
   groups, loads = [[] for _ in range(n)], [0] * n
   for i in sorted(range(len(reps)), key=lambda i: -cost[i]):
     j = loads.index(min(loads)); groups[j].append(i); loads[j] += cost[i]
+  _warm_lowering(reps[cost.index(min(cost))], spec)
   t1 = time.perf_counter(); st.add('lower', t1 - t0)
   prog.phase('compile', len(reps))
   try: res = workers.run(_build_share, n, ([[reps[i] for i in sorted(g)] for g in groups], host, spec, dev), cost=lambda j: loads[j],
@@ -502,6 +503,20 @@ def _compile_in_workers(m: Module, entry, spec: DeviceSpec, dev, dev_name: str, 
   st.add('load', time.perf_counter() - t2)
   st.kernels += len(kernels); st.compiled += len(reps)
   return {k.attrs['sym_name']: kernels[k.attrs['sym_name']] for k in kfns}
+
+
+_warmed: set[str] = set()  # the specs whose lowering this process has run (what its forked workers inherit)
+
+def _warm_lowering(k, spec: DeviceSpec) -> None:
+  """Once a process and spec: a copy of kernel.func k lowered to the uop level and rendered here, so that the compile
+  workers forked after find the passes' and the emitter's modules imported and their one-time tables built. Without
+  it each worker of each batch did that first (a GPT step's: 11 batches of 16 workers), its first share waiting."""
+  key = spec.options()
+  if key in _warmed: return
+  _warmed.add(key)
+  sub = Module([k]).clone()
+  lower(sub, spec, 'uop')
+  spec.render(sub)
 
 
 def _build_share(j: int, shares: list, host, spec: DeviceSpec, dev) -> tuple:
