@@ -254,3 +254,8 @@ def test_workers_fork_from_a_process_that_has_lowered_once(cdir, monkeypatch):
   f = compile_module(parse(_LAYERS), 'CPU')
   np.testing.assert_allclose(f(x, w1, w2)[0], np.exp2(np.exp2(x @ w1) @ w2), rtol=1e-5)
   assert compiler._warmed == {get_device('CPU').spec.options()}
+  # a function without kernels (its result is its argument) has nothing to lower first
+  monkeypatch.setattr(compiler, '_warmed', set())
+  g = compile_module(parse('func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  func.return %x : tensor<4xf32>\n}\n'), 'CPU')
+  np.testing.assert_array_equal(g(np.arange(4, dtype=np.float32))[0], np.arange(4, dtype=np.float32))
+  assert not g.kernels and compiler._warmed == set()

@@ -484,7 +484,7 @@ def _compile_in_workers(m: Module, entry, spec: DeviceSpec, dev, dev_name: str, 
   groups, loads = [[] for _ in range(n)], [0] * n
   for i in sorted(range(len(reps)), key=lambda i: -cost[i]):
     j = loads.index(min(loads)); groups[j].append(i); loads[j] += cost[i]
-  _warm_lowering(reps[cost.index(min(cost))], spec)
+  if reps: _warm_lowering(reps[cost.index(min(cost))], spec)
   t1 = time.perf_counter(); st.add('lower', t1 - t0)
   prog.phase('compile', len(reps))
   try: res = workers.run(_build_share, n, ([[reps[i] for i in sorted(g)] for g in groups], host, spec, dev), cost=lambda j: loads[j],
