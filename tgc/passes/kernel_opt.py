@@ -75,19 +75,13 @@ class Tiling:
     bias, read once an output)."""
     return [op for op in self.loads if tuple(self.ks.views[op].shape) == tuple(self.ks.full)]
 
-  def apply(self, o) -> bool:
-    """Add the action where it applies to the kernel's shape (the schedule follows); on a CPU, not one that takes a
+  def apply(self, o, most_ops: int | float = math.inf) -> bool:
+    """Add the action where it applies to the kernel's shape (the schedule follows) and leaves the unrolled body at
+    most `most_ops` ops (Schedule.unrolled_ops: what the device's compiler reads); on a CPU, not one that takes a
     tile's gathered lanes past MAX_GATHERED_LANES (each is a scalar load: the unrolled code grows, not the speed)."""
     nk = try_opts(self.k, self.opts + [o], self.t)
-    if nk is None: return False
+    if nk is None or (most_ops < math.inf and nk.unrolled_ops() > most_ops): return False
     if not self.gpu and o.name in ('upcast', 'unroll') and MAX_GATHERED_LANES < (g := nk.gathered_lanes()) and g > self.ks.gathered_lanes(): return False
-    self.opts.append(o); self.ks = nk
-    return True
-
-  def apply_within(self, o, most_ops: int | float) -> bool:
-    """apply, where the unrolled body it makes holds at most most_ops ops (what the device's compiler reads)."""
-    nk = try_opts(self.k, self.opts + [o], self.t)
-    if nk is None or nk.unrolled_ops() > most_ops: return False
     self.opts.append(o); self.ks = nk
     return True
 
@@ -358,7 +352,7 @@ def generic(tl: Tiling) -> list | None:
       elif gpu and cur > 1 and s % unroll == 0:  # a GPU tile: more loads in flight, as many as keep the unrolled body small
         # (staged tiles compute their operands once a tile, as they stage them: their loop body is the products)
         most = MAX_UNROLLED_OPS if not staged else math.inf
-        next((a for a in (2 * unroll, unroll, 2) if s % a == 0 and cur * a <= MAX_LANES and tl.apply_within(Opt('unroll', r, a), most)), None)
+        next((a for a in (2 * unroll, unroll, 2) if s % a == 0 and cur * a <= MAX_LANES and tl.apply(Opt('unroll', r, a), most)), None)
       elif s % unroll == 0 and cur * unroll <= MAX_LANES: tl.apply(Opt('unroll', r, unroll))
     # CPU loop order: each iteration of the outermost global loop re-reads every buffer that does not vary
     # along it; where such a buffer outgrows a core's cache, make outermost the axis for which that costs least

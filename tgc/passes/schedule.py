@@ -406,7 +406,7 @@ class Schedule:
     which its value varies (a load broadcast along a tile's columns is loaded once a row; a sum's accumulators are
     one a lane). What the device's compiler reads: its time grows with it, faster than linearly where registers run
     short."""
-    lanes = [a for a in self.axes('upcast') + self.axes('unroll')]
+    lanes = self.axes('upcast') + self.axes('unroll')
     if not lanes: return sum(1 for op in self.k.body.ops if op.results)
     unroll, var, n = set(self.axes('unroll')), {}, 0
     for op in self.k.body.ops:

@@ -117,17 +117,25 @@ def _with_stored_factors(src, prod, rw, loc):
   its factors: its staged tiles compute a factor once a tile, and a ResNet step ran 8 % slower with them stored.)"""
   new = []
   for x in prod.operands:
-    chain, u = [], x
-    while u.op is not None and MOVEMENT in u.op.TRAITS and u.op.operands: chain.append(u.op); u = u.op.operands[0]
+    chain, u = _chain(x, lambda o: MOVEMENT in o.TRAITS)
     s = _staged(u, rw, loc) if chain and u.type.numel < x.type.numel else u
-    for o in reversed(chain if s is not u else ()): s = rw.create(REGISTRY[o.name], [s], [o.results[0].type], dict(o.attrs), loc).results[0]
-    new.append(x if s is u else s)
+    new.append(x if s is u else _rebuilt(chain, s, rw, loc))
   if all(a is b for a, b in zip(new, prod.operands)): return src
   v = rw.create(REGISTRY['tensor.mul'], new, [prod.results[0].type], dict(prod.attrs), loc).results[0]
-  casts = []
-  u = src
-  while u is not prod.results[0]: casts.append(u.op); u = u.op.operands[0]
-  for o in reversed(casts): v = rw.create(REGISTRY[o.name], [v], [o.results[0].type], dict(o.attrs), loc).results[0]
+  casts, _ = _chain(src, lambda o: o is not prod)
+  return _rebuilt(casts, v, rw, loc)
+
+
+def _chain(v, through) -> tuple[list, object]:
+  """The one-operand ops `through` accepts that v is made by, outermost first, and the value below them."""
+  ops = []
+  while v.op is not None and v.op.operands and through(v.op): ops.append(v.op); v = v.op.operands[0]
+  return ops, v
+
+
+def _rebuilt(ops, v, rw, loc):
+  """The chain of one-operand ops (outermost first, as _chain gives them) made again on v."""
+  for o in reversed(ops): v = rw.create(REGISTRY[o.name], [v], [o.results[0].type], dict(o.attrs), loc).results[0]
   return v
 
 
@@ -151,7 +159,7 @@ def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None)
   if spec is not None and spec.gpu and not _on_tensor_cores(a.type.dtype, spec):
     na, nb = _narrowed(a, spec), _narrowed(b, spec)
     if na is not None and nb is not None and na.type.dtype == nb.type.dtype:  # (mixed precision: f32 sums of bf16 products)
-      a, b = (_widen(_stored(n, rw, op.loc), v, rw, op.loc) for n, v in ((na, a), (nb, b)))
+      a, b = (v if (s := _staged(n, rw, op.loc, through_casts=False)) is n else _rebuilt([v.op], s, rw, op.loc) for n, v in ((na, a), (nb, b)))
     else: a, b = _staged(a, rw, op.loc), _staged(b, rw, op.loc)
   return _product(rw, a, b, op.loc, pack, split_k(shape, op.lhs.type.shape[-1], spec))
 
@@ -171,30 +179,15 @@ def _narrowed(v, spec: DeviceSpec):
   return n if n.type.dtype.itemsize < v.type.dtype.itemsize and _on_tensor_cores(n.type.dtype, spec) else None
 
 
-def _stored(n, rw, loc):
-  """A tensor-core operand n as a buffer of its own dtype where it is computed (a cast of a float32 activation or
-  weight): the tiles read (and stage) tensor cores' operands from memory as they are, a bfloat16 copy costing a write
-  and a read of half the float32 operand; a plain read (a buffer, an argument, another kernel's result) stays."""
-  u = n
-  while u.op is not None and MOVEMENT in u.op.TRAITS: u = u.op.operands[0]
-  if u.op is None or not (ELEMENTWISE in u.op.TRAITS or u.op.name == 'tensor.cast') or not u.op.operands: return n
-  return rw.create(REGISTRY['tensor.contiguous'], [n], [n.type], None, loc).results[0]
-
-
-def _widen(n, v, rw, loc):
-  """n cast to v's dtype, as v was."""
-  if n is v.op.operands[0]: return v
-  return rw.create(REGISTRY['tensor.cast'], [n], [v.type], None, loc).results[0]
-
-
-def _staged(v, rw, loc):
+def _staged(v, rw, loc, through_casts: bool = True):
   """A GPU matmul's operand that is computed (a scaled gradient, a normalised row), not a plain read or a cast of one,
   made a buffer of its own where the product runs on the CUDA cores: its tiles then stage the operand through shared
   memory as a plain read (computed in the product's kernel, it cost the staged tiles: 2 TFLOP/s for attention's
   backward products where the plain ones run at 25); storing it costs a write and a read of an operand, and its
-  inputs are freed sooner (a GPT step's peak: 653 -> 587 MiB)."""
-  u = v
-  while u.op is not None and (MOVEMENT in u.op.TRAITS or u.op.name == 'tensor.cast'): u = u.op.operands[0]
+  inputs are freed sooner (a GPT step's peak: 653 -> 587 MiB). Without `through_casts` a cast is computed too: a
+  tensor-core operand is read from memory in its own dtype (a bfloat16 copy of a float32 weight or activation costs
+  a write and a read of half the float32 operand)."""
+  _, u = _chain(v, lambda o: MOVEMENT in o.TRAITS or (through_casts and o.name == 'tensor.cast'))
   if u.op is None or ELEMENTWISE not in u.op.TRAITS or not u.op.operands: return v
   return rw.create(REGISTRY['tensor.contiguous'], [v], [v.type], None, loc).results[0]
 
