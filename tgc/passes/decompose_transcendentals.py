@@ -38,6 +38,14 @@ class _B:
     return acc
   def pow2i(self, n):  # 2**n for integer n in [-126, 127], from the exponent bits
     return self.op('bitcast', self.i('shl', self.i('add', n, self.c(127, D.i32)), self.c(23, D.i32)), dt=D.f32)
+  # a whole number |n| < 2**22 between float and int through the bits of n + 1.5 * 2**23 (n in its low mantissa
+  # bits): an add and a bitcast, where a cast is a range-checked conversion on some targets (the llvm target's
+  # through float64 and int64: numpy's wrap-around for any float)
+  def to_int(self, nf): return self.i('sub', self.op('bitcast', self.f('add', nf, self.c(MAGIC)), dt=D.i32), self.c(MAGIC_BITS, D.i32))
+  def to_float(self, n): return self.f('sub', self.op('bitcast', self.i('add', n, self.c(MAGIC_BITS, D.i32)), dt=D.f32), self.c(MAGIC))
+
+
+MAGIC, MAGIC_BITS = 12582912.0, 0x4B400000  # 1.5 * 2**23 and its bits
 
 
 def _to_f32(b, x, dt):
@@ -54,8 +62,9 @@ def exp2(op, rw):
   x = _to_f32(b, op.src, dt)
   xc = b.f('max', b.f('min', x, b.c(200.0)), b.c(-200.0))          # beyond this the result is inf or 0 anyway
   half = b.where(b.lt(xc, b.c(0.0)), b.c(-0.5), b.c(0.5))
-  n = b.op('cast', b.f('trunc', b.f('add', xc, half)), dt=D.i32)     # round to nearest
-  fr = b.f('sub', xc, b.op('cast', n, dt=D.f32))                       # in [-0.5, 0.5]
+  nf = b.f('trunc', b.f('add', xc, half))                             # round to nearest
+  n = b.to_int(nf)
+  fr = b.f('sub', xc, nf)                                              # in [-0.5, 0.5]
   ln2 = math.log(2)
   p = b.poly(fr, [ln2 ** k / math.factorial(k) for k in range(8, -1, -1)])  # 2**f = e**(f ln2), Taylor to degree 8
   n1 = b.i('shr', n, b.c(1, D.i32))                                    # 2**n as two factors: covers [-252, 254]
@@ -82,7 +91,7 @@ def log2(op, rw):
   t = b.f('fdiv', b.f('sub', m, b.c(1.0)), b.f('add', m, b.c(1.0)))    # log(m) = 2 atanh(t)
   t2 = b.f('mul', t, t)
   s = b.poly(t2, [1 / 11, 1 / 9, 1 / 7, 1 / 5, 1 / 3, 1.0])
-  r = b.f('add', b.f('mul', b.f('mul', t, s), b.c(2 / math.log(2))), b.op('cast', e, dt=D.f32))
+  r = b.f('add', b.f('mul', b.f('mul', t, s), b.c(2 / math.log(2))), b.to_float(e))
   # x = 0 -> -inf; x < 0 or NaN -> NaN; +inf -> inf
   r = b.where(b.op('cmpeq', x, b.c(0.0), dt=D.bool_), b.c(-math.inf), r)
   r = b.where(b.lt(x, b.c(0.0)), b.c(math.nan), r)
