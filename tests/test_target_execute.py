@@ -207,6 +207,54 @@ def test_tensor_programs(name, dev):
 
 # ---- hand-written uop IR: vectors, shared memory + barrier, if/endif, gated loads and stores ----
 UOP = {
+  'masked': ("""uop.func @E_3() attributes {global_size = [3]} {
+  %0 = uop.define_global 0 {size = 24} : !uop.ptr<f32>
+  %1 = uop.define_global 1 {size = 20} : !uop.ptr<f32>
+  %2 = uop.define_global 2 {size = 3} : !uop.ptr<i32>
+  %3 = uop.define_global 3 {size = 20} : !uop.ptr<f32>
+  %g = uop.special gidx0 3 : i32
+  %c8 = uop.const 8 : i32
+  %n = uop.const 20 : i32
+  %base = uop.mul %g, %c8 : i32
+  %k0 = uop.const 0 : i32
+  %i0 = uop.add %base, %k0 : i32
+  %g0 = uop.cmplt %i0, %n : i32 -> i1
+  %k1 = uop.const 1 : i32
+  %i1 = uop.add %base, %k1 : i32
+  %g1 = uop.cmplt %i1, %n : i32 -> i1
+  %k2 = uop.const 2 : i32
+  %i2 = uop.add %base, %k2 : i32
+  %g2 = uop.cmplt %i2, %n : i32 -> i1
+  %k3 = uop.const 3 : i32
+  %i3 = uop.add %base, %k3 : i32
+  %g3 = uop.cmplt %i3, %n : i32 -> i1
+  %k4 = uop.const 4 : i32
+  %i4 = uop.add %base, %k4 : i32
+  %g4 = uop.cmplt %i4, %n : i32 -> i1
+  %k5 = uop.const 5 : i32
+  %i5 = uop.add %base, %k5 : i32
+  %g5 = uop.cmplt %i5, %n : i32 -> i1
+  %k6 = uop.const 6 : i32
+  %i6 = uop.add %base, %k6 : i32
+  %g6 = uop.cmplt %i6, %n : i32 -> i1
+  %k7 = uop.const 7 : i32
+  %i7 = uop.add %base, %k7 : i32
+  %g7 = uop.cmplt %i7, %n : i32 -> i1
+  %m = uop.vectorize %g0, %g1, %g2, %g3, %g4, %g5, %g6, %g7 : vec<8xi1>
+  %a = uop.const -1.0 : f32
+  %alt = uop.vectorize %a, %a, %a, %a, %a, %a, %a, %a : vec<8xf32>
+  %v = uop.load %1[%base], %m, %alt : vec<8xf32>
+  %t = uop.const true : i1
+  %f = uop.const false : i1
+  %odd = uop.vectorize %f, %t, %f, %t, %f, %t, %f, %t : vec<8xi1>
+  %off = uop.load %2[%g] : i32
+  %w = uop.load %1[%off], %odd, %v : vec<8xf32>
+  uop.store %0[%base], %w, %m : vec<8xf32>
+  %x = uop.add %v, %w : vec<8xf32>
+  %c4 = uop.const 4 : i32
+  %o2 = uop.sub %base, %c4 : i32
+  uop.store %3[%o2], %x, %odd : vec<8xf32>
+}""", [('f32', 24), ('f32', 20), ('i32', 3), ('f32', 20)]),
   'vec': ("""uop.func @E_2() attributes {global_size = [2]} {
   %0 = uop.define_global 0 : !uop.ptr<f32>
   %1 = uop.define_global 1 : !uop.ptr<f32>
@@ -391,6 +439,25 @@ def test_uop_programs(name, dev):
     if g.dtype == np.float16: np.testing.assert_allclose(g.astype(np.float32), r.astype(np.float32), rtol=2e-3)
     elif g.dtype.kind == 'f': np.testing.assert_allclose(g, r, rtol=1e-6)
     else: np.testing.assert_array_equal(g, r, err_msg=f"{name} on {dev}")
+
+
+@pytest.mark.parametrize('dev', ['CPU', 'INTERP', 'C', 'OPENCL'])
+def test_masked_vector_accesses(dev):
+  """A vec<8> load and store under a vec<8xi1> gate touch only the lanes whose gate is true; lanes outside the
+  buffer (a data-dependent index, an index below 0) act as gated off, each on its own."""
+  ins = uop_inputs('masked')
+  ins[2] = np.array([3, -5, 15], np.int32)  # (thread 1's odd lanes read -4..2, thread 2's 16..22: some outside)
+  out, x, off, side = run_uop('masked', dev, ins)
+  src = ins[1]
+  ref0, ref3 = np.zeros(24, np.float32), ins[3].copy()
+  for g in range(3):
+    v = np.array([src[8 * g + l] if 8 * g + l < 20 else -1.0 for l in range(8)], np.float32)
+    w = np.array([src[off[g] + l] if l % 2 and 0 <= off[g] + l < 20 else v[l] for l in range(8)], np.float32)
+    for l in range(8):
+      if 8 * g + l < 20: ref0[8 * g + l] = w[l]
+      if l % 2 and 0 <= 8 * g - 4 + l < 20: ref3[8 * g - 4 + l] = v[l] + w[l]
+  np.testing.assert_array_equal(out, ref0)
+  np.testing.assert_array_equal(side, ref3)
 
 
 def test_c_rejects_shared_memory_across_threads():

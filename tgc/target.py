@@ -47,6 +47,8 @@ class Target:
   renderer: str                   # "module:function" taking a Module, returning source text; imported when used
   max_upcast: int                 # the widest vector (lanes) kernel-opt makes (on a CPU: at most the CPU's register)
   aligned_vectors: bool = False   # vector loads and stores need addresses aligned to the vector (float4 on CUDA, Metal)
+  masked_vectors: bool = False    # a vector load or store takes a gate a lane (AVX-512's and AVX2's masked moves): an
+                                  # axis padded to whole vectors (PADTO) is read and written a vector at a time
   max_threads: int = 1            # the work-group size kernel-opt stays within (1: no work-groups)
   local_memory: int = 0           # bytes of shared memory a work-group may hold
   local_memory_optin: int = 0     # bytes it may hold by asking at launch (CUDA's opt-in dynamic shared memory, on the
@@ -100,7 +102,7 @@ def tensor_core_targets() -> list[Target]:
   return [t for t in TARGETS.values() if t.tensor_cores is not None]
 
 
-register_target(Target('llvm', 'cpu', 'tgc.emit.llvm:render_llvm_module', max_upcast=16, pack_matmul=True,
+register_target(Target('llvm', 'cpu', 'tgc.emit.llvm:render_llvm_module', max_upcast=16, pack_matmul=True, masked_vectors=True,
                        transcendentals='exp2+log2', fp_contract=True, device='CPU'))  # polynomials vectorise, libm calls do not
 register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_matmul=True, fp_contract=True, device='C'))
 # (16 bytes is its widest memory access: a float4, 8 halfs; a wider vector is split into such chunks)

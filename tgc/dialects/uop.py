@@ -114,6 +114,14 @@ def _bool(op, v, what):
   if v.type is not D.bool_: raise op.error(f"{what} must be i1, got {v.type}")
 
 
+def _gate(op, v, t):
+  """A load's or store's gate: i1 for the whole access, or a vec<N x i1> of one lane per lane of a vec<N> access (each
+  lane is read or written where its own gate is true: a masked vector access)."""
+  if isinstance(v.type, VecType) and v.type.dtype is D.bool_:
+    if not isinstance(t, VecType) or t.count != v.type.count: raise op.error(f"a vector gate {v.type} must have one lane per lane of the access, a {t}")
+  else: _bool(op, v, 'gate')
+
+
 class DefineGlobalOp(Operation):
   name = 'uop.define_global'
   ATTRS = {'index': 'int', 'size': 'int?'}  # size: elements, when known; emitters guard what they cannot prove inside it
@@ -221,7 +229,7 @@ class LoadOp(Operation):
     if elem(r) != p.dtype: raise self.error(f"loads {r} through a pointer to {p.dtype}")
     if len(self.operands) not in (2, 4): raise self.error("takes a buffer, an index, and optionally a gate and an alternative value")
     if self.gate is not None:
-      _bool(self, self.gate, 'gate')
+      _gate(self, self.gate, r)
       if self.alt.type != r: raise self.error(f"alternative value type {self.alt.type} does not match {r}")
 
 
@@ -289,7 +297,7 @@ class StoreOp(Operation):
     p = _ptr(self, self.buf)
     _int(self, self.idx, 'index')
     if elem(self.value.type) != p.dtype: raise self.error(f"stores {self.value.type} through a pointer to {p.dtype}")
-    if self.gate is not None: _bool(self, self.gate, 'gate')
+    if self.gate is not None: _gate(self, self.gate, self.value.type)
 
 
 class PhiOp(Operation):

@@ -140,6 +140,16 @@ def access_range(op, memo: dict, enclosing: list = ()) -> tuple:
   of the uop.ifs around it."""
   gate = op.gate if op.name == 'uop.load' else (op.operands[3] if len(op.operands) == 4 else None)
   t = op.results[0].type if op.name == 'uop.load' else op.value.type
+  if gate is not None and isinstance(gate.type, VecType):
+    # a vector gate: lane l touches idx + l where its own gate holds (a lane whose gate is the constant false, none)
+    g = gate.op
+    if g is None or g.name != 'uop.vectorize': return _range(op.idx, t.count, list(enclosing), memo)
+    los, his = [], []
+    for l, x in enumerate(g.operands):
+      if x.op is not None and x.op.name == 'uop.const' and not x.op.attrs['value']: continue
+      lo, hi = _range(op.idx, 1, list(enclosing) + [x], memo)
+      los.append(lo + l); his.append(hi + l)
+    return (min(los), max(his)) if los else _range(op.idx, 1, list(enclosing), memo)
   return _range(op.idx, t.count if isinstance(t, VecType) else 1, list(enclosing) + ([gate] if gate is not None else []), memo)
 
 def _range(idx, lanes: int, gates: list, memo) -> tuple:

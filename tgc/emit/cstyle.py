@@ -301,6 +301,24 @@ class KernelRenderer:
     ok = f"(({idx})>=0&&({idx})<={size - n})"
     return ok if gate is None else f"({gate}&&{ok})"
 
+  def masked(self, op):
+    """A load or store under a vector gate, lane by lane: each lane is read (else the alternative's) or written where
+    its own gate is true and, where the bounds analysis proved nothing, it lies inside the buffer."""
+    L, load = self.lang, op.name == 'uop.load'
+    t = op.results[0].type if load else op.value.type
+    d, buf, idx, space = op.buf.op, self.get(op.buf), self.get(op.idx), self.space(op.buf)
+    size = d.attrs.get('size') if d is not None and op in self.unproven else None
+    parts = []
+    for l in range(t.count):
+      i = f"({idx})+{l}" if l else f"({idx})"
+      cond = self.lane(op.gate, l) + (f"&&{i}>=0&&{i}<{size}" if size is not None else '')
+      if load: parts.append(f"(({cond})?{L.load(buf, i, t.dtype, space)}:{self.lane(op.alt, l)})")
+      else: self.emit(f"if ({cond}) {{ {L.store(buf, i, self.lane(op.value, l), None, t.dtype, space)} }}")
+    if load:
+      name = self.fresh('val')
+      self.emit(f"{L.vtype(t)} {name} = {L.ctor(t, parts)};")
+      self.set_name(op.results[0], name)
+
   def emit(self, line: str):
     if line.startswith('}'): self.depth -= 1
     self.lines.append('  ' * self.depth + line)
@@ -479,6 +497,7 @@ class KernelRenderer:
     elif nm in ('endrange', 'endif'): self.emit('}')
     elif nm == 'if': self.emit(f"if ({bare(self.get(op.cond))}) {{")
     elif nm == 'barrier': self.emit(L.render_barrier(self, op))
+    elif nm in ('load', 'store') and op.gate is not None and isinstance(op.gate.type, VecType): self.masked(op)
     elif nm == 'load':
       e = L.load(self.get(op.buf), self.get(op.idx), t, self.space(op.buf))
       cond = self.guarded(op, t, self.get(op.gate) if op.gate is not None else None)

@@ -238,6 +238,8 @@ def _vec(t: Ty, n: int | None) -> Ty: return vec_ty(t, n)
 
 def _lanes(t) -> int | None: return t.count if isinstance(t, VecType) else None
 
+MASK_VALUES = 4  # a vector of i1 of at most this many distinct values is built by selects (_Emitter.lane_mask)
+
 
 class _Emitter:
   def __init__(self, fn):
@@ -429,6 +431,7 @@ class _Emitter:
       if all(s is srcs[0] for s in srcs):  # a splat in LLVM's canonical form: two instructions, not one per lane
         one = b.insert_element(undef(vt), srcs[0], constant(I32, 0))
         out = b.shuffle_vector(one, undef(vt), constant(vec_ty(I32, len(srcs)), None))
+      elif res.type.dtype is D.bool_ and (m := self.lane_mask(op.srcs, vt)) is not None: out = m
       else:
         out = undef(vt)
         for k, v in enumerate(srcs): out = b.insert_element(out, v, constant(I32, k))
@@ -464,9 +467,72 @@ class _Emitter:
   def zero(self, t):
     return self.const(0, elem(t), _lanes(t))
 
+  def lane_guard(self, op, t, mask):
+    """A vector gate (one i1 a lane), and-ed lane by lane with `0 <= idx + lane < size` where the bounds analysis
+    proved nothing: each lane of a masked access is inside its buffer or not on its own."""
+    d = op.buf.op
+    size = d.attrs.get('size') if d is not None else None
+    if op not in self.unproven or size is None: return mask
+    b, n, idx = self.b, t.count, self.get(op.idx)
+    i64 = b.sext(idx, I64) if elem(op.idx.type).is_signed and idx.type.width < 64 else b.zext(idx, I64) if idx.type.width < 64 else idx
+    vt = vec_ty(I64, n)
+    lanes = b.add(b.shuffle_vector(b.insert_element(undef(vt), i64, constant(I32, 0)), undef(vt), constant(vec_ty(I32, n), None)),
+                  Val(vt, f"<{', '.join(f'i64 {l}' for l in range(n))}>"))
+    ok = b.and_(b.icmp_signed('>=', lanes, constant(vt, 0)), b.icmp_signed('<', lanes, constant(vt, size)))
+    return b.and_(mask, ok)
+
+  def lane_mask(self, srcs, vt: Ty):
+    """A vector of i1 built from constants and at most MASK_VALUES distinct values (a masked access's gates: the lanes
+    an axis's padding may cut off test one value, the rest are true) as a select of constant masks per value: an
+    insertelement a lane makes AVX-512 move each bit through the mask registers (40 instructions a load). None where
+    the lanes have more distinct values."""
+    b, n = self.b, len(srcs)
+    const = [const_value(s.op.attrs['value'], D.bool_) if s.op is not None and s.op.name == 'uop.const' else None for s in srcs]
+    vals = list(dict.fromkeys(s for s, c in zip(srcs, const) if c is None))
+    if len(vals) > MASK_VALUES: return None
+    bits = lambda on: Val(vt, f"<{', '.join('i1 true' if x else 'i1 false' for x in on)}>")
+    out = bits([bool(c) for c in const])
+    for v in vals:
+      lanes = [s is v for s in srcs]
+      out = b.select(self.get(v), b.or_(out, bits(lanes)), out)
+    return out
+
+  def masked(self, kind: str, vt: Ty, n: int) -> Declared:
+    """llvm.masked.load / llvm.masked.store of n lanes of vt's element type: the lanes whose mask bit is false are
+    not touched (AVX-512's and AVX2's masked moves; LLVM splits them elsewhere)."""
+    name = f"llvm.masked.{kind}.v{n}{(vt.element or vt).intrinsic_name or vt.element.text}.p0"
+    d = self.func.declared.get(name)
+    if d is None:
+      m = vec_ty(I1, n)
+      d = self.func.declared[name] = Declared(name, vt, [PTR, I32, m, vt]) if kind == 'load' else Declared(name, VOID, [vt, PTR, I32, m])
+    return d
+
+  def masked_load(self, op, t, dt, n):
+    """A load under a vector gate: one masked vector load, the alternative's lanes where the gate is false."""
+    b = self.b
+    mask = self.lane_guard(op, t, self.get(op.gate))
+    mt = _vec(mem_type(dt), n)
+    plain = not (dt.is_bool or dt.fmt or dt.width)
+    alt = self.get(op.alt)
+    x = b.call(self.masked('load', mt, n), [self.address(op, t), constant(I32, dt.itemsize), mask, alt if plain else constant(mt, None)])
+    if plain: return x
+    if dt.is_bool: x = b.icmp_unsigned('!=', x, self.splat(x.type, 0))
+    else: x = self.from_bits(x, dt) if dt.fmt else b.trunc(x, _vec(reg_type(dt), n))
+    return b.select(mask, x, alt)
+
+  def masked_store(self, op, t, dt, n):
+    b = self.b
+    mask = self.lane_guard(op, t, self.get(op.gate))
+    v = self.get(op.value)
+    if dt.is_bool or dt.width: v = (b.sext if dt.is_signed else b.zext)(v, _vec(I8, n))
+    elif dt.fmt: v = self.to_bits(v, dt)
+    fn = self.masked('store', v.type, n)
+    b._do(f"call void @{fn.name}({v.type.text} ", v, ", ptr ", self.address(op, t), f", i32 {dt.itemsize}, {mask.type.text} ", mask, ")")
+
   def load(self, op, res):
     b, t = self.b, res.type
     dt, n = elem(t), _lanes(t)
+    if op.gate is not None and isinstance(op.gate.type, VecType): return self.masked_load(op, t, dt, n)
     def raw():
       x = b.load(self.address(op, t), typ=_vec(mem_type(dt), n), align=dt.itemsize)
       if dt.is_bool: return b.icmp_unsigned('!=', x, self.splat(x.type, 0))
@@ -485,6 +551,7 @@ class _Emitter:
   def store(self, op):
     b, t = self.b, op.value.type
     dt, n = elem(t), _lanes(t)
+    if op.gate is not None and isinstance(op.gate.type, VecType): return self.masked_store(op, t, dt, n)
     def raw():
       v = self.get(op.value)
       if dt.is_bool or dt.width: v = (b.sext if dt.is_signed else b.zext)(v, _vec(I8, n))  # (a byte holds the value)

@@ -2,10 +2,10 @@
 `bytes`, of at most that many bytes (cuda: 16, a float4 or 8 halfs).
 
 Every op on a wide value becomes one op per chunk; loads and stores become loads and stores at
-idx + k*width; accumulators and their phis split alike; `uop.vectorize` regroups its sources and
-`uop.gep` picks the lane from its chunk. Nothing of the wide type is left but the operands of `uop.wmma`
-(a tensor-core fragment has the instruction's shape: built by one `uop.vectorize` or load, passed whole) and a
-`uop.wgmma`'s accumulator (its define_acc, the vectorize that starts it and its phi stay whole: the instruction
+idx + k*width (a vector gate, one bit a lane, split with them: a chunk of one lane takes a scalar gate);
+accumulators and their phis split alike; `uop.vectorize` regroups its sources and `uop.gep` picks the lane from its
+chunk. Nothing of the wide type is left but the operands of `uop.wmma` (a tensor-core fragment has the instruction's
+shape: built by one `uop.vectorize` or load, passed whole) and a `uop.wgmma`'s accumulator (its define_acc, the vectorize that starts it and its phi stay whole: the instruction
 runs asynchronously on those very registers).
 """
 from __future__ import annotations
@@ -81,8 +81,8 @@ def devectorize_function(fn, lanes_max: int, stats, bytes_max: int = 0) -> None:
       for k in range(k_n):
         idx = op.idx if k == 0 else add('add', [op.idx, add('const', [], op.idx.type, {'value': k * width}, op.loc)], op.idx.type, None, op.loc)
         if n == 'uop.load':
-          vals.append(add('load', [op.buf, idx] + ([op.gate, part(op.alt, k)] if op.gate is not None else []), chunk_t(vt), None, op.loc))
-        else: add('store', [op.buf, idx, part(op.value, k)] + ([op.gate] if op.gate is not None else []), None, None, op.loc)
+          vals.append(add('load', [op.buf, idx] + ([part(op.gate, k), part(op.alt, k)] if op.gate is not None else []), chunk_t(vt), None, op.loc))
+        else: add('store', [op.buf, idx, part(op.value, k)] + ([part(op.gate, k)] if op.gate is not None else []), None, None, op.loc)
       if n == 'uop.load': chunks[res] = vals
     else:  # elementwise ops, define_acc and phi: one per chunk; scalar operands are shared
       new = [type(op)([part(v, k) for v in op.operands], [chunk_t(res.type)], dict(op.attrs), op.loc) for k in range(k_n)]

@@ -427,8 +427,12 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     if not isinstance(x.type, VecType):
       g = self.bounds_gate(bounds, idx, self.lanes_below, cb)
       return x if g is None or b.cval(g) == 1 else b.emit('where', [g, x, ident], dt)
-    lanes = [b.emit('gep', [x], dt, {'index': l}) for l in range(x.type.count)]
     gates = [self.bounds_gate(bounds, idx, self.lanes_below, cb, l) for l in range(x.type.count)]
+    if all(g is None or b.cval(g) == 1 for g in gates): return x
+    if self.t.masked_vectors:  # (one select of the vector)
+      cond = b.emit('vectorize', [b.true() if g is None else g for g in gates], VecType(x.type.count, D.bool_))
+      return b.emit('where', [cond, x, b.emit('vectorize', [ident] * x.type.count, x.type)], x.type)
+    lanes = [b.emit('gep', [x], dt, {'index': l}) for l in range(x.type.count)]
     return b.emit('vectorize', [v if g is None or b.cval(g) == 1 else b.emit('where', [g, v, ident], dt) for v, g in zip(lanes, gates)], x.type)
 
   def group_reduce(self, reduces, cu, W, final=True):
@@ -669,6 +673,16 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       if cv == 0: return b.emit('vectorize', [b.const(0, dt)] * self.W, t)
       zero = b.emit('vectorize', [b.const(0, dt)] * self.W, t)
       return b.emit('load', [buf, i, valid, zero], t)
+    if st is None and uniform and self.t.masked_vectors and self.views[op].real_strides(ignore_valid=True)[self.vec] == 1:
+      # contiguous along the vector but masked along it (an axis padded to whole vectors, a pad's edge): one vector
+      # load, each lane gated by its own validity
+      i, _ = self.index(op, idx, lane_axes, c, 0, clamp)
+      if gx is not None: i = b.add(i, gx(0))
+      gates = [self.index(op, idx, lane_axes, c, l, clamp)[1] for l in range(self.W)]
+      t = VecType(self.W, dt)
+      zero = b.emit('vectorize', [b.const(0, dt)] * self.W, t)
+      if all(b.cval(g) == 0 for g in gates): return zero
+      return b.emit('load', [buf, i, b.emit('vectorize', gates, VecType(self.W, D.bool_)), zero], t)
     return b.emit('vectorize', [one(l) for l in range(self.W)], VecType(self.W, dt))
 
   def position(self, op, idx, lane_axes, c):
@@ -722,6 +736,10 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     if st == 1 and not vec_padded and self.aligned(self.index(op, idx, lane_axes, c, 0)[0]):
       i, _ = self.index(op, idx, lane_axes, c, 0)
       put(i, self.broadcast(v, VecType(self.W, dt)), gate); return
+    if self.t.masked_vectors and self.views[op].real_strides(ignore_valid=True)[self.vec] == 1:
+      # contiguous, the padding cutting off lanes: one store, each lane gated by its own bounds
+      i, _ = self.index(op, idx, lane_axes, c, 0)
+      put(i, self.broadcast(v, VecType(self.W, dt)), b.emit('vectorize', [pad_gate(l) for l in range(self.W)], VecType(self.W, D.bool_))); return
     for l in range(self.W):  # lane by lane: a strided store, or lanes the padding may cut off
       i, _ = self.index(op, idx, lane_axes, c, l)
       x = b.emit('gep', [v], dt, {'index': l}) if isinstance(v.type, VecType) else v

@@ -2,8 +2,9 @@
 
 Every integer value gets bounds [vmin, vmax] (specials and ranges from their sizes, arithmetic by
 interval rules). With them: x % c -> x and x // c -> 0 when 0 <= x < c; (a*c + b) // c -> a and
-(a*c + b) % c -> b when 0 <= b < c (sums are split into linear terms, coefficients into a multiple of c and the rest); comparisons decided by the
-bounds fold to constants; gates that are always true disappear.
+(a*c + b) % c -> b when 0 <= b < c (sums are split into linear terms, coefficients into a multiple of c and the
+rest); comparisons decided by the bounds fold to constants, k*x + c < n becomes x < ceil((n - c) / k); gates that are
+always true disappear.
 """
 from __future__ import annotations
 from tgc.ir.core import REGISTRY, Value
@@ -100,7 +101,16 @@ def simplify_cmp(op, rw, memo):
   (a0, a1), (b0, b1) = bounds(op.operands[0], memo), bounds(op.operands[1], memo)
   if a1 < b0: return make_const(rw, op, 1, op.results[0].type)
   if a0 >= b1: return make_const(rw, op, 0, op.results[0].type)
-  return None
+  # k*x + c < n (k > 1, constants c and n, no wrap) -> x < ceil((n - c) / k): the lanes of a vector along a padded
+  # axis (16*i + lane < 6625) then test one value (i < 414) instead of one sum each
+  t, y = op.operands[0].type, op.operands[1]
+  n = const_value(y) if y.op is not None and y.op.name == 'uop.const' else None
+  if n is None or not isinstance(t, D.DType) or not t.is_int: return None
+  ts, c = terms(op.operands[0], memo)
+  if len(ts) != 1 or ts[0][0] <= 1: return None
+  (k, x), (lo, hi) = ts[0], D.min_max(t)
+  if not (lo <= a0 and a1 <= hi) or x.type != t: return None
+  return rw.create(REGISTRY['uop.cmplt'], [x, make_const(rw, op, -((c - n) // k), t)], [op.results[0].type], None, op.loc).results[0]
 
 def simplify_gate(op, rw, memo):
   """A load's gate that is always false gives its alternative; one always true goes where the load is proven inside

@@ -115,6 +115,19 @@ def _run_point(fn, ops, pair, bufs, special, locals_, name):
     elif nm == 'if':
       if not bool(get(op.cond)): pc = pair[pc] + 1; continue
     elif nm in ('endif', 'barrier'): pass
+    elif nm in ('load', 'store') and op.gate is not None and isinstance(op.gate.type, VecType):
+      # a vector gate: each lane on its own (read or written where its gate is true and it is inside the buffer)
+      g, i = get(op.gate), int(get(op.idx))
+      e = elem(op.results[0].type if nm == 'load' else op.value.type)
+      if nm == 'load':
+        out = np.array(get(op.alt))
+        for l in range(len(g)):
+          if g[l] and _inside(op, i + l, e): out[l] = _load(get(op.buf), i + l, e, f"{name}: 'uop.load'")
+        val[op.results[0]] = out
+      else:
+        v = get(op.value)
+        for l in range(len(g)):
+          if g[l] and _inside(op, i + l, e): _store(get(op.buf), i + l, v[l], e, f"{name}: 'uop.store'")
     elif nm == 'load':
       t = op.results[0].type
       if (op.gate is not None and not bool(get(op.gate))) or not _inside(op, int(get(op.idx)), t):
