@@ -4,6 +4,7 @@ The kernels of x.conv2d(w) lowered for a device are those of that device's layou
 reference below: channels last on CPUs and on tensor cores where the dtype and shapes fit, the padded input copied
 first, the weight copied with its output channels innermost); its gradients (autodiff's plain form) match torch's."""
 import numpy as np
+import math
 import pytest
 import torch
 import tgc
@@ -23,6 +24,13 @@ def layout_reference(x: Tensor, w: Tensor, spec: DeviceSpec, stride=1, padding=0
   cl = t.is_cpu or (tc is not None and any(x.dtype.name == i for i, _ in tc.dtypes) and bs % tc.dims[0] == 0 and cin % tc.dims[2] == 0 and groups == 1)
   pads = Tensor._pads2d(padding, len(HW))
   n = x.ndim
+  strides = stride if isinstance(stride, tuple) else (stride,) * len(HW)
+  if t.pack_matmul and x.dtype.is_float and x.dtype.itemsize == 4 and groups == 1 and set(HW) == {1} and set(strides) == {1} and not any(pads):
+    # CPUs: a pointwise conv is a matmul over the pixels (W @ x where half a vector divides them, else x^T @ W^T)
+    P = math.prod(x.shape[2:])
+    xm = x.reshape(bs, cin, P)
+    y = w.reshape(cout, cin) @ xm if P % 8 == 0 else (xm.permute(0, 2, 1) @ w.reshape(cout, cin).T).permute(0, 2, 1)
+    return y.reshape(bs, cout, *x.shape[2:])
   if cl and not t.is_cpu:
     xl = x.permute(0, *range(2, n), 1).contiguous()
     xp = xl._pad2d([0, 0, *pads]) if any(pads) else xl

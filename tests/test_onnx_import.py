@@ -7,6 +7,9 @@ onnx = pytest.importorskip('onnx', reason="the onnx package is not installed (pi
 from onnx import helper as h, TensorProto as T, numpy_helper
 import tgc
 from tgc.frontend import onnx as fe
+from tgc.parser import parse
+from tgc.lowering import lower
+from tgc.target import DeviceSpec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RNG = np.random.default_rng(0)
@@ -225,20 +228,28 @@ def _one_node(op, x, inits=(), opset=13, **attrs):
 
 @pytest.mark.parametrize('m', [1000, 1024])
 def test_matmul_by_a_constant_weight_in_panels(m):
-  """A big constant right operand is packed into column panels at import on the CPU (padded to whole panels where
-  16 does not divide its columns, the result cut back)."""
+  """The imported text is the plain product (the same for every device); on the CPU the weight is packed into column
+  panels (padded to whole panels where 16 does not divide its columns, the result cut back), once: the model's
+  function is specialised to its weights, and its later calls run the product alone."""
   x, w = RNG.standard_normal((2, 5, 120)).astype(np.float32), RNG.standard_normal((120, m)).astype(np.float32)
   model = _one_node('MatMul', x, [('W', w)])
-  _, weights = fe.import_text(model, {})
-  assert list(weights) == ['W_panels'] and weights['W_panels'].shape == (-(-m // 16), 120, 16)
-  np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], x @ w, rtol=1e-4, atol=1e-4)
+  text, weights = fe.import_text(model, {})
+  assert list(weights) == ['W'] and 'tensor.matmul' in text and 'tensor.pad' not in text
+  f = tgc.onnx.load(model, device='CPU')
+  from tgc.compiler import profile
+  with profile() as first: np.testing.assert_allclose(f(x)[0], x @ w, rtol=1e-4, atol=1e-4)
+  with profile() as later: np.testing.assert_allclose(f(x)[0], x @ w, rtol=1e-4, atol=1e-4)
+  panels = f'_{-(-m // 16)}_120_16'
+  assert [str(k) for k, _ in first if str(k).endswith(panels) and str(k).startswith('E')], first  # the pack
+  assert not [k for k, _ in later if str(k).startswith('E') and str(k).endswith(panels)] and any(panels in str(k) for k, _ in later), later
 
 
 @pytest.mark.parametrize('op,opset,shape,axis', [('Softmax', 13, (3, 1000), -1), ('LogSoftmax', 13, (3, 1000), -1),
                                                  ('Softmax', 11, (2, 3, 100), 1), ('Softmax', 13, (3, 1024), -1)])
 def test_softmax_over_a_long_odd_axis(op, opset, shape, axis):
-  """A long softmax axis that the vector width does not divide is computed padded with -inf and cut back: the
-  values are softmax's (a row with -inf entries, one all -inf but one, included)."""
+  """A long softmax axis that the vector width does not divide: the imported text is the plain softmax, whose CPU
+  kernel pads the axis to whole vectors and reads it with masked vector loads (a row with -inf entries, one all
+  -inf but one, included)."""
   x = RNG.standard_normal(shape).astype(np.float32) * 4
   x[0, ..., :7] = -np.inf; x[1, ..., 1:] = -np.inf
   x2 = x.reshape(shape[0], -1) if opset < 13 else x
@@ -248,7 +259,10 @@ def test_softmax_over_a_long_odd_axis(op, opset, shape, axis):
   model = _one_node(op, x, opset=opset, axis=axis)
   n = x2.shape[-1]
   text = fe.import_text(model, {})[0]
-  assert ('tensor.pad' in text) == bool(n % 16) and f'x{n + -n % 16}xf32>' in text  # computed padded on the CPU
+  assert 'tensor.pad' not in text
+  m = parse(text)
+  lower(m, DeviceSpec.of('llvm'), 'uop')
+  assert bool(re.search(r'uop\.vectorize [^\n]*: vec<16xi1>', m.print())) == bool(n % 16)  # (a lane's gates as a vector: a masked load)
   np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], ref, rtol=1e-5, atol=1e-6)
 
 
@@ -298,15 +312,20 @@ def _conv_ref(x, w, b, stride, pads):
                                                                 ((1, 6, 11), (24, 6, 3), (2,), (1, 1), None),  # 24 -> 32: a third more
                                                                 ((1, 6, 11), (32, 6, 3), (1,), (1, 1), None)])
 def test_conv_with_output_channels_padded_to_vectors(x_shape, w_shape, stride, pads, padded):
-  """A constant conv weight whose output channels the CPU vector (16) does not divide is padded with zero filters
-  at import where that adds at most an eighth of the work (30 -> 32, 60 -> 64; not 24 -> 32), the result cut back."""
+  """The imported text is the plain conv; lowered for the CPU, a weight whose output channels the vector (16) does not
+  divide is padded with zero filters where that adds at most an eighth of the work (30 -> 32, 60 -> 64; not 24 ->
+  32), the result cut back."""
   x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))
   g = h.make_graph([h.make_node('Conv', ['x', 'w', 'b'], ['y'], strides=list(stride), pads=list(pads))], 'g',
                    [h.make_tensor_value_info('x', T.FLOAT, list(x.shape))], [h.make_tensor_value_info('y', T.FLOAT, None)],
                    [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(b, 'b')])
   model = h.make_model(g, opset_imports=[h.make_opsetid('', 13)])
-  _, weights = fe.import_text(model, {})
-  assert (weights['w_padded'].shape == (padded, *w_shape[1:]) and not weights['w_padded'][w_shape[0]:].any()) if padded else 'w' in weights
+  text, weights = fe.import_text(model, {})
+  assert sorted(weights) == ['b', 'w'] and 'tensor.conv' in text and 'tensor.pad' not in text
+  m = parse(text)
+  lower(m, DeviceSpec.of('llvm'), 'kernel')
+  convs = [ln for ln in m.print().splitlines() if ln.startswith('kernel.func @r_')]  # (its signature: the buffers' shapes)
+  assert len(convs) == 1 and (f'x{padded}xf32>' in convs[0]) == bool(padded), convs
   np.testing.assert_allclose(tgc.onnx.load(model)(x)[0], _conv_ref(x, w, b, stride, pads), rtol=1e-4, atol=1e-4)
 
 

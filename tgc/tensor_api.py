@@ -618,6 +618,18 @@ class TensorAPI:
     nk = len(HW)
     st, dl, op = [((v,) * nk if isinstance(v, int) else tuple(v)) for v in (stride, dilation, output_padding)]
     pd = (padding,) * nk if isinstance(padding, int) else tuple(padding)
+    if groups == 1 and tuple(HW) == st and set(dl) == {1} and not any(pd) and not any(op) and self.ndim == nk + 2 and self.shape[1] == weight.shape[0]:
+      # windows that tile the output without overlap (kernel = stride): each output pixel is one input pixel times one
+      # weight tap, a product summed over the input channels straight into the output's layout, where the general
+      # form dilates the input with zeros first (4x the work of a 2x2 window: PP-OCR det's 24x321x321 copy took 3.4
+      # ms on a CPU, then a 2x2 conv). The input is stored first: it is read once per output channel and tap, and its
+      # producers (a batch norm, an activation) would be recomputed for each (1.2 ms -> 0.27 ms + a 0.15 ms copy)
+      (bs, ci, *sp), co, dt = self.shape, weight.shape[1], self.dtype
+      wide = _D.f32 if dt.is_float and dt.itemsize < 4 else dt  # (products widened before the sum, as conv2d's)
+      xs = self.contiguous().cast(wide).reshape(bs, ci, 1, *[v for n in sp for v in (n, 1)])
+      ws = weight.cast(wide).reshape(1, ci, co, *[v for k in HW for v in (1, k)])
+      y = (xs * ws).sum(1).cast(dt).reshape(bs, co, *[n * k for n, k in zip(sp, HW)])
+      return y if bias is None else y + bias.reshape(1, co, *(1,) * nk)
     x, w = self, weight.unflatten(0, (groups, -1)).transpose(1, 2).flip(tuple(range(3, 3 + nk)))
     w = w.reshape((w.shape[0] * w.shape[1],) + w.shape[2:])
     if any(s > 1 for s in st):  # insert s-1 zeros between the input's pixels

@@ -207,31 +207,8 @@ def _gelu(ctx, attrs, x):
 
 # ---------------------------------------------------------------- linear algebra and nn
 
-def _cpu_panel(ctx) -> int:
-  """The columns of a CPU matmul's panels (tensor-decompose's pack), which are also the f32 vector width there; 0 on
-  targets that do not pack."""
-  from tgc.compiler import device_target
-  from tgc.passes.tensor_decompose import PACK
-  return PACK if device_target(ctx.device).pack_matmul else 0
-
-def _panel_matmul(ctx, a: Tensor, w: np.ndarray, name: str) -> Tensor:
-  """a @ w for a constant weight w (k, m) on the CPU: the CPU matmul copies its right operand into column panels
-  (k, 16) on every call, and only where 16 divides its columns (PP-OCR's 6625 classes ran at 24 GFLOP/s unpacked);
-  here the weight is padded to whole panels and packed once, at import, and the product over the panels is the
-  matmul's own composition."""
-  vec, (k, m) = _cpu_panel(ctx), w.shape
-  p = -(-m // vec)
-  wp = ctx.const(np.ascontiguousarray(np.pad(w, ((0, 0), (0, p * vec - m))).reshape(k, p, vec).transpose(1, 0, 2)))
-  ctx.names[wp.node] = name + '_panels'
-  r = (a.reshape(*a.shape[:-1], 1, k, 1) * wp).sum(-2).reshape(*a.shape[:-1], p * vec)
-  return r.shrink(tuple((0, s) for s in r.shape[:-1]) + ((0, m),)) if p * vec != m else r
-
 @op('MatMul')
-def _matmul(ctx, attrs, a, b):
-  from tgc.passes.tensor_decompose import PACK_MIN
-  if _cpu_panel(ctx) and a.ndim >= 2 and b.ndim == 2 and a.dtype == b.dtype == dtypes.float32 and b.numel() >= PACK_MIN and ctx.is_const(b):
-    return _panel_matmul(ctx, a, ctx.array(b), ctx.node.input[1])
-  return a.matmul(b)
+def _matmul(ctx, attrs, a, b): return a.matmul(b)
 
 @op('Gemm')
 def _gemm(ctx, attrs, a, b, c=None):
@@ -252,34 +229,8 @@ def _conv(ctx, attrs, x, w, b=None):
   k = w.shape[2:]
   s, d, pads = _conv_params(ctx, attrs, x, k)
   nk = len(k)
-  vec = _cpu_panel(ctx)
-  if vec and all(v == 1 for v in k + s) and not any(pads) and attrs.get('group', 1) == 1 and x.dtype == w.dtype == dtypes.float32:
-    # a pointwise conv on the CPU is a matmul over the pixels. W @ x (vectors along the pixels) gives the result NCHW
-    # as computed, so the ops after it fuse into its kernel (conv2d's channels-last result is read back transposed,
-    # one element at a time, by the kernel after it): where half a vector divides the pixels (PP-OCR rec's 1x40 maps:
-    # 71 us, where the channels-last form's transposing kernel took 208 us for the swish after it). Else x^T @ W^T,
-    # vectors along the output channels, W^T packed at import (det's 10x10 maps: 740 -> 210 us plus a 50 us transpose)
-    n, ci, P, co = *x.shape[:2], math.prod(x.shape[2:]), w.shape[0]
-    if P % (vec // 2) == 0 or ctx.is_const(w):
-      if P % (vec // 2) == 0: y = w.reshape(co, ci).matmul(x.reshape(n, ci, P))
-      else: y = _panel_matmul(ctx, x.reshape(n, ci, P).permute(0, 2, 1), ctx.array(w).reshape(co, ci).T, ctx.node.input[1]).permute(0, 2, 1)
-      y = y.reshape(n, co, *x.shape[2:])
-      return y if b is None else y + _channel(b, y.ndim)
-  # conv2d's padding (flat from the last axis, as torch's F.pad): its CPU form then copies the padded input
-  flat = [p for i in reversed(range(nk)) for p in (pads[i], pads[i + nk])]  # once instead of masking every read
-  co = w.shape[0]
-  if vec and co % vec and -co % vec * 8 <= co and ctx.is_const(w) and attrs.get('group', 1) == 1 and x.dtype == w.dtype == dtypes.float32:
-    # conv2d's CPU form computes the output channels as the vector axis; where the vector width does not divide them,
-    # it takes a few of them (upcast 2 for 258, 4 for 60) and gathers the weights. A constant weight is padded with
-    # zero filters to whole vectors at import and the result cut back, where the zeros add at most an eighth of the
-    # work. On the 2-core Zen 5: silero's STFT (a conv of 258 filters of 256 taps, stride 128) 37 -> 8.5 us, PP-OCR
-    # rec's 1x3 convs 480 -> 60 and 960 -> 60 channels (1x40 maps) 125 -> 48 and 238 -> 85 us; det's 96 -> 24
-    # channel 3x3 convs (a third more work padded to 32) took 2.1 -> 3.9 ms, so they stay as they are
-    wp = ctx.const(np.pad(ctx.array(w), ((0, -co % vec),) + ((0, 0),) * (w.ndim - 1)))
-    ctx.names[wp.node] = ctx.node.input[1] + '_padded'
-    y = x.conv2d(wp, None, stride=s, dilation=d, padding=flat)
-    y = y.shrink(((0, y.shape[0]), (0, co)) + tuple((0, v) for v in y.shape[2:]))
-    return y if b is None else y + _channel(b, y.ndim)
+  # conv2d's padding (flat from the last axis, as torch's F.pad)
+  flat = [p for i in reversed(range(nk)) for p in (pads[i], pads[i + nk])]
   return x.conv2d(w, b, stride=s, dilation=d, groups=attrs.get('group', 1), padding=flat)
 
 @op('ConvTranspose')
@@ -294,17 +245,6 @@ def _conv_t(ctx, attrs, x, w, b=None):
       tot = s[i] * (sp[i] - 1) + opad[i] + ((k[i] - 1) * d[i] + 1) - out[i]
       lo = tot // 2 if attrs.get('auto_pad', 'NOTSET') == 'SAME_UPPER' else tot - tot // 2  # the odd one at the end but for SAME_UPPER
       pads[i], pads[i + nk] = lo, tot - lo
-  k = w.shape[2:]
-  if _cpu_panel(ctx) and tuple(k) == s and nk == 2 and set(d) == {1} and not any(pads) and not any(opad) and attrs.get('group', 1) == 1:
-    # windows that tile the output without overlap (kernel = stride): each output pixel is one input pixel times one
-    # weight tap, a product summed over the input channels straight into the output's layout, where the general
-    # form dilates the input with zeros first (a 24x321x321 copy that took PP-OCR det 3.4 ms, then a 2x2 conv). The
-    # input is stored first: read once per output channel and tap, its producers (a batch norm, an activation)
-    # would be recomputed for each (1.2 ms -> 0.27 ms + a 0.15 ms copy in det)
-    (n, ci, H, W), co = x.shape, w.shape[1]
-    y = (x.contiguous().reshape(n, ci, 1, H, 1, W, 1) * w.reshape(1, ci, co, 1, k[0], 1, k[1])).sum(1)
-    y = y.reshape(n, co, H * k[0], W * k[1])
-    return y if b is None else y + _channel(b, 4)
   return conv_transpose(x, w, b, s, pads, d, attrs.get('group', 1), opad)
 
 @op('Col2Im')
@@ -453,23 +393,11 @@ def _gap(ctx, attrs, x): return x.mean(tuple(range(2, x.ndim)), keepdim=True)
 @op('GlobalMaxPool')
 def _gmp(ctx, attrs, x): return x.max(tuple(range(2, x.ndim)), keepdim=True)
 
-SOFTMAX_PAD_MIN = 256  # a softmax axis at least this long is padded to whole vectors (_softmax)
-
 @op('Softmax', 'LogSoftmax')
 def _softmax(ctx, attrs, x):
-  def fn(x, axis):
-    f = Tensor.softmax if ctx.node.op_type == 'Softmax' else Tensor.log_softmax
-    a, vec = _axis(axis, x.ndim), _cpu_panel(ctx)
-    n = x.shape[a] if x.ndim else 0
-    if not vec or a != x.ndim - 1 or n < SOFTMAX_PAD_MIN or n % vec == 0 or x.dtype != dtypes.float32: return f(x, axis)
-    # CPU kernels vectorise an axis only where the vector width divides it: a softmax over PP-OCR's 6625 classes
-    # ran its exps one at a time (1.5 ms of the recogniser's 14). It runs on the axis padded to whole vectors with
-    # -inf (added as a constant row: exp gives 0 there, so the max and the sum are unchanged) and is cut back.
-    row = np.zeros(n + -n % vec, x.dtype.np); row[n:] = -np.inf
-    y = f(x.pad(((0, 0),) * a + ((0, -n % vec),)) + ctx.const(row), a).contiguous()
-    return y.shrink(tuple((0, s) for s in x.shape))
-  if ctx.opset < 13: return _coerce2d(fn, x, attrs.get('axis', 1))
-  return fn(x, attrs.get('axis', -1))
+  f = Tensor.softmax if ctx.node.op_type == 'Softmax' else Tensor.log_softmax
+  if ctx.opset < 13: return _coerce2d(f, x, attrs.get('axis', 1))
+  return f(x, attrs.get('axis', -1))
 
 @op('ReduceSum', 'ReduceMean', 'ReduceMax', 'ReduceMin', 'ReduceProd', 'ReduceL1', 'ReduceL2', 'ReduceSumSquare', 'ReduceLogSumExp', 'ReduceLogSum')
 def _reduce(ctx, attrs, x, *rest):

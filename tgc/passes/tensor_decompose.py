@@ -24,6 +24,7 @@ from tgc.shape.pool import pool
 
 PACK_MIN = 1 << 16  # pack the right operand when it has at least this many elements
 PACK = 16           # columns per panel: one AVX-512 vector of f32, two AVX2 ones (the tile is two vectors wide)
+PANEL_WASTE = 8     # columns padded to whole panels where that adds at most 1/PANEL_WASTE of them
 
 def tc_row_pads(op, spec: DeviceSpec) -> tuple | None:
   """For a matmul of half-precision values cast up (the front end's form: products accumulate in f32) on a target whose
@@ -126,6 +127,16 @@ def _with_stored_factors(src, prod, rw, loc):
   return _rebuilt(casts, v, rw, loc)
 
 
+def _unbroadcast(b, nb: int, mk):
+  """b (batch..., k, m) without its nb batch axes where it is one (k, m) expanded along them (a weight broadcast over
+  a batch of inputs: its panels are then packed once, not once per batch element); else b."""
+  o = b.op
+  if not nb or o is None or o.name != 'tensor.expand': return b
+  x = o.operands[0]
+  if x.type.shape != (1,) * nb + b.type.shape[nb:]: return b
+  return mk('reshape', x, b.type.shape[nb:])
+
+
 def _chain(v, through) -> tuple[list, object]:
   """The one-operand ops `through` accepts that v is made by, outermost first, and the value below them."""
   ops = []
@@ -194,7 +205,7 @@ def _staged(v, rw, loc, through_casts: bool = True):
 
 def _product(rw, a, b, loc, pack: bool, split: int = 1):
   """a (..., n, k) @ b (..., k, m) as a multiply and a reduce over k (split: over each of that many chunks of k,
-  then over the chunks)."""
+  then over the chunks). b may have no batch axes (one (k, m) for every batch of a)."""
   at, bt = a.type, b.type
   *batch, n, k = at.shape
   m = bt.shape[-1]
@@ -202,19 +213,27 @@ def _product(rw, a, b, loc, pack: bool, split: int = 1):
   def mk(name, src, shape, attrs=None):
     return rw.create(REGISTRY[f'tensor.{name}'], [src], [TensorType(tuple(shape), dt)], attrs, loc).results[0]
   nb = len(batch)
-  if pack and m % PACK == 0 and m > PACK and k * m >= PACK_MIN:
+  if pack and m > PACK and k * m >= PACK_MIN and -m % PACK * PANEL_WASTE <= m:
     # b (k, m) -> panels (m/16, k, 16), contiguous: the kernel then reads 16 columns of b as one sequential
-    # stream along k instead of one cache line per row (a copy of b buys a matmul that runs out of cache)
-    p = m // PACK
-    bp = mk('reshape', b, batch + (k, p, PACK))
-    bp = mk('permute', bp, batch + (p, k, PACK), {'order': tuple(range(nb)) + (nb + 1, nb, nb + 2)})
-    bp = rw.create(REGISTRY['tensor.contiguous'], [bp], [TensorType(batch + (p, k, PACK), dt)], None, loc).results[0]
+    # stream along k instead of one cache line per row (a copy of b buys a matmul that runs out of cache). Columns
+    # 16 does not divide are padded with zeros to whole panels and the result cut back (CPU kernels vectorise only
+    # whole vectors: PP-OCR's 6625 classes ran at 24 GFLOP/s unpacked). A weight's panels depend on the weight alone:
+    # a function specialised to its weights (an ONNX model's) computes them once.
+    b = _unbroadcast(b, nb, mk)
+    bb, p = b.type.shape[:-2], -(-m // PACK)
+    if p * PACK != m: b = mk('pad', b, bb + (k, p * PACK), {'pads': ((0, 0),) * (len(bb) + 1) + ((0, p * PACK - m),)})
+    lb = len(bb)
+    bp = mk('reshape', b, bb + (k, p, PACK))
+    bp = mk('permute', bp, bb + (p, k, PACK), {'order': tuple(range(lb)) + (lb + 1, lb, lb + 2)})
+    bp = rw.create(REGISTRY['tensor.contiguous'], [bp], [TensorType(bb + (p, k, PACK), dt)], None, loc).results[0]
     full = batch + (n, p, k, PACK)
     a2 = mk('expand', mk('reshape', a, batch + (n, 1, k, 1)), full)
-    b2 = mk('expand', mk('reshape', bp, batch + (1, p, k, PACK)), full)
+    b2 = mk('expand', mk('reshape', bp, (1,) * (nb - lb) + bb + (1, p, k, PACK)), full)
     prod = rw.create(REGISTRY['tensor.mul'], [a2, b2], [TensorType(full, dt)], None, loc).results[0]
     red = rw.create(REGISTRY['tensor.reduce'], [prod], [TensorType(batch + (n, p, 1, PACK), dt)], {'kind': 'add', 'axes': (nb + 2,)}, loc).results[0]
-    return mk('reshape', red, batch + (n, m))
+    r = mk('reshape', red, batch + (n, p * PACK))
+    return r if p * PACK == m else mk('shrink', r, batch + (n, m), {'bounds': tuple((0, d) for d in batch + (n, m))})
+  if len(bt.shape) < nb + 2: b = mk('expand', mk('reshape', b, (1,) * (nb + 2 - len(bt.shape)) + bt.shape), batch + bt.shape[-2:])
   order = tuple(range(nb)) + (nb + 1, nb)
   bt = mk('permute', b, batch + (m, k), {'order': order})
   if split > 1:  # the chunk axis outermost: each chunk's partial sums are one contiguous (n, m) block
@@ -349,8 +368,41 @@ def conv_of(op, mk, spec: DeviceSpec | None) -> Movable:
   return conv_primitives(Movable(op.x, mk), Movable(op.w, mk), op.stride, op.dilation, op.pads, op.groups, spec)
 
 
-def decompose_conv(op, rw, spec: DeviceSpec | None = None):
-  return conv_of(op, lambda name, srcs, t, attrs: rw.create(REGISTRY['tensor.' + name], list(srcs), [t], attrs, op.loc).results[0], spec).v
+def decompose_conv(op, rw, spec: DeviceSpec | None = None, pack: bool = False):
+  mk = lambda name, srcs, t, attrs: rw.create(REGISTRY['tensor.' + name], list(srcs), [t], attrs, op.loc).results[0]
+  if pack and (v := _paneled_conv(op, rw, mk, spec)) is not None: return v
+  return conv_of(op, mk, spec).v
+
+
+def _paneled_conv(op, rw, mk, spec: DeviceSpec):
+  """A float32 conv on a target that packs a matmul's panels (CPUs: their register tiles are vectors of output
+  channels), where a form of its own beats conv_primitives' channels-last one; None elsewhere.
+  - A pointwise conv (1x1, stride 1, no padding) is a matmul over the pixels. W @ x (vectors along the pixels) gives
+    the result NCHW as computed, so the ops after it fuse into its kernel (the channels-last result is read back
+    transposed, one element at a time, by the kernel after it), where half a vector divides the pixels (PP-OCR rec's
+    1x40 maps: 71 us, where the channels-last form's transposing kernel took 208 us for the swish after it). Else
+    x^T @ W^T, vectors along the output channels, W^T in panels (det's 10x10 maps: 740 -> 210 us plus a 50 us
+    transpose).
+  - Output channels the vector width does not divide (the channels-last form takes a few of them, upcast 2 for 258,
+    4 for 60, and gathers the weights) are padded with zero filters to whole vectors, and the result cut back, where
+    the zeros add at most 1/PANEL_WASTE of the work: silero's STFT (258 filters of 256 taps, stride 128) 37 -> 8.5
+    us, PP-OCR rec's 1x3 convs 480 -> 60 and 960 -> 60 channels (1x40 maps) 125 -> 48 and 238 -> 85 us, on a 2-core
+    Zen 5 (det's 96 -> 24 channel 3x3 convs, a third more work padded to 32, took 2.1 -> 3.9 ms: they keep their
+    width).
+  A weight's panels and padding depend on the weight alone: a function specialised to its weights computes them once."""
+  x, w = Movable(op.x, mk), Movable(op.w, mk)
+  if x.dtype is not D.f32 or w.dtype is not D.f32 or op.groups != 1: return None
+  (n, ci), co, sp = x.shape[:2], w.shape[0], x.shape[2:]
+  if all(v == 1 for v in w.shape[2:] + tuple(op.stride)) and not any(op.pads):
+    P = math.prod(sp)
+    if P % (PACK // 2) == 0: y = Movable(_product(rw, w.reshape(1, co, ci).expand(n, co, ci).v, x.reshape(n, ci, P).v, op.loc, True), mk)
+    else: y = Movable(_product(rw, x.reshape(n, ci, P).permute(0, 2, 1).v, w.reshape(co, ci).permute(1, 0).v, op.loc, True), mk).permute(0, 2, 1)
+    return y.reshape(n, co, *sp).v
+  if co % PACK and -co % PACK * PANEL_WASTE <= co:
+    wp = w.pad(((0, -co % PACK),) + ((0, 0),) * (len(w.shape) - 1))
+    y = conv_primitives(x, wp, op.stride, op.dilation, op.pads, 1, spec)
+    return y.shrink(((0, n), (0, co)) + tuple((0, v) for v in y.shape[2:])).v
+  return None
 
 
 # without a device: the plain product and conv (kernelize decomposes what is left so)
@@ -373,7 +425,7 @@ class TensorDecompose(Pass):
     if spec.target.tensor_cores is not None:
       apply_patterns(m, PatternMatcher([('tensor.cast', lambda op, rw: pad_rows(op, rw, spec))]), stats=self.stats)
     mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack, spec)),
-                         ('tensor.conv', lambda op, rw: decompose_conv(op, rw, spec))])
+                         ('tensor.conv', lambda op, rw: decompose_conv(op, rw, spec, pack))])
     apply_patterns(m, mm + declared_patterns(), stats=self.stats)
     if spec.gpu and spec.processors:  # (one sweep: the partial sums are not split again)
       apply_patterns(m, PatternMatcher([('tensor.reduce', lambda op, rw: split_product_reduce(op, rw, spec))]), max_sweeps=1, stats=self.stats)
