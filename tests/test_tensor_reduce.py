@@ -106,6 +106,21 @@ def test_reduce_then_constant(dev):
   check(Tensor(x).max().sigmoid(), 1 / (1 + np.exp(-x.max())), rtol=1e-6)
   check(Tensor(x).sum(axis=1) * 2 + 1.5, x.sum(axis=1) * 2 + 1.5)
 
+@pytest.mark.parametrize("dev", ["CPU", "INTERP"])
+@pytest.mark.parametrize("move", ["flip", "flip2", "permute", "pad", "shrink"])
+def test_reduce_epilogue_moved(move, dev):
+  """An elementwise op of a reduce's rows and the reduce's result, moved (flipped, permuted, padded, cut) as a whole:
+  the reduce's result is read at the moved points too (a flip of x + max(x) along the kept axis read the max
+  unflipped where the two were fused into one kernel)."""
+  x = RNG.standard_normal((4, 3, 5)).astype(np.float32)
+  f = {'flip': lambda a: a.flip(1), 'flip2': lambda a: a.flip((0, 2)), 'permute': lambda a: a.permute(2, 0, 1),
+       'pad': lambda a: a.pad(((0, 0), (1, 2), (0, 0))), 'shrink': lambda a: a[:, 1:, :3]}[move]
+  g = {'flip': lambda a: np.flip(a, 1), 'flip2': lambda a: np.flip(a, (0, 2)), 'permute': lambda a: a.transpose(2, 0, 1),
+       'pad': lambda a: np.pad(a, ((0, 0), (1, 2), (0, 0))), 'shrink': lambda a: a[:, 1:, :3]}[move]
+  t = Tensor(x, device=dev)
+  check(f(t + t.max(0)), g(x + x.max(0)))
+  check(f((t - t.mean(2, keepdim=True)) * 2), g((x - x.mean(2, keepdims=True)) * 2), rtol=1e-5, atol=1e-6)
+
 def _softmax(x, axis):
   e = np.exp(x - x.max(axis, keepdims=True))
   return e / e.sum(axis, keepdims=True)

@@ -294,6 +294,8 @@ class Scheduler:
     for s in roots:
       if s.type.numel == 0 or s in self.fused or s in self.fused.values() or s.op.name == 'tensor.scan' or self._has_reduce(s): continue
       reads = self.reads(s.op.operands)
+      if MOVEMENT in s.op.TRAITS:  # (the root's own movement is on every path: a flip of x + max(x) reads the max flipped)
+        reads = {m: [(s.op,) + p for p in ps] for m, ps in reads.items()}
       reds = [m for m in reads if m in self.R and _reduce_under(m) is not None]
       kern = {self.fused.get(m, m) for m in reds}
       if len(kern) != 1: continue
