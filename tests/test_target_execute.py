@@ -527,7 +527,7 @@ def test_opencl_tiles_for_either_processor(processor):
 
 
 @pytest.mark.parametrize('case', ['rowsum', 'rowmax', 'shortrows', 'softmax', 'bigsum', 'colsum', 'add2d', 'matmul', 'batched', 'transposed', 'epilogue',
-                                  'odd', 'odd_staged'])
+                                  'odd', 'odd_staged', 'cumsum_rows', 'cummax_rows', 'logcumsumexp_rows', 'cumsum_long', 'cumsum_odd'])
 def test_opencl_gpu_reductions(case):
   """GPU lowerings of reductions (GROUP along contiguous rows, partials combined as a tree in shared memory, several
   short rows per work-group, the split of a big sum) and of elementwise work-groups, run on this OpenCL device
@@ -553,6 +553,13 @@ def test_opencl_gpu_reductions(case):
     # sizes no tile divides: m, n and k padded (PADTO; the padding masked on loads, never stored), then tiled
     'odd': ((100, 300), lambda t: t @ t.T[:, :70], lambda a: a @ a.T[:, :70], 'padto'),
     'odd_staged': ((127, 61), lambda t: t @ t.T, lambda a: a @ a.T, 'padto'),
+    # scans along rows a work-group each (GROUP: its threads' vectors side by side, their totals met in shared memory
+    # every step, the steps' totals carried), and one long axis in chunks a work-group each
+    'cumsum_rows': ((6, 2048), lambda t: t.cumsum(1), lambda a: a.cumsum(1), 'group'),
+    'cummax_rows': ((5, 512), lambda t: t.cummax(1)[0], lambda a: np.maximum.accumulate(a, 1), 'group'),
+    'logcumsumexp_rows': ((3, 1024), lambda t: t.logcumsumexp(1), lambda a: np.logaddexp.accumulate(a, 1), 'group'),
+    'cumsum_long': ((1 << 17,), lambda t: t.cumsum(0), lambda a: a.cumsum(0), 'group'),
+    'cumsum_odd': ((3, 100000), lambda t: t.cumsum(1), lambda a: a.cumsum(1), None),
   }[case]
   a = rng.standard_normal(shape).astype(np.float32)
   m, leaves = _build_module([f(tgc.Tensor(a, device='OPENCL')).node], 'f')

@@ -135,13 +135,17 @@ def test_scan_kernel_ir():
   assert u[i + 1:].index('uop.range') < u[i + 1:].index('uop.phi') < u[i + 1:].index('uop.store') < u[i + 1:].index('uop.endrange')
 
 
-@pytest.mark.parametrize('target,rows,n,want', [('cuda', 8192, 512, 32), ('cuda', 1, 1 << 24, 128), ('cuda', 1, 1 << 17, 64), ('cuda', 1, 2048, 64),
+@pytest.mark.parametrize('target,rows,n,want', [('cuda', 8192, 512, None), ('cuda', 1, 1 << 24, 16384), ('cuda', 1, 1 << 17, 1024), ('cuda', 1, 2048, None),
+                                                ('cuda', 3, 100000, 1024), ('cuda', 1, 2000, 80),
                                                 ('cuda', 1, 32, None), ('cuda', 1, 31, None), ('cuda', 2048, 64, None),
                                                 ('cuda', 1 << 17, 64, None), ('llvm', 8192, 512, None), ('llvm', 1, 1 << 24, 1 << 18),
                                                 ('llvm', 2, 20001, 4096), ('llvm', 1, 8000, None)])
 def test_chunking_from_the_device(target, rows, n, want):
-  """How long the chunks of a scan are: a GPU wants some 2^17 threads and chunks of 16 or more, a CPU 64 rows and
-  chunks of 4096 or more; a small scan (the totals of a big one) chunks 4 times as long, at least 4 of them."""
+  """How long the chunks of a scan are. A GPU scans a row of whole warps' float4s by a work-group (1024 floats a step
+  on the cuda target): a row of at most 16 steps stays whole, a longer one (or a long one of another length: 100000)
+  is cut into chunks of whole steps, as many as make some 2^17 threads; shorter rows take chunks of 16 or more, a
+  thread each. A CPU wants 64 rows and chunks of 4096 or more; a small scan (the totals of a big one) chunks 4 times
+  as long, at least 4 of them."""
   assert chunking(rows, n, DeviceSpec.of(target)) == want
 
 
@@ -221,11 +225,12 @@ def test_scan_unroll_schedule():
   from tgc.passes.schedule import Schedule, Opt, OptError
   k = I.parse(ROUND).functions('kernel.func')[0]
   assert Schedule(k, (Opt('unroll', 1, 2),)).kinds == ['global', 'scan', 'unroll']
+  assert Schedule(k, (Opt('unroll', 1, 2), Opt('group', 1, 3))).kinds == ['global', 'scan', 'group', 'unroll']
   for opts, msg in [((Opt('upcast', 0, 2), Opt('unroll', 1, 2)), "take no other unrolled lanes"), ((Opt('unroll', 1, 3),), "take no other unrolled lanes"),
-                    ((Opt('group', 1, 2),), "axis 1 is a scan axis, group applies to reduce axes")]:
+                    ((Opt('group', 1, 2), Opt('unroll', 1, 2)), "no steps after it"), ((Opt('local', 0, 2), Opt('group', 1, 2)), "takes no local or upcast axes")]:
     with pytest.raises(OptError, match=msg): Schedule(k, opts)
   from tgc.tensor import _build_module
   from tgc.lowering import lower
   m, _ = _build_module([Tensor.empty(64, 512).cumsum(1).node], 'k')
   src = lower(m, 'cuda', until='source')
-  assert 'float4 val1 = *((float4*)(data1+alu0));' in src and '*((float4*)(data0+alu0)) = make_float4(alu1,alu2,alu3,alu4);' in src, src
+  assert 'float4 val0 = *((float4*)(data1+alu0));' in src and '*((float4*)(data0+alu0)) = make_float4(' in src and '__shfl_xor_sync' in src, src

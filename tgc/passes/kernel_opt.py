@@ -261,15 +261,24 @@ def row_reduce(tl: Tiling) -> list | None:
 
 def scan(tl: Tiling) -> list | None:
   """A scan kernel on a GPU: a thread's steps read and write 16 bytes at a time (UNROLL of the scanned axis where
-  its loads and its store run along it: a vector of steps carried through in order), then work-groups as generic's."""
+  its loads and its store run along it: a vector of steps carried through in order). A row long enough for a warp's
+  vectors (GROUP_SCAN_MIN steps) is scanned by a work-group (GROUP: each step the threads' vectors side by side,
+  coalesced, their totals meeting in a work-group scan; up to the target's threads, as few steps as that leaves);
+  shorter rows a thread each, in work-groups as generic's."""
   ks = tl.ks
   if not ks.scans: return None
   if tl.gpu:
     a = ks.kinds.index('scan')
     w = 16 // max(op.buf.type.dtype.itemsize for op in tl.loads + [ks.store])
-    if w >= 2 and ks.full[a] % w == 0 and ks.full[a] > w and ks.strides(ks.store)[a] == 1 and \
-        all(ks.strides(op)[a] in (0, 1) for op in tl.loads): tl.apply(Opt('unroll', a, w))
+    along = ks.strides(ks.store)[a] == 1 and all(ks.strides(op)[a] in (0, 1) for op in tl.loads)
+    if w >= 2 and ks.full[a] % w == 0 and ks.full[a] > w and along: tl.apply(Opt('unroll', a, w))
+    n = tl.ks.full[a]  # (its steps, after the vector's lanes)
+    if along and tl.allow_local and n >= GROUP_SCAN_MIN:
+      g = next((g for g in (tl.t.max_threads, 128, 64, 32) if g <= tl.t.max_threads and n % g == 0), None)
+      if g is not None and tl.apply(Opt('group', a, g)): return tl.opts
   return generic(tl)
+
+GROUP_SCAN_MIN = 32  # a scan's steps (after its vector's) from which a work-group scans a row: a warp of vectors
 
 
 def generic(tl: Tiling) -> list | None:

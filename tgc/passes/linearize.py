@@ -121,7 +121,7 @@ class UopBuilder:
       if (ca == 0 or cb == 0) and elem(t).is_int: return self.const(0, t)
     if name == 'idiv' and cb == 1: return a
     if name == 'mod' and cb == 1: return self.const(0, t)
-    if name == 'and':
+    if name == 'and' and t is D.bool_:  # (of integers, a bit mask: and(x, 1) is x's lowest bit)
       if ca == 1: return b
       if cb == 1: return a
       if ca == 0 or cb == 0: return self.const(0, D.bool_)
@@ -284,9 +284,11 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       if op in pre: self.lower_op(op, idx, lanes, above=False)
     dt, combos = sc.results[0].type, self.combos(lanes)
     steps = self.vec is not None and self.kinds[self.vec] == 'unroll'  # (a vector of steps: the lanes in order)
+    grouped = any(kd == 'group' and n > 1 for kd, n in zip(self.kinds, self.full))
     t = VecType(self.W, dt) if self.vec is not None and self.W > 1 and not steps else dt
     ident = b.const(alu.reduce_identity(sc.kind, dt), dt)
     accs = {c: b.emit('define_acc', [self.broadcast(self.vals[sc.init][c] if sc.init is not None else ident, t)], t, pure=False) for c in combos}
+    slots = self.group_scan_slots(dt) if grouped else None  # (shared memory is declared outside every loop: OpenCL's rule)
     r = idx[a] = b.open_range(b.const(0), b.const(self.full[a]))
     for acc in accs.values(): acc.op.operands = [acc.op.operands[0], r]
     late = []  # exclusive: the phis come after the stores, which read the accumulator as it was before the step
@@ -296,6 +298,16 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       res = {}
       for c in combos:
         x = self.vals[sc.src][self.project(sc.src, lanes, c)]
+        if grouped:  # this thread's lanes in order, from the totals of the threads before it and of the steps before
+          xs = [b.emit('gep', [x], dt, {'index': l}) for l in range(self.W)] if isinstance(x.type, VecType) else [x]
+          runs = [xs[0]]
+          for v in xs[1:]: runs.append(self.combine(sc.kind, runs[-1], v))
+          before, total = self.group_scan(sc.kind, runs[-1], dt, slots)
+          start = self.combine(sc.kind, accs[c], before)
+          outs = [start if sc.exclusive and l == 0 else self.combine(sc.kind, start, runs[l - 1] if sc.exclusive else runs[l]) for l in range(len(xs))]
+          late.append((accs[c], self.combine(sc.kind, accs[c], total)))
+          res[c] = outs[0] if len(outs) == 1 else b.emit('vectorize', outs, VecType(len(outs), dt))
+          continue
         if steps:  # each lane's step from the one before it; the stores take them as one vector
           run, outs = accs[c], []
           for l in range(self.W):
@@ -309,6 +321,61 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       self.vals[sc.results[0]] = res
     for acc, nxt in late: b.emit('phi', [acc, nxt], t, pure=False)
     b.close_range(r)
+
+  def group_scan_warps(self, dt) -> int:
+    """GROUP of a scan: its warps where the group is whole warps of 4- or 8-byte values (a butterfly of shuffles in
+    each), else 0 (shared memory alone)."""
+    G, WS = math.prod(n for n, kd in zip(self.full, self.kinds) if kd == 'group'), self.t.warp_size
+    return G // WS if WS and G % WS == 0 and dt.itemsize in (4, 8) and dt is not D.bool_ else 0
+
+  def group_scan_slots(self, dt):
+    """The shared memory a GROUP scan's threads meet in: a slot per warp, or per thread."""
+    nw = self.group_scan_warps(dt)
+    if nw == 1: return None
+    self.n_locals += 1
+    n = nw or math.prod(n for n, kd in zip(self.full, self.kinds) if kd == 'group')
+    return self.b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{self.n_locals - 1}', 'size': n}, pure=False)
+
+  def group_scan(self, kind, tot, dt, tmp):
+    """GROUP of a scan's step: what the threads before this one in the work-group total (the kind's identity for the
+    first) and what they all total, from each thread's total `tot`. Where the group is whole warps: a butterfly of
+    uop.shuffle_xor in each warp (a lane whose partner comes first takes in its running total; the kinds are
+    commutative), then the warps' totals through the slots `tmp`; else every thread reads every thread's total from
+    them. Barriers before the writes too: the slots are the next step's."""
+    b = self.b
+    G, nw = math.prod(n for n, kd in zip(self.full, self.kinds) if kd == 'group'), self.group_scan_warps(dt)
+    gl, WS = self.group_index(), self.t.warp_size
+    ident = b.const(alu.reduce_identity(kind, dt), dt)
+    comb = lambda x, y: self.combine(kind, x, y)
+    if nw:
+      lane, before, run, m = b.mod(gl, b.const(WS)), ident, tot, 1
+      while m < WS:
+        other = b.emit('shuffle_xor', [run], dt, {'mask': m}, pure=False)
+        before = b.emit('where', [b.alu('cmpne', b.alu('and', lane, b.const(m)), b.const(0)), comb(other, before), before], dt)
+        run, m = comb(run, other), 2 * m
+      if nw == 1: return before, run
+      warp = b.idiv(gl, b.const(WS))
+      b.emit('barrier', [], None, pure=False)
+      b.open_if(b.alu('cmpeq', lane, b.const(0)))
+      b.emit('store', [tmp, warp, run], None, pure=False)
+      b.close_if()
+      b.emit('barrier', [], None, pure=False)
+      parts = [b.emit('load', [tmp, b.const(j)], dt, pure=False) for j in range(nw)]
+      for j, p in enumerate(parts[:-1]): before = b.emit('where', [b.lt(b.const(j), warp), comb(p, before), before], dt)
+      total = parts[0]
+      for p in parts[1:]: total = comb(total, p)
+      return before, total
+    b.emit('barrier', [], None, pure=False)
+    b.emit('store', [tmp, gl, tot], None, pure=False)
+    b.emit('barrier', [], None, pure=False)
+    acc_b, acc_t = (b.emit('define_acc', [ident], dt, pure=False) for _ in range(2))
+    j = b.open_range(b.const(0), b.const(G))
+    for acc in (acc_b, acc_t): acc.op.operands = [acc.op.operands[0], j]
+    v = b.emit('load', [tmp, j], dt, pure=False)
+    before = b.emit('phi', [acc_b, b.emit('where', [b.lt(j, gl), comb(acc_b, v), acc_b], dt)], dt, pure=False)
+    total = b.emit('phi', [acc_t, comb(acc_t, v)], dt, pure=False)
+    b.close_range(j)
+    return before, total
 
   def combine(self, kind, acc, x):
     """A scan's step: acc op x; logaddexp as max + log(1 + exp(min - max)) in base 2 (the larger one where it is

@@ -25,11 +25,24 @@ from tgc.passes.kernelize import positions_scan
 
 GPU_ROWS, GPU_CHUNK = 1 << 17, 16   # threads a GPU wants busy; the shortest chunk worth a thread
 CPU_ROWS, CPU_CHUNK = 64, 4096      # rows a CPU's threads share; the shortest chunk worth a row
+GROUP_STEPS = 16                    # a work-group's steps along a row it scans (chunks are at most that long)
 
 
-def chunking(rows: int, n: int, spec: DeviceSpec) -> int | None:
+def chunking(rows: int, n: int, spec: DeviceSpec, itemsize: int = 4) -> int | None:
   """The chunk length to split an axis of n into for `rows` independent scans, or None to leave it whole."""
   want, least = (GPU_ROWS, GPU_CHUNK) if spec.gpu else (CPU_ROWS, CPU_CHUNK)
+  threads, w = spec.target.max_threads, max(1, 16 // itemsize)
+  if spec.gpu and threads >= 32:
+    # kernel-opt's GROUP of a scan: a work-group scans a row of whole warps' vectors (w lanes a thread), a step of the
+    # work-group's vectors at a time: such a row of at most GROUP_STEPS steps stays whole, as do rows enough to fill
+    # the device so; a longer one (or a long one of another length) is cut into chunks of whole steps, at most
+    # GROUP_STEPS each, as many as give the device work-groups enough
+    step = w * threads
+    if n % (w * 32) == 0 and (n <= GROUP_STEPS * step or rows * min(threads, n // w) >= want): return None
+    if n >= 4 * step:
+      k = -(-want // (rows * threads))  # (the chunks a row takes for that)
+      c = min(GROUP_STEPS * step, -(-(-(-n // k)) // step) * step)
+      return c if -(-n // c) >= 4 else None
   if rows >= want or n < 2 * least: return None
   c = max(least, -(-n // -(-want // rows)))
   if rows * n <= want: c = max(c, 4 * least)  # a small scan (the totals of a bigger one): longer chunks, fewer levels
@@ -41,7 +54,7 @@ def split_scan(op, rw, spec: DeviceSpec):
   x, t, a = op.src, op.results[0].type, op.axis
   shape, n, dt = t.shape, t.shape[op.axis], t.dtype
   rows = math.prod(shape) // n if n else 0
-  c = chunking(rows, n, spec) if rows and not positions_scan(op) else None  # (positions: computed from indices)
+  c = chunking(rows, n, spec, dt.itemsize) if rows and not positions_scan(op) else None  # (positions: computed from indices)
   if c is None: return None
   k = -(-n // c)
   pre, post = shape[:a], shape[a + 1:]

@@ -8,8 +8,10 @@ actions) and gives the inner part a kind:
   local    work-group dims (GPU targets)
   reduce   the reduce's loops (the outer parts of reduce axes keep this kind)
   scan     a scan's axis: one loop in order, carrying the running value (UNROLL alone splits it: a vector of steps a
-           loop iteration, carried through its lanes in order)
-  group    a reduce axis spread over the work-group (GROUP: the inner part; GROUPTOP: the outer one)
+           loop iteration, carried through its lanes in order; GROUP spreads each step over a work-group, whose
+           threads' totals meet in a work-group scan, the whole step's total carried to the next)
+  group    a reduce axis spread over the work-group (GROUP: the inner part; GROUPTOP: the outer one); a scan's: the
+           threads of a step, each its vector of lanes in order (GROUP after UNROLL)
   upcast   a non-reduce axis computed in registers (the widest upcast axis is a vector lane)
   unroll   a reduce axis unrolled inside the loop
   padto    not a split: the axis is rounded up to a multiple of amt (the padding is computed, never stored); a reduce
@@ -123,7 +125,9 @@ def apply_opts(full, out, kinds, views, opts, tile=None):
     if not isinstance(ax, int) or not 0 <= ax < len(full): raise OptError(f"{name}: axis {ax} is out of range for {len(full)} axes")
     if 'scan' in kinds and (name == 'unroll' and (any(kd in ('upcast', 'unroll') for kd in kinds) or amt not in (2, 4, 8, 16)) or name == 'upcast' and 'unroll' in kinds):
       raise OptError(f"{name}: a scan's unrolled steps (UNROLL of its axis by 2, 4, 8 or 16: one vector) take no other unrolled lanes")
-    if kinds[ax] != OPT_KINDS[name] and not (name == 'padto' and kinds[ax] == 'reduce') and not (name == 'unroll' and kinds[ax] == 'scan'):
+    if 'scan' in kinds and (name == 'group' and ('local' in kinds or 'upcast' in kinds or 'group' in kinds) or name in ('local', 'upcast', 'unroll') and 'group' in kinds):
+      raise OptError(f"{name}: a scan's work-group (GROUP of its axis, after UNROLL's steps) takes no local or upcast axes, and no steps after it")
+    if kinds[ax] != OPT_KINDS[name] and not (name == 'padto' and kinds[ax] == 'reduce') and not (name in ('unroll', 'group') and kinds[ax] == 'scan'):
       raise OptError(f"{name}: axis {ax} is a {kinds[ax]} axis, {name} applies to {OPT_KINDS[name]} axes" +
                      (" (and reduce axes)" if name == 'padto' else ''))
     if 'tck' in kinds and name not in ('upcast', 'local', 'swap', 'unroll'):
