@@ -93,6 +93,18 @@ def test_argmax(fn, axis, keepdim):
   check(getattr(Tensor(x), fn)(axis, keepdim), want, dtypes.int32)
   check(getattr(Tensor(x.astype(np.int32)), fn)(axis, keepdim), want, dtypes.int32)
 
+@pytest.mark.parametrize("dev", ["CPU", "INTERP"])
+@pytest.mark.parametrize("fn", ['argmax', 'argmin'])
+def test_argmax_nan_and_one_node(fn, dev):
+  """A NaN is the maximum (and the minimum) where a row has one: the first NaN's position, as numpy's; the graph is
+  one tensor.argmax (its decomposition comes in the compiler), and the ints and bools take it too."""
+  x = RNG.standard_normal((5, 9)).astype(np.float32)
+  x[1, 3] = x[1, 6] = np.nan; x[2, :] = np.nan; x[4, 8] = np.nan
+  check(getattr(Tensor(x, device=dev), fn)(1), getattr(np, fn)(x, 1).astype(np.int32), dtypes.int32)
+  assert Tensor(x).argmax(1).to_ir().count('tensor.argmax') == 1
+  b = RNG.standard_normal((4, 6)) > 0
+  check(getattr(Tensor(b, device=dev), fn)(0), getattr(np, fn)(b, 0).astype(np.int32), dtypes.int32)
+
 # after kernel-opt unrolls the reduce, a constant (argmax's length, sigmoid's 1.0) that comes before the
 # reduce in the kernel and is used after it was computed only inside the loop: invalid IR
 @pytest.mark.parametrize("dev", ["CPU", "INTERP"])

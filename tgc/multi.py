@@ -229,7 +229,7 @@ class Partition:
       loc = tuple((0, s.shape[a] // n) if i == a and op == 'shrink' else tuple(p) for i, p in enumerate(attrs[key]))
       return a, self.local(op, [(x,) for x in xs], {key: loc}, local_shape(shape, a, n), dtype)
     elif op == 'flip' and a not in attrs['axes']: return a, self.local(op, [(x,) for x in xs], attrs, local_shape(shape, a, n), dtype)
-    elif op == 'scan' and a != attrs['axis']: return a, self.local(op, [(x,) for x in xs], attrs, local_shape(shape, a, n), dtype)
+    elif op in ('scan', 'argmax') and a != attrs['axis']: return a, self.local(op, [(x,) for x in xs], attrs, local_shape(shape, a, n), dtype)
     # a movement across the shards (or an op without a rule): the whole value on every device first
     full = self.gather(a, xs, s.shape)
     return None, self.local(op, [(x,) for x in full], attrs, shape, dtype)

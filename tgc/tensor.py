@@ -1212,10 +1212,8 @@ class Tensor(TensorAPI):
     if self.ndim == 0: return Tensor._const(0, (), _D.i32, self.device)
     n = self.shape[ax]
     if n == 0: raise ShapeError(f"argmax of an empty axis of shape {self.shape}")
-    m = self == self.max(ax, keepdim=True)
-    # n - j at each maximum j (positions counted down: the first one's is the largest), one kernel with the max
-    idx = m.where(Tensor._positions(n, self.device).flip(0).reshape((n,) + (1,) * (self.ndim - ax - 1)), 0)
-    return (n - idx.max(ax, keepdim=keepdim)).cast(_D.i32)
+    r = self._new('argmax', (self,), tuple(1 if i == ax else d for i, d in enumerate(self.shape)), _D.i32, {'axis': ax})
+    return r if keepdim else r.reshape(tuple(d for i, d in enumerate(self.shape) if i != ax))
 
   def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis, keepdim)
 

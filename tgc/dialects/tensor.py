@@ -235,6 +235,40 @@ class PowOp(Operation):
     return op('where', op('cmpeq', e, c(0.0), ty=tb), c(1.0), ret)
 
 
+class ArgMaxOp(Operation):
+  """`tensor.argmax %x 1 : tensor<8x512xf32> -> tensor<8x1xi32>`: the position of the first maximum along one axis
+  (kept as 1), i32; a NaN is the maximum where there is one (numpy's and torch's answer). A composite: one node where
+  the Tensor API's call built a graph of 16 each call; it decomposes into a max, a compare with it, and a max of the
+  positions counted down (n - j at a maximum j: the first one's is the largest), which fuse into one kernel."""
+  name = 'tensor.argmax'
+  OPERANDS = ('src',)
+  ATTRS = {'axis': 'int'}
+  TRAITS = {PURE}
+  FORMAT = '$src $axis : type($src) -> type($result)'
+  def verify(self):
+    from tgc.ir import dtypes as D
+    s, r = _tensor(self, self.src.type, 'operand'), _tensor(self, self.results[0].type)
+    if not 0 <= self.axis < s.rank: raise self.error(f"axis {self.axis} is out of range for rank {s.rank}")
+    if s.shape[self.axis] == 0: raise self.error(f"axis {self.axis} of {s} is empty: it has no maximum")
+    want = TensorType(tuple(1 if i == self.axis else d for i, d in enumerate(s.shape)), D.i32)
+    if r != want: raise self.error(f"result must be {want} (the axis kept as 1), got {r}")
+  def decompose(self, rw):
+    from tgc.ir.core import REGISTRY
+    from tgc.ir import dtypes as D
+    x, a = self.src, self.axis
+    s, n = x.type.shape, x.type.shape[self.axis]
+    row = tuple(1 if i == a else d for i, d in enumerate(s))
+    def op(name, srcs, shape, dt, attrs=None): return rw.create(REGISTRY['tensor.' + name], list(srcs), [TensorType(tuple(shape), dt)], attrs, self.loc).results[0]
+    m = op('reduce', [x], row, x.type.dtype, {'kind': 'max', 'axes': (a,)})
+    hit = op('cmpeq', [x, op('expand', [m], s, x.type.dtype)], s, D.bool_)
+    if x.type.dtype.is_float: hit = op('or', [hit, op('cmpne', [x, x], s, D.bool_)], s, D.bool_)  # (a NaN is the max, as numpy's)
+    # n - j along the axis: the positions 1..n (a sum scan of ones, computed from indices) flipped
+    pos = op('flip', [op('scan', [op('const', [], (n,), D.i32, {'value': 1})], (n,), D.i32, {'kind': 'add', 'axis': 0})], (n,), D.i32, {'axes': (0,)})
+    pos = op('expand', [op('reshape', [pos], tuple(n if i == a else 1 for i in range(len(s))), D.i32)], s, D.i32)
+    best = op('reduce', [op('where', [hit, pos, op('const', [], s, D.i32, {'value': 0})], s, D.i32)], row, D.i32, {'kind': 'max', 'axes': (a,)})
+    return op('sub', [op('const', [], row, D.i32, {'value': n}), best], row, D.i32)
+
+
 class GatherOp(Operation):
   """`tensor.gather %src, %index axis`: out[p] = src[p with its coordinate along axis replaced by index[p]] (torch's
   gather, ONNX's GatherElements): index has src's rank and shape but along axis, and out is index's shape. An index

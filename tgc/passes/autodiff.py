@@ -196,7 +196,7 @@ RULES = {
   'matmul': lambda b, op, g: [b.op('matmul', (g, b.transpose(op.rhs)), op.lhs.type), b.op('matmul', (b.transpose(op.lhs), g), op.rhs.type)],
 }
 # ops whose outputs carry no gradient to their operands (constant, integer or bool only, or piecewise constant)
-NO_GRADIENT = frozenset(('const', 'empty', 'trunc', 'not', 'cmplt', 'cmpne', 'cmpeq', 'and', 'or', 'xor', 'shl', 'shr', 'idiv', 'bitcast'))
+NO_GRADIENT = frozenset(('const', 'empty', 'trunc', 'not', 'cmplt', 'cmpne', 'cmpeq', 'and', 'or', 'xor', 'shl', 'shr', 'idiv', 'bitcast', 'argmax'))
 
 
 def _carries(v: Value) -> bool: return isinstance(v.type, TensorType) and v.type.dtype.is_float
