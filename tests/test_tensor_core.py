@@ -477,3 +477,22 @@ def test_cpu_where_pow_clip(dev):
   x = randf((3, 7), 0.2, 3.0)
   c = RNG.random((3, 1)) < 0.5
   check(Tensor(c).where(Tensor(x) ** 2.5, Tensor(x).clip(0.5, 1.5)), np.where(c, x.astype(np.float64) ** 2.5, np.clip(x, 0.5, 1.5)), rtol=1e-4)
+
+
+def test_half_product_read_by_several_kernels_is_stored_half():
+  """A half-precision product whose float32 sums several kernels read (attention's scores: a max, an exp, a sum) is
+  stored rounded to half, as the Tensor API's matmul gives it to them, not as its float32 sums: the same values in half
+  the bytes; the scores of a causal attention match torch."""
+  import torch
+  from tgc.tensor import _build_module
+  from tgc.lowering import lower
+  from tgc.target import DeviceSpec
+  rng = np.random.default_rng(5)
+  q, k, v = (rng.standard_normal((2, 3, 64, 16)).astype(np.float16) for _ in range(3))
+  t = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True)
+  m, _ = _build_module([t.node], 'main')
+  lower(m, DeviceSpec.of('cuda'), 'kernel')
+  first = next(ln for ln in m.print().splitlines() if ln.startswith('kernel.func'))
+  assert '%data0: !kernel.buf<2x3x64x64xf16>' in first, first
+  ref = torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(a, dtype=torch.float32) for a in (q, k, v)), is_causal=True).numpy()
+  np.testing.assert_allclose(t.numpy().astype(np.float32), ref, atol=2e-3, rtol=2e-3)

@@ -129,7 +129,7 @@ class Scheduler:
         pts = self._reduce_escapes(op.results[0])
         # one way out: the elementwise ops up to it are the reduce kernel's epilogue (a matmul's bias and relu),
         # as in tinygrad; several: the reduce itself is the buffer
-        if pts: self.R.add(next(iter(pts)) if len(pts) == 1 else op.results[0])
+        if pts: self.R.add(next(iter(pts)) if len(pts) == 1 else self._narrowed(op.results[0]))
       if op.name == 'tensor.pad':
         u = _movement_base(op.operands[0])
         if u.op is not None and not _is_leaf(u): self.R.add(u)
@@ -147,6 +147,18 @@ class Scheduler:
       if hr or (ELEMENTWISE in op.TRAITS and self._full_reads(v) * (uses - 1) > uses + 1): self.R.add(v)
     self._bound_depth()
     self.choose_fusions()
+
+  def _narrowed(self, r: Value) -> Value:
+    """The buffer of a reduce read by several kernels: the reduce, or the one cast of it to a narrower float that is
+    all that reads it (a half-precision product's float32 sums rounded, as the Tensor API's matmul rounds them): the
+    values the readers take, in half the bytes (attention's scores: 8x16x1024x1024 as float32 cost their product's
+    kernel 0.48 ms and each reader as much again)."""
+    v = r
+    while len(us := self.users.get(v, [])) == 1 and us[0].name == 'tensor.reshape' and us[0].results[0] not in self.R: v = us[0].results[0]
+    if len(us) == 1 and us[0].name == 'tensor.cast':  # (through the reshapes a matmul's sums take: store views)
+      c = us[0].results[0]
+      if c.type.dtype.is_float and r.type.dtype.is_float and c.type.dtype.itemsize < r.type.dtype.itemsize: return c
+    return r
 
   def _bound_depth(self):
     """A chain of ops deeper than MAX_DEPTH inside one kernel is cut by a buffer every MAX_DEPTH ops: a kernel's
