@@ -101,6 +101,17 @@ def test_arange(args, kw):
   e = np.arange(*args).astype(np.float32 if any(isinstance(a, float) for a in args) or kw else np.int32)
   check(Tensor.arange(*args, **kw), e, dtypes.float32 if e.dtype == np.float32 else dtypes.int32)
 
+@pytest.mark.parametrize("args,dt", [((1024,), None), ((10, 0, -3), None), ((2**31 - 10, 2**31 - 1), None), ((0, 2**33, 2**31), None),
+                                     ((6,), 'int8'), ((-4, 9, 5), 'int64'), ((5,), 'float16')])
+def test_integer_arange_is_positions(args, dt):
+  """A whole-number arange is positions (a sum scan of ones, which kernels compute from their index) scaled and
+  shifted in its dtype: no dense constant of its values in the graph (a causal mask's two aranges of 1024 took 0.3 ms
+  a call to build as tuples), the values numpy's."""
+  t = Tensor.arange(*args, dtype=dt)
+  e = np.arange(*args).astype(t.dtype.np)
+  assert 'tensor.const [' not in t.to_ir() and 'tensor.scan add' in t.to_ir()
+  np.testing.assert_array_equal(t.numpy(), e)
+
 @pytest.mark.parametrize("n,m", [(1, None), (3, None), (3, 5), (7, 2)])
 def test_eye(n, m):
   check(Tensor.eye(n, m), np.eye(n, m, dtype=np.float32), dtypes.float32)

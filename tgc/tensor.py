@@ -669,9 +669,19 @@ class Tensor(TensorAPI):
     if n and dt.is_int:  # the first and the last value must fit (torch would wrap)
       lo, hi = _D.min_max(dt)
       if not (lo <= start <= hi and lo <= start + (n - 1) * step <= hi): raise OverflowError(f"arange({start}, {stop}, {step}) does not fit {dt!r}")
-    vals = np.arange(n, dtype=np.float64 if is_f else np.int64) * step + start
     dev = _canon_device(device)
-    return Tensor(_Node('const', (), {'value': _dense_value(vals, dt)}, (n,), dt, dev)) if n else Tensor.zeros(0, dtype=dt, device=dev)
+    if not n: return Tensor.zeros(0, dtype=dt, device=dev)
+    if not is_f and not dt.is_bool:
+      # whole numbers: positions 1..n (a sum scan of ones, which each kernel that reads it computes from its index:
+      # no constant of n values, in the graph or in memory) times step, plus start - step (wrapping as the dtype does,
+      # exact where the values fit); cast to dt
+      it = _D.i64 if big or dt.itemsize == 8 else _D.i32
+      p = Tensor._const(1, (n,), it, dev)._scan('add', 0)
+      if step != 1: p = p * Tensor._const(step, (n,), it, dev)
+      if start != step: p = p + Tensor._const(start - step, (n,), it, dev)
+      return p if dt is it else p.cast(dt)
+    vals = np.arange(n, dtype=np.float64 if is_f else np.int64) * step + start
+    return Tensor(_Node('const', (), {'value': _dense_value(vals, dt)}, (n,), dt, dev))
 
   @staticmethod
   def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
