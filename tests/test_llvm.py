@@ -888,3 +888,40 @@ uop.func @r_1() {
 def test_default_device():
   assert Device.DEFAULT in ('CPU', 'INTERP') or Device.DEFAULT
   assert Device['cpu'].name == 'CPU' and get_device('INTERP').name == 'INTERP'
+
+
+MASKED_NARROW = """uop.func @E_1() attributes {global_size = [1]} {
+  %0 = uop.define_global 0 {size = 17} : !uop.ptr<%T>
+  %1 = uop.define_global 1 {size = 17} : !uop.ptr<u64>
+  %z = uop.const 0 : i32
+  %e = uop.const 3 : i32
+  %r = uop.range %z, %e : i32
+  %c8 = uop.const 8 : i32
+  %i = uop.mul %r, %c8 : i32
+  %two = uop.const 2 : i32
+  %g = uop.cmplt %r, %two : i32 -> i1
+  %t = uop.const true : i1
+  %m = uop.vectorize %t, %g, %g, %g, %g, %g, %g, %g : vec<8xi1>
+  %a = uop.const 0 : u64
+  %alt = uop.vectorize %a, %a, %a, %a, %a, %a, %a, %a : vec<8xu64>
+  %v = uop.load %1[%i], %m, %alt : vec<8xu64>
+  %w = uop.cast %v : vec<8xu64> -> vec<8x%T>
+  uop.store %0[%i], %w, %m : vec<8x%T>
+  uop.endrange %r
+}"""
+
+@pytest.mark.parametrize('dt', ['u8', 'i32', 'f32'])
+def test_masked_store_of_a_narrowed_value_stays_in_its_lanes(dt):
+  """A vec<8> store under a vector gate whose last step keeps one lane (LLVM unrolls the loop: a constant mask): a
+  narrowed integer (u64 computed, u8 stored) is stored lane by lane (LLVM 22's x86 backend stored the one lane of a
+  truncating masked store as the wide element, 8 bytes past it overwritten), a float through llvm.masked.store;
+  the bytes past the buffer are untouched."""
+  fn = I.parse(MASKED_NARROW.replace('%T', dt)).functions('uop.func')[0]
+  assert ('llvm.masked.store' in render_llvm(fn)) == (dt == 'f32')
+  x = np.arange(1, 18, dtype=np.uint64) * 1000003
+  npdt = {'u8': np.uint8, 'i32': np.int32, 'f32': np.float32}[dt]
+  big = np.full(17 + 64, 77, npdt)
+  out = big[16:33]
+  get_device('CPU').compile(fn)(out, x)
+  np.testing.assert_array_equal(out, x.astype(npdt))
+  assert (big[:16] == 77).all() and (big[33:] == 77).all(), big

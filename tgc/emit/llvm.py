@@ -497,14 +497,12 @@ class _Emitter:
       out = b.select(self.get(v), b.or_(out, bits(lanes)), out)
     return out
 
-  def masked(self, kind: str, vt: Ty, n: int) -> Declared:
-    """llvm.masked.load / llvm.masked.store of n lanes of vt's element type: the lanes whose mask bit is false are
-    not touched (AVX-512's and AVX2's masked moves; LLVM splits them elsewhere)."""
-    name = f"llvm.masked.{kind}.v{n}{(vt.element or vt).intrinsic_name or vt.element.text}.p0"
+  def masked_load_fn(self, vt: Ty, n: int) -> Declared:
+    """llvm.masked.load of n lanes of vt's element type: the lanes whose mask bit is false are not read (AVX-512's
+    and AVX2's masked moves; LLVM splits them elsewhere)."""
+    name = f"llvm.masked.load.v{n}{vt.element.intrinsic_name}.p0"
     d = self.func.declared.get(name)
-    if d is None:
-      m = vec_ty(I1, n)
-      d = self.func.declared[name] = Declared(name, vt, [PTR, I32, m, vt]) if kind == 'load' else Declared(name, VOID, [vt, PTR, I32, m])
+    if d is None: d = self.func.declared[name] = Declared(name, vt, [PTR, I32, vec_ty(I1, n), vt])
     return d
 
   def masked_load(self, op, t, dt, n):
@@ -514,20 +512,36 @@ class _Emitter:
     mt = _vec(mem_type(dt), n)
     plain = not (dt.is_bool or dt.fmt or dt.width)
     alt = self.get(op.alt)
-    x = b.call(self.masked('load', mt, n), [self.address(op, t), constant(I32, dt.itemsize), mask, alt if plain else constant(mt, None)])
+    x = b.call(self.masked_load_fn(mt, n), [self.address(op, t), constant(I32, dt.itemsize), mask, alt if plain else constant(mt, None)])
     if plain: return x
     if dt.is_bool: x = b.icmp_unsigned('!=', x, self.splat(x.type, 0))
     else: x = self.from_bits(x, dt) if dt.fmt else b.trunc(x, _vec(reg_type(dt), n))
     return b.select(mask, x, alt)
 
   def masked_store(self, op, t, dt, n):
+    """A store under a vector gate. Floats: one llvm.masked.store. Other types lane by lane, each a gated scalar
+    store (a branch): LLVM 22's x86 backend stores an integer truncated into the stored type (a u64 computed, a u8
+    stored) under a mask of one constant lane as the wide element (8 bytes for 1: memory past the lane
+    overwritten), and unrolling makes masks constant; a float is no integer truncation (a bitcast or fptrunc
+    between keeps the width right)."""
     b = self.b
     mask = self.lane_guard(op, t, self.get(op.gate))
-    v = self.get(op.value)
-    if dt.is_bool or dt.width: v = (b.sext if dt.is_signed else b.zext)(v, _vec(I8, n))
-    elif dt.fmt: v = self.to_bits(v, dt)
-    fn = self.masked('store', v.type, n)
-    b._do(f"call void @{fn.name}({v.type.text} ", v, ", ptr ", self.address(op, t), f", i32 {dt.itemsize}, {mask.type.text} ", mask, ")")
+    v, et = self.get(op.value), mem_type(dt)
+    if dt.is_float and not dt.fmt:
+      name = f"llvm.masked.store.v{n}{v.type.element.intrinsic_name}.p0"
+      if name not in self.func.declared: self.func.declared[name] = Declared(name, VOID, [v.type, PTR, I32, vec_ty(I1, n)])
+      b._do(f"call void @{name}({v.type.text} ", v, ", ptr ", self.address(op, t), f", i32 {dt.itemsize}, {mask.type.text} ", mask, ")")
+      return
+    idx = self.get(op.idx)
+    i64 = b.sext(idx, I64) if elem(op.idx.type).is_signed and idx.type.width < 64 else b.zext(idx, I64) if idx.type.width < 64 else idx
+    for l in range(n):
+      x = b.extract_element(v, constant(I32, l))
+      if dt.is_bool or dt.width: x = (b.sext if dt.is_signed else b.zext)(x, I8)
+      elif dt.fmt: x = self.to_bits(x, dt)
+      st, merge = self.func.append_basic_block('store.lane'), self.func.append_basic_block('store.lane.end')
+      b.cbranch(b.extract_element(mask, constant(I32, l)), st, merge); b.position_at_end(st)
+      b.store(x, b.gep(self.get(op.buf), b.add(i64, constant(I64, l)), et, inbounds=True), align=dt.itemsize)
+      b.branch(merge); b.position_at_end(merge)
 
   def load(self, op, res):
     b, t = self.b, res.type
