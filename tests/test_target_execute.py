@@ -850,3 +850,22 @@ def test_wide_vector_load_and_store(device, dt, amt):
   a = (np.arange(64) * 1.5 + 1).astype(npdt)
   (out,) = tgc.compile(WIDE_VECTORS.replace('DT', dt).replace('AMT', str(amt)).replace('THREE', '3.0' if dt[0] == 'f' else '3'), device=device)(a)
   np.testing.assert_array_equal(out, a * npdt(3))
+
+
+@pytest.mark.parametrize('dev', ['CPU', 'C', 'INTERP', 'OPENCL'])
+def test_float_to_narrow_int_beyond_int64(dev):
+  """A float cast to a narrow integer goes through int64 and wraps (numpy's); beyond int64's range, NaN and inf give
+  0 on every device (a C conversion there is undefined: PoCL's vector code gave 43010 for a u16, CUDA saturates)."""
+  from tgc.compiler import compile_module
+  try: get_device(dev)
+  except tgc.TgcError as e: pytest.skip(str(e))
+  x = np.array([1e19, -1e19, 2.0**63, -2.0**63, np.nan, np.inf, -np.inf, 70000.7, -3.5, 1.8e19, 123.9, -40000.2, 5e18, -5e18, 2.0**64, 0.5], np.float64)
+  m = I.parse("""func.func @f(%x: tensor<16xf64>) -> (tensor<16xu16>, tensor<16xi8>, tensor<16xi32>) {
+  %0 = tensor.cast %x : tensor<16xf64> -> tensor<16xu16>
+  %1 = tensor.cast %x : tensor<16xf64> -> tensor<16xi8>
+  %2 = tensor.cast %x : tensor<16xf64> -> tensor<16xi32>
+  func.return %0, %1, %2 : tensor<16xu16>, tensor<16xi8>, tensor<16xi32>
+}""")
+  from tgc.ir import alu
+  got = compile_module(m, dev)(x)
+  for g, dt in zip(got, (D.u16, D.i8, D.i32)): np.testing.assert_array_equal(g, alu.exec_cast(x, D.f64, dt), err_msg=f"{dt} on {dev}")

@@ -235,11 +235,11 @@ class Lang:
       if dst.fmt and (src is D.f64 or src.is_int): x = f"(float)({x})"         # bf16 and f8 round from float32
       if dst.name in self.emulated: return self.wrap(dst, x if dst.fmt or x.startswith('(float)') else f"(float)({x})")
       return f"(({self.reg(dst)})({x}))"
-    if src.is_float and dst.bits == 64:
-      sn = 'f64' if src is D.f64 else 'f32'
-      self.needs.add(f'f2int:{sn}:{dst.name}')
-      return f"tg_{sn}_to_{dst.name}({x})"
-    if src.is_float and dst.bits < 64: x = f"(long long)({x})"  # numpy: through int64, wrapped
+    if src.is_float:  # numpy's: through int64, wrapped; beyond int64 (or NaN, inf) 0: a C conversion there is undefined
+      sn, via = 'f64' if src is D.f64 else 'f32', dst if dst.bits == 64 else D.i64  # (CUDA saturates, PoCL's vectors differ)
+      self.needs.add(f'f2int:{sn}:{via.name}')
+      if dst.bits == 64: return f"tg_{sn}_to_{dst.name}({x})"
+      x = f"tg_{sn}_to_i64({x})"
     return self.wrap(dst, x) if dst.width else f"(({self.reg(dst)})({x}))"
   def prelude(self) -> list[str]:
     out = ['#include <stdbool.h>', '#include <math.h>', '#include <string.h>'] + self.emu_functions()
