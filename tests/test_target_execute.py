@@ -869,3 +869,30 @@ def test_float_to_narrow_int_beyond_int64(dev):
   from tgc.ir import alu
   got = compile_module(m, dev)(x)
   for g, dt in zip(got, (D.u16, D.i8, D.i32)): np.testing.assert_array_equal(g, alu.exec_cast(x, D.f64, dt), err_msg=f"{dt} on {dev}")
+
+
+@pytest.mark.parametrize('dev', ['CPU', 'C', 'INTERP', 'OPENCL'])
+def test_negative_zero_constant_is_not_zero(dev):
+  """-0.0 and 0.0 are equal and hash alike in Python: linearize's constants were shared by value, so a kernel that made
+  -0.0 first stored -0.0 for 0.0 / 100 (fuzz.ir seed 9601 case 3169: an f8e4m3 result's sign bit, on INTERP)."""
+  from tgc.compiler import compile_module
+  try: get_device(dev)
+  except tgc.TgcError as e: pytest.skip(str(e))
+  m = I.parse("""kernel.func @k0(%data0: !kernel.buf<1xf8e4m3>, %data1: !kernel.buf<u8>) {
+  %0 = kernel.load %data1 [view(shape = [16], strides = [0], offset = 0)] : u8
+  %1 = kernel.bitcast %0 : u8 -> f8e4m3
+  %2 = kernel.const -0.0 : f8e4m3
+  %3 = kernel.mul %2, %1 : f8e4m3
+  %4 = kernel.reduce mul %3 [0] : f8e4m3
+  %5 = kernel.const 0.0 : f8e4m3
+  %6 = kernel.const 100.0 : f8e4m3
+  %7 = kernel.fdiv %5, %6 : f8e4m3
+  kernel.store %data0 [view(shape = [1], strides = [1], offset = 0)], %7 : f8e4m3
+}
+func.func @main(%a: tensor<u8>) -> tensor<1xf8e4m3> {
+  %r = kernel.alloc : tensor<1xf8e4m3>
+  kernel.launch @k0(%r, %a)
+  func.return %r : tensor<1xf8e4m3>
+}""")
+  out = compile_module(m, dev).run([tgc.runtime.buffer.Buffer.from_numpy(dev, np.array([56], np.uint8), D.u8)])[0]
+  assert out.numpy().view(np.uint8).tolist() == [0], out.numpy()

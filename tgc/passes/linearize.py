@@ -17,7 +17,7 @@ a scalar, anything else a gather of scalar loads. A reduce is a `uop.define_acc`
 before its loops and `uop.phi` inside them; a reduce over a vector lane ends with a horizontal reduce.
 """
 from __future__ import annotations
-import functools, itertools, math, operator
+import functools, itertools, math, operator, struct
 from tgc.ir.core import Operation, Module, Value, Block, REGISTRY
 from tgc.ir.types import PtrType, VecType, elem
 from tgc.ir import dtypes as D, alu
@@ -28,6 +28,11 @@ from tgc.target import DeviceSpec, DEVICE_OPTIONS
 from tgc.passes.schedule import Schedule, OptError, MAX_GLOBAL_DIMS, feeding, reduce_stages, launch_groups
 from tgc.passes.shared_memory import SharedMemoryLowering
 from tgc.passes.tensor_cores import TensorCoreLowering
+
+_pack_d = struct.Struct('<d').pack
+def _exact(v):
+  """An attribute value as a key that tells apart what equality does not: -0.0 from 0.0 (equal, and one hash), NaNs."""
+  return ('f', _pack_d(v)) if type(v) is float else v
 
 U = lambda n: REGISTRY[f'uop.{n}']
 VEC_WIDTHS = (2, 4, 8, 16)
@@ -52,7 +57,7 @@ class UopBuilder:
     self.consts: dict = {}           # every uop.const's result -> its value (cval: asked of every operand of index math)
 
   def emit(self, name, srcs, t, attrs=None, pure=True) -> Value:
-    key = (name, tuple(srcs), t, tuple(sorted(attrs.items())) if attrs else ()) if pure else None
+    key = (name, tuple(srcs), t, tuple(sorted((k, _exact(v)) for k, v in attrs.items())) if attrs else ()) if pure else None
     if key is not None:
       r = self.cache.get(key, _MISS)
       if r is not _MISS: return r
@@ -93,7 +98,7 @@ class UopBuilder:
   def const(self, x, dt=None):
     if dt is None: dt, v = self.idx_dt, int(x)  # (index arithmetic's: the most asked)
     else: v = float(x) if dt.is_float else int(x)
-    r = self.cache.get(('const', (), dt, (('value', v),)))  # (emit's key: index building asks for constants most)
+    r = self.cache.get(('const', (), dt, (('value', _exact(v)),)))  # (emit's key: index building asks for constants most)
     return r if r is not None else self.emit('const', [], dt, {'value': v})
   def true(self): return self.const(1, D.bool_)
   def alu(self, name, a, b, dt=None):
