@@ -448,19 +448,24 @@ class _Emitter:
       self.val[res] = out
 
   # ---- memory ----
-  def address(self, op, t):
-    ptr, idx = self.get(op.buf), self.get(op.idx)
-    idx = self.b.sext(idx, I64) if elem(op.idx.type).is_signed and idx.type.width < 64 else self.b.zext(idx, I64) if idx.type.width < 64 else idx
-    return self.b.gep(ptr, idx, mem_type(elem(t)), inbounds=True)
+  def index64(self, op):
+    """An access's index as i64 (sign- or zero-extended as its type is)."""
+    b, idx = self.b, self.get(op.idx)
+    if idx.type.width >= 64: return idx
+    return b.sext(idx, I64) if elem(op.idx.type).is_signed else b.zext(idx, I64)
+
+  def address(self, op, t, lane: int = 0):
+    """The address an access (or its vector lane `lane`) touches."""
+    i = self.index64(op)
+    return self.b.gep(self.get(op.buf), self.b.add(i, constant(I64, lane)) if lane else i, mem_type(elem(t)), inbounds=True)
 
   def guard(self, op, t, gate):
     """The gate, and-ed with `0 <= idx && idx + lanes <= size` where the bounds analysis proved nothing."""
     d = op.buf.op
     size = d.attrs.get('size') if d is not None else None
     if op not in self.unproven or size is None: return gate
-    b, idx = self.b, self.get(op.idx)
-    n = _lanes(t) or 1
-    i64 = b.sext(idx, I64) if elem(op.idx.type).is_signed and idx.type.width < 64 else b.zext(idx, I64) if idx.type.width < 64 else idx
+    b, n = self.b, _lanes(t) or 1
+    i64 = self.index64(op)
     ok = b.and_(b.icmp_signed('>=', i64, constant(I64, 0)), b.icmp_signed('<=', i64, constant(I64, size - n)))
     return ok if gate is None else b.and_(gate, ok)
 
@@ -473,8 +478,7 @@ class _Emitter:
     d = op.buf.op
     size = d.attrs.get('size') if d is not None else None
     if op not in self.unproven or size is None: return mask
-    b, n, idx = self.b, t.count, self.get(op.idx)
-    i64 = b.sext(idx, I64) if elem(op.idx.type).is_signed and idx.type.width < 64 else b.zext(idx, I64) if idx.type.width < 64 else idx
+    b, n, i64 = self.b, t.count, self.index64(op)
     vt = vec_ty(I64, n)
     lanes = b.add(b.shuffle_vector(b.insert_element(undef(vt), i64, constant(I32, 0)), undef(vt), constant(vec_ty(I32, n), None)),
                   Val(vt, f"<{', '.join(f'i64 {l}' for l in range(n))}>"))
@@ -526,21 +530,19 @@ class _Emitter:
     between keeps the width right)."""
     b = self.b
     mask = self.lane_guard(op, t, self.get(op.gate))
-    v, et = self.get(op.value), mem_type(dt)
+    v = self.get(op.value)
     if dt.is_float and not dt.fmt:
       name = f"llvm.masked.store.v{n}{v.type.element.intrinsic_name}.p0"
       if name not in self.func.declared: self.func.declared[name] = Declared(name, VOID, [v.type, PTR, I32, vec_ty(I1, n)])
       b._do(f"call void @{name}({v.type.text} ", v, ", ptr ", self.address(op, t), f", i32 {dt.itemsize}, {mask.type.text} ", mask, ")")
       return
-    idx = self.get(op.idx)
-    i64 = b.sext(idx, I64) if elem(op.idx.type).is_signed and idx.type.width < 64 else b.zext(idx, I64) if idx.type.width < 64 else idx
     for l in range(n):
       x = b.extract_element(v, constant(I32, l))
       if dt.is_bool or dt.width: x = (b.sext if dt.is_signed else b.zext)(x, I8)
       elif dt.fmt: x = self.to_bits(x, dt)
       st, merge = self.func.append_basic_block('store.lane'), self.func.append_basic_block('store.lane.end')
       b.cbranch(b.extract_element(mask, constant(I32, l)), st, merge); b.position_at_end(st)
-      b.store(x, b.gep(self.get(op.buf), b.add(i64, constant(I64, l)), et, inbounds=True), align=dt.itemsize)
+      b.store(x, self.address(op, t, l), align=dt.itemsize)
       b.branch(merge); b.position_at_end(merge)
 
   def load(self, op, res):

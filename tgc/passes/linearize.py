@@ -289,7 +289,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       if op in pre: self.lower_op(op, idx, lanes, above=False)
     dt, combos = sc.results[0].type, self.combos(lanes)
     steps = self.vec is not None and self.kinds[self.vec] == 'unroll'  # (a vector of steps: the lanes in order)
-    grouped = any(kd == 'group' and n > 1 for kd, n in zip(self.kinds, self.full))
+    grouped = self.group_threads() > 1
     t = VecType(self.W, dt) if self.vec is not None and self.W > 1 and not steps else dt
     ident = b.const(alu.reduce_identity(sc.kind, dt), dt)
     accs = {c: b.emit('define_acc', [self.broadcast(self.vals[sc.init][c] if sc.init is not None else ident, t)], t, pure=False) for c in combos}
@@ -330,7 +330,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
   def group_scan_warps(self, dt) -> int:
     """GROUP of a scan: its warps where the group is whole warps of 4- or 8-byte values (a butterfly of shuffles in
     each), else 0 (shared memory alone)."""
-    G, WS = math.prod(n for n, kd in zip(self.full, self.kinds) if kd == 'group'), self.t.warp_size
+    G, WS = self.group_threads(), self.t.warp_size
     return G // WS if WS and G % WS == 0 and dt.itemsize in (4, 8) and dt is not D.bool_ else 0
 
   def group_scan_slots(self, dt):
@@ -338,7 +338,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     nw = self.group_scan_warps(dt)
     if nw == 1: return None
     self.n_locals += 1
-    n = nw or math.prod(n for n, kd in zip(self.full, self.kinds) if kd == 'group')
+    n = nw or self.group_threads()
     return self.b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{self.n_locals - 1}', 'size': n}, pure=False)
 
   def group_scan(self, kind, tot, dt, tmp):
@@ -348,7 +348,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     commutative), then the warps' totals through the slots `tmp`; else every thread reads every thread's total from
     them. Barriers before the writes too: the slots are the next step's."""
     b = self.b
-    G, nw = math.prod(n for n, kd in zip(self.full, self.kinds) if kd == 'group'), self.group_scan_warps(dt)
+    G, nw = self.group_threads(), self.group_scan_warps(dt)
     gl, WS = self.group_index(), self.t.warp_size
     ident = b.const(alu.reduce_identity(kind, dt), dt)
     comb = lambda x, y: self.combine(kind, x, y)
@@ -618,6 +618,10 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     if final:
       b.open_if(b.alu('cmpeq', gl, b.const(0)))
       self.open_ifs += 1
+
+  def group_threads(self) -> int:
+    """The threads of a GROUP: the product of its axes."""
+    return math.prod(n for n, kd in zip(self.full, self.kinds) if kd == 'group')
 
   def group_rows(self) -> int:
     """The outputs a work-group computes at once: its local dims other than GROUP's."""
