@@ -400,6 +400,8 @@ def _wg_cases():
   a, b, bt, bias = h(256, 512), h(512, 384), h(384, 512), rng.standard_normal(384).astype(np.float32)
   oa, ob = h(500, 700), h(700, 380)  # padded to 512 x 384 x 704
   ba, bb = h(3, 128, 128), h(3, 128, 64)
+  sq, sk = h(4, 256, 64), h(4, 512, 64)
+  wide = h(512, 1000)
   from tgc.ir import dtypes as D
   fa, fb = (D.to_storage(rng.standard_normal(s).astype(np.float32), D.bf16) for s in ((256, 512), (512, 384)))  # bf16 bits
   f64 = lambda x: x.astype(np.float64)
@@ -412,7 +414,17 @@ def _wg_cases():
     ("padded", lambda x, y: x.cast('float32') @ y.cast('float32'), (oa, ob), f64(oa) @ f64(ob), 1e-4),
     ("+bias relu", lambda x, y, z: (x.cast('float32') @ y.cast('float32') + z).relu(), (a, b, bias), np.maximum(f64(a) @ f64(b) + bias, 0), 1e-4),
     ("batched", lambda x, y: x.cast('float32') @ y.cast('float32'), (ba, bb), f64(ba) @ f64(bb), 1e-4),
+    # attention's scores: k = 64, one step, f16 out (the epilogue through shared memory, 16 bytes a store)
+    ("scores k64", lambda x, y: x @ y.transpose(-2, -1), (sq, sk), f64(sq) @ f64(sk).transpose(0, 2, 1), 2e-2),
+    # f16 out with n padded (380: the last chunk of 8 cut by the bound, gated a lane each)
+    ("f16 out padded", lambda x, y: x @ y, (oa, ob), f64(oa) @ f64(ob), 2e-2),
+    # n padded (1000 to 1024) in 16-byte rows: the chunks the bound cuts stored a lane each
+    ("f16 out n1000", lambda x, y: x @ y, (a, wide), f64(a) @ f64(wide), 2e-2),
+    ("+bias gelu f16", lambda x, y, z: (x @ y + z.cast('float16')).gelu(), (a, b, bias), _gelu(f64(a) @ f64(b) + f64(bias.astype(np.float16))), 3e-2),
   ]
+
+def _gelu(x):  # tanh's form, as Tensor.gelu
+  return 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
 
 WG_CASES = _wg_cases()
 H100_SHARED = 227 << 10  # what an H100 lets a block ask for: kernel-opt's budget there
@@ -465,6 +477,26 @@ def test_warpgroup_wgmmas_are_not_serialized():
   nvcc_cubin(render_cuda(m), info)
   assert 'wgmma' in info[0] or 'registers' in info[0]
   assert 'serialized' not in info[0], info[0]
+
+@pytest.mark.parametrize('dt, lanes', [('float16', 8), ('float32', 4)])
+def test_warpgroup_epilogue_stores_rows_through_shared_memory(dt, lanes):
+  """A warpgroup kernel's results go through shared memory to the output, 16 bytes a store along its rows (8 halfs, 4
+  floats), where the accumulators' layout would store one element at a time; with n padded too (516 to 576, the
+  bound cutting a chunk: its lanes gated each). Rows of 516 halfs (1032 bytes) are not 16-byte aligned: element
+  stores there."""
+  from tgc.tensor import _build_module
+  def stores(n, out_dt):
+    a, b = tgc.Tensor.empty(8, 256, 64, dtype='float16', device='CUDA'), tgc.Tensor.empty(8, 64, n, dtype='float16', device='CUDA')
+    m, _ = _build_module([(a @ b).cast(out_dt).node], 'mm')
+    lower(m, 'cuda', local_memory=H100_SHARED)
+    (f,) = [f for f in m.functions('uop.func') if any(op.name == 'uop.wgmma' for op in f.body.ops)]
+    glob = {op.results[0] for op in f.body.ops if op.name == 'uop.define_global' and op.attrs['index'] == 0}
+    return [op.value.type for op in f.body.ops if op.name == 'uop.store' and op.buf in glob]
+  for n in (512, 516):
+    got, staged = stores(n, dt), n == 512 or dt == 'float32'
+    want = f"vec<{lanes}x{'f16' if dt == 'float16' else 'f32'}>" if staged else 'f16'
+    assert got and all(str(t) == want for t in got), (n, set(map(str, got)))
+
 
 @pytest.mark.parametrize('case', WG_CASES, ids=[c[0] for c in WG_CASES])
 def test_warpgroup_tensor_cores_on_gpu(case):

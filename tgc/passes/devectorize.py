@@ -20,12 +20,6 @@ def devectorize_function(fn, lanes_max: int, stats, bytes_max: int = 0) -> None:
   out: list = []
   chunks: dict[Value, list[Value]] = {}   # wide value -> its chunks, in lane order
   subst: dict[Value, Value] = {}          # a gep of a wide value -> the chunk lane it names
-  # the lanes a chunk keeps: lanes_max, and no more than bytes_max bytes of the widest element type the function's
-  # vectors have (16: a float4, 8 halfs), one width for every vector so that a cast or a compare meets chunks of its own
-  # width (a kernel of halfs alone keeps 8 lanes, one that casts them to float 4)
-  vts = [v.type for op in fn.body.ops for v in op.results if isinstance(v.type, VecType)]
-  width = min(lanes_max, max(1, bytes_max // max(t.dtype.itemsize for t in vts))) if bytes_max and vts else lanes_max
-  W = lambda t: width
   wide = lambda t: isinstance(t, VecType) and t.count > W(t)
   chunk_t = lambda t: t.dtype if W(t) == 1 else VecType(W(t), t.dtype)
   def part(v, k):
@@ -53,6 +47,13 @@ def devectorize_function(fn, lanes_max: int, stats, bytes_max: int = 0) -> None:
     if op.name == 'uop.phi' and (op.value in accs or op.acc in accs): accs.update((op.acc, op.value, op.results[0]))
   for op in fn.body.ops:
     if op.name == 'uop.define_acc' and op.results[0] in accs: accs.add(op.operands[0])
+  # the lanes a chunk keeps: lanes_max, and no more than bytes_max bytes of the widest element type the function's
+  # vectors have (16: a float4, 8 halfs), one width for every vector so that a cast or a compare meets chunks of its own
+  # width (a kernel of halfs alone keeps 8 lanes, one that casts them to float 4); the values kept whole (fragments, a
+  # wgmma's accumulator, read lane by lane) do not count
+  vts = [v.type for op in fn.body.ops for v in op.results if isinstance(v.type, VecType) and v not in accs and v not in fragments]
+  width = min(lanes_max, max(1, bytes_max // max(t.dtype.itemsize for t in vts))) if bytes_max and vts else lanes_max
+  W = lambda t: width
   for op in fn.body.ops:
     op.operands = [subst.get(v, v) for v in op.operands]
     res = op.results[0] if op.results else None
