@@ -372,3 +372,21 @@ def test_fused_reduces_stored_by_an_epilogue_that_reads_only_the_first():
   np.testing.assert_array_equal(v2.numpy(), m)
   assert int(v4.numpy()) == int((x * m).astype(np.uint32).sum())
   np.testing.assert_array_equal(v5.numpy(), (x * m) * (x * m))
+
+
+@pytest.mark.parametrize('dev', ['CPU', 'C', 'INTERP', 'OPENCL'])
+def test_a_later_sum_joins_the_epilogue_kernel_it_reads(dev):
+  """exp(x - max(x)) stored for a product with v and summed after it (attention's softmax with the division after the
+  product): one kernel computes the max, the exp and its sum, in stages, and stores the exp and the sum (the max,
+  read by nothing else, is not stored); a sum of the exp along the other axis reads the stored exp."""
+  rng = np.random.default_rng(0)
+  x, v = rng.standard_normal((6, 37)).astype(np.float32), rng.standard_normal((37, 64)).astype(np.float32)
+  t = Tensor(x, device=dev)
+  e = (t - t.max(1, keepdim=True)).exp()
+  out = (e @ Tensor(v, device=dev)) / e.sum(1, keepdim=True)
+  kernels = [l for l in out.to_ir('kernel').splitlines() if 'kernel.func' in l]
+  assert len(kernels) == 2, kernels
+  ex = np.exp(x - x.max(1, keepdims=True))
+  np.testing.assert_allclose(out.numpy(), ex @ v / ex.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+  cols = (e @ Tensor(v, device=dev)) / e.sum(0, keepdim=True).sum()
+  np.testing.assert_allclose(cols.numpy(), ex @ v / ex.sum(), rtol=1e-5, atol=1e-6)

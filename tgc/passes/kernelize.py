@@ -325,6 +325,28 @@ class Scheduler:
         self.fused[m] = s
         if not any(m in readers(r) for r in roots if r is not s and r not in group) and m not in readers(None): self.unstored.add(m)
         else: self.unstored.discard(m)
+    # a later reduce over the same rows that reads such a kernel's reduces as broadcasts (or its value itself, point by
+    # point) and otherwise buffers ready before it (attention's sum of exp(s - max), beside the exp stored for its
+    # product with v) is that kernel's too, in one more stage: the rows are not read again by a kernel of their own
+    for t in roots:
+      red = self.kernel_reduce(t)
+      if red is None or t.type.numel == 0 or t in self.fused or t in self.fused.values(): continue
+      reads = self.reads([red.src])
+      kern = {self.fused[m] for m in reads if m in self.fused} | {m for m in reads if m in self.fused.values()}
+      if len(kern) != 1: continue
+      e = kern.pop()
+      group = [m for m, k_ in self.fused.items() if k_ is e]
+      if e.op is None or self._has_reduce(e) or e.type.shape != red.src.type.shape: continue  # (e: an epilogue's root)
+      base = _reduce_under(group[0])
+      if base is None or base.src.type.shape != e.type.shape or tuple(sorted(base.axes)) != tuple(sorted(red.axes)): continue
+      bcast = lambda m: ViewStack.from_shape(m.type.shape).expand(e.type.shape).simplify()
+      plain = lambda m, ps, want: all(all(o.name in ('tensor.reshape', 'tensor.expand') for o in p) and _path_views(m.type.shape, p) == want for p in ps)
+      if all((m in group and plain(m, ps, bcast(m))) or (m is e and plain(m, ps, ViewStack.from_shape(e.type.shape))) or
+             (m not in group and m is not e and (m.op is None or self.order[m.op] < self.order[e.op])) for m, ps in reads.items()):
+        self.fused[t] = e
+        inside = {e, t, *group}
+        for m in group:  # (what only this kernel read is computed and not stored)
+          if not any(m in readers(r) for r in roots if r not in inside) and m not in readers(None): self.unstored.add(m)
 
   def _has_reduce(self, v: Value) -> bool:
     """Whether computing v (down to buffers) takes a reduce."""
