@@ -11,7 +11,7 @@ buffers (tgc.passes.search.time_kernel: CUDA events, best of --runs after a warm
 reported, not timed. The table is sorted by rate.
 """
 from __future__ import annotations
-import argparse, itertools, os, sys
+import argparse, itertools, math, os, sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tgc import Tensor
@@ -26,6 +26,11 @@ WORKS = {  # name: (input shapes, dtype, function, flops)
   'matmul f16': ([(4096, 4096)] * 2, 'float16', lambda a, b: a @ b, 2 * 4096 ** 3),
   'matmul bf16': ([(4096, 4096)] * 2, 'bfloat16', lambda a, b: a @ b, 2 * 4096 ** 3),
   'matmul f32': ([(4096, 4096)] * 2, 'float32', lambda a, b: a @ b, 2 * 4096 ** 3),
+  # a GPT block's f32 Linears (nn.Linear's weight layout, (out, in)): d 384 to 1536 and back
+  'linear f32 384x1536': ([(4096, 384), (1536, 384)], 'float32', lambda x, w: x @ w.T, 2 * 4096 * 384 * 1536),
+  'linear f32 1536x384': ([(4096, 1536), (384, 1536)], 'float32', lambda x, w: x @ w.T, 2 * 4096 * 1536 * 384),
+  # its weight's gradient, dy.T @ x (k = the 4096 tokens, split in chunks: the kernel timed is the chunks' product)
+  'linear bwd dw f32': ([(4096, 1536), (4096, 384)], 'float32', lambda dy, x: dy.T @ x, 2 * 4096 * 1536 * 384),
   'conv2d f16': ([(32, 64, 56, 56), (64, 64, 3, 3)], 'float16', lambda x, w: x.conv2d(w, padding=1), 2 * 32 * 64 * 56 * 56 * 64 * 9),
 }
 
@@ -40,7 +45,8 @@ def kernel_of(work: str, device: str):
   # (tensor-decompose lays a conv out for the device's spec)
   PassManager(parse_pipeline(f'canonicalize,tensor-decompose{{{get_device(device).spec.options()}}},canonicalize,cse,kernelize,kernel-opt{{target={t.name} local_memory={lm}}}')).run(m)
   ks = [op for op in m.ops if op.name == 'kernel.func' and any(o.name == 'kernel.reduce' for o in op.body.ops)]
-  return ks[-1], t
+  size = lambda k: max(math.prod(o.attrs['view'].shape) for o in k.body.ops if o.name == 'kernel.load')
+  return max(ks, key=size), t  # (the product's kernel, not the sum of a split's partial products after it)
 
 
 def variants(base: list, amounts: dict) -> list[list]:
