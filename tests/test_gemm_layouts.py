@@ -137,7 +137,7 @@ def test_f32_layouts_build_with_nvcc():
   mod, _ = _build_module([o.node for o in outs], 'f')
   lower(mod, 'cuda', local_memory=H100_SHARED)
   opts = [o for fn in mod.functions('uop.func') for o in fn.attrs.get('opts', ())]
-  assert Opt('group', 5, 128) in opts and Opt('group', 5, 32) in opts and Opt('smem', 1, 4) in opts, opts
+  assert Opt('group', 5, 128) in opts and Opt('group', 5, 32) in opts and Opt('smem', 1, 2) in opts, opts
   assert nvcc_cubin(render_cuda(mod)) > 0
 
 
