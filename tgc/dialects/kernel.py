@@ -57,14 +57,16 @@ class KernelFuncOp(Operation):
         if not reduces: raise op.error(f"view shape {list(sh)} differs from the stored shape {list(out)}")
         if full is None: full = sh
         elif sh != full: raise op.error(f"view shape {list(sh)} differs from the kernel's iteration shape {list(full)}")
-        if any(o != f and o != 1 for o, f in zip(out, sh)): raise op.error(f"view shape {list(sh)} does not reduce to the stored shape {list(out)}")
+        if any(o != (1 if i in axes else f) for i, (o, f) in enumerate(zip(out, sh))):
+          raise op.error(f"view shape {list(sh)} does not reduce to the stored shape {list(out)} (1 along the reduced axes {list(axes)}, the same along the others)")
     for st in stores:
       sh = st.view.shape
       if len(sh) != len(out): raise st.error(f"view rank {len(sh)} differs from the kernel's iteration rank {len(out)}")
       if st in reduced: continue
       if full is None: full = sh
       if sh != full: raise st.error(f"view shape {list(sh)} differs from the kernel's iteration shape {list(full)}")
-      if any(o != f and o != 1 for o, f in zip(out, sh)): raise st.error(f"view shape {list(sh)} does not reduce to the stored shape {list(out)}")
+      if any(o != (1 if i in axes else f) for i, (o, f) in enumerate(zip(out, sh))):
+        raise st.error(f"view shape {list(sh)} does not reduce to the stored shape {list(out)} (1 along the reduced axes {list(axes)}, the same along the others)")
     if reduces:  # a value read at the iteration shape reaches the stored shape only through a reduce
       below: set = set()
       for op in self.body.ops:
