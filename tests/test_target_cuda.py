@@ -796,3 +796,18 @@ def test_compile_all_groups_kernels_into_modules_on_the_workers(monkeypatch):
       assert f" {name}(" in src and fmad == bool(fn.attrs.get('contract')) and cubin == f"cubin sm_90 {fmad} {hash(src)}".encode()
     sizes = [sum(bool(f.attrs.get('contract')) == c for f in fns) for c in (False, True)]
     assert len(loaded) == sum(min(int(n_workers), k) for k in sizes)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+def test_compiler_warnings_go_to_debug_output_only(monkeypatch, capsys):
+  """What the CUDA compiler says about a kernel it builds (a warning here: a variable never used) reaches stderr with
+  DEBUG=4 or more, and nowhere without."""
+  from tgc.runtime.cuda import nvcc_cubin as build
+  src = 'extern "C" __global__ void k(float* a) { int unused = 3; a[threadIdx.x] = 1.0f; }\n'
+  monkeypatch.delenv('DEBUG', raising=False)
+  assert build(src, 'sm_80')
+  assert capsys.readouterr().err == ''
+  monkeypatch.setenv('DEBUG', '4')
+  assert build(src, 'sm_80')
+  err = capsys.readouterr().err
+  assert err.startswith('tgc: nvcc:') and 'unused' in err, err

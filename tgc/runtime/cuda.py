@@ -10,7 +10,7 @@ loaded by the driver and cached by source in the process. On a machine without p
 raises TgcError("CUDA device unavailable: ...").
 """
 from __future__ import annotations
-import os, shutil, subprocess, tempfile, threading
+import os, shutil, subprocess, sys, tempfile, threading
 from tgc.errors import TgcError
 from tgc.runtime.buffer import Allocator
 from tgc.runtime.device import BaseDevice, Program
@@ -78,6 +78,14 @@ def include_dirs() -> list[str]:
   return out
 
 
+def compiler_messages(compiler: str, log: str) -> None:
+  """What the CUDA compiler said about a kernel it compiled (ptxas's warnings: a wgmma serialized, C7514): on stderr
+  with DEBUG=4 or more, beside the generated source; never otherwise, a user's terminal is not the compiler's."""
+  try: level = int(os.environ.get('DEBUG') or 0)
+  except ValueError: level = 0
+  if log and level >= 4: print(f"tgc: {compiler}: {log}", file=sys.stderr)
+
+
 def nvrtc_cubin(src: str, arch: str, fmad: bool = False) -> bytes:
   """CUDA C++ source -> a cubin for `arch` (sm_90a, ...) through NVRTC; a TgcError with NVRTC's log where it refuses."""
   nvrtc = _nvrtc()
@@ -86,11 +94,12 @@ def nvrtc_cubin(src: str, arch: str, fmad: bool = False) -> bytes:
   try:
     opts = [f'--gpu-architecture={arch}'.encode(), f'--fmad={str(fmad).lower()}'.encode(), *(f'-I{d}'.encode() for d in include_dirs())]
     err, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-    if int(err):
-      _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-      log = b' ' * n
-      nvrtc.nvrtcGetProgramLog(prog, log)
-      raise TgcError(f"cuda: nvrtc rejected the emitted source:\n{log.decode(errors='replace').rstrip(chr(0))}\n{src}")
+    _, n = nvrtc.nvrtcGetProgramLogSize(prog)
+    log = b' ' * n
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    log = log.decode(errors='replace').rstrip(chr(0)).strip()
+    if int(err): raise TgcError(f"cuda: nvrtc rejected the emitted source:\n{log}\n{src}")
+    compiler_messages('nvrtc', log)
     _, n = nvrtc.nvrtcGetCUBINSize(prog)
     cubin = b' ' * n
     err, = nvrtc.nvrtcGetCUBIN(prog, cubin)
@@ -108,6 +117,7 @@ def nvcc_cubin(src: str, arch: str, fmad: bool = False) -> bytes:
     with open(cu, 'w') as f: f.write(src)
     p = subprocess.run([nvcc, '--cubin', f'-arch={arch}', f'--fmad={str(fmad).lower()}', '-o', out, cu], capture_output=True, text=True, timeout=600)
     if p.returncode != 0: raise TgcError(f"cuda: nvcc rejected the emitted source:\n{p.stderr}\n{src}")
+    compiler_messages('nvcc', (p.stdout + p.stderr).strip())
     with open(out, 'rb') as f: return f.read()
 
 
