@@ -18,8 +18,9 @@ Which values become buffers (tinygrad's rules, ir.md):
     composes (an attention's heads moved beside its tokens and merged): the value below the first such movement, so
     that its copy is a plain transpose and the product reads one view.
 A buffer that is a reduce whose result a later reduce over the same rows reads back as a broadcast (softmax's
-max under its exp-sum) is computed and stored by that later reduce's kernel, in a stage before its own
-(choose_fusions): softmax is two kernels.
+max under its exp-sum) is computed and stored by that later reduce's kernel, in a stage before its own; an
+elementwise value over those rows that reads their results as broadcasts is the kernel's epilogue (softmax is one
+kernel); a later reduce that reads such a kernel's results joins it in one more stage (choose_fusions).
 Constants and movement ops never make a kernel: movement ops fold into the view stacks of the loads,
 splat constants become kernel.const (under a mask: a one-element host buffer read through it), dense constants stay
 on the host as buffers.
