@@ -19,6 +19,16 @@ class SharedMemoryLowering:
     S = self.sched.stages
     return S - 1 - (self.sched.warpgroup and S >= 3)
 
+  def shared_buffer(self, dt, size: int, align: int | None = None):
+    """A new shared-memory buffer (temp0, temp1, ...) of `size` elements, declared at the top of the kernel (OpenCL
+    allows no other place)."""
+    b = self.b
+    attrs = {'sym': f'temp{self.n_locals}', 'size': size, **({'align': align} if align else {})}
+    buf = b.emit('define_local', [], PtrType(dt, True), attrs, pure=False)
+    self.n_locals += 1
+    b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())
+    return buf
+
   def stage_tiles(self, loads, idx):
     """SMEM, before the reduce loop: shared memory for each load's tiles (a ring of `stages` of them) and, with
     stages, the copies of the first stages - 1 steps (`idx`: the point before the loop, its reduce axis 0), one
@@ -27,10 +37,7 @@ class SharedMemoryLowering:
     for op in loads:
       lay, n = self.sched.tile_layout(op)
       slot = n if S == 1 and isinstance(lay, dict) else self.sched.slot_elems(op)
-      attrs = {'sym': f'temp{self.n_locals}', 'size': slot * S, **({} if isinstance(lay, dict) else {'align': 1024})}  # (a swizzle's period)
-      buf = b.emit('define_local', [], PtrType(op.results[0].type, True), attrs, pure=False)
-      self.n_locals += 1
-      b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # at the top (OpenCL allows no other place)
+      buf = self.shared_buffer(op.results[0].type, slot * S, None if isinstance(lay, dict) else 1024)  # (a swizzle's period)
       self.tiles[op] = (buf, lay, slot)
     if S > 1:  # (`ahead` groups even where the loop has fewer steps: a step's wait counts on them, empty or not)
       for step in range(self.ahead):

@@ -7,7 +7,7 @@ check_warpgroup); these methods lower it as part of linearize's Lowerer, whose b
 """
 from __future__ import annotations
 import math
-from tgc.ir.types import VecType, PtrType
+from tgc.ir.types import VecType
 from tgc.ir import dtypes as D
 from tgc.passes.schedule import feeding
 
@@ -102,15 +102,20 @@ class TensorCoreLowering:
     self.tiles = {}
     self.tc_epilogue(r, [(tile, res, 0) for tile, res in zip(tiles, results)], m_in, n_in)
 
+  def after_reduce(self, r) -> list:
+    """The ops of the kernel after a TC reduce, with what they use from before it (a constant), in order."""
+    ops = self.ops_list
+    need = feeding([v for op in ops[ops.index(r) + 1:] for v in op.operands], stop={r})
+    return [op for n, op in enumerate(ops) if n > ops.index(r) or op in need]
+
   def tc_epilogue(self, r, tiles, m_in, n_in):
     """The rest of the kernel after a TC reduce, and what it uses from before the reduce (a constant), per result
     of each 16x8 tile: `tiles` holds (the tile's upcast indices, its accumulator, where its 4 values start in it);
     lane 4g + t has them at m = g + 8*(i>>1), n = 2t + (i&1)."""
-    b, ops = self.b, self.ops_list
+    b = self.b
     g, t2 = b.idiv(self.lane, b.const(4)), b.mul(b.mod(self.lane, b.const(4)), b.const(2))
     plus = lambda e, c: b.add(e, b.const(c))
-    need = feeding([v for op in ops[ops.index(r) + 1:] for v in op.operands], stop={r})
-    after = [op for n, op in enumerate(ops) if n > ops.index(r) or op in need]
+    after = self.after_reduce(r)
     for tile, res, first in tiles:
       for i in range(4):
         self.vals[r.results[0]] = {(): b.emit('gep', [res], r.results[0].type, {'index': first + i})}
@@ -174,9 +179,8 @@ class TensorCoreLowering:
     memory left beside the operand tiles holds (within half of it where the tiles leave room for two work-groups a
     multiprocessor). `parts`: (the repeat's upcast indices, its accumulator). False where this does not apply (then
     tc_epilogue): several stores, a store strided along n or not aligned to 16 bytes, no room."""
-    b, ops, full, kinds = self.b, self.ops_list, self.full, self.kinds
-    need = feeding([v for op in ops[ops.index(r) + 1:] for v in op.operands], stop={r})
-    after = [op for n, op in enumerate(ops) if n > ops.index(r) or op in need]
+    b, full, kinds = self.b, self.full, self.kinds
+    after = self.after_reduce(r)
     stores = [op for op in after if op.name == 'kernel.store']
     if len(stores) != 1: return False
     st = stores[0]
@@ -205,20 +209,12 @@ class TensorCoreLowering:
     if not self.aligned(i0, cw): return False
     warp = zero
     for a in loc: warp = b.add(b.mul(warp, b.const(full[a])), self.idx[a])
-    self.n_locals += 1
-    sbuf = b.emit('define_local', [], PtrType(dt, True), {'sym': f'temp{self.n_locals - 1}', 'size': warps * 16 * stride}, pure=False)
-    b.ops.insert(next(j for j, o in enumerate(b.ops) if o.name not in ('uop.define_global', 'uop.define_local')), b.ops.pop())  # (at the top: OpenCL's rule)
+    sbuf = self.shared_buffer(dt, warps * 16 * stride)
     base = b.mul(warp, b.const(16 * stride))
     g, t2 = b.idiv(lane, b.const(4)), b.mul(b.mod(lane, b.const(4)), b.const(2))
     bounds = self.sched.store_bounds
     n_bounded = any(a in (n_in, nu) for terms, _ in bounds for a, _ in terms)
-    def gate(pt):
-      at, g_ = self.at(pt, [], ()), None
-      for terms, size in bounds:
-        e = b.const(0)
-        for a, m in terms: e = b.add(e, b.mul(at[a], b.const(m)))
-        g_ = b.lt(e, b.const(size)) if g_ is None else b.and_(g_, b.lt(e, b.const(size)))
-      return g_
+    gate = lambda pt: self.bounds_gate(bounds, pt, [], ())
     first = True
     for grp, res in parts:
       for p in range(N // Nc):
