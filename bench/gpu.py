@@ -51,6 +51,8 @@ def rows(scale: float):
     'matmul f32 tf32': ([(mm, mm), (mm, mm)], 'float32', _tgc_tf32(lambda a, b: a @ b), _torch_tf32(lambda a, b: a @ b), 2 * mm ** 3, 'TFLOP/s'),
     'matmul f16': ([(mm, mm), (mm, mm)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     'matmul bf16': ([(mm, mm), (mm, mm)], 'bfloat16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
+    # a matmul with its epilogue (bias and the tanh gelu in the product's kernel): compare with 'matmul f16'
+    'gelu(x@W+b) f16': ([(mm, mm), (mm, mm), (mm,)], 'float16', lambda x, w, b: (x @ w + b).gelu(), _torch_gelu_linear, 2 * mm ** 3, 'TFLOP/s'),
     # sizes no tile divides: guarded edges
     'mm f16 odd': ([(mm - 1, mm - 1), (mm - 1, mm - 1)], 'float16', lambda a, b: a @ b, lambda a, b: a @ b, 2 * (mm - 1) ** 3, 'TFLOP/s'),
     'mm f32 odd': ([(mm - 1, mm - 1), (mm - 1, mm - 1)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * (mm - 1) ** 3, 'TFLOP/s'),
@@ -106,6 +108,11 @@ def _torch_sdpa(q, k, v):
 def _torch_linear(x, w, b):
   import torch.nn.functional as F
   return F.linear(x, w, b)
+
+
+def _torch_gelu_linear(x, w, b):
+  import torch, torch.nn.functional as F
+  return F.gelu(torch.addmm(b, x, w), approximate='tanh')
 
 
 def _torch_conv(x, w):

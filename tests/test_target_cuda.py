@@ -276,6 +276,50 @@ def test_mixed_precision_products_take_the_tensor_cores():
   assert not any(o.name == 'tc' for o in Schedule(k, None, spec.target).opts)
 
 
+def _mixed_linear_grads(x, w):
+  """The gradients of a mixed-precision Linear (bfloat16 products of float32 values, as torch.autocast runs them) under
+  a loss whose gradient is computed (sum of squares)."""
+  y = x.cast('bfloat16').linear(w.transpose().cast('bfloat16')).cast('float32')
+  (y * y).sum().backward()
+  return x.grad, w.grad
+
+
+def test_mixed_precision_backward_products_take_the_tensor_cores():
+  """The backward products of a mixed-precision Linear (dx = dy @ W, dW = dy.T @ x) read bfloat16 operands too: the
+  gradient rounded to bfloat16 is stored as bfloat16 (not as the float32 it is cast back to), the transposed weight is
+  the forward's bfloat16 copy (made once), and all three products run on the tensor cores."""
+  from tgc.passes.schedule import Schedule
+  from tgc.tensor import _build_module
+  from tgc.lowering import lower as lower_to
+  from tgc.target import DeviceSpec
+  spec = DeviceSpec.of('cuda', processors=132)
+  x, w = tgc.Tensor.empty(4096, 384).requires_grad_(), tgc.Tensor.empty(1536, 384).requires_grad_()
+  dx, dw = _mixed_linear_grads(x, w)
+  m, _ = _build_module([dx.node, dw.node], 'main')
+  lower_to(m, spec, 'opt')
+  ks = m.functions('kernel.func')
+  names = lambda k: {op.name for op in k.body.ops}
+  products = [k for k in ks if {'kernel.reduce', 'kernel.mul'} <= names(k)]  # (not a split sum's partial sums added)
+  assert len(products) >= 3
+  for k in products:
+    assert any(o.name == 'tc' for o in Schedule(k, None, spec.target).opts), k.attrs['sym_name']
+    assert all(op.buf.type.dtype == tgc.dtypes.bfloat16 for op in k.body.ops if op.name == 'kernel.load' and op.buf.type.shape != (1,))
+  copies = [k for k in ks if k.body.args[1].type.shape == (1536, 384) and k.body.args[0].type.dtype == tgc.dtypes.bfloat16]
+  assert len(copies) == 1, [k.attrs['sym_name'] for k in copies]
+
+
+def test_mixed_precision_linear_gradients():
+  """The mixed-precision Linear's gradients on the GPU against numpy (bfloat16 roundings of x, w and the gradient)."""
+  _gpu()
+  rng = np.random.default_rng(3)
+  x, w = rng.standard_normal((256, 384)).astype(np.float32), rng.standard_normal((192, 384)).astype(np.float32) * 0.1
+  dx, dw = _mixed_linear_grads(tgc.Tensor(x, device='CUDA', requires_grad=True), tgc.Tensor(w, device='CUDA', requires_grad=True))
+  xb, wb = _bf16(x), _bf16(w)
+  dy = _bf16(2 * _bf16(xb @ wb.T))
+  for got, want in ((dx.numpy(), dy @ wb), (dw.numpy(), dy.T @ xb)):
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2 * float(np.abs(want).max()))
+
+
 def test_a_computed_factor_broadcast_along_a_split_sum_is_stored():
   """An embedding's gradient as a GPU computes it: a one-hot of 4096 tokens times their (computed) gradients, summed
   over the tokens in chunks: the gradients are computed once, in a kernel of their own, not in the one-hot product's

@@ -164,14 +164,15 @@ def _reads(v) -> int:
   return most
 
 
-def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None):
+def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None, copies: dict | None = None):
+  """copies: the operands made buffers so far (_staged), shared by the products that read one value."""
   shape = op.results[0].type.shape
   a, b = op.lhs, op.rhs
   if spec is not None and spec.gpu and not _on_tensor_cores(a.type.dtype, spec):
     na, nb = _narrowed(a, spec), _narrowed(b, spec)
-    if na is not None and nb is not None and na.type.dtype == nb.type.dtype:  # (mixed precision: f32 sums of bf16 products)
-      a, b = (v if (s := _staged(n, rw, op.loc, through_casts=False)) is n else _rebuilt([v.op], s, rw, op.loc) for n, v in ((na, a), (nb, b)))
-    else: a, b = _staged(a, rw, op.loc), _staged(b, rw, op.loc)
+    if na is not None and nb is not None and na[1].type.dtype == nb[1].type.dtype:  # (mixed precision: f32 sums of bf16 products)
+      a, b = (v if (s := _staged(n, rw, op.loc, False, copies)) is n else _rebuilt(ops, s, rw, op.loc) for (ops, n), v in ((na, a), (nb, b)))
+    else: a, b = _staged(a, rw, op.loc, True, copies), _staged(b, rw, op.loc, True, copies)
   return _product(rw, a, b, op.loc, pack, split_k(shape, op.lhs.type.shape[-1], spec))
 
 
@@ -182,25 +183,49 @@ def _on_tensor_cores(dt, spec: DeviceSpec) -> bool:
 
 
 def _narrowed(v, spec: DeviceSpec):
-  """The value v widens (a cast to v's dtype) where the tensor cores take its dtype, else None: a product in float32
-  of bfloat16 (or half) factors, as a mixed-precision matmul is written, runs on the tensor cores with float32 sums."""
-  o = v.op
+  """(the ops, outermost first, and the value) where v is a cast to v's dtype of a value whose dtype the tensor cores
+  take, under movement ops alone (a backward product's transposed weight), else None: a product in float32 of bfloat16
+  (or half) factors, as a mixed-precision matmul is written, runs on the tensor cores with float32 sums."""
+  moves, c = _chain(v, lambda o: MOVEMENT in o.TRAITS)
+  o = c.op
   if o is None or o.name != 'tensor.cast': return None
   n = o.operands[0]
-  return n if n.type.dtype.itemsize < v.type.dtype.itemsize and _on_tensor_cores(n.type.dtype, spec) else None
+  return (moves + [o], n) if n.type.dtype.itemsize < v.type.dtype.itemsize and _on_tensor_cores(n.type.dtype, spec) else None
 
 
-def _staged(v, rw, loc, through_casts: bool = True):
+def _staged(v, rw, loc, through_casts: bool = True, copies: dict | None = None):
   """A GPU matmul's operand that is computed (a scaled gradient, a normalised row), not a plain read or a cast of one,
   made a buffer of its own where the product runs on the CUDA cores: its tiles then stage the operand through shared
   memory as a plain read (computed in the product's kernel, it cost the staged tiles: 2 TFLOP/s for attention's
   backward products where the plain ones run at 25); storing it costs a write and a read of an operand, and its
   inputs are freed sooner (a GPT step's peak: 653 -> 587 MiB). Without `through_casts` a cast is computed too: a
   tensor-core operand is read from memory in its own dtype (a bfloat16 copy of a float32 weight or activation costs
-  a write and a read of half the float32 operand)."""
+  a write and a read of half the float32 operand). `copies` (v -> its buffer): one copy for all the products that
+  read v where v is a tensor-core operand's narrow value (a bfloat16 weight or activation, which a mixed-precision
+  step's forward and backward products both read: torch.autocast keeps these casts for the backward pass too) or is
+  computed from the function's arguments alone; a float32 copy of an activation is made per product, so that none is
+  held from the forward pass to the backward one (held, they raised a float32 GPT step's peak from 587 to 785 MiB)."""
+  if copies is not None and v in copies: return copies[v]
   _, u = _chain(v, lambda o: MOVEMENT in o.TRAITS or (through_casts and o.name == 'tensor.cast'))
   if u.op is None or ELEMENTWISE not in u.op.TRAITS or not u.op.operands: return v
-  return rw.create(REGISTRY['tensor.contiguous'], [v], [v.type], None, loc).results[0]
+  c = rw.create(REGISTRY['tensor.contiguous'], [v], [v.type], None, loc).results[0]
+  if copies is not None and (not through_casts or _of_arguments(v)): copies[v] = c
+  return c
+
+
+def _of_arguments(v, limit: int = 64) -> bool:
+  """Whether v is computed from the function's arguments and constants (leaves) by elementwise and movement ops alone
+  (at most `limit` of them)."""
+  seen, todo = set(), [v]
+  while todo:
+    x = todo.pop()
+    if id(x) in seen: continue
+    seen.add(id(x))
+    o = x.op
+    if o is None or o.name in ('tensor.const', 'tensor.empty'): continue
+    if len(seen) > limit or not (MOVEMENT in o.TRAITS or ELEMENTWISE in o.TRAITS): return False
+    todo += o.operands
+  return True
 
 
 def _product(rw, a, b, loc, pack: bool, split: int = 1):
@@ -424,7 +449,8 @@ class TensorDecompose(Pass):
     spec, pack = DeviceSpec.from_options(self.opts), self.pack
     if spec.target.tensor_cores is not None:
       apply_patterns(m, PatternMatcher([('tensor.cast', lambda op, rw: pad_rows(op, rw, spec))]), stats=self.stats)
-    mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack, spec)),
+    copies: dict = {}
+    mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack, spec, copies)),
                          ('tensor.conv', lambda op, rw: decompose_conv(op, rw, spec, pack))])
     apply_patterns(m, mm + declared_patterns(), stats=self.stats)
     if spec.gpu and spec.processors:  # (one sweep: the partial sums are not split again)
