@@ -22,8 +22,10 @@ def workloads(T, rng):
   x, w1, w2 = T(rng.standard_normal((4, 16)).astype(np.float32)), T(rng.standard_normal((16, 32)).astype(np.float32)), T(rng.standard_normal((32, 8)).astype(np.float32))
   im, k3 = T(rng.standard_normal((2, 4, 8, 8)).astype(np.float32)), T(rng.standard_normal((4, 4, 3, 3)).astype(np.float32))
   conv = (lambda: im.conv2d(k3, padding=1)) if hasattr(im, 'conv2d') else (lambda: __import__('torch').nn.functional.conv2d(im, k3, padding=1))
+  gelu = (lambda: a.gelu()) if hasattr(a, 'gelu') else (lambda: __import__('torch').nn.functional.gelu(a, approximate='tanh'))
   return {'add': lambda: a + b, 'a*b+c': lambda: a * b + c, 'sum': lambda: a.sum(), 'softmax': lambda: a.softmax(-1),
-          'matmul 64': lambda: m1 @ m2, 'mlp': lambda: (x @ w1).relu() @ w2, 'conv 3x3': conv}
+          'matmul 64': lambda: m1 @ m2, 'mlp': lambda: (x @ w1).relu() @ w2, 'conv 3x3': conv,
+          'gelu': gelu}
 
 
 def per_call(fn, calls: int, repeats: int = 5) -> float:

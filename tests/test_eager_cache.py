@@ -105,7 +105,11 @@ def test_graph_templates_make_the_graph_the_method_makes():
            ('max_pool2d', (x,), {'return_indices': True}), ('avg_pool2d', (x, (3, 3)), {'padding': 1}), ('layernorm', (x,), {}),
            ('matmul', (x, Tensor(_f32(6, 5))), {}), ('logsumexp', (x, 2), {'keepdim': True}), ('sum', (x,), {'axis': (1, 2)}),
            ('mean', (x, 1), {}), ('max', (x,), {}), ('min', (x, 3), {'keepdim': True}), ('var', (x,), {'axis': 0}), ('std', (x,), {}),
-           ('prod', (x, 2), {}), ('sum', (Tensor(_f32(3, 4).astype(np.float16)),), {'dtype': 'float32'})]
+           ('prod', (x, 2), {}), ('sum', (Tensor(_f32(3, 4).astype(np.float16)),), {'dtype': 'float32'}),
+           ('gelu', (x,), {}), ('gelu', (x,), {'approximate': 'none'}), ('gelu', (Tensor(_f32(3, 4).astype(np.float16)),), {}),
+           ('sigmoid', (x,), {}), ('tanh', (x,), {}), ('silu', (x,), {}), ('softplus', (x, 2.0), {}), ('elu', (x,), {'alpha': 0.5}),
+           ('abs', (x,), {}), ('sign', (x,), {}), ('round', (x * 3,), {}), ('floor', (x,), {}), ('ceil', (x,), {}), ('cos', (x,), {}),
+           ('tan', (x,), {}), ('linear', (x, Tensor(_f32(6, 5)), Tensor(_f32(5))), {}), ('linear', (x, Tensor(_f32(6, 5))), {})]
   for name, args, kw in calls:
     for _ in range(2): got = getattr(Tensor, name)(*args, **kw)
     want = _direct(name, *args, **kw)

@@ -793,23 +793,28 @@ class Tensor(TensorAPI):
     if (w := self._wide()): return self.cast(w).log().cast(self.dtype)
     return self._float().log2() * _LN_2
   def sin(self) -> Tensor: return self._float()._unop('sin')
+  @_graph_template
   def cos(self) -> Tensor:
     if (w := self._wide()): return self.cast(w).cos().cast(self.dtype)
     return (math.pi / 2 - self._float()).sin()
+  @_graph_template
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def sqrt(self) -> Tensor: return self._float()._unop('sqrt')
   def reciprocal(self) -> Tensor: return self._float()._unop('recip')
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
   def square(self) -> Tensor: return self * self
   def trunc(self) -> Tensor: return self._unop('trunc') if self.dtype.is_float else self
+  @_graph_template
   def floor(self) -> Tensor:
     if not self.dtype.is_float: return self
     b = self.trunc()
     return (self < b).where(b - 1, b)
+  @_graph_template
   def ceil(self) -> Tensor:
     if not self.dtype.is_float: return self
     b = self.trunc()
     return (self > b).where(b + 1, b)
+  @_graph_template
   def round(self) -> Tensor:
     """Round half to even, as numpy: exact (x - trunc(x) is exact in binary floating point)."""
     if not self.dtype.is_float: return self
@@ -818,18 +823,21 @@ class Tensor(TensorAPI):
     away = t + self.sign()
     odd = t._binop('mod', t._c(2)) != 0
     return (d > 0.5).where(away, ((d == 0.5) & odd).where(away, t))
+  @_graph_template
   def abs(self) -> Tensor:
     if self.dtype.kind in 'ub': return self
     if self.dtype.is_float:  # abs(-0.0) is 0.0 and NaN stays NaN; where, not the sign bit: the gradient is sign(x)
       r = (self < 0).where(-self, self)
       return (r == 0).where(r._c(0.0), r)
     return (self < 0).where(-self, self)
+  @_graph_template
   def sign(self) -> Tensor:
     if self.dtype.is_bool: return self
     if self.dtype.kind == 'u': return (self != 0).cast(self.dtype)
     r = (self != 0).where((self < 0).where(self._c(-1), self._c(1)), self._c(0))
     return (self != self).where(self, r) if self.dtype.is_float else r  # NaN stays NaN
   def relu(self) -> Tensor: return (self <= 0).where(0, self)  # a gradient of 0 at 0, as torch; NaN stays NaN
+  @_graph_template
   def sigmoid(self) -> Tensor:
     """1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: e^-|x| never overflows, so neither the value nor the gradient
     meets inf * 0 at extreme inputs."""
@@ -839,23 +847,28 @@ class Tensor(TensorAPI):
     e = pos.where(-x, x).exp()  # e^-|x|, with the gradient of the branch taken at 0 too
     r = (1 + e).reciprocal()
     return pos.where(r, e * r)
+  @_graph_template
   def tanh(self) -> Tensor:
     if (w := self._wide()): return self.cast(w).tanh().cast(self.dtype)
     return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+  @_graph_template
   def gelu(self, approximate: str = 'tanh') -> Tensor:
     """tinygrad's tanh approximation by default; approximate='none' is torch's default (erf)."""
     x = self._float()
     if approximate == 'none': return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
     if approximate != 'tanh': raise ArgumentError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
     return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+  @_graph_template
   def silu(self) -> Tensor: return self * self.sigmoid()
   swish = silu
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
+  @_graph_template
   def softplus(self, beta: float = 1, threshold: float = 20.0) -> Tensor:
     # above the threshold the identity; below, max(bx, 0) + log(1 + e^-|bx|): no exp overflows, in the value or the
     # gradient of the branch not taken (beta 0: inf, as torch)
     bx = self * beta
     return (bx > threshold).where(self, (bx.relu() + (1 + (-bx.abs()).exp()).log()) / beta)
+  @_graph_template
   def elu(self, alpha: float = 1.0) -> Tensor: return self.relu() - alpha * (1 - self.exp()).relu()
   def hardtanh(self, min_val=-1, max_val=1) -> Tensor: return self.clip(min_val, max_val)
 
@@ -1303,6 +1316,7 @@ class Tensor(TensorAPI):
     if w.ndim == 1: r = r.reshape(r.shape[:-1])
     return r
 
+  @_graph_template
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     self._tensors('linear', 'bias', weight=weight, bias=bias)
     if weight.ndim == 2 and self.ndim > 2:
