@@ -20,7 +20,9 @@ Which values become buffers (tinygrad's rules, ir.md):
 A buffer that is a reduce whose result a later reduce over the same rows reads back as a broadcast (softmax's
 max under its exp-sum) is computed and stored by that later reduce's kernel, in a stage before its own; an
 elementwise value over those rows that reads their results as broadcasts is the kernel's epilogue (softmax is one
-kernel); a later reduce that reads such a kernel's results joins it in one more stage (choose_fusions).
+kernel); a later reduce that reads such a kernel's results joins it in one more stage (choose_fusions). An
+elementwise buffer that a later elementwise kernel reads point by point is computed and stored by that kernel too
+(choose_siblings: Adam's moments beside the parameter's update).
 Constants and movement ops never make a kernel: movement ops fold into the view stacks of the loads,
 splat constants become kernel.const (under a mask: a one-element host buffer read through it), dense constants stay
 on the host as buffers.
@@ -106,6 +108,8 @@ class Scheduler:
     self.host_reshape: dict[Value, Value] = {}
     self.fused: dict[Value, Value] = {}  # a reduce result -> the later reduce whose kernel computes and stores it too
     self.unstored: set[Value] = set()     # ... and those of them no other kernel and no result reads: not stored at all
+    self.siblings: dict[Value, Value] = {}  # an elementwise buffer -> the later elementwise kernel that computes and stores it too
+    self.depth: dict[Value, int] = {}       # a value's chain of ops down to buffers (_bound_depth)
 
   # ---- phase 1: which values are buffers ----
   def compute_ops(self):
@@ -148,6 +152,7 @@ class Scheduler:
       if hr or (ELEMENTWISE in op.TRAITS and self._full_reads(v) * (uses - 1) > uses + 1): self.R.add(v)
     self._bound_depth()
     self.choose_fusions()
+    self.choose_siblings()
 
   def _narrowed(self, r: Value) -> Value:
     """The buffer of a reduce read by several kernels: the reduce, or the one cast of it to a narrower float that is
@@ -169,7 +174,7 @@ class Scheduler:
     for op in self.fn.body.ops:
       if not op.results: continue
       v = op.results[0]
-      d = 0 if _is_leaf(v) else 1 + max((depth.get(s, 0) for s in op.operands if s not in self.R), default=0)
+      d = self.depth[v] = 0 if _is_leaf(v) else 1 + max((depth.get(s, 0) for s in op.operands if s not in self.R), default=0)
       if d > MAX_DEPTH and MOVEMENT not in op.TRAITS: self.R.add(v); d = 0
       depth[v] = d
 
@@ -349,6 +354,27 @@ class Scheduler:
         for m in group:  # (what only this kernel read is computed and not stored)
           if not any(m in readers(r) for r in roots if r not in inside) and m not in readers(None): self.unstored.add(m)
 
+  def choose_siblings(self):
+    """An elementwise buffer that a later elementwise kernel reads point by point, at its own shape (an optimizer's
+    new moments, read by the parameter's update), is computed and stored by that kernel too (multi-output, as
+    tinygrad fuses them): one launch instead of two, and what both read is read once. Taken where no kernel between
+    the two reads it and neither is part of a reduce's kernel."""
+    roots = sorted(self.R, key=lambda v: self.order[v.op])
+    read_by: dict = {}
+    def readers(r):
+      if r not in read_by: read_by[r] = self.reads(r.op.operands)
+      return read_by[r]
+    taken = set(self.fused) | set(self.fused.values())
+    alu = lambda v: v.op is not None and ELEMENTWISE in v.op.TRAITS and hasattr(v.op, 'opname') and v.type.numel > 0
+    for s in roots:
+      if s in taken or s in self.siblings or not alu(s) or self._has_reduce(s): continue
+      for m, paths in readers(s).items():
+        if m not in self.R or m in taken or m in self.siblings or m in self.siblings.values() or not alu(m) or \
+           m.type.shape != s.type.shape or any(paths) or self._has_reduce(m): continue
+        if any(self.order[m.op] < self.order[r.op] < self.order[s.op] and m in readers(r) for r in roots): continue
+        if self.depth.get(s, 0) + self.depth.get(m, 0) > MAX_DEPTH: continue  # (the kernel's expression stays bounded)
+        self.siblings[m] = s
+
   def _has_reduce(self, v: Value) -> bool:
     """Whether computing v (down to buffers) takes a reduce."""
     seen, stack = set(), [v]
@@ -399,8 +425,8 @@ class Scheduler:
         alloc.results[0].hint = None
         self.host_ops.append(alloc); self.buffers[root] = alloc.results[0]
         continue
-      if root in self.fused: continue  # computed and stored by the kernel of the reduce that uses it
-      kb = _KernelBuilder(self, root, [m for m, s_ in self.fused.items() if s_ is root])
+      if root in self.fused or root in self.siblings: continue  # computed and stored by the kernel that uses it
+      kb = _KernelBuilder(self, root, [m for m, s_ in self.fused.items() if s_ is root], [m for m, s_ in self.siblings.items() if s_ is root])
       kfn, inputs = kb.build()
       name = kb.name()
       base, i = name, 1
@@ -408,7 +434,7 @@ class Scheduler:
       names.add(name)
       kfn.attrs['sym_name'] = Symbol(name)
       kernels.append(kfn)
-      outs = [root] + [m for m in kb.also if m not in self.unstored]
+      outs = [root] + [m for m in kb.also if m not in self.unstored] + kb.siblings
       allocs = [K('alloc')([], [v.type], None, v.op.loc) for v in outs]
       for a in allocs: a.results[0].hint = None
       launch = K('launch')([a.results[0] for a in allocs] + inputs, [], {'callee': Symbol(name)}, root.op.loc)
@@ -454,9 +480,10 @@ class Scheduler:
 
 
 class _KernelBuilder:
-  def __init__(self, sched: Scheduler, root: Value, also=()):
+  def __init__(self, sched: Scheduler, root: Value, also=(), siblings=()):
     self.s, self.root = sched, root
     self.also = list(also)                  # earlier reduces this kernel computes in a stage before root's, and stores
+    self.siblings = list(siblings)          # elementwise buffers it computes at each point beside root, and stores
     self.inlined: dict[Value, Value] = {}
     self.ops: list[Operation] = []
     self.memo: dict = {}
@@ -505,7 +532,7 @@ class _KernelBuilder:
     op = v.op
     dt = v.type.dtype
     if v in self.also: return self.inline(v)
-    if v is not self.root and (v in s.R or op is None or op.name == 'tensor.empty'):
+    if v is not self.root and v not in self.siblings and (v in s.R or op is None or op.name == 'tensor.empty'):
       if v in s.R and v not in s.buffers: raise AssertionError("buffer used before its kernel")
       return self.load(s.buffers[v] if v in s.buffers else s.host_buffer(v), path, below)
     if op.name == 'tensor.const':
@@ -544,6 +571,7 @@ class _KernelBuilder:
     val = self.emit(self.root, (), self.epilogue)
     for m in self.also:
       if m not in self.s.unstored: self.inline(m)
+    for m in self.siblings: self.emit(m, (), False)
     return val
 
   def inline(self, v: Value) -> Value:
@@ -604,7 +632,7 @@ class _KernelBuilder:
     val = self.emit_stored()
     if self.axes and all(ld in self.after for ld in self.loads):
       # a reduce over constants only: nothing would give the loop its size; read the constant from a host buffer
-      self.__init__(self.s, root, self.also)  # (the reduces it computes in stages too: an epilogue's)
+      self.__init__(self.s, root, self.also, self.siblings)  # (the reduces it computes in stages too: an epilogue's)
       self.const_loads = True
       val = self.emit_stored()
     # the reduce's output shape (the root may be a reshape of it); an epilogue's root is stored at the iteration shape,
@@ -616,7 +644,8 @@ class _KernelBuilder:
       for ld in self.loads: ld.attrs['view'] = ld.attrs['view'].reshape((1,))
     for ld in self.after:
       if ld.attrs['view'].shape != out: ld.attrs['view'] = ld.attrs['view'].reshape(out).simplify()
-    outs = [(root, val)] + [(m, self.inlined[m]) for m in self.also if m not in self.s.unstored]
+    outs = [(root, val)] + [(m, self.inlined[m]) for m in self.also if m not in self.s.unstored] + \
+           [(m, self.memo[(m, (), False)]) for m in self.siblings]
     store_vs = [ViewStack.from_shape(v.type.shape).reshape(full if v is root and (self.epilogue or self.scan) else out).simplify() for v, _ in outs]
     full, out, store_vs = self.merge_dims(full, out, store_vs)
     self.final_shape = full
