@@ -184,7 +184,7 @@ def _softmax(a):
                                   'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
                                   'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc', 'conv_tc_strided',
                                   'cumsum_rows', 'cumsum_long', 'cumsum_cols', 'cummax_odd', 'logcumsumexp_long', 'argmax_rows',
-                                  'linear_bf16_mixed', 'onehot_grad'])
+                                  'linear_bf16_mixed', 'onehot_grad', 'column_sum', 'column_max', 'column_sum_3d'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -246,6 +246,11 @@ def test_gpu_heuristic_shapes(case):
                                      ((a * a + 1).sqrt() * b).reshape(4096, 1, 384)).sum(0),
                     (rng.integers(0, 256, 4096).astype(np.int32), r(4096, 384), r(4096, 384)),
                     lambda t, a, b: np.eye(256)[t.astype(np.int64)].T @ (np.sqrt(a * a + 1) * b), 1e-4),
+    # sums across rows into few columns (a bias's gradient, a norm's weight gradient): the rows in chunks of 32, each
+    # chunk a thread a column, then the chunks
+    'column_sum': (lambda a, b: (a * b).sum(0), (r(4096, 1536), r(4096, 1536)), lambda a, b: (a * b).sum(0), 1e-4),
+    'column_max': (lambda a: a.max(0), (r(2048, 200),), lambda a: a.max(0), 0),
+    'column_sum_3d': (lambda a: a.sum((0, 1)), (r(16, 256, 384),), lambda a: a.sum((0, 1)), 1e-4),
     'linear_bf16_mixed': (lambda x, w: x.cast('bfloat16').linear(w.transpose().cast('bfloat16')).cast('float32'), (r(256, 384), r(192, 384)),
                           lambda x, w: _bf16(x) @ _bf16(w).T, 2e-2),
   }[case]
@@ -318,6 +323,16 @@ def test_mixed_precision_linear_gradients():
   dy = _bf16(2 * _bf16(xb @ wb.T))
   for got, want in ((dx.numpy(), dy @ wb), (dw.numpy(), dy.T @ xb)):
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2 * float(np.abs(want).max()))
+
+
+def test_a_sum_across_rows_is_split_into_chunks_of_rows():
+  """A GPU sum of 4096 rows into 384 columns: a kernel of partial sums over chunks of 32 rows (its threads along the
+  columns, the reduce along a chunk), then one over the chunks; 256 rows stay one kernel."""
+  from tgc.target import DeviceSpec
+  spec = DeviceSpec.of('cuda', processors=132)
+  ks = _kernels_at_opt((tgc.Tensor.empty(4096, 384) * tgc.Tensor.empty(4096, 384)).sum(0), spec)
+  assert [str(k.attrs['sym_name']).lstrip('@') for k in ks] == ['r_128_32_384', 'r_1_128_384']
+  assert len(_kernels_at_opt(tgc.Tensor.empty(256, 384).sum(0), spec)) == 1
 
 
 def test_a_computed_factor_broadcast_along_a_split_sum_is_stored():
