@@ -35,6 +35,7 @@ from tgc.ir import dtypes as D
 from tgc.ir.attrs import Symbol
 from tgc.shape import ViewStack, View
 from tgc.passes.manager import Pass
+from tgc.target import DeviceSpec, DEVICE_OPTIONS
 from tgc.ir.diagnostics import Diagnostic
 from tgc.passes.tensor_decompose import decompose_patterns, declared_patterns
 from tgc.ir.rewrite import apply_patterns, PatternMatcher
@@ -98,8 +99,8 @@ def _path_views(leaf_shape, path, start: ViewStack | None = None) -> ViewStack:
 
 
 class Scheduler:
-  def __init__(self, fn: Operation, used_names: set[str]):
-    self.fn, self.used_names = fn, used_names
+  def __init__(self, fn: Operation, used_names: set[str], gpu: bool = False):
+    self.fn, self.used_names, self.gpu = fn, used_names, gpu
     self.users: dict[Value, list[Operation]] = {}
     for op in fn.body.ops:
       for v in op.operands: self.users.setdefault(v, []).append(op)
@@ -150,9 +151,30 @@ class Scheduler:
       # an elementwise value that each of its consumers would compute from n buffers of its size: reading them
       # n * uses times costs more than storing it once (n reads and a write) and reading it back (uses)
       if hr or (ELEMENTWISE in op.TRAITS and self._full_reads(v) * (uses - 1) > uses + 1): self.R.add(v)
+    if self.gpu: self._views_not_copies()
     self._bound_depth()
     self.choose_fusions()
     self.choose_siblings()
+
+  def _views_not_copies(self):
+    """GPU: a `contiguous` that only products read as a factor, of a value that is a buffer anyway (a GELU's output,
+    which the next Linear reads, transposed for its weight's gradient), through reshapes and permutes that one view
+    composes, is no copy of its own: the product's tiles read the buffer through that view, as they read a transposed
+    argument (a copy cost the f32 GPT step 16 kernels of 25 MB each)."""
+    results = set(self.fn.body.ops[-1].operands)
+    for c in [v for v in self.R if v.op.name == 'tensor.contiguous' and v not in results]:
+      path, b = [], c.op.operands[0]
+      while b not in self.R and b.op is not None and b.op.name in ('tensor.reshape', 'tensor.permute'): path.append(b.op); b = b.op.operands[0]
+      if not (b in self.R or b.op is None) or len(_path_views(b.type.shape, path).views) > 1: continue
+      if all(self._product_factor(u) for u in self.users.get(c, [])): self.R.discard(c)
+
+  def _product_factor(self, op: Operation) -> bool:
+    """Whether op's result reaches, through movement ops, only multiplies that (through casts) are summed."""
+    if op.name in ('tensor.reshape', 'tensor.permute', 'tensor.expand'): return all(self._product_factor(u) for u in self.users.get(op.results[0], []))
+    if op.name != 'tensor.mul': return False
+    v = op.results[0]
+    while len(us := self.users.get(v, [])) == 1 and us[0].name == 'tensor.cast': v = us[0].results[0]
+    return bool(us) and all(u.name == 'tensor.reduce' and u.kind == 'add' for u in us)
 
   def _narrowed(self, r: Value) -> Value:
     """The buffer of a reduce read by several kernels: the reduce, or the one cast of it to a narrower float that is
@@ -731,7 +753,8 @@ class Kernelize(Pass):
   name = 'kernelize'
   summary = 'fuse the tensor graph into kernel.funcs (views for movement ops) and a host schedule'
   reads, leaves = 'tensor', 'kernel'
-  options = {'split': (bool, True, 'split a big reduce into few outputs into two kernels, so the first can use every core')}
+  # (the device's spec, DEVICE_OPTIONS: what kernelize chooses for a device)
+  options = {**DEVICE_OPTIONS, 'split': (bool, True, 'split a big reduce into few outputs into two kernels, so the first can use every core')}
   def run(self, m: Module):
     apply_patterns(m, decompose_patterns + declared_patterns())
     if self.split: apply_patterns(m, split_patterns, max_sweeps=1)
@@ -739,7 +762,7 @@ class Kernelize(Pass):
     kernels = []
     for fn in m.functions('func.func'):
       if any(op.name.startswith('kernel.') for op in fn.body.ops): continue  # already a schedule
-      s = Scheduler(fn, used)
+      s = Scheduler(fn, used, DeviceSpec.from_options(self.opts).gpu)
       s.choose()
       ks, host = s.build()
       for k in ks: used.add(k.attrs['sym_name'])

@@ -22,7 +22,7 @@ def lower_to_uop_steps(target: str | DeviceSpec = 'llvm', noopt: bool | None = N
   spec = DeviceSpec.of(target, **capabilities)
   t = spec.target
   opt = not (noopt_from_env() if noopt is None else noopt)
-  steps = ['canonicalize', f"tensor-decompose{{{spec.options()}{' pack=true' if t.pack_matmul and opt else ''}}}", 'canonicalize', 'cse', f'scan-split{{{spec.options()}}}', 'kernelize']
+  steps = ['canonicalize', f"tensor-decompose{{{spec.options()}{' pack=true' if t.pack_matmul and opt else ''}}}", 'canonicalize', 'cse', f'scan-split{{{spec.options()}}}', f'kernelize{{{spec.options()}}}']
   if opt: steps.append(f'kernel-opt{{{spec.options()}}}')
   steps += [f'linearize{{{spec.options()}}}', 'uop-simplify']
   if opt and t.transcendentals: steps.append(f'decompose-transcendentals{{ops={t.transcendentals}}}')
@@ -34,7 +34,7 @@ def stage_steps(spec: DeviceSpec, start: str, until: str, noopt: bool | None = N
   """The passes (as text) that take a module from stage `start` to stage `until` (tensor, kernel, opt or uop;
   `until` past uop: to uop): `kernel` ends with kernelize, `opt` with kernel-opt (where it runs)."""
   steps = lower_to_uop_steps(spec, noopt)
-  end = {'tensor': 0, 'kernel': steps.index('kernelize') + 1, 'uop': len(steps)}
+  end = {'tensor': 0, 'kernel': next(i for i, st in enumerate(steps) if st.startswith('kernelize')) + 1, 'uop': len(steps)}
   end['opt'] = end['kernel'] + (steps[end['kernel']].startswith('kernel-opt'))
   return steps[end[start]:end[min(until, 'uop', key=STAGES.index)]]
 
