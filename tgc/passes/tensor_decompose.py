@@ -110,14 +110,16 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
   return rw.create(REGISTRY['tensor.reshape'], [v], [t], None, op.loc).results[0]
 
 
-def split_column_reduce(op, rw, spec: DeviceSpec):
+def split_column_reduce(op, rw, spec: DeviceSpec, users: dict):
   """A reduce across rows (axes with a run of at least COLUMN_MIN contiguous elements after them: a bias's gradient,
   dy summed over the tokens into its columns) into too few outputs to fill a GPU: the rows are cut into chunks of
   COLUMN_CHUNK, each chunk reduced into its own partial results (a thread a column and a chunk, neighbouring threads
   reading neighbouring columns), then the chunks' results. Reduced in one kernel, its work-groups shared each column
-  and read it a row apart per thread: on an H200 a 4096x1536 float32 column sum ran at 0.6 TB/s."""
+  and read it a row apart per thread: on an H200 a 4096x1536 float32 column sum ran at 0.6 TB/s. A reduce that is a
+  stage of a fused kernel stays whole (softmax along columns: its max read back along the reduced rows, its sum of
+  exp(x - max) computed from that: one kernel of stages, where the split made five)."""
   shape, axes = op.src.type.shape, tuple(sorted(op.axes))
-  if axes != tuple(range(axes[0], axes[-1] + 1)): return None
+  if axes != tuple(range(axes[0], axes[-1] + 1)) or _stage_of_rows(op, users): return None
   a, b = axes[0], axes[-1] + 1
   outer, n, inner = math.prod(shape[:a]), math.prod(shape[a:b]), math.prod(shape[b:])
   if inner < COLUMN_MIN or outer * inner >= spec.processors * COLUMN_OUTPUTS or n < COLUMN_ROWS or n % COLUMN_CHUNK: return None
@@ -128,6 +130,24 @@ def split_column_reduce(op, rw, spec: DeviceSpec):
   v = rw.create(REGISTRY['tensor.reduce'], [v], [T(cut[:2] + (1, inner))], {'kind': op.kind, 'axes': (2,)}, op.loc).results[0]
   v = rw.create(REGISTRY['tensor.reduce'], [v], [T((outer, 1, 1, inner))], {'kind': op.kind, 'axes': (1,)}, op.loc).results[0]
   return rw.create(REGISTRY['tensor.reshape'], [v], [t], None, op.loc).results[0]
+
+def _stage_of_rows(op, users: dict) -> bool:
+  """Whether reduce op's result is read back broadcast along the rows it reduced (softmax's max, a norm's mean), or
+  op's input is computed from such a reduce over the same rows: a stage of kernelize's fused row kernels."""
+  full, axes = op.src.type.shape, tuple(sorted(op.axes))
+  v = op.results[0]
+  while len(us := users.get(v, [])) == 1 and us[0].name == 'tensor.reshape': v = us[0].results[0]
+  if any(u.name == 'tensor.expand' and u.results[0].type.shape == full for u in us): return True
+  seen, todo = set(), [op.src]
+  while todo:
+    x = todo.pop()
+    if id(x) in seen or x.op is None: continue
+    seen.add(id(x))
+    if x.op.name == 'tensor.reduce':
+      if x.op.src.type.shape == full and tuple(sorted(x.op.axes)) == axes: return True
+      continue
+    if MOVEMENT in x.op.TRAITS or ELEMENTWISE in x.op.TRAITS: todo += x.op.operands
+  return False
 
 COLUMN_MIN = 32       # a column reduce's contiguous run of outputs (a warp's neighbouring loads)
 COLUMN_OUTPUTS = 64   # ... into fewer outputs than this many per multiprocessor is split
@@ -479,5 +499,9 @@ class TensorDecompose(Pass):
                          ('tensor.conv', lambda op, rw: decompose_conv(op, rw, spec, pack))])
     apply_patterns(m, mm + declared_patterns(), stats=self.stats)
     if spec.gpu and spec.processors:  # (one sweep: the partial sums are not split again)
-      apply_patterns(m, PatternMatcher([('tensor.reduce', lambda op, rw: split_product_reduce(op, rw, spec) or split_column_reduce(op, rw, spec))]),
+      users: dict = {}  # (one sweep over the function's own reduces: the uses of their results as they are now)
+      for fn in m.ops:
+        for o in (fn.body.ops if fn.body is not None else ()):
+          for x in o.operands: users.setdefault(x, []).append(o)
+      apply_patterns(m, PatternMatcher([('tensor.reduce', lambda op, rw: split_product_reduce(op, rw, spec) or split_column_reduce(op, rw, spec, users))]),
                      max_sweeps=1, stats=self.stats)
