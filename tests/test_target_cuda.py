@@ -333,6 +333,25 @@ def test_a_sum_across_rows_is_split_into_chunks_of_rows():
   ks = _kernels_at_opt((tgc.Tensor.empty(4096, 384) * tgc.Tensor.empty(4096, 384)).sum(0), spec)
   assert [str(k.attrs['sym_name']).lstrip('@') for k in ks] == ['r_128_32_384', 'r_1_128_384']
   assert len(_kernels_at_opt(tgc.Tensor.empty(256, 384).sum(0), spec)) == 1
+  # a softmax along the columns stays one kernel of stages: its max is read back along the rows, its sum reads the max
+  assert len(_kernels_at_opt(tgc.Tensor.empty(4096, 48).softmax(0), spec)) == 1
+
+
+def test_a_product_reads_a_computed_buffer_through_its_view_not_a_copy():
+  """On a GPU a product's factor that is a buffer anyway (an MLP's GELU, its first product's epilogue, which the second
+  product reads and the weight's gradient reads transposed) is read through a view, not copied first; a conv's weight,
+  an argument, is still copied into the layout its tiles read."""
+  from tgc.target import DeviceSpec
+  from tgc.tensor import _build_module
+  from tgc.lowering import lower as lower_to
+  spec = DeviceSpec.of('cuda', processors=132)
+  x, w1, b1, w2, dy = (tgc.Tensor.empty(*s) for s in ((4096, 384), (384, 1536), (1536,), (1536, 384), (4096, 384)))
+  g = (x @ w1 + b1).gelu()
+  m, _ = _build_module([(g @ w2).node, (g.T @ dy).node], 'main')
+  lower_to(m, spec, 'kernel')
+  ks = m.functions('kernel.func')
+  assert not any(all(op.name in ('kernel.load', 'kernel.store') for op in k.body.ops) for k in ks), [str(k.attrs['sym_name']) for k in ks]
+  assert len(_kernels_at_opt(tgc.Tensor.empty(4, 64, 56, 56).conv2d(tgc.Tensor.empty(64, 64, 3, 3), padding=1), spec)) == 3
 
 
 def test_a_computed_factor_broadcast_along_a_split_sum_is_stored():
