@@ -111,6 +111,7 @@ class Scheduler:
     self.unstored: set[Value] = set()     # ... and those of them no other kernel and no result reads: not stored at all
     self.siblings: dict[Value, Value] = {}  # an elementwise buffer -> the later elementwise kernel that computes and stores it too
     self.depth: dict[Value, int] = {}       # a value's chain of ops down to buffers (_bound_depth)
+    self.read_by: dict = {}                 # a root (None: the results) -> the buffers its kernel reads (readers)
 
   # ---- phase 1: which values are buffers ----
   def compute_ops(self):
@@ -293,6 +294,13 @@ class Scheduler:
       else: stack += [(x, path) for x in u.op.operands]
     return out
 
+  def readers(self, r: Value | None) -> dict[Value, list[tuple]]:
+    """reads() of root r's kernel (None: of the function's results), walked once when a fusion rule asks (the buffers
+    are chosen by then)."""
+    if r not in self.read_by:
+      self.read_by[r] = self.reads(r.op.operands if r is not None else self.fn.body.ops[-1].operands)
+    return self.read_by[r]
+
   def kernel_reduce(self, root: Value):
     """The reduce op of the kernel that computes root (root itself, or its epilogue of elementwise ops and reshapes)."""
     found, seen, stack = set(), set(), [root]
@@ -311,10 +319,7 @@ class Scheduler:
     instead of by two. Taken where the earlier one is a plain reduce buffer read only as a broadcast of itself along
     the reduced axes, and no kernel between the two reads it."""
     roots = sorted(self.R, key=lambda v: self.order[v.op])
-    read_by: dict = {}  # each root's kernel's buffers (and the results'), walked once when a candidate asks
-    def readers(r):
-      if r not in read_by: read_by[r] = self.reads(r.op.operands if r is not None else self.fn.body.ops[-1].operands)
-      return read_by[r]
+    readers = self.readers
     for s in roots:
       red = self.kernel_reduce(s)
       if red is None or s.type.numel == 0 or s in self.fused or s in self.fused.values(): continue
@@ -383,10 +388,7 @@ class Scheduler:
     tinygrad fuses them): one launch instead of two, and what both read is read once. Taken where no kernel between
     the two reads it and neither is part of a reduce's kernel."""
     roots = sorted(self.R, key=lambda v: self.order[v.op])
-    read_by: dict = {}
-    def readers(r):
-      if r not in read_by: read_by[r] = self.reads(r.op.operands)
-      return read_by[r]
+    readers = self.readers
     taken = set(self.fused) | set(self.fused.values())
     alu = lambda v: v.op is not None and ELEMENTWISE in v.op.TRAITS and hasattr(v.op, 'opname') and v.type.numel > 0
     for s in roots:
@@ -594,7 +596,7 @@ class _KernelBuilder:
     val = self.emit(self.root, (), self.epilogue)
     for m in self.also:
       if m not in self.s.unstored: self.inline(m)
-    for m in self.siblings: self.emit(m, (), False)
+    self.sibling_vals = [self.emit(m, (), False) for m in self.siblings]
     return val
 
   def inline(self, v: Value) -> Value:
@@ -667,8 +669,8 @@ class _KernelBuilder:
       for ld in self.loads: ld.attrs['view'] = ld.attrs['view'].reshape((1,))
     for ld in self.after:
       if ld.attrs['view'].shape != out: ld.attrs['view'] = ld.attrs['view'].reshape(out).simplify()
-    outs = [(root, val)] + [(m, self.inlined[m]) for m in self.also if m not in self.s.unstored] + \
-           [(m, self.memo[(m, (), False)]) for m in self.siblings]
+    outs = [(root, val)] + [(m, self.inlined[m]) for m in self.also if m not in self.s.unstored]
+    outs += zip(self.siblings, self.sibling_vals)
     store_vs = [ViewStack.from_shape(v.type.shape).reshape(full if v is root and (self.epilogue or self.scan) else out).simplify() for v, _ in outs]
     full, out, store_vs = self.merge_dims(full, out, store_vs)
     self.final_shape = full

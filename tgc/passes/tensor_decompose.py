@@ -102,11 +102,18 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
   a, = op.axes
   n = split_k(t.shape, shape[a], spec)
   if n < 2: return None
-  src = _with_stored_factors(src, prod, rw, op.loc)
-  cut = shape[:a] + (n, shape[a] // n) + shape[a + 1:]
+  return _in_chunks(_with_stored_factors(src, prod, rw, op.loc), shape[:a], n, shape[a + 1:], op, rw)
+
+
+def _in_chunks(src, pre: tuple, chunks: int, post: tuple, op, rw):
+  """src (pre..., reduced elements..., post...) reduced by op's kind over its middle as `chunks` chunks: each chunk,
+  then the chunks (into op's result type)."""
+  t = op.results[0].type
+  cut = pre + (chunks, src.type.numel // (math.prod(pre) * chunks * math.prod(post))) + post
+  a = len(pre)
   v = rw.create(REGISTRY['tensor.reshape'], [src], [TensorType(cut, src.type.dtype)], None, op.loc).results[0]
-  v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(cut[:a + 1] + (1,) + cut[a + 2:], t.dtype)], {'kind': 'add', 'axes': (a + 1,)}, op.loc).results[0]
-  v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(cut[:a] + (1, 1) + cut[a + 2:], t.dtype)], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
+  v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(cut[:a + 1] + (1,) + cut[a + 2:], t.dtype)], {'kind': op.kind, 'axes': (a + 1,)}, op.loc).results[0]
+  v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(cut[:a] + (1, 1) + cut[a + 2:], t.dtype)], {'kind': op.kind, 'axes': (a,)}, op.loc).results[0]
   return rw.create(REGISTRY['tensor.reshape'], [v], [t], None, op.loc).results[0]
 
 
@@ -123,13 +130,7 @@ def split_column_reduce(op, rw, spec: DeviceSpec, users: dict):
   a, b = axes[0], axes[-1] + 1
   outer, n, inner = math.prod(shape[:a]), math.prod(shape[a:b]), math.prod(shape[b:])
   if inner < COLUMN_MIN or outer * inner >= spec.processors * COLUMN_OUTPUTS or n < COLUMN_ROWS or n % COLUMN_CHUNK: return None
-  t, dt = op.results[0].type, op.results[0].type.dtype
-  T = lambda sh: TensorType(sh, dt)
-  cut = (outer, n // COLUMN_CHUNK, COLUMN_CHUNK, inner)
-  v = rw.create(REGISTRY['tensor.reshape'], [op.src], [TensorType(cut, op.src.type.dtype)], None, op.loc).results[0]
-  v = rw.create(REGISTRY['tensor.reduce'], [v], [T(cut[:2] + (1, inner))], {'kind': op.kind, 'axes': (2,)}, op.loc).results[0]
-  v = rw.create(REGISTRY['tensor.reduce'], [v], [T((outer, 1, 1, inner))], {'kind': op.kind, 'axes': (1,)}, op.loc).results[0]
-  return rw.create(REGISTRY['tensor.reshape'], [v], [t], None, op.loc).results[0]
+  return _in_chunks(op.src, (outer,), n // COLUMN_CHUNK, (inner,), op, rw)
 
 def _stage_of_rows(op, users: dict) -> bool:
   """Whether reduce op's result is read back broadcast along the rows it reduced (softmax's max, a norm's mean), or
@@ -210,14 +211,14 @@ def _reads(v) -> int:
 
 
 def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None, copies: dict | None = None):
-  """copies: the operands made buffers so far (_staged), shared by the products that read one value."""
+  """copies: the tensor-core operands' narrow copies made so far (_staged), shared by the products that read one."""
   shape = op.results[0].type.shape
   a, b = op.lhs, op.rhs
   if spec is not None and spec.gpu and not _on_tensor_cores(a.type.dtype, spec):
     na, nb = _narrowed(a, spec), _narrowed(b, spec)
     if na is not None and nb is not None and na[1].type.dtype == nb[1].type.dtype:  # (mixed precision: f32 sums of bf16 products)
       a, b = (v if (s := _staged(n, rw, op.loc, False, copies)) is n else _rebuilt(ops, s, rw, op.loc) for (ops, n), v in ((na, a), (nb, b)))
-    else: a, b = _staged(a, rw, op.loc, True, copies), _staged(b, rw, op.loc, True, copies)
+    else: a, b = _staged(a, rw, op.loc), _staged(b, rw, op.loc)
   return _product(rw, a, b, op.loc, pack, split_k(shape, op.lhs.type.shape[-1], spec))
 
 
@@ -245,32 +246,17 @@ def _staged(v, rw, loc, through_casts: bool = True, copies: dict | None = None):
   backward products where the plain ones run at 25); storing it costs a write and a read of an operand, and its
   inputs are freed sooner (a GPT step's peak: 653 -> 587 MiB). Without `through_casts` a cast is computed too: a
   tensor-core operand is read from memory in its own dtype (a bfloat16 copy of a float32 weight or activation costs
-  a write and a read of half the float32 operand). `copies` (v -> its buffer): one copy for all the products that
-  read v where v is a tensor-core operand's narrow value (a bfloat16 weight or activation, which a mixed-precision
-  step's forward and backward products both read: torch.autocast keeps these casts for the backward pass too) or is
-  computed from the function's arguments alone; a float32 copy of an activation is made per product, so that none is
-  held from the forward pass to the backward one (held, they raised a float32 GPT step's peak from 587 to 785 MiB)."""
+  a write and a read of half the float32 operand). `copies` (v -> its buffer, given for those): one copy for all
+  the products that read it (a bfloat16 weight or activation, which a mixed-precision step's forward and backward
+  products both read: torch.autocast keeps these casts for the backward pass); a float32 copy is made per product,
+  so that none is held from the forward pass to the backward one (held, they raised a float32 GPT step's peak from
+  587 to 785 MiB)."""
   if copies is not None and v in copies: return copies[v]
   _, u = _chain(v, lambda o: MOVEMENT in o.TRAITS or (through_casts and o.name == 'tensor.cast'))
   if u.op is None or ELEMENTWISE not in u.op.TRAITS or not u.op.operands: return v
   c = rw.create(REGISTRY['tensor.contiguous'], [v], [v.type], None, loc).results[0]
-  if copies is not None and (not through_casts or _of_arguments(v)): copies[v] = c
+  if copies is not None: copies[v] = c
   return c
-
-
-def _of_arguments(v, limit: int = 64) -> bool:
-  """Whether v is computed from the function's arguments and constants (leaves) by elementwise and movement ops alone
-  (at most `limit` of them)."""
-  seen, todo = set(), [v]
-  while todo:
-    x = todo.pop()
-    if id(x) in seen: continue
-    seen.add(id(x))
-    o = x.op
-    if o is None or o.name in ('tensor.const', 'tensor.empty'): continue
-    if len(seen) > limit or not (MOVEMENT in o.TRAITS or ELEMENTWISE in o.TRAITS): return False
-    todo += o.operands
-  return True
 
 
 def _product(rw, a, b, loc, pack: bool, split: int = 1):
