@@ -170,6 +170,21 @@ def test_tgc_viz_on_a_program(tmp_path):
   assert f['source'].startswith('func.func @main(%arg0: tensor<16xf32>)') and data['profile']['launch_count'] >= 1
 
 
+def test_tgc_viz_shows_a_function_the_process_compiled_before_it_started(tmp_path):
+  """A graph this process realized before the viewer started is compiled again under it: its launches are on the
+  page as a function's, with the function's kernels."""
+  from tgc import Tensor
+  (Tensor(np.ones(24, np.float32)) * 3 - 1).numpy()
+  prog = tmp_path / 'again.py'
+  prog.write_text("from tgc import Tensor\nimport numpy as np\nprint((Tensor(np.ones(24, np.float32)) * 3 - 1).numpy())\n")
+  out = tmp_path / 'again.html'
+  assert viz_main([str(prog), '-o', str(out)]) == 0
+  data = page.read_data(out.read_text())
+  f, = data['functions']
+  rows = data['profile']['table']
+  assert rows and all(r['fn'] == 0 and r['name'] in [k['name'] for k in f['kernels']] for r in rows)
+
+
 def test_tgc_viz_on_a_program_that_fails(tmp_path, capsys):
   prog = tmp_path / 'fails.py'
   prog.write_text("from tgc import Tensor\nimport numpy as np\nprint((Tensor(np.ones(4, np.float32)) * 2).sum().item())\nraise ValueError('the program failed')\n")

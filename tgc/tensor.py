@@ -317,6 +317,10 @@ def _graph_key_deep(roots: list[_Node]):
 _COMPILED: dict[tuple, Any] = {}  # (graph key, device, float32 matmul precision) -> CompiledFunction
 _TWINS: dict[tuple, Any] = {}  # (graph key, _twin(device)) -> the first device's CompiledFunction of that graph
 
+def forget_compiled() -> None:
+  """Forget the compiled functions of the graphs realized so far: the next realize of each compiles it again."""
+  _COMPILED.clear(); _TWINS.clear()
+
 def _twin(dev: str) -> tuple:
   """What a compiled function depends on besides its graph: the device's class, target and architecture."""
   from tgc.runtime import get_device

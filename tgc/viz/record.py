@@ -15,7 +15,11 @@ _session: dict = {}
 def start(path: str | None = None) -> None:
   """Keep every compiled function from now on, launches timed; the page goes to `path` at finish()."""
   from tgc.compiler import COMPILE_WATCHERS
+  from tgc import tensor
   if _session: return
+  # (the Tensor API's functions compiled before now are compiled again, from the disk cache where it holds them, so
+  # that every function the program launches from here on is on the page with its pipeline)
+  tensor.forget_compiled()
   p = profile()
   p.__enter__()
   _session.update(path=path or 'tgc-viz.html', profile=p)
