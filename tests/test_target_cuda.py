@@ -542,19 +542,47 @@ def test_warpgroup_tiles_follow_the_size():
   assert opts(4096, 4096, 4096) == [('tc', 1), ('local', 8), ('upcast', 32), ('unroll', 4), ('smem', 4), ('smem', 4)]
   assert opts(1000, 700, 3000) == [('tc', 1), ('local', 8), ('upcast', 16), ('unroll', 4), ('smem', 3), ('smem', 3)]
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
-def test_warpgroup_wgmmas_are_not_serialized():
-  """ptxas serializes a warpgroup's wgmmas where other instructions touch their accumulators while they run (a copy of
-  the registers between two of them, a branch around the next step's copies it cannot prove uniform): then a step's
-  wgmmas would not run on past its end. A 1024 f16 matmul's kernel (a loop ptxas does not unroll) has none."""
+# (x @ w with w of (K, N), a row-major operand: the layouts whose plain stores once had ptxas serialize the wgmmas)
+WG_SERIAL_CASES = [(1024, 1024, 1024, 'float16', False), (4096, 4096, 4096, 'float16', False),
+                   (4096, 1536, 384, 'bfloat16', False), (4096, 384, 1536, 'float16', True), (1000, 1000, 1000, 'float16', True)]
+
+def _wg_matmul_module(M, K, N, dt, bias):
   from tgc.tensor import _build_module
-  a, b = tgc.Tensor.empty(1024, 1024, dtype='float16', device='CUDA'), tgc.Tensor.empty(1024, 1024, dtype='float16', device='CUDA')
-  m, _ = _build_module([(a @ b).node], 'mm')
+  a, b = tgc.Tensor.empty(M, K, dtype=dt, device='CUDA'), tgc.Tensor.empty(K, N, dtype=dt, device='CUDA')
+  y = a @ b
+  if bias: y = y + tgc.Tensor.empty(N, dtype=dt, device='CUDA')
+  m, _ = _build_module([y.node], 'mm')
   lower(m, 'cuda', local_memory=H100_SHARED)
+  return m
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+@pytest.mark.parametrize('M, K, N, dt, bias', WG_SERIAL_CASES)
+def test_warpgroup_wgmmas_are_not_serialized(M, K, N, dt, bias):
+  """ptxas serializes a warpgroup's wgmmas where other instructions touch their accumulators while they run (a copy of
+  the registers between two of them, a branch around the next step's copies it cannot prove uniform, index values
+  that live across the loop for the epilogue alone): then a step's wgmmas would not run on past its end."""
   info = []
-  nvcc_cubin(render_cuda(m), info)
+  nvcc_cubin(render_cuda(_wg_matmul_module(M, K, N, dt, bias)), info)
   assert 'wgmma' in info[0] or 'registers' in info[0]
   assert 'serialized' not in info[0], info[0]
+
+@pytest.mark.parametrize('M, K, N, dt, bias', WG_SERIAL_CASES)
+def test_warpgroup_epilogue_reads_its_indices_again(M, K, N, dt, bias):
+  """After a warpgroup kernel's loop, its epilogue computes its indices from the launch indices read again (uop.special
+  {read = 1}, an opaque read on CUDA): of what is made before the loop it uses the accumulators, buffers and constants
+  alone, so that no index value lives across the loop for it."""
+  m = _wg_matmul_module(M, K, N, dt, bias)
+  (f,) = [f for f in m.functions('uop.func') if any(op.name == 'uop.wgmma' for op in f.body.ops)]
+  ops = f.body.ops
+  last = max(i for i, op in enumerate(ops) if op.name == 'uop.wgmma_wait')
+  made = {r: i for i, op in enumerate(ops) for r in op.results}
+  early = {ops[made[v]].name for op in ops[last:] for v in op.operands if made.get(v, last) < last}
+  assert early <= {'uop.phi', 'uop.define_global', 'uop.define_local', 'uop.const'}, early
+  again = [op for op in ops[last:] if op.name == 'uop.special']
+  assert again and all(op.attrs.get('read') == 1 for op in again)
+  src = render_cuda(m)
+  assert 'asm volatile("mov.u32 %0, %%ctaid.x;"' in src and 'gidx0_1' in src
+
 
 @pytest.mark.parametrize('dt, lanes', [('float16', 8), ('float32', 4)])
 def test_warpgroup_epilogue_stores_rows_through_shared_memory(dt, lanes):

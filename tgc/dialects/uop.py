@@ -157,8 +157,11 @@ class DefineVarOp(Operation):
 
 
 class SpecialOp(Operation):
+  """A launch index. `read = N` (N >= 1): its axis read again, a value of its own that cse keeps apart from the
+  other reads and that emitters read from the device anew (what is computed from an earlier read is not carried to
+  where this one is used)."""
   name = 'uop.special'
-  ATTRS = {'axis': 'ident', 'size': 'int'}
+  ATTRS = {'axis': 'ident', 'size': 'int', 'read': 'int?'}
   TRAITS = {PURE}
   FORMAT = '$axis $size : type($result)'
   def verify(self):
@@ -166,6 +169,7 @@ class SpecialOp(Operation):
     if not (a[:4] in SPECIAL_AXES and a[4:].isdigit() and int(a[4:]) < 3):
       raise self.error(f"axis must be gidx0..gidx2 or lidx0..lidx2, got '{a}'")
     if self.size < 1: raise self.error(f"size must be positive, got {self.size}")
+    if self.attrs.get('read', 1) < 1: raise self.error(f"read must be positive (a later read of its axis), got {self.attrs['read']}")
     _int(self, self.results[0], 'result')
     t = self.results[0].type
     if self.size - 1 > D.min_max(t)[1]: raise self.error(f"size {self.size} does not fit its type {t}: an index past {D.min_max(t)[1]} would wrap")

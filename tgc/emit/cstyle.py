@@ -152,6 +152,10 @@ class Lang:
     args += [f"{self.reg(dt)} {n}" for n, dt in k.vars] + ['int start', 'int end']
     return f"{self.kernel_prefix}{k.name}({', '.join(args)})"
   def special(self, axis: str) -> str: return self.specials[axis[:4]].format(k=int(axis[4]), x=XYZW[int(axis[4])])
+  def special_again(self, axis: str, name: str, reg: str) -> str:
+    """The declaration of a later read of a special (linearize reads them again where nothing computed from the
+    first reads may be used)."""
+    return f"{reg} {name} = {self.special(axis)};"
   def wrap(self, dt: D.DType, e: str) -> str:
     """Round a computed value back to dt."""
     if dt.fmt and dt.name in self.emulated: self.needs.add(f'emu:{dt.name}'); return f"tg_{dt.name}_round({e})"
@@ -280,6 +284,7 @@ class KernelRenderer:
     for i, op in enumerate(ops):
       for v in op.operands: self.users.setdefault(v, []).append(i)
     self.expr: dict = {}    # Value -> expression text
+    self.reads: dict = {}   # a special's axis -> how many times it was read before (its later reads are named apart)
     self.lanes: dict = {}   # vector Value -> lane expressions
     self.count: dict = {}
     self.lines: list[str] = []
@@ -476,7 +481,10 @@ class KernelRenderer:
     elif nm == 'special':
       ax = op.attrs['axis']
       self.expr[res] = ax
-      if L.name != 'c': self.emit(f"{L.reg(t)} {ax} = {L.special(ax)}; /* {op.attrs['size']} */")
+      if L.name != 'c':
+        n = self.reads[ax] = self.reads.get(ax, -1) + 1  # (an axis read again: its reads are named apart)
+        if n: self.expr[res] = name = f"{ax}_{n}"; self.emit(L.special_again(ax, name, L.reg(t)))
+        else: self.emit(f"{L.reg(t)} {ax} = {L.special(ax)}; /* {op.attrs['size']} */")
       elif ax not in self.loops: self.expr[res] = '0'
       elif t is not D.i32: self.expr[res] = f"(({L.reg(t)}){ax})"
     elif nm == 'const':

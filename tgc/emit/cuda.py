@@ -6,7 +6,7 @@ half and bf16 are cuda_fp16.h's `half` and cuda_bf16.h's `__nv_bfloat16`; the f8
 from __future__ import annotations
 import math
 from tgc.ir import dtypes as D
-from tgc.emit.cstyle import Lang, F8, render_module, render_kernel
+from tgc.emit.cstyle import Lang, F8, XYZW, render_module, render_kernel
 from tgc.dialects.uop import shared_layout
 
 STATIC_SHARED = 48 << 10  # the shared memory a kernel's static arrays may take; beyond it a launch asks for it
@@ -29,6 +29,11 @@ class CUDALang(Lang):
   def signature(self, k) -> str:
     args = [f"{self.mem(dt)}* data{i}" for i, dt in enumerate(k.sig)] + [f"const {self.reg(dt)} {n}" for n, dt in k.vars]
     return f'extern "C" __global__ void __launch_bounds__({math.prod(k.ls)}) {k.name}({", ".join(args)})'
+  def special_again(self, axis, name, reg):
+    # (read by an opaque instruction: NVVM would fold a second blockIdx.x into the first, and carry the first read's
+    # value, and what is computed from it, across the loop between them)
+    sreg = {'gidx': 'ctaid', 'lidx': 'tid'}[axis[:4]] + '.' + XYZW[int(axis[4])]
+    return f'{reg} {name}; asm volatile("mov.u32 %0, %%{sreg};" : "=r"({name}));'
   def grid_open(self, k): return []
   def grid_close(self, k): return 0
   def define_local(self, k, op):

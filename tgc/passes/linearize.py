@@ -185,17 +185,10 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     # index variables
     zero = b.const(0)
     self.idx: dict[int, Value] = {}
-    gl = [i for i in range(n) if kinds[i] == 'global' and full[i] > 1]
-    lo = [i for i in range(n) if kinds[i] in ('local', 'group') and full[i] > 1]
     tc = any(kd in ('tcm', 'tcn', 'tck') for kd in kinds)
     self.loops: list[Value] = []
-    global_size = self.grid(gl, 'gidx')
-    if tc:  # a warp per tile: lidx0 is the lane; local dims (warps of a block) are lidx1 and lidx2
-      self.lane, local_size = b.emit('special', [], b.idx_dt, {'axis': 'lidx0', 'size': 32}), [32]
-      for j, a in enumerate(reversed(lo)):
-        self.idx[a] = b.emit('special', [], b.idx_dt, {'axis': f'lidx{j + 1}', 'size': full[a]}); local_size.append(full[a])
-      self.vec, self.W = None, 1  # upcast axes are tiles of their own here, not vector lanes
-    else: local_size = self.grid(lo, 'lidx')
+    global_size, local_size = self.index_variables(tc)
+    if tc: self.vec, self.W = None, 1  # upcast axes are tiles of their own here, not vector lanes
     for i in range(n):
       if kinds[i] in ('global', 'local', 'group') and i not in self.idx: self.idx[i] = zero
     self.global_size, self.local_size = global_size, local_size
@@ -210,8 +203,26 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     if opts and self.t.fp_contract: attrs['contract'] = True  # fma in the register tiles: half the instructions, one rounding
     return U('func')([], [], attrs, k.loc, Block([], b.ops))
 
-  def grid(self, axes, prefix):
-    """Specials for these axes (the last is N=0); beyond three, or on the CPU, loops."""
+  def index_variables(self, tc: bool, again: bool = False) -> tuple[list[int], list[int]]:
+    """The index variables of the global and local axes (self.idx; on tensor cores self.lane, the lane of a warp:
+    lidx0, and the warps of a block lidx1 and lidx2): uop.specials and what is computed from them; the launch's
+    (global_size, local_size). again: the specials read anew, so that nothing computed from the first reads is used
+    from here on (a warpgroup kernel's epilogue: ptxas serialises the wgmma of a loop across which index values
+    live that only the code after it reads)."""
+    b, full, kinds = self.b, self.full, self.kinds
+    gl = [i for i in range(len(full)) if kinds[i] == 'global' and full[i] > 1]
+    lo = [i for i in range(len(full)) if kinds[i] in ('local', 'group') and full[i] > 1]
+    global_size = self.grid(gl, 'gidx', again)
+    if not tc: return global_size, self.grid(lo, 'lidx', again)
+    special = lambda axis, size: b.emit('special', [], b.idx_dt, {'axis': axis, 'size': size, **({'read': 1} if again else {})})
+    self.lane, local_size = special('lidx0', 32), [32]
+    for j, a in enumerate(reversed(lo)):
+      self.idx[a] = special(f'lidx{j + 1}', full[a]); local_size.append(full[a])
+    return global_size, local_size
+
+  def grid(self, axes, prefix, again: bool = False):
+    """Specials for these axes (the last is N=0); beyond three, or on the CPU, loops. again: specials read anew
+    (index_variables)."""
     b, sizes = self.b, []
     if not axes: return sizes
     if self.cpu and prefix == 'gidx':  # one special for the outermost axis: the runtime splits it across threads
@@ -223,7 +234,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       return sizes
     for gi, grp in enumerate(reversed(launch_groups(axes))):
       size = math.prod(self.full[a] for a in grp)
-      g = b.emit('special', [], b.idx_dt, {'axis': f'{prefix}{gi}', 'size': size})
+      g = b.emit('special', [], b.idx_dt, {'axis': f'{prefix}{gi}', 'size': size, **({'read': 1} if again else {})})
       sizes.append(size)
       inner = size
       for a in grp:

@@ -165,6 +165,7 @@ class TensorCoreLowering:
     results = [b.emit('phi', [acc, d], acc_t, pure=False) for acc, d in zip(accs, ds)]
     for rr in reversed(ranges): b.close_range(rr)
     if lag: b.emit('wgmma_wait', [], None, {'pending': 0}, pure=False)
+    self.index_variables(True, again=True)  # (the epilogue's indices from the specials read again, after the loop)
     self.tiles = {}
     if self.staged_epilogue(r, list(zip(groups, results)), N, m_in, n_in, nu): return
     tiles = [({**grp, **({nu: b.const(u)} if kinds[nu] == 'upcast' else {})}, res, 4 * u) for grp, res in zip(groups, results) for u in range(N // 8)]
