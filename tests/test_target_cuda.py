@@ -352,6 +352,15 @@ def test_a_product_reads_a_computed_buffer_through_its_view_not_a_copy():
   ks = m.functions('kernel.func')
   assert not any(all(op.name in ('kernel.load', 'kernel.store') for op in k.body.ops) for k in ks), [str(k.attrs['sym_name']) for k in ks]
   assert len(_kernels_at_opt(tgc.Tensor.empty(4, 64, 56, 56).conv2d(tgc.Tensor.empty(64, 64, 3, 3), padding=1), spec)) == 3
+  # attention's heads, slices of a qkv Linear's output, are read through their views by the forward and backward products
+  x, w, b = (tgc.Tensor.empty(*s).requires_grad_() for s in ((2, 128, 128), (384, 128), (384,)))
+  q, k, v = [y.reshape(2, 128, 2, 64).transpose(1, 2) for y in (x @ w.T + b).chunk(3, dim=2)]
+  o = q.scaled_dot_product_attention(k, v, is_causal=True)
+  o.sum().backward()
+  m, _ = _build_module([o.node, x.grad.node, w.grad.node], 'main')
+  lower_to(m, spec, 'kernel')
+  copies = [k for k in m.functions('kernel.func') if all(op.name in ('kernel.load', 'kernel.store') for op in k.body.ops)]
+  assert [str(k.attrs['sym_name']).lstrip('@') for k in copies] == ['E_384_128']  # (the weight's transpose: an argument)
 
 
 def test_a_computed_factor_broadcast_along_a_split_sum_is_stored():

@@ -159,14 +159,15 @@ class Scheduler:
 
   def _views_not_copies(self):
     """GPU: a `contiguous` that only products read as a factor, of a value computed into a buffer anyway (a GELU's
-    output, which the next Linear reads, transposed for its weight's gradient), through reshapes and permutes that one
-    view composes, is no copy of its own: the product's tiles read the buffer through that view, as they read a
-    transposed argument (a copy cost the f32 GPT step 16 kernels of 25 MB each). A copy of an argument stays (a conv's
-    weight, copied once a call into the layout its tiles read)."""
+    output, which the next Linear reads, transposed for its weight's gradient; the heads of attention sliced from a qkv
+    Linear's output), through slices, reshapes and permutes that one view composes, is no copy of its own: the
+    product's tiles read the buffer through that view, as they read a transposed argument (the copies cost the f32 GPT
+    step 40 kernels of 6 to 25 MB). A copy of an argument stays (a conv's weight, copied once a call into the layout
+    its tiles read)."""
     results = set(self.fn.body.ops[-1].operands)
     for c in [v for v in self.R if v.op.name == 'tensor.contiguous' and v not in results]:
       path, b = [], c.op.operands[0]
-      while b not in self.R and b.op is not None and b.op.name in ('tensor.reshape', 'tensor.permute'): path.append(b.op); b = b.op.operands[0]
+      while b not in self.R and b.op is not None and b.op.name in ('tensor.reshape', 'tensor.permute', 'tensor.shrink'): path.append(b.op); b = b.op.operands[0]
       if b not in self.R or len(_path_views(b.type.shape, path).views) > 1: continue
       if all(self._product_factor(u) for u in self.users.get(c, [])): self.R.discard(c)
 
