@@ -62,6 +62,16 @@ def programs():
   %6 = tensor.reshape %5 : {ty((15,))} -> {ty((5, 3))}
   func.return %6 : {ty((5, 3))}
 }}""", (a, b), lambda a, b: np.pad(np.flip(a * b.T, 1)[:, 2:5], ((1, 1), (0, 0)))))
+  # a sum of products whose other factor divides by a value broadcast along the sum (softmax's backward): where the
+  # sum's axis is padded, the padding's zeros must not reach the division (0 * 1/0 is NaN)
+  a, b = arr((3, 7)), np.abs(arr((3, 1))) + 1
+  out.append(("rowdot_over", f"""func.func @f(%a: {ty((3, 7))}, %b: {ty((3, 1))}) -> {ty((3, 1))} {{
+  %0 = tensor.expand %b : {ty((3, 1))} -> {ty((3, 7))}
+  %1 = tensor.fdiv %a, %0 : {ty((3, 7))}
+  %2 = tensor.mul %1, %a : {ty((3, 7))}
+  %3 = tensor.reduce add %2 [1] : {ty((3, 7))} -> {ty((3, 1))}
+  func.return %3 : {ty((3, 1))}
+}}""", (a, b), lambda a, b: (a / b * a).sum(1, keepdims=True)))
   a, b = arr((4, 6), 'i32'), arr((4, 6), 'i32')
   out.append(("int_divmod", f"""func.func @f(%a: {ty((4, 6), 'i32')}, %b: {ty((4, 6), 'i32')}) -> ({ty((4, 6), 'i32')}, {ty((4, 6), 'i32')}) {{
   %0 = tensor.idiv %a, %b : {ty((4, 6), 'i32')}
@@ -130,6 +140,8 @@ CPU_OPTS = [
   ("reduce_max(127,)0", [Record('padto', {'axis': 0, 'amt': 64}), Record('unroll', {'axis': 0, 'amt': 4})]),
   ("softmax", [Record('padto', {'axis': 1, 'amt': 12}), Record('unroll', {'axis': 1, 'amt': 4})]),
   ("softmax", [Record('padto', {'axis': 1, 'amt': 16}), Record('upcast', {'axis': 0, 'amt': 5})]),
+  ("rowdot_over", [Record('padto', {'axis': 1, 'amt': 8}), Record('unroll', {'axis': 1, 'amt': 8})]),
+  ("rowdot_over", [Record('padto', {'axis': 1, 'amt': 4}), Record('unroll', {'axis': 1, 'amt': 4})]),
 ]
 
 @pytest.mark.parametrize("device", ["CPU", "INTERP"])

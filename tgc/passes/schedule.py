@@ -52,6 +52,11 @@ OPT_KINDS = {'upcast': 'global', 'local': 'global', 'padto': 'global', 'swap': '
              'tc': 'reduce', 'smem': 'load'}
 
 
+# the ALU ops whose results are finite wherever their operands are (overflow aside): not the reciprocal, the division,
+# the logarithm, the square root (of a negative) or the exponential
+_FINITE_OPS = frozenset(('neg', 'trunc', 'not', 'add', 'sub', 'mul', 'idiv', 'mod', 'max', 'min', 'and', 'or', 'xor', 'shl', 'shr',
+                         'cmplt', 'cmpne', 'cmpeq', 'where', 'mulacc', 'sin'))
+
 def Opt(name: str, axis: int, amt: int) -> Record: return Record(name, {'axis': axis, 'amt': amt})
 
 
@@ -254,10 +259,20 @@ class Schedule:
     def uncast(v):
       while v.op is not None and v.op.name == 'kernel.cast': v = v.op.operands[0]
       return v.op
-    def zero_pad(r):  # a sum of products with a loaded factor: padding its axes masks that load to zero, which adds nothing
+    finite: dict = {}
+    def stays_finite(v) -> bool:  # v's op and those it reads take finite values to finite ones (no 1/0, log 0)
+      if v not in finite:
+        op = v.op
+        finite[v] = op is not None and (op.name in ('kernel.load', 'kernel.index') or
+          (op.name == 'kernel.const' and math.isfinite(op.attrs['value'])) or
+          (op.name == 'kernel.cast' or getattr(op, 'opname', None) in _FINITE_OPS) and all(stays_finite(x) for x in op.operands))
+      return finite[v]
+    def zero_pad(r):
+      # a sum of products with a loaded factor: padding its axes masks that load to zero, which adds nothing where the
+      # other factors stay finite there (loads read zeros there too: a reciprocal of them is infinite, and 0 * inf NaN)
       product = uncast(r.src)
       return r.kind == 'add' and product is not None and product.name == 'kernel.mul' and \
-        any(f is not None and f.name == 'kernel.load' for f in map(uncast, product.operands))
+        any(f is not None and f.name == 'kernel.load' for f in map(uncast, product.operands)) and all(stays_finite(x) for x in product.operands)
     try: self.full, self.out, self.kinds, self.views, self.padded, self.smem = apply_opts(full, out, kinds, views, opts, tc_tile(target))
     except (OptError, ValueError) as e: raise OptError(f"@{k.sym_name}: {e}") from None
     self.reduces = reduces
