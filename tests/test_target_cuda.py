@@ -352,15 +352,50 @@ def test_a_product_reads_a_computed_buffer_through_its_view_not_a_copy():
   ks = m.functions('kernel.func')
   assert not any(all(op.name in ('kernel.load', 'kernel.store') for op in k.body.ops) for k in ks), [str(k.attrs['sym_name']) for k in ks]
   assert len(_kernels_at_opt(tgc.Tensor.empty(4, 64, 56, 56).conv2d(tgc.Tensor.empty(64, 64, 3, 3), padding=1), spec)) == 3
-  # attention's heads, slices of a qkv Linear's output, are read through their views by the forward and backward products
-  x, w, b = (tgc.Tensor.empty(*s).requires_grad_() for s in ((2, 128, 128), (384, 128), (384,)))
-  q, k, v = [y.reshape(2, 128, 2, 64).transpose(1, 2) for y in (x @ w.T + b).chunk(3, dim=2)]
+  # attention's heads, slices of a qkv Linear's output, are read through their views by the forward and backward
+  # products, in bf16 (through the casts that widen them to the products' f32 sums) as in f32
+  for dt, want in ((None, ['E_384_128']), ('bfloat16', [])):  # (f32: the weight's transpose, an argument; bf16: its cast)
+    (x, w, b), (o, _) = _attention_block((2, 128, 2, 64), dt, np.random.default_rng(0), 'CPU')
+    m, _ = _build_module([o.node, x.grad.node, w.grad.node], 'main')
+    lower_to(m, spec, 'kernel')
+    copies = [k for k in m.functions('kernel.func') if all(op.name in ('kernel.load', 'kernel.store') for op in k.body.ops)]
+    assert [str(k.attrs['sym_name']).lstrip('@') for k in copies] == want, dt
+
+
+def _attention_block(shape, dt, rng, device):
+  """A GPT attention block's heads from a qkv Linear (x @ w.T + b, chunked, heads transposed) through causal
+  attention, the gradients of sum(o*o) taken: ((x, w, b), (o, numpy's o, dx and dw in float64 from the same inputs))."""
+  B, S, H, D = shape
+  d = H * D
+  arrays = [rng.standard_normal((B, S, d)).astype(np.float32), (rng.standard_normal((3 * d, d)) / np.sqrt(d)).astype(np.float32), rng.standard_normal(3 * d).astype(np.float32)]
+  x, w, b = (tgc.Tensor(a, device=device).requires_grad_() for a in arrays)
+  qkv = x.cast(dt) @ w.cast(dt).T + b.cast(dt) if dt else x @ w.T + b
+  q, k, v = [y.reshape(B, S, H, D).transpose(1, 2) for y in qkv.chunk(3, dim=2)]
   o = q.scaled_dot_product_attention(k, v, is_causal=True)
-  o.sum().backward()
-  m, _ = _build_module([o.node, x.grad.node, w.grad.node], 'main')
-  lower_to(m, spec, 'kernel')
-  copies = [k for k in m.functions('kernel.func') if all(op.name in ('kernel.load', 'kernel.store') for op in k.body.ops)]
-  assert [str(k.attrs['sym_name']).lstrip('@') for k in copies] == ['E_384_128']  # (the weight's transpose: an argument)
+  (o.float() * o.float()).sum().backward()
+  xa, wa, ba = (a.astype(np.float64) for a in arrays)
+  heads = [t.reshape(B, S, H, D).transpose(0, 2, 1, 3) for t in np.split(xa @ wa.T + ba, 3, axis=2)]
+  s = np.where(np.tril(np.ones((S, S), bool)), heads[0] @ heads[1].transpose(0, 1, 3, 2) / np.sqrt(D), -np.inf)
+  p = np.exp(s - s.max(-1, keepdims=True)); p /= p.sum(-1, keepdims=True)
+  ro = p @ heads[2]
+  dp = 2 * ro @ heads[2].transpose(0, 1, 3, 2)
+  ds = p * (dp - (dp * p).sum(-1, keepdims=True)) / np.sqrt(D)
+  dqkv = np.concatenate([t.transpose(0, 2, 1, 3).reshape(B, S, d) for t in (ds @ heads[1], ds.transpose(0, 1, 3, 2) @ heads[0], p.transpose(0, 1, 3, 2) @ (2 * ro))], axis=2)
+  return (x, w, b), (o, (ro, dqkv @ wa, np.einsum('bsi,bsj->ij', dqkv, xa)))
+
+
+@pytest.mark.parametrize('device', ['CUDA', 'CPU'])
+@pytest.mark.parametrize('dt', [None, 'bfloat16'])
+@pytest.mark.parametrize('shape', [(2, 128, 2, 64), (3, 100, 3, 40)])
+def test_attention_heads_of_a_qkv_linear(shape, dt, device):
+  """The attention block's forward and backward against numpy: on the GPU the heads are read through views of the
+  qkv buffer by the products (on tensor cores in bf16); on the CPU a head dim of 40 pads the softmax backward's sum,
+  whose other factor divides by the softmax's sum."""
+  if device == 'CUDA': _gpu()
+  (x, w, b), (o, refs) = _attention_block(shape, dt, np.random.default_rng(1), device)
+  tol = 3e-2 if dt else 1e-4
+  for got, ref in zip((o.float().numpy(), x.grad.numpy(), w.grad.numpy()), refs):
+    assert np.abs(got.astype(np.float64) - ref).max() <= tol * np.abs(ref).max()
 
 
 def test_a_computed_factor_broadcast_along_a_split_sum_is_stored():

@@ -83,6 +83,12 @@ def positions_scan(op) -> bool:
     and (op.results[0].type.dtype.is_int or op.results[0].type.dtype.is_float) and op.results[0].type.numel > 0
 
 
+def _widens(cast: Operation) -> bool:
+  """Whether a cast takes a float to a wider float (every value kept)."""
+  a, b = cast.operands[0].type.dtype, cast.results[0].type.dtype
+  return a.is_float and b.is_float and b.itemsize > a.itemsize
+
+
 def _path_views(leaf_shape, path, start: ViewStack | None = None) -> ViewStack:
   """The view stack that reads a buffer of leaf_shape (or through the stack `start`) through the movement ops of
   `path` (the last is applied first)."""
@@ -172,8 +178,10 @@ class Scheduler:
       if all(self._product_factor(u) for u in self.users.get(c, [])): self.R.discard(c)
 
   def _product_factor(self, op: Operation) -> bool:
-    """Whether op's result reaches, through movement ops, only multiplies that (through casts) are summed."""
-    if op.name in ('tensor.reshape', 'tensor.permute', 'tensor.expand'): return all(self._product_factor(u) for u in self.users.get(op.results[0], []))
+    """Whether op's result reaches, through movement ops and casts that widen it (a bf16 factor summed in f32), only
+    multiplies that (through casts) are summed."""
+    if op.name in ('tensor.reshape', 'tensor.permute', 'tensor.expand') or (op.name == 'tensor.cast' and _widens(op)):
+      return all(self._product_factor(u) for u in self.users.get(op.results[0], []))
     if op.name != 'tensor.mul': return False
     v = op.results[0]
     while len(us := self.users.get(v, [])) == 1 and us[0].name == 'tensor.cast': v = us[0].results[0]
