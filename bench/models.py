@@ -3,6 +3,7 @@ inputs already on the device, a synchronize before and after each timed call.
 
     python bench/models.py --device CUDA                      # the GPU machine: torch on cuda
     python bench/models.py --config tiny                      # small shapes, on the CPU (torch on the CPU too)
+    python bench/models.py --config odd                       # small sizes no tile divides (a head of 40), on the CPU
     python bench/models.py --rows train,generate --steps 30
 
 The rows (--rows, comma-separated):
@@ -42,6 +43,9 @@ CONFIGS = {
                   cnn=dict(batch=64, size=32, width=32, classes=10), steps=20),
   'tiny': dict(gpt=dict(layers=1, d=16, heads=2, seq=16, batch=2, vocab=32), prompt=4, new=6, gen_batches=(1, 2),
                cnn=dict(batch=4, size=8, width=4, classes=5), steps=6),
+  # sizes no tile divides (a head of 40, 9 tokens, 17 words, 7x7 images of 5 channels): the padded and cut tiles
+  'odd': dict(gpt=dict(layers=1, d=40, heads=1, seq=9, batch=3, vocab=17), prompt=3, new=5, gen_batches=(1, 3),
+              cnn=dict(batch=3, size=7, width=5, classes=3), steps=6),
 }
 ROWS = ('train', 'train-bf16', 'generate', 'resnet')
 TOL = {'train': 1e-3, 'train-bf16': 3e-2, 'resnet': 1e-3}  # relative, on the losses
@@ -346,7 +350,7 @@ def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   ap.add_argument('--device', default='CPU', help="tgc's device: CPU (default), CUDA (torch then on cuda), ...")
   ap.add_argument('--rows', default=','.join(ROWS), help=f"comma-separated, of {', '.join(ROWS)}")
-  ap.add_argument('--config', choices=list(CONFIGS), default='default', help='tiny: small shapes that run in a minute on a CPU')
+  ap.add_argument('--config', choices=list(CONFIGS), default='default', help='tiny: small shapes that run in a minute on a CPU; odd: small sizes no tile divides')
   ap.add_argument('--steps', type=int, default=0, help='training steps (and generations) per framework (default: the config\'s)')
   ap.add_argument('--top', type=int, default=12, help='kernels listed per row')
   ap.add_argument('--cold', action='store_true', help="a fresh disk cache (TGC_CACHE_DIR) for the run: tgc's first steps compile every kernel")
