@@ -33,7 +33,7 @@ class CUDALang(Lang):
     # (read by an opaque instruction: NVVM would fold a second blockIdx.x into the first, and carry the first read's
     # value, and what is computed from it, across the loop between them)
     sreg = {'gidx': 'ctaid', 'lidx': 'tid'}[axis[:4]] + '.' + XYZW[int(axis[4])]
-    return f'{reg} {name}; asm volatile("mov.u32 %0, %%{sreg};" : "=r"({name}));'
+    return f'{reg} {name}; {{ unsigned int r_; asm volatile("mov.u32 %0, %%{sreg};" : "=r"(r_)); {name} = ({reg})r_; }}'
   def grid_open(self, k): return []
   def grid_close(self, k): return 0
   def define_local(self, k, op):
