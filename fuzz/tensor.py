@@ -2,7 +2,7 @@
 
 `python -m fuzz.tensor --seed 1 --seconds 600 --out fuzz-out`. A program is a list of steps, each making one value
 from earlier ones: inputs (0-d to 5-d, odd and size-1 axes, now and then an empty one, every dtype), elementwise
-ops with broadcasting, casts, comparisons and where, movement chains (reshape, permute, expand, pad, shrink,
+ops with broadcasting (a division by an input drawn away from zero among them), casts, comparisons and where, movement chains (reshape, permute, expand, pad, shrink,
 flip), reductions (sum, max, min, mean, argmax), scans (cumsum, cummax), matmul, and realized intermediates that several later steps
 read. Each program runs on CPU, C, INTERP, OPENCL (where pyopencl finds a platform) and CUDA (where present), and
 each result is checked against numpy: exactly for integers and bools, within a tolerance fitting the dtype
@@ -28,8 +28,10 @@ WORKER_INFO = ''  # set by the harness: setup()'s line from the child
 
 # ---------------------------------------------------------------- generating (in the parent)
 class _V:
-  """What the generator knows of a value: shape, dtype, a bound on |value|, whether it is exact (see above)."""
-  def __init__(self, shape, dtype, bound, exact): self.shape, self.dtype, self.bound, self.exact = tuple(shape), dtype, bound, exact
+  """What the generator knows of a value: shape, dtype, a bound on |value|, whether it is exact (see above), whether
+  |value| >= 1 (an input drawn away from zero: a divisor)."""
+  def __init__(self, shape, dtype, bound, exact, away=False):
+    self.shape, self.dtype, self.bound, self.exact, self.away = tuple(shape), dtype, bound, exact, away
   @property
   def numel(self): return math.prod(self.shape)
   @property
@@ -44,10 +46,12 @@ def _rand_shape(r, numel_cap=400):
   return shape
 
 
-def _input(r, vals, steps, shape, dtype):
+def _input(r, vals, steps, shape, dtype, away=False):
+  """A new input; away: a float one drawn from [-2, -1] and [1, 2] (a divisor: a padded axis's zeros must not reach
+  its division)."""
   bound = 0 if dtype == 'bool' else 2.0 if dtype in FLOATS else 10 if dtype in SINTS else 20
-  steps.append({'op': 'input', 'arg': [list(shape), dtype, r.randrange(1 << 30)]})
-  vals.append(_V(shape, dtype, bound, True))
+  steps.append({'op': 'input', 'arg': [list(shape), dtype, r.randrange(1 << 30)] + ([True] if away else [])})
+  vals.append(_V(shape, dtype, bound, True, away))
   return len(vals) - 1
 
 
@@ -57,7 +61,7 @@ def _partner(r, vals, steps, a: _V):
         and all(s in (1, t) for s, t in zip(v.shape[::-1], a.shape[::-1]))]
   if ok and r.random() < 0.6: return r.choice(ok)
   shape = [1 if r.random() < 0.3 else s for s in a.shape][r.randrange(len(a.shape) + 1) if r.random() < 0.3 else 0:]
-  return _input(r, vals, steps, shape, a.dtype)
+  return _input(r, vals, steps, shape, a.dtype, a.dtype in FLOATS and r.random() < 0.3)
 
 
 def _factor(r, shape):
@@ -116,8 +120,8 @@ def _step(r, vals, steps):
     j = _partner(r, vals, steps, a)
     b = vals[j]
     if k == 'f':
-      op = r.choice(('add', 'sub', 'mul', 'maximum', 'minimum', 'div1pabs'))
-      bound = {'add': a.bound + b.bound, 'sub': a.bound + b.bound, 'mul': a.bound * b.bound, 'div1pabs': a.bound}.get(op, max(a.bound, b.bound))
+      op = r.choice(('add', 'sub', 'mul', 'maximum', 'minimum', 'div1pabs') + (('div', 'div') if b.away else ()))
+      bound = {'add': a.bound + b.bound, 'sub': a.bound + b.bound, 'mul': a.bound * b.bound, 'div1pabs': a.bound, 'div': a.bound}.get(op, max(a.bound, b.bound))
       if bound < cap: add('binary', [i, j], op, a.shape, a.dtype, bound, a.exact and b.exact and op in ('maximum', 'minimum'))
     elif k == 'i':
       op = r.choice(('add', 'sub', 'mul', 'maximum', 'minimum', 'and', 'or', 'xor'))
@@ -263,13 +267,13 @@ def _dce(case):
 
 
 # ---------------------------------------------------------------- running (in the child)
-def _input_array(shape, dtype, seed):
+def _input_array(shape, dtype, seed, away=False):
   import numpy as np
   rng = np.random.default_rng(seed)
   if dtype == 'bool': return rng.integers(0, 2, size=shape).astype(np.bool_)
   if dtype in SINTS: return rng.integers(-10, 11, size=shape).astype(dtype)
   if dtype in UINTS: return rng.integers(0, 21, size=shape).astype(dtype)
-  x = rng.uniform(-2, 2, size=shape)
+  x = rng.uniform(1, 2, size=shape) * rng.choice((-1, 1), size=shape) if away else rng.uniform(-2, 2, size=shape)
   return _round(x, dtype)
 
 
@@ -306,7 +310,7 @@ def _numpy_ops():
   def binary(x, y, op, dt):
     with np.errstate(over='ignore'):
       f = {'add': np.add, 'sub': np.subtract, 'mul': np.multiply, 'maximum': np.maximum, 'minimum': np.minimum, 'and': np.bitwise_and,
-           'or': np.bitwise_or, 'xor': np.bitwise_xor, 'div1pabs': lambda a, b: a / (np.abs(b) + 1)}[op]
+           'or': np.bitwise_or, 'xor': np.bitwise_xor, 'div1pabs': lambda a, b: a / (np.abs(b) + 1), 'div': np.divide}[op]
       r = f(x, y)
     return _round(r, dt) if dt in FLOATS else r.astype(_np_dtype(dt))
   def scalar(x, op, c, dt):
@@ -359,7 +363,8 @@ def _numpy_eval(steps, upto=None):
         if axes is None: v = np.array(np.argmax(x.reshape(-1)))
         else: v = np.argmax(x, axis=axes[0])
         v = v.astype(np.int32)
-        if keep: v = v.reshape([1 if axes is None or d in axes else s for d, s in enumerate(x.shape)])
+        # (the one axis the Tensor call takes, axes[0], negative or not: a mutated list may hold more)
+        if keep: v = v.reshape([1 if axes is None or d == axes[0] % x.ndim else s for d, s in enumerate(x.shape)])
         dt = 'int32'
       else:
         if kind == 'sum':
@@ -400,7 +405,7 @@ def _tgc_eval(steps, outs, device):
     elif op == 'binary':
       y = src[1]
       v = {'add': lambda: x + y, 'sub': lambda: x - y, 'mul': lambda: x * y, 'maximum': lambda: x.maximum(y), 'minimum': lambda: x.minimum(y),
-           'and': lambda: x & y, 'or': lambda: x | y, 'xor': lambda: x ^ y, 'div1pabs': lambda: x / (y.abs() + 1)}[arg]()
+           'and': lambda: x & y, 'or': lambda: x | y, 'xor': lambda: x ^ y, 'div1pabs': lambda: x / (y.abs() + 1), 'div': lambda: x / y}[arg]()
     elif op == 'scalar':
       o, c = arg
       v = {'add': lambda: x + c, 'sub': lambda: x - c, 'mul': lambda: x * c, 'div': lambda: x / c, 'rsub': lambda: c - x,

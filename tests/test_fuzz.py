@@ -104,6 +104,23 @@ def test_float_oracle_allows_reordered_and_contracted_sums_not_a_wrong_value():
   assert _same(np.array([3.0, 1.0], np.float32), np.array([np.nan, 1.0], np.float32), D.f32) is not None
 
 
+def test_tensor_fuzzer_divides_by_inputs_away_from_zero():
+  """fuzz.tensor divides by inputs drawn from [-2, -1] and [1, 2] (div1pabs alone keeps every divisor 1 or more, so
+  a padded reduce's zeros never reached a division); the case it expresses, a padded sum of x / s * x with s
+  broadcast along the sum (softmax's backward), runs as numpy's on every device. Its reference takes argmax's one
+  axis negative or not (keepdim)."""
+  from fuzz import tensor as fz
+  fz.setup()
+  case = {'steps': [{'op': 'input', 'arg': [[3, 40], 'float32', 1]}, {'op': 'input', 'arg': [[3, 1], 'float32', 2, True]},
+                    {'op': 'binary', 'src': [0, 1], 'arg': 'div'}, {'op': 'binary', 'src': [2, 0], 'arg': 'mul'},
+                    {'op': 'reduce', 'src': [3], 'arg': ['sum', [1], True]}], 'outs': [4]}
+  assert fz.run(case) == ('ok', None)
+  import numpy as np
+  assert np.abs(fz._input_array([64], 'float32', 3, True)).min() >= 1
+  argmax = {'steps': [{'op': 'input', 'arg': [[5, 6], 'int64', 7]}, {'op': 'reduce', 'src': [0], 'arg': ['argmax', [-1, 0], True]}], 'outs': [1]}
+  assert fz.run(argmax) == ('ok', None)
+
+
 def _env(): return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
 
 def _run_tools(text: str, cwd) -> list:
