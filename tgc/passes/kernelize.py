@@ -174,7 +174,9 @@ class Scheduler:
     for c in [v for v in self.R if v.op.name == 'tensor.contiguous' and v not in results]:
       path, b = [], c.op.operands[0]
       while b not in self.R and b.op is not None and b.op.name in ('tensor.reshape', 'tensor.permute', 'tensor.shrink'): path.append(b.op); b = b.op.operands[0]
-      if b not in self.R or len(_path_views(b.type.shape, path).views) > 1: continue
+      if b not in self.R or len(vs := _path_views(b.type.shape, path).views) > 1: continue
+      # (a slice whose rows start off 16 bytes, a head of 36 bf16 values, would take the tiles' copies 2 bytes at a time)
+      if any(x * b.type.dtype.itemsize % 16 for x in (vs[0].offset, *(st for st in vs[0].strides if st != 1))): continue
       if all(self._product_factor(u) for u in self.users.get(c, [])): self.R.discard(c)
 
   def _product_factor(self, op: Operation) -> bool:
