@@ -2,7 +2,8 @@
 work-group size; gidx/lidx are blockIdx/threadIdx (a launch is grid = global_size, block = local_size).
 half and bf16 are cuda_fp16.h's `half` and cuda_bf16.h's `__nv_bfloat16`; the f8 types are emulated as in C
 (bytes, computed as float, the prelude's conversions: the same bits as every target, saturating as cuda_fp8.h's satfinite); vectors of them and of bool
-(which CUDA lacks) are small structs with make_ functions, defined in the prelude."""
+(which CUDA lacks) are small structs with tg_make_ functions, defined in the prelude (cuda_bf16.h has a make_bfloat162
+of its own)."""
 from __future__ import annotations
 import math
 from tgc.ir import dtypes as D
@@ -14,6 +15,10 @@ STATIC_SHARED = 48 << 10  # the shared memory a kernel's static arrays may take;
 _AS_INT = {'f32': ('__float_as_int', '__int_as_float'), 'f64': ('__double_as_longlong', '__longlong_as_double'),
            'f16': ('__half_as_short', '__short_as_half'), 'bf16': ('__bfloat16_as_short', '__short_as_bfloat16')}
 _BUILTIN_VEC = ('char', 'uchar', 'short', 'ushort', 'int', 'uint', 'longlong', 'ulonglong', 'float', 'double')
+
+def _header_vec(base: str, n: int) -> bool:
+  """Whether a vector type (and its make_ function) comes with CUDA: the builtin ones of 2 to 4 lanes, half2."""
+  return (base in _BUILTIN_VEC and 2 <= n <= 4) or (base, n) == ('half', 2)
 
 
 class CUDALang(Lang):
@@ -48,7 +53,9 @@ class CUDALang(Lang):
   def render_barrier(self, k, op): return '__syncthreads();'
   def shuffle_xor(self, x, mask, dt): return f"__shfl_xor_sync(0xffffffffu, {x}, {mask})"
   def lane(self, name, i, t): return f"{name}.{'xyzw'[i]}" if t.count <= 4 else f"{name}.v[{i}]"
-  def ctor(self, t, lanes): return f"make_{self.vtype(t)}({','.join(lanes)})"
+  def ctor(self, t, lanes):
+    vt, base = self.vtype(t), 'float' if t.dtype.name in self.emulated else self.vec_name(t.dtype)
+    return f"{'make' if _header_vec(base, t.count) else 'tg_make'}_{vt}({','.join(lanes)})"
   def math_fn(self, op, dt, args):
     if dt.bits == 16:  # cuda_fp16.h / cuda_bf16.h: hexp2, hlog2, hsin, hsqrt, htrunc; fmod through float
       return f"h{self.math[op]}({args[0]})" if op != 'mod' else f"fmodf((float)({args[0]}), (float)({args[1]}))"
@@ -145,14 +152,15 @@ class CUDALang(Lang):
     if 'bf16' in self.needs: out.append('#include <cuda_bf16.h>')
     out += self.emu_functions()
     for _, base, reg, n in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'vec'):
-      if base in _BUILTIN_VEC and n <= 4 or (base, n) == ('half', 2): continue  # (cuda_fp16.h has half2 and make_half2)
+      if _header_vec(base, n): continue  # (CUDA's own, and cuda_fp16.h's half2 and make_half2)
       names = list('xyzw'[:n]) if n <= 4 else None
       fields = ', '.join(names) if names else f"v[{n}]"
       al = f"__align__({D.BY_NAME[[k for k, v in self.vec_base.items() if v == base][0]].itemsize * n}) " if n in (2, 4, 8, 16) else ''
       params = ', '.join(f"{reg} a{i}" for i in range(n))
       body = '; '.join(f"r.{names[i] if names else f'v[{i}]'} = a{i}" for i in range(n))
       out.append(f"struct {al}{base}{n} {{ {reg} {fields}; }};")
-      out.append(f"__device__ inline {base}{n} make_{base}{n}({params}) {{ {base}{n} r; {body}; return r; }}")
+      # (tg_make_: cuda_bf16.h's make_bfloat162 returns its own __nv_bfloat162; a make_bfloat162 of ours would clash)
+      out.append(f"__device__ inline {base}{n} tg_make_{base}{n}({params}) {{ {base}{n} r; {body}; return r; }}")
     for _, *mma in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'mma'): out += self.mma_function(*mma)
     for _, *ldm in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'ldmatrix'): out += self.ldmatrix_function(*ldm)
     for _, n in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'cp_async'): out += self.cp_async_function(n)
