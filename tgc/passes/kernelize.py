@@ -401,14 +401,12 @@ class Scheduler:
     tinygrad fuses them): one launch instead of two, and what both read is read once. Taken where no kernel between
     the two reads it and neither is part of a reduce's kernel."""
     roots = sorted(self.R, key=lambda v: self.order[v.op])
-    readers = self.readers
-    taken = set(self.fused) | set(self.fused.values())
-    alu = lambda v: v.op is not None and ELEMENTWISE in v.op.TRAITS and hasattr(v.op, 'opname') and v.type.numel > 0
+    readers, alone = self.readers, self._elementwise_alone()
     for s in roots:
-      if s in taken or s in self.siblings or not alu(s) or self._has_reduce(s): continue
+      if s in self.siblings or not alone(s): continue
       for m, paths in readers(s).items():
-        if m not in self.R or m in taken or m in self.siblings or m in self.siblings.values() or not alu(m) or \
-           m.type.shape != s.type.shape or any(paths) or self._has_reduce(m): continue
+        if m not in self.R or m in self.siblings or m in self.siblings.values() or not alone(m) or \
+           m.type.shape != s.type.shape or any(paths): continue
         if any(self.order[m.op] < self.order[r.op] < self.order[s.op] and m in readers(r) for r in roots): continue
         if self.depth.get(s, 0) + self.depth.get(m, 0) > MAX_DEPTH: continue  # (the kernel's expression stays bounded)
         self.siblings[m] = s
@@ -419,12 +417,10 @@ class Scheduler:
     the last computes and stores the others' values (and their siblings) beside its own. One launch for several: a
     4-layer GPT step's 53 parameter updates take 22."""
     roots = sorted(self.R, key=lambda v: self.order[v.op])
-    read = {m for r in roots for m in self.readers(r)}
-    taken = set(self.fused) | set(self.fused.values())
-    alu = lambda v: v.op is not None and ELEMENTWISE in v.op.TRAITS and hasattr(v.op, 'opname') and v.type.numel > 0
+    read, alone = {m for r in roots for m in self.readers(r)}, self._elementwise_alone()
     groups: dict[tuple, list] = {}
     for r in roots:
-      if r in read or r in taken or r in self.siblings or not alu(r) or self._has_reduce(r): continue
+      if r in read or r in self.siblings or not alone(r): continue
       groups.setdefault(r.type.shape, []).append(r)
     for rs in groups.values():
       kernel, args = [], set()
@@ -434,6 +430,13 @@ class Scheduler:
         if kernel and len(args | reads) + len(kernel) + len(mine) > MAX_HORIZONTAL_ARGS: kernel, args = [], set()
         kernel += mine; args |= reads
         for v in kernel[:-len(mine)]: self.siblings[v] = r  # (the group so far, computed by the latest root's kernel)
+
+  def _elementwise_alone(self):
+    """A test of whether a buffer's kernel is elementwise alone (the fusion rules' choices so far): an ALU op over
+    elements, no reduce under it, no part of a reduce's kernel."""
+    taken = set(self.fused) | set(self.fused.values())
+    return lambda v: v.op is not None and ELEMENTWISE in v.op.TRAITS and hasattr(v.op, 'opname') and v.type.numel > 0 \
+      and v not in taken and not self._has_reduce(v)
 
   def _has_reduce(self, v: Value) -> bool:
     """Whether computing v (down to buffers) takes a reduce."""

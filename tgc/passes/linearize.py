@@ -209,16 +209,19 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     (global_size, local_size). again: the specials read anew, so that nothing computed from the first reads is used
     from here on (a warpgroup kernel's epilogue: ptxas serialises the wgmma of a loop across which index values
     live that only the code after it reads)."""
-    b, full, kinds = self.b, self.full, self.kinds
+    full, kinds = self.full, self.kinds
     gl = [i for i in range(len(full)) if kinds[i] == 'global' and full[i] > 1]
     lo = [i for i in range(len(full)) if kinds[i] in ('local', 'group') and full[i] > 1]
     global_size = self.grid(gl, 'gidx', again)
     if not tc: return global_size, self.grid(lo, 'lidx', again)
-    special = lambda axis, size: b.emit('special', [], b.idx_dt, {'axis': axis, 'size': size, **({'read': 1} if again else {})})
-    self.lane, local_size = special('lidx0', 32), [32]
+    self.lane, local_size = self.special('lidx0', 32, again), [32]
     for j, a in enumerate(reversed(lo)):
-      self.idx[a] = special(f'lidx{j + 1}', full[a]); local_size.append(full[a])
+      self.idx[a] = self.special(f'lidx{j + 1}', full[a], again); local_size.append(full[a])
     return global_size, local_size
+
+  def special(self, axis: str, size: int, again: bool = False) -> Value:
+    """A launch index (again: read anew, uop.special {read = 1})."""
+    return self.b.emit('special', [], self.b.idx_dt, {'axis': axis, 'size': size, **({'read': 1} if again else {})})
 
   def grid(self, axes, prefix, again: bool = False):
     """Specials for these axes (the last is N=0); beyond three, or on the CPU, loops. again: specials read anew
@@ -226,7 +229,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     b, sizes = self.b, []
     if not axes: return sizes
     if self.cpu and prefix == 'gidx':  # one special for the outermost axis: the runtime splits it across threads
-      g = b.emit('special', [], b.idx_dt, {'axis': 'gidx0', 'size': self.full[axes[0]]})
+      g = self.special('gidx0', self.full[axes[0]])
       self.idx[axes[0]] = g; sizes.append(self.full[axes[0]])
       for a in axes[1:]:
         r = b.open_range(b.const(0), b.const(self.full[a]))
@@ -234,7 +237,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
       return sizes
     for gi, grp in enumerate(reversed(launch_groups(axes))):
       size = math.prod(self.full[a] for a in grp)
-      g = b.emit('special', [], b.idx_dt, {'axis': f'{prefix}{gi}', 'size': size, **({'read': 1} if again else {})})
+      g = self.special(f'{prefix}{gi}', size, again)
       sizes.append(size)
       inner = size
       for a in grp:
