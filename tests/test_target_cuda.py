@@ -891,6 +891,15 @@ def test_warpgroup_kernels_compile_with_nvrtc_for_sm_90a():
   assert cuda_rt.compile_cuda(src, 'sm_90', compiler='nvrtc')[:4] == b'\x7fELF'
 
 
+def test_nvrtc_leaves_python_objects_alone():
+  """NVRTC writes its log and cubin into buffers of ours. A clean compile's log is one byte: written into a bytes object
+  it overwrote CPython's shared b' ', and later strings of the process (LLVM text, torch's schemas) lost their spaces."""
+  _nvrtc_or_skip()
+  cubin = cuda_rt.nvrtc_cubin('extern "C" __global__ void k(float* a) { a[0] = 1.0f; }\n', 'sm_90')
+  assert cubin[:4] == b'\x7fELF' and isinstance(cubin, bytes)
+  assert bytes([32]) == b' ' and b' ' * 1 == b'\x20' and 'a b'.encode() == bytes([97, 32, 98])
+
+
 def test_nvrtc_refusal_is_a_clear_error():
   _nvrtc_or_skip()
   with pytest.raises(tgc.TgcError, match=r'nvrtc rejected the emitted source:(.|\n)*undefined_thing'):

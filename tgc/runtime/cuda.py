@@ -95,16 +95,16 @@ def nvrtc_cubin(src: str, arch: str, fmad: bool = False) -> bytes:
     opts = [f'--gpu-architecture={arch}'.encode(), f'--fmad={str(fmad).lower()}'.encode(), *(f'-I{d}'.encode() for d in include_dirs())]
     err, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = b' ' * n
+    log = bytearray(max(n, 1))  # NVRTC writes into it: never a bytes object (b' ' * 1 is CPython's shared b' ')
     nvrtc.nvrtcGetProgramLog(prog, log)
     log = log.decode(errors='replace').rstrip(chr(0)).strip()
     if int(err): raise TgcError(f"cuda: nvrtc rejected the emitted source:\n{log}\n{src}")
     compiler_messages('nvrtc', log)
     _, n = nvrtc.nvrtcGetCUBINSize(prog)
-    cubin = b' ' * n
+    cubin = bytearray(n)
     err, = nvrtc.nvrtcGetCUBIN(prog, cubin)
     if int(err): raise TgcError(f"cuda: nvrtc made no cubin ({err})")
-    return cubin
+    return bytes(cubin)
   finally: nvrtc.nvrtcDestroyProgram(prog)
 
 
