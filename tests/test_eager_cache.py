@@ -101,6 +101,7 @@ def test_graph_templates_make_the_graph_the_method_makes():
   # the second call of a templated method replays its recorded nodes: the same graph (key and leaves) as the
   # method's own code makes, and the same numbers
   x, w, b = Tensor(_f32(2, 3, 6, 6)), Tensor(_f32(4, 3, 3, 3)), Tensor(_f32(4))
+  logits, labels = Tensor(_f32(5, 4)), Tensor(np.array([0, 3, 1, 2, 2], np.int32))
   calls = [('conv2d', (x, w, b), {'padding': 1}), ('conv2d', (x, w), {'stride': 2}), ('softmax', (x,), {}), ('log_softmax', (x, 1), {}),
            ('max_pool2d', (x,), {'return_indices': True}), ('avg_pool2d', (x, (3, 3)), {'padding': 1}), ('layernorm', (x,), {}),
            ('matmul', (x, Tensor(_f32(6, 5))), {}), ('logsumexp', (x, 2), {'keepdim': True}), ('sum', (x,), {'axis': (1, 2)}),
@@ -109,7 +110,15 @@ def test_graph_templates_make_the_graph_the_method_makes():
            ('gelu', (x,), {}), ('gelu', (x,), {'approximate': 'none'}), ('gelu', (Tensor(_f32(3, 4).astype(np.float16)),), {}),
            ('sigmoid', (x,), {}), ('tanh', (x,), {}), ('silu', (x,), {}), ('softplus', (x, 2.0), {}), ('elu', (x,), {'alpha': 0.5}),
            ('abs', (x,), {}), ('sign', (x,), {}), ('round', (x * 3,), {}), ('floor', (x,), {}), ('ceil', (x,), {}), ('cos', (x,), {}),
-           ('tan', (x,), {}), ('linear', (x, Tensor(_f32(6, 5)), Tensor(_f32(5))), {}), ('linear', (x, Tensor(_f32(6, 5))), {})]
+           ('tan', (x,), {}), ('linear', (x, Tensor(_f32(6, 5)), Tensor(_f32(5))), {}), ('linear', (x, Tensor(_f32(6, 5))), {}),
+           ('tril', (x,), {}), ('triu', (x, 1), {}), ('scaled_dot_product_attention', (x, x * 2, x + 1), {'is_causal': True}),
+           ('scaled_dot_product_attention', (x, Tensor(_f32(2, 1, 6, 6)), Tensor(_f32(2, 1, 6, 6))), {'enable_gqa': True}),
+           ('scaled_dot_product_attention', (x, x, x), {'attn_mask': Tensor(_f32(6, 6)) > 0}),
+           ('scaled_dot_product_attention', (x, x, x, Tensor(_f32(6, 6))), {}),
+           ('cross_entropy', (logits, labels), {}), ('cross_entropy', (logits, logits.softmax(1)), {'label_smoothing': 0.1}),
+           ('nll_loss', (logits.log_softmax(1), labels), {'ignore_index': 2}), ('sparse_categorical_crossentropy', (logits, labels), {}),
+           ('binary_crossentropy', (x.sigmoid(), (x > 0).cast('float32')), {}),
+           ('binary_crossentropy_logits', (x, (x > 0).cast('float32')), {'pos_weight': 2.0})]
   for name, args, kw in calls:
     for _ in range(2): got = getattr(Tensor, name)(*args, **kw)
     want = _direct(name, *args, **kw)
