@@ -184,7 +184,8 @@ def _softmax(a):
                                   'matmul_smem', 'matmul_smem_t', 'matmul_smem_epilogue', 'matmul_smem_batched', 'matmul_tc_smem',
                                   'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc', 'conv_tc_strided',
                                   'cumsum_rows', 'cumsum_long', 'cumsum_cols', 'cummax_odd', 'logcumsumexp_long', 'argmax_rows',
-                                  'linear_bf16_mixed', 'onehot_grad', 'column_sum', 'column_max', 'column_sum_3d'])
+                                  'linear_bf16_mixed', 'onehot_grad', 'column_sum', 'column_max', 'column_sum_3d',
+                                  'norm_weight_grad'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -251,12 +252,33 @@ def test_gpu_heuristic_shapes(case):
     'column_sum': (lambda a, b: (a * b).sum(0), (r(4096, 1536), r(4096, 1536)), lambda a, b: (a * b).sum(0), 1e-4),
     'column_max': (lambda a: a.max(0), (r(2048, 200),), lambda a: a.max(0), 0),
     'column_sum_3d': (lambda a: a.sum((0, 1)), (r(16, 256, 384),), lambda a: a.sum((0, 1)), 1e-4),
+    # a layer norm's weight gradient: the normalised rows recomputed from their statistics, broadcast along the columns
+    'norm_weight_grad': (lambda dy, x, m, v: (dy * ((x - m) / (v + 1e-5).sqrt())).sum(0), (r(4096, 384), r(4096, 384), r(4096, 1), r(4096, 1) ** 2),
+                         lambda dy, x, m, v: (dy * ((x - m) / np.sqrt(v + 1e-5))).sum(0), 1e-4),
     'linear_bf16_mixed': (lambda x, w: x.cast('bfloat16').linear(w.transpose().cast('bfloat16')).cast('float32'), (r(256, 384), r(192, 384)),
                           lambda x, w: _bf16(x) @ _bf16(w).T, 2e-2),
   }[case]
   out = f(*[tgc.Tensor(a, device='CUDA') for a in args]).numpy()
   want = ref(*[a.astype(np.float64) for a in args])
   np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
+
+
+def test_register_tiles_leave_every_multiprocessor_a_work_group():
+  """A reduce that stages nothing takes a register tile along the axis its row statistics broadcast along only while
+  its threads still give each of the device's multiprocessors a work-group: 128 x 384 sums of a layer norm's weight
+  gradient keep one column a thread on 132 multiprocessors, take a tile on 8; a million sums take one on 132."""
+  from tgc.target import DeviceSpec
+  from tgc.tensor import _build_module
+  E = tgc.Tensor.empty
+  def upcasts(t, processors):
+    m, _ = _build_module([t.node], 'main')
+    lower(m, DeviceSpec.of('cuda', processors=processors), 'opt')
+    (k,) = m.functions('kernel.func')
+    return [o.fields['amt'] for o in k.attrs.get('opts', ()) if o.name == 'upcast']
+  norm_grad = lambda rows: (E(rows, 32, 384) * ((E(rows, 32, 384) - E(rows, 32, 1)) * E(rows, 32, 1))).sum(1)
+  assert upcasts(norm_grad(128), 132) == []
+  assert upcasts(norm_grad(128), 8) != []
+  assert upcasts(norm_grad(2048), 132) != []
 
 
 def _bf16(a):
