@@ -111,7 +111,7 @@ def test_graph_templates_make_the_graph_the_method_makes():
            ('sigmoid', (x,), {}), ('tanh', (x,), {}), ('silu', (x,), {}), ('softplus', (x, 2.0), {}), ('elu', (x,), {'alpha': 0.5}),
            ('abs', (x,), {}), ('sign', (x,), {}), ('round', (x * 3,), {}), ('floor', (x,), {}), ('ceil', (x,), {}), ('cos', (x,), {}),
            ('tan', (x,), {}), ('linear', (x, Tensor(_f32(6, 5)), Tensor(_f32(5))), {}), ('linear', (x, Tensor(_f32(6, 5))), {}),
-           ('tril', (x,), {}), ('triu', (x, 1), {}), ('scaled_dot_product_attention', (x, x * 2, x + 1), {'is_causal': True}),
+           ('relu', (x,), {}), ('relu', (Tensor(_f32(3, 4).astype(np.float16)),), {}), ('tril', (x,), {}), ('triu', (x, 1), {}), ('scaled_dot_product_attention', (x, x * 2, x + 1), {'is_causal': True}),
            ('scaled_dot_product_attention', (x, Tensor(_f32(2, 1, 6, 6)), Tensor(_f32(2, 1, 6, 6))), {'enable_gqa': True}),
            ('scaled_dot_product_attention', (x, x, x), {'attn_mask': Tensor(_f32(6, 6)) > 0}),
            ('scaled_dot_product_attention', (x, x, x, Tensor(_f32(6, 6))), {}),
@@ -156,3 +156,12 @@ def test_gradients_through_replayed_graphs():
     x.conv2d(w, padding=1).softmax(1).sum().backward()
     grads.append((x.grad.numpy(), w.grad.numpy()))
   for g, h in zip(*grads): np.testing.assert_allclose(g, h, rtol=1e-5, atol=1e-6)
+
+
+def test_narrow_float_constants_keep_their_own_rounding():
+  # a narrow float's constants are rounded once per value (memoised by the double's bytes): -0.0 is not 0.0
+  h = Tensor(np.ones(4, np.float16))
+  for _ in range(2):
+    assert np.all(np.signbit((h * 0.0).numpy()) == False) and np.all(np.signbit((h * -0.0).numpy()))
+    np.testing.assert_array_equal((h * 0.1).numpy(), np.float16(0.1) * np.ones(4, np.float16))
+    np.testing.assert_array_equal((h * 70000.0).numpy(), np.full(4, np.inf, np.float16))

@@ -383,9 +383,15 @@ def _const_value(v, dt: DType):
   if dt is _D.f32:  # (the C cast struct does rounds to nearest even as numpy's does; beyond float32's range it raises)
     try: return _unpack_f(_pack_f(f))[0]
     except OverflowError: pass
-  with np.errstate(over='ignore'): return float(_D.round_to(np.float64(f), dt))
+  key = (_pack_d(f), dt)  # (bytes: -0.0 is not 0.0)
+  r = _ROUNDED.get(key)
+  if r is None:
+    if len(_ROUNDED) > 4096: _ROUNDED.clear()
+    with np.errstate(over='ignore'): r = _ROUNDED[key] = float(_D.round_to(np.float64(f), dt))
+  return r
 
 _pack_f, _unpack_f = struct.Struct('<f').pack, struct.Struct('<f').unpack
+_ROUNDED: dict = {}  # (a double's bytes, a narrow float dtype) -> the double rounded to it: numpy's rounding takes 5 us
 
 def _dense_value(arr: np.ndarray, dt: DType):
   if dt.is_bool: conv = lambda x: int(bool(x))
@@ -840,6 +846,7 @@ class Tensor(TensorAPI):
     if self.dtype.kind == 'u': return (self != 0).cast(self.dtype)
     r = (self != 0).where((self < 0).where(self._c(-1), self._c(1)), self._c(0))
     return (self != self).where(self, r) if self.dtype.is_float else r  # NaN stays NaN
+  @_graph_template
   def relu(self) -> Tensor: return (self <= 0).where(0, self)  # a gradient of 0 at 0, as torch; NaN stays NaN
   @_graph_template
   def sigmoid(self) -> Tensor:
