@@ -281,6 +281,25 @@ def test_register_tiles_leave_every_multiprocessor_a_work_group():
   assert upcasts(norm_grad(2048), 132) != []
 
 
+def test_float32_reciprocal_within_one_ulp():
+  """1/x on the GPU (the hardware's approximation and a Newton step): zeros, infinities and NaN exact, every other
+  float32 (subnormals and reciprocals that are) within 1 ulp of the rounded quotient, nearly all of them equal to it."""
+  _gpu()
+  rng = np.random.default_rng(3)
+  bits = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32)
+  special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-40, 1.1754942e-38, 1.1754944e-38, 3.4028235e38,
+                      -3.4028235e38, 8.5e37, 2.0**126, 2.0**127, 1.0, -3.0, 0.1, 7.0], np.float32)
+  x = np.concatenate([special, bits.view(np.float32)])
+  got = tgc.Tensor(x, device='CUDA').reciprocal().numpy()
+  with np.errstate(divide='ignore', over='ignore', invalid='ignore'): want = (np.float32(1) / x).astype(np.float32)
+  nan = np.isnan(want)
+  assert np.array_equal(np.isnan(got), nan)
+  g, w = got[~nan].view(np.int32).astype(np.int64), want[~nan].view(np.int32).astype(np.int64)
+  exact = (x[~nan] == 0) | np.isinf(x[~nan])
+  assert np.array_equal(g[exact], w[exact])
+  assert np.abs(g - w).max() <= 1 and (g == w).mean() > 0.99
+
+
 def _bf16(a):
   """a rounded to bfloat16 (to nearest even), as float64."""
   u = a.astype(np.float32).view(np.uint32).astype(np.uint64)

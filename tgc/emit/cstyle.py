@@ -182,6 +182,7 @@ class Lang:
   def vec_store(self, buf, idx, v, t, space) -> str: return f"*(({space}{self.vtype(t)}*)({buf}+{idx})) = {v};"
   def emu_load(self, dt, buf, idx) -> str: return self.from_bits(f"*({buf}+{idx})", dt)
   def emu_store(self, dt, buf, idx, v) -> str: return f"*({buf}+{idx}) = {self.to_bits(v, dt)};"
+  def recip(self, x: str, dt: D.DType) -> str: return f"({self.literal(1.0, dt)}/{x})"
   def math_fn(self, op: str, dt: D.DType, args: list[str]) -> str:
     f = self.math[op] + ('f' if dt is not D.f64 else '')
     return f"{f}({', '.join(args)})"
@@ -393,7 +394,7 @@ class KernelRenderer:
       return f"(({a[0]}{c[0]}{a[1]})?{a[0]}:{a[1]})"
     if dt.is_float:
       if nm == 'neg': r = f"(-{a[0]})"
-      elif nm == 'recip': r = f"({L.literal(1.0, dt)}/{a[0]})"
+      elif nm == 'recip': r = L.recip(a[0], dt)
       elif nm in ('exp2', 'log2', 'sin', 'sqrt', 'trunc', 'mod'): r = L.math_fn(nm, dt, a)
       elif nm == 'idiv': r = L.math_fn('trunc', dt, [f"({a[0]}/{a[1]})"])
       elif nm == 'mulacc': r = f"(({a[0]}*{a[1]})+{a[2]})"
