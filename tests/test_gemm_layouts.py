@@ -227,11 +227,17 @@ def test_split_of_a_conv_weight_gradient():
   ref = np.einsum('nchwij,nohw->ocij', np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3)), g)
   a, b = rng.standard_normal((16, 256, 48)).astype(np.float32), rng.standard_normal((16, 256, 48)).astype(np.float32)
   ln = (Tensor(a) * Tensor(b)).sum((0, 1))
-  for y, want, reduces in ((dw, ref, 2), (ln, (a * b).sum((0, 1)), 2)):
+  # at 8x8 pixels an image's 64 sums are too few alone: the partial sums take 4 images each (a computed factor, the
+  # gradient times 2 plus 1, stored first)
+  x8, g8 = rng.standard_normal((64, 8, 10, 10)).astype(np.float32), rng.standard_normal((64, 16, 8, 8)).astype(np.float32)
+  dw8 = (Tensor(x8)._pool((3, 3)).reshape(64, 1, 8, 8, 8, 3, 3) * (Tensor(g8) * 2 + 1).reshape(64, 16, 1, 8, 8, 1, 1)).sum((0, 3, 4))
+  ref8 = np.einsum('nchwij,nohw->ocij', np.lib.stride_tricks.sliding_window_view(x8, (3, 3), axis=(2, 3)), g8 * 2 + 1)
+  for y, want, reduces in ((dw, ref, 2), (ln, (a * b).sum((0, 1)), 2), (dw8, ref8, 2)):
     m, _ = _build_module([y.node], 'f')
     PassManager.parse('tensor-decompose{target=cuda processors=132}').run(m)
     assert str(m).count('tensor.reduce') == reduces, str(m)
-    (out,) = compile_module(m, 'CPU')(*[t for t in (x, g, a, b) if any(v.type.shape == t.shape for v in m.functions('func.func')[0].body.args)])
+    if y is dw8: assert 'tensor<16x4x' in str(m), str(m)  # (16 chunks of 4 images)
+    (out,) = compile_module(m, 'CPU')(*[t for t in (x, g, a, b, x8, g8) if any(v.type.shape == t.shape for v in m.functions('func.func')[0].body.args)])
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-3, atol=1e-3)
 
 

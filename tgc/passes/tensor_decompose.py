@@ -94,11 +94,24 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
   if any(_reads(x) >= src.type.numel for x in prod.operands): return None
   shape, out, t = src.type.shape, math.prod(op.results[0].type.shape), op.results[0].type
   if len(op.axes) > 1:
-    a = op.axes[0]
-    if out >= TILE_OUTPUTS * WAVES * spec.processors or shape[a] < 2 or math.prod(shape[i] for i in op.axes[1:]) < SPLIT_K_MIN: return None
-    part = TensorType(tuple(1 if i in op.axes[1:] else d for i, d in enumerate(shape)), t.dtype)
-    r = rw.create(REGISTRY['tensor.reduce'], [src], [part], {'kind': 'add', 'axes': op.axes[1:]}, op.loc).results[0]
-    return rw.create(REGISTRY['tensor.reduce'], [r], [t], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
+    a, rest = op.axes[0], math.prod(shape[i] for i in op.axes[1:])
+    if out >= TILE_OUTPUTS * WAVES * spec.processors or shape[a] < 2: return None
+    if rest >= SPLIT_K_MIN:
+      part = TensorType(tuple(1 if i in op.axes[1:] else d for i, d in enumerate(shape)), t.dtype)
+      r = rw.create(REGISTRY['tensor.reduce'], [src], [part], {'kind': 'add', 'axes': op.axes[1:]}, op.loc).results[0]
+      return rw.create(REGISTRY['tensor.reduce'], [r], [t], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
+    # the other axes sum too few elements alone (a conv's weight gradient at 8x8 pixels): the partial sums take
+    # chunks of the outermost axis too, each the fewest images whose pixels make SPLIT_K_MIN
+    c = next((c for c in range(2, shape[a]) if shape[a] % c == 0 and c * rest >= SPLIT_K_MIN), None)
+    if c is None: return None
+    cut = shape[:a] + (shape[a] // c, c) + shape[a + 1:]
+    inner = (a + 1,) + tuple(i + 1 for i in op.axes[1:])
+    # (a computed factor stored: behind the reshape kernelize would fuse it, recomputed for every output it is broadcast to)
+    v = rw.create(REGISTRY['tensor.reshape'], [_with_stored_factors(src, prod, rw, op.loc)], [TensorType(cut, src.type.dtype)], None, op.loc).results[0]
+    part = TensorType(tuple(1 if i in inner else d for i, d in enumerate(cut)), t.dtype)
+    v = rw.create(REGISTRY['tensor.reduce'], [v], [part], {'kind': 'add', 'axes': inner}, op.loc).results[0]
+    v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(tuple(1 if i == a else d for i, d in enumerate(part.shape)), t.dtype)], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
+    return rw.create(REGISTRY['tensor.reshape'], [v], [t], None, op.loc).results[0]
   a, = op.axes
   n = split_k(t.shape, shape[a], spec)
   if n < 2: return None
