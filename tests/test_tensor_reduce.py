@@ -390,3 +390,18 @@ def test_a_later_sum_joins_the_epilogue_kernel_it_reads(dev):
   np.testing.assert_allclose(out.numpy(), ex @ v / ex.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
   cols = (e @ Tensor(v, device=dev)) / e.sum(0, keepdim=True).sum()
   np.testing.assert_allclose(cols.numpy(), ex @ v / ex.sum(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('dev', ['CPU', 'OPENCL'])
+@pytest.mark.parametrize('shape', [(64, 64, 16, 16), (64, 128, 8, 8), (256, 32, 5, 5)])
+def test_a_reduce_over_several_axes_into_few_outputs_is_split(dev, shape):
+  """A batch norm's statistics (a channel's sum over the batch, rows and columns) are partial sums and their sum: per
+  image where the image's pixels are enough (16x16), per chunk of images where they are not (4 images of 8x8,
+  16 of 5x5), for any reduce kind."""
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal(shape).astype(np.float32)
+  t, w = Tensor(x, device=dev), x.astype(np.float64)
+  for got, want in ((t.sum((0, 2, 3)), w.sum((0, 2, 3))), (t.max((0, 2, 3)), w.max((0, 2, 3))), ((t * t).mean((0, 2, 3)), (w * w).mean((0, 2, 3)))):
+    kernels = [l for l in got.to_ir('kernel').splitlines() if 'kernel.func' in l]
+    assert len(kernels) == 2, kernels
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
