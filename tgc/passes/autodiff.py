@@ -162,7 +162,30 @@ def _conv(b, op, g):
     if (gr := adj.get(o.results[0])) is None: continue
     for v, gv in zip(o.operands, RULES[o.name.split('.', 1)[1]](b, o, gr)):
       if gv is not None: adj[v] = gv if v not in adj else b.alu('add', adj[v], gv)
+  if op.w is not op.x and (gx := _conv_input_grad(b, op, g)) is not None: return [gx, adj.get(op.w)]
   return [adj.get(op.x), adj.get(op.w) if op.w is not op.x else None]  # (conv(x, x): x's adjoint holds both)
+
+def _conv_input_grad(b, op, g):
+  """The input's gradient of a conv of stride 1 as a conv itself (the transposed conv): the output's gradient padded
+  by each axis's reach less its own padding, convolved with the weight's input and output channels swapped and its
+  window flipped. The plain form's gradient is the product of the output's gradient and the weight at every window
+  position (a batch x channels x pixels x window buffer), then the windows' overlaps summed: a ResNet's 32-channel
+  3x3 conv's took 0.44 ms on an H200 so, where its forward conv takes 0.05. None where that does not apply (strides,
+  groups, a padding wider than the window's reach)."""
+  x, w = op.x.type, op.w.type
+  nk, K, dil, pads = x.rank - 2, w.shape[2:], tuple(op.dilation), tuple(op.pads)
+  if op.groups != 1 or any(s != 1 for s in op.stride) or not x.dtype.is_float or g.type.dtype is not x.dtype: return None
+  reach = [d * (k - 1) for d, k in zip(dil, K)]
+  new_pads = []
+  for i in range(nk):  # (pads flat from the last axis: left, right of the last axis first)
+    ax = nk - 1 - i
+    lo, hi = pads[2 * i], pads[2 * i + 1]
+    if not (0 <= lo <= reach[ax] and 0 <= hi <= reach[ax]): return None
+    new_pads += [reach[ax] - lo, reach[ax] - hi]
+  order = (1, 0) + tuple(range(2, w.rank))
+  wt = b.move('permute', op.w, tuple(w.shape[i] for i in order), {'order': order})
+  wt = b.move('flip', wt, wt.type.shape, {'axes': tuple(range(2, w.rank))})
+  return b.op('conv', (g, wt), TensorType(x.shape, x.dtype), {'stride': tuple(op.stride), 'dilation': dil, 'pads': tuple(new_pads), 'groups': 1})
 
 RULES = {
   'neg': lambda b, op, g: [b.alu('neg', g)],
