@@ -232,12 +232,17 @@ def test_split_of_a_conv_weight_gradient():
   x8, g8 = rng.standard_normal((64, 8, 10, 10)).astype(np.float32), rng.standard_normal((64, 16, 8, 8)).astype(np.float32)
   dw8 = (Tensor(x8)._pool((3, 3)).reshape(64, 1, 8, 8, 8, 3, 3) * (Tensor(g8) * 2 + 1).reshape(64, 16, 1, 8, 8, 1, 1)).sum((0, 3, 4))
   ref8 = np.einsum('nchwij,nohw->ocij', np.lib.stride_tricks.sliding_window_view(x8, (3, 3), axis=(2, 3)), g8 * 2 + 1)
-  for y, want, reduces in ((dw, ref, 2), (ln, (a * b).sum((0, 1)), 2), (dw8, ref8, 2)):
+  # a first layer's (3 input channels: 864 sums) takes an image's rows in 4 chunks of 8 as well
+  x3, g3 = rng.standard_normal((64, 3, 34, 34)).astype(np.float32), rng.standard_normal((64, 32, 32, 32)).astype(np.float32)
+  dw3 = (Tensor(x3)._pool((3, 3)).reshape(64, 1, 3, 32, 32, 3, 3) * Tensor(g3).reshape(64, 32, 1, 32, 32, 1, 1)).sum((0, 3, 4))
+  ref3 = np.einsum('nchwij,nohw->ocij', np.lib.stride_tricks.sliding_window_view(x3, (3, 3), axis=(2, 3)), g3)
+  for y, want, reduces in ((dw, ref, 2), (ln, (a * b).sum((0, 1)), 2), (dw8, ref8, 2), (dw3, ref3, 2)):
     m, _ = _build_module([y.node], 'f')
     PassManager.parse('tensor-decompose{target=cuda processors=132}').run(m)
     assert str(m).count('tensor.reduce') == reduces, str(m)
     if y is dw8: assert 'tensor<16x4x' in str(m), str(m)  # (16 chunks of 4 images)
-    (out,) = compile_module(m, 'CPU')(*[t for t in (x, g, a, b, x8, g8) if any(v.type.shape == t.shape for v in m.functions('func.func')[0].body.args)])
+    if y is dw3: assert 'x4x8x32x' in str(m), str(m)  # (an image's rows in 4 chunks of 8)
+    (out,) = compile_module(m, 'CPU')(*[t for t in (x, g, a, b, x8, g8, x3, g3) if any(v.type.shape == t.shape for v in m.functions('func.func')[0].body.args)])
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-3, atol=1e-3)
 
 

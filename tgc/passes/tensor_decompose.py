@@ -82,7 +82,7 @@ SPLIT_K_MIN = 256    # the shortest chunk of k a split leaves
 def split_product_reduce(op, rw, spec: DeviceSpec):
   """A sum of products of broadcast factors into too few outputs for a GPU's multiprocessors: over several axes (a
   conv's weight gradient: 32x32x3x3 sums over a batch of 64 images of 32x32 pixels made 3 staged tiles'
-  work-groups), partial sums that keep the outermost summed axis (the batch), then their sum; over one axis (an
+  work-groups), partial sums along the summed axes (as the loop below picks their counts), then their sum; over one axis (an
   embedding's gradient, a one-hot of the tokens times their gradients summed over 4096 tokens into 256x384), the
   axis cut into chunks as split_k cuts a matmul's k (split_k's count: a matmul split there is not split again)."""
   src = op.src
@@ -94,24 +94,34 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
   if any(_reads(x) >= src.type.numel for x in prod.operands): return None
   shape, out, t = src.type.shape, math.prod(op.results[0].type.shape), op.results[0].type
   if len(op.axes) > 1:
-    a, rest = op.axes[0], math.prod(shape[i] for i in op.axes[1:])
-    if out >= TILE_OUTPUTS * WAVES * spec.processors or shape[a] < 2: return None
-    if rest >= SPLIT_K_MIN:
-      part = TensorType(tuple(1 if i in op.axes[1:] else d for i, d in enumerate(shape)), t.dtype)
-      r = rw.create(REGISTRY['tensor.reduce'], [src], [part], {'kind': 'add', 'axes': op.axes[1:]}, op.loc).results[0]
-      return rw.create(REGISTRY['tensor.reduce'], [r], [t], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
-    # the other axes sum too few elements alone (a conv's weight gradient at 8x8 pixels): the partial sums take
-    # chunks of the outermost axis too, each the fewest images whose pixels make SPLIT_K_MIN
-    c = next((c for c in range(2, shape[a]) if shape[a] % c == 0 and c * rest >= SPLIT_K_MIN), None)
-    if c is None: return None
-    cut = shape[:a] + (shape[a] // c, c) + shape[a + 1:]
-    inner = (a + 1,) + tuple(i + 1 for i in op.axes[1:])
-    # (a computed factor stored: behind the reshape kernelize would fuse it, recomputed for every output it is broadcast to)
-    v = rw.create(REGISTRY['tensor.reshape'], [_with_stored_factors(src, prod, rw, op.loc)], [TensorType(cut, src.type.dtype)], None, op.loc).results[0]
+    target = TILE_OUTPUTS * WAVES * spec.processors
+    if out >= target: return None
+    # the partial sums' count along each summed axis, outermost first: the outermost axis whole (an image each) where
+    # its other axes sum SPLIT_K_MIN elements, else chunks of it that do (4 images of 8x8 pixels); then, while the
+    # outputs are still under a quarter of `target`, an inner axis in the fewest chunks that make it, or the most that
+    # still sum SPLIT_K_MIN (a first conv's 32x3x3x3 weight gradient: an image's 32x32 pixels in 4 chunks of rows)
+    a, parts, n, left = op.axes[0], {}, out, math.prod(shape[i] for i in op.axes)
+    fits = [p for p in range(1, shape[a] + 1) if shape[a] % p == 0 and left // p >= SPLIT_K_MIN]
+    if len(fits) < 2: return None
+    parts[a] = fits[-1]; n *= fits[-1]; left //= fits[-1]
+    for i in op.axes[1:]:  # (while far short: a split of an inner axis stores a computed factor first)
+      fits = [p for p in range(2, shape[i] + 1) if shape[i] % p == 0 and left // p >= SPLIT_K_MIN]
+      if 4 * n >= target or not fits: break
+      parts[i] = next((p for p in fits if n * p >= target), fits[-1]); n *= parts[i]; left //= parts[i]
+    cut, inner, outer = [], [], []
+    for i, d in enumerate(shape):
+      p = parts.get(i, 1) if i in op.axes else None
+      if p is None: cut.append(d)
+      elif p == 1: inner.append(len(cut)); cut.append(d)
+      elif p == d: outer.append(len(cut)); cut.append(d)
+      else: outer.append(len(cut)); inner.append(len(cut) + 1); cut += [p, d // p]
+    if len(cut) == len(shape): v = src  # (whole axes kept: the staged tiles compute a computed factor once a tile)
+    else:  # (a computed factor stored: behind the reshape kernelize would fuse it, recomputed for every output it is broadcast to)
+      v = rw.create(REGISTRY['tensor.reshape'], [_with_stored_factors(src, prod, rw, op.loc)], [TensorType(tuple(cut), src.type.dtype)], None, op.loc).results[0]
     part = TensorType(tuple(1 if i in inner else d for i, d in enumerate(cut)), t.dtype)
-    v = rw.create(REGISTRY['tensor.reduce'], [v], [part], {'kind': 'add', 'axes': inner}, op.loc).results[0]
-    v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(tuple(1 if i == a else d for i, d in enumerate(part.shape)), t.dtype)], {'kind': 'add', 'axes': (a,)}, op.loc).results[0]
-    return rw.create(REGISTRY['tensor.reshape'], [v], [t], None, op.loc).results[0]
+    v = rw.create(REGISTRY['tensor.reduce'], [v], [part], {'kind': 'add', 'axes': tuple(inner)}, op.loc).results[0]
+    v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(tuple(1 if i in outer else d for i, d in enumerate(part.shape)), t.dtype)], {'kind': 'add', 'axes': tuple(outer)}, op.loc).results[0]
+    return v if len(cut) == len(shape) else rw.create(REGISTRY['tensor.reshape'], [v], [t], None, op.loc).results[0]
   a, = op.axes
   n = split_k(t.shape, shape[a], spec)
   if n < 2: return None
