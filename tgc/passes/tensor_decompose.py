@@ -101,6 +101,8 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
     # outputs are still under a quarter of `target`, an inner axis in the fewest chunks that make it, or the most that
     # still sum SPLIT_K_MIN (a first conv's 32x3x3x3 weight gradient: an image's 32x32 pixels in 4 chunks of rows)
     a, parts, n, left = op.axes[0], {}, out, math.prod(shape[i] for i in op.axes)
+    # (chunks of the outermost axis only for long sums: a forward conv's 64 channels by a 3x3 window stay one sum)
+    if left // shape[a] < SPLIT_K_MIN and left < 8 * SPLIT_K_MIN: return None
     fits = [p for p in range(1, shape[a] + 1) if shape[a] % p == 0 and left // p >= SPLIT_K_MIN]
     if len(fits) < 2: return None
     parts[a] = fits[-1]; n *= fits[-1]; left //= fits[-1]
