@@ -6,6 +6,7 @@ from tgc.ir.core import Operation, PURE, CONSTANT, FUNCTION
 from tgc.ir.types import BufType, TensorType, VecType
 from tgc.ir.dtypes import DType
 from tgc.ir import alu
+from tgc.ir import dtypes as D
 from tgc.dialects.alu import define_alu_ops
 from tgc.dialects.tensor import ScanBase, check_scalar
 
@@ -159,6 +160,9 @@ class IndexOp(Operation):
     if not isinstance(r, DType) or not r.is_int: raise self.error(f"result must be an integer scalar type, got {r}")
     reach = max(v.reach(i < len(self.view.views) - 1) for i, v in enumerate(self.view.views))
     if reach >= 2**63: raise self.error(f"view makes indices up to {reach} in magnitude, past what 64-bit indices hold")
+    # (the value is the lowest view's index: it must fit the result's type, as a constant of it must)
+    top = self.view.views[0].reach()
+    if top > D.min_max(r)[1]: raise self.error(f"view makes index values up to {top} in magnitude, past what {r} holds")
 
 
 class StoreOp(Operation):
