@@ -178,7 +178,8 @@ def test_prod_with_zeros():
 CONV = RNG.standard_normal((2, 4, 9, 9)).astype(np.float32), RNG.standard_normal((6, 2, 3, 3)).astype(np.float32), RNG.standard_normal(6).astype(np.float32)
 
 @pytest.mark.parametrize('kw', [dict(), dict(stride=2, padding=1), dict(padding=(2, 1), dilation=2, groups=2), dict(padding=1),
-                                dict(padding=(1, 2), dilation=(2, 1)), dict(padding=(2, 2), dilation=1)])
+                                dict(padding=(1, 2), dilation=(2, 1)), dict(padding=(2, 2), dilation=1), dict(stride=(3, 2), padding=(0, 1)),
+                                dict(stride=2, padding=2, dilation=2)])
 def test_conv2d_gradient(kw):
   x, w, b = CONV
   groups = kw.get('groups', 1)
@@ -188,11 +189,12 @@ def test_conv2d_gradient(kw):
 
 
 def test_conv_input_gradient_is_a_transposed_conv():
-  """Of a conv of stride 1 (any dilation, a padding within the window's reach) the input's gradient is a conv of the
-  output's gradient with the flipped weight: the backward graph holds a second tensor.conv; a strided conv's is the
-  plain form's (no second conv). Both equal torch's."""
+  """Of a conv (any stride and dilation, a padding within the window's reach) the input's gradient is a conv of the
+  output's gradient (its elements a stride apart, zeros between) with the flipped weight: the backward graph holds a
+  second tensor.conv; with a wider padding it is the plain form's (no second conv). Both equal torch's."""
   x, w = RNG.standard_normal((2, 3, 8, 7)).astype(np.float32), RNG.standard_normal((5, 3, 3, 3)).astype(np.float32)
-  for kw, convs in ((dict(padding=1), 2), (dict(padding=(0, 2), dilation=(1, 2)), 2), (dict(padding=1, stride=2), 1), (dict(padding=3), 1)):
+  for kw, convs in ((dict(padding=1), 2), (dict(padding=(0, 2), dilation=(1, 2)), 2), (dict(padding=1, stride=2), 2),
+                    (dict(padding=(1, 0), stride=(3, 2)), 2), (dict(padding=3), 1)):
     tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
     loss = (tx.conv2d(tw, **kw) ** 2).sum()
     gx, gw = loss.gradient(tx, tw)

@@ -166,26 +166,35 @@ def _conv(b, op, g):
   return [adj.get(op.x), adj.get(op.w) if op.w is not op.x else None]  # (conv(x, x): x's adjoint holds both)
 
 def _conv_input_grad(b, op, g):
-  """The input's gradient of a conv of stride 1 as a conv itself (the transposed conv): the output's gradient padded
-  by each axis's reach less its own padding, convolved with the weight's input and output channels swapped and its
-  window flipped. The plain form's gradient is the product of the output's gradient and the weight at every window
-  position (a batch x channels x pixels x window buffer), then the windows' overlaps summed: a ResNet's 32-channel
-  3x3 conv's took 0.44 ms on an H200 so, where its forward conv takes 0.05. None where that does not apply (strides,
-  groups, a padding wider than the window's reach)."""
+  """The input's gradient of a conv as a conv itself (the transposed conv): the output's gradient, with s - 1 zeros
+  between its elements along an axis of stride s, padded by each axis's reach less its own padding, convolved with
+  the weight's input and output channels swapped and its window flipped. The plain form's gradient is the product
+  of the output's gradient and the weight at every window position (a batch x channels x pixels x window buffer),
+  then the windows' overlaps summed: a ResNet's 32-channel 3x3 conv's took 0.44 ms on an H200 so, where its forward
+  conv takes 0.05. None where that does not apply (groups, a padding wider than the window's reach)."""
   x, w = op.x.type, op.w.type
-  nk, K, dil, pads = x.rank - 2, w.shape[2:], tuple(op.dilation), tuple(op.pads)
-  if op.groups != 1 or any(s != 1 for s in op.stride) or not x.dtype.is_float or g.type.dtype is not x.dtype: return None
+  nk, K, dil, pads, st = x.rank - 2, w.shape[2:], tuple(op.dilation), tuple(op.pads), tuple(op.stride)
+  if op.groups != 1 or not x.dtype.is_float or g.type.dtype is not x.dtype: return None
+  (n, co), out = g.type.shape[:2], g.type.shape[2:]
+  stuffed = tuple((o - 1) * s + 1 for o, s in zip(out, st))  # (the gradient's elements s apart, zeros between)
   reach = [d * (k - 1) for d, k in zip(dil, K)]
   new_pads = []
   for i in range(nk):  # (pads flat from the last axis: left, right of the last axis first)
     ax = nk - 1 - i
-    lo, hi = pads[2 * i], pads[2 * i + 1]
-    if not (0 <= lo <= reach[ax] and 0 <= hi <= reach[ax]): return None
-    new_pads += [reach[ax] - lo, reach[ax] - hi]
+    lo = pads[2 * i]
+    hi = x.shape[2 + ax] - stuffed[ax] + lo  # (what the input's rows past the last window read: zeros)
+    if not (0 <= lo <= reach[ax] and hi >= 0): return None
+    new_pads += [reach[ax] - lo, hi]
+  if any(s > 1 for s in st):
+    z = b.move('reshape', g, (n, co) + tuple(v for o in out for v in (o, 1)))
+    z = b.move('pad', z, (n, co) + tuple(v for o, s in zip(out, st) for v in (o, s)),
+               {'pads': ((0, 0), (0, 0)) + tuple(p for s in st for p in ((0, 0), (0, s - 1)))})
+    z = b.move('reshape', z, (n, co) + tuple(o * s for o, s in zip(out, st)))
+    g = b.move('shrink', z, (n, co) + stuffed, {'bounds': ((0, n), (0, co)) + tuple((0, v) for v in stuffed)})
   order = (1, 0) + tuple(range(2, w.rank))
   wt = b.move('permute', op.w, tuple(w.shape[i] for i in order), {'order': order})
   wt = b.move('flip', wt, wt.type.shape, {'axes': tuple(range(2, w.rank))})
-  return b.op('conv', (g, wt), TensorType(x.shape, x.dtype), {'stride': tuple(op.stride), 'dilation': dil, 'pads': tuple(new_pads), 'groups': 1})
+  return b.op('conv', (g, wt), TensorType(x.shape, x.dtype), {'stride': (1,) * nk, 'dilation': dil, 'pads': tuple(new_pads), 'groups': 1})
 
 RULES = {
   'neg': lambda b, op, g: [b.alu('neg', g)],
