@@ -165,3 +165,22 @@ def test_narrow_float_constants_keep_their_own_rounding():
     assert np.all(np.signbit((h * 0.0).numpy()) == False) and np.all(np.signbit((h * -0.0).numpy()))
     np.testing.assert_array_equal((h * 0.1).numpy(), np.float16(0.1) * np.ones(4, np.float16))
     np.testing.assert_array_equal((h * 70000.0).numpy(), np.full(4, np.inf, np.float16))
+
+
+def test_gradients_through_replayed_attention_and_losses():
+  # the templated API members (attention, the losses) give the same gradients on their replayed calls as on the first,
+  # and torch's
+  import torch
+  rng = np.random.default_rng(3)
+  q, k, v, logits = (rng.standard_normal(s).astype(np.float32) for s in ((2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 4), (6, 3)))
+  labels = np.array([0, 2, 1, 1, 0, 2], np.int32)
+  for _ in range(3):
+    tq, tk, tv, tl = (Tensor(a, requires_grad=True) for a in (q, k, v, logits))
+    loss = tq.scaled_dot_product_attention(tk, tv, is_causal=True).square().sum() + tl.cross_entropy(Tensor(labels))
+    loss.backward()
+    pq, pk, pv, pl = (torch.tensor(a, requires_grad=True) for a in (q, k, v, logits))
+    ploss = torch.nn.functional.scaled_dot_product_attention(pq, pk, pv, is_causal=True).square().sum() + \
+      torch.nn.functional.cross_entropy(pl, torch.tensor(labels, dtype=torch.long))
+    ploss.backward()
+    for t, p_ in ((tq, pq), (tk, pk), (tv, pv), (tl, pl)):
+      np.testing.assert_allclose(t.grad.numpy(), p_.grad.numpy(), rtol=1e-4, atol=1e-5)
