@@ -328,6 +328,16 @@ def test_shift_right_is_arithmetic(dt, dev):
   check(Tensor(a) >> 1, a >> 1, dt); check(Tensor(a) >> 3, a >> 3, dt)
   check(Tensor(a.astype(np.uint8)) >> 1, a.astype(np.uint8) >> 1, dtypes.uint8)
 
+@pytest.mark.parametrize("dt", [P.int32, P.int64])
+@pytest.mark.parametrize("dev", ['CPU', 'C', 'OPENCL', 'INTERP'])
+def test_a_shift_left_stays_signed(dt, dev):
+  # a signed shift left, computed in unsigned by the C-style targets, compares as signed (a shift out of range is 0)
+  x, n = np.array([-3, -3, 5, -7, 1], dt.np), np.array([-3, 2, 70, 1, 0], dt.np)
+  t, u = Tensor(x, device=dev), Tensor(n, device=dev)
+  want = np.where((n >= 0) & (n < dt.itemsize * 8), x << np.clip(n, 0, dt.itemsize * 8 - 1), 0).astype(dt.np)
+  check(t << u, want, dt)
+  check((t << u) < -3, want < -3, P.bool)
+
 @pytest.mark.parametrize("s", [2, -1.5, 0.5, 3])
 @pytest.mark.parametrize("op", ['+', '-', '*', '/', '<', '>', '==', '//', '%', '**'])
 def test_scalar_both_sides(op, s):

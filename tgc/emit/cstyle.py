@@ -428,9 +428,12 @@ class KernelRenderer:
       if c is not None and 0 <= c < dt.bits: r = x
       elif c is not None: r = '0'
       else: r = f"((({L.bits_type(dt.bits)}){a[1]}<{dt.bits}u)?{x}:0)"
+      # (a signed shl computed in unsigned is the signed type again: compared with a negative value, it would compare
+      # as unsigned)
+      if nm == 'shl' and dt.is_signed and dt.bits >= 32: r = f"(({L.reg(dt)}){r})"
     elif nm in BINOP: r = f"({a[0]}{BINOP[nm]}{a[1]})"
     else: raise self.err(op, f"is not defined on {dt}")
-    return L.wrap(dt, r) if dt.name in NARROW or dt.width or nm == 'shl' and dt.bits >= 32 and dt.is_signed else r
+    return L.wrap(dt, r) if dt.name in NARROW or dt.width else r
 
   def nsw(self, op) -> bool:
     """Whether op (an add, sub or mul) provably stays inside its signed type: index arithmetic, written plainly."""
