@@ -38,7 +38,7 @@ from tgc.shape import ViewStack, View
 from tgc.passes.manager import Pass
 from tgc.target import DeviceSpec, DEVICE_OPTIONS
 from tgc.ir.diagnostics import Diagnostic
-from tgc.passes.tensor_decompose import decompose_patterns, declared_patterns
+from tgc.passes.tensor_decompose import decompose_patterns, declared_patterns, partial_reduce
 from tgc.ir.rewrite import apply_patterns, PatternMatcher
 
 K = lambda n: REGISTRY[f'kernel.{n}']
@@ -764,7 +764,7 @@ def split_reduce(op, rw):
   so that the first kernel has k*outputs points to spread across cores (tinygrad's split_reduceop); a reduce over
   several axes, over all but its outermost one first."""
   src, t = op.src, op.results[0].type
-  TT = lambda sh: TensorType(tuple(sh), t.dtype)
+  stored = lambda v: rw.create(REGISTRY['tensor.contiguous'], [v], [v.type], None, op.loc).results[0]  # (the partials' buffer)
   if len(op.axes) > 1:
     # over several axes (a batch norm's statistics: a channel's sum over batch, rows and columns): the partial sums
     # keep the outermost reduced axis (the batch), each summing the others, then those are summed; where the others
@@ -776,14 +776,7 @@ def split_reduce(op, rw):
     if math.prod(t.shape) >= SPLIT_OUT_AXES or math.prod(shape[i] for i in op.axes) < SPLIT_MIN_AXES or shape[a] < 16: return None
     c = 1 if rest >= SPLIT_ROW else next((c for c in range(2, shape[a]) if shape[a] % c == 0 and c * rest >= SPLIT_ROW), None)
     if c is None: return None
-    cut = shape[:a] + (shape[a] // c, c) + shape[a + 1:]
-    inner = (a + 1,) + tuple(i + 1 for i in op.axes[1:])
-    x = rw.create(REGISTRY['tensor.reshape'], [src], [TT(cut)], None, op.loc).results[0] if c > 1 else src
-    if c == 1: cut, inner = shape, op.axes[1:]
-    r1 = rw.create(REGISTRY['tensor.reduce'], [x], [TT(1 if i in inner else d for i, d in enumerate(cut))], {'kind': op.kind, 'axes': inner}, op.loc).results[0]
-    r1 = rw.create(REGISTRY['tensor.contiguous'], [r1], [r1.type], None, op.loc).results[0]
-    r2 = rw.create(REGISTRY['tensor.reduce'], [r1], [TT(1 if i == a else d for i, d in enumerate(r1.type.shape))], {'kind': op.kind, 'axes': (a,)}, op.loc).results[0]
-    return r2 if c == 1 else rw.create(REGISTRY['tensor.reshape'], [r2], [t], None, op.loc).results[0]
+    return partial_reduce(src, op, {a: shape[a] // c}, rw, stored)
   if math.prod(t.shape) >= SPLIT_OUT: return None
   a = op.axes[0]
   n = src.type.shape[a]
@@ -793,13 +786,7 @@ def split_reduce(op, rw):
   k = next((k for k in (4096, 2048, 1024, 512, 256, 128, 64, 32, 16) if n % k == 0 and n // k >= 8192), None) or \
       next((k for k in (256, 128, 64, 32, 16) if n % k == 0 and n // k >= 256), None)
   if k is None: return None
-  shape = src.type.shape
-  split = shape[:a] + (k, n // k) + shape[a + 1:]
-  x = rw.create(REGISTRY['tensor.reshape'], [src], [TT(split)], None, op.loc).results[0]
-  r1 = rw.create(REGISTRY['tensor.reduce'], [x], [TT(split[:a + 1] + (1,) + split[a + 2:])], {'kind': op.kind, 'axes': (a + 1,)}, op.loc).results[0]
-  c = rw.create(REGISTRY['tensor.contiguous'], [r1], [r1.type], None, op.loc).results[0]
-  r2 = rw.create(REGISTRY['tensor.reduce'], [c], [TT(split[:a] + (1, 1) + split[a + 2:])], {'kind': op.kind, 'axes': (a,)}, op.loc).results[0]
-  return rw.create(REGISTRY['tensor.reshape'], [r2], [t], None, op.loc).results[0]
+  return partial_reduce(src, op, {a: k}, rw, stored)
 
 split_patterns = PatternMatcher([('tensor.reduce', split_reduce)])
 

@@ -110,24 +110,34 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
       fits = [p for p in range(2, shape[i] + 1) if shape[i] % p == 0 and left // p >= SPLIT_K_MIN]
       if 4 * n >= target or not fits: break
       parts[i] = next((p for p in fits if n * p >= target), fits[-1]); n *= parts[i]; left //= parts[i]
-    cut, inner, outer = [], [], []
-    for i, d in enumerate(shape):
-      p = parts.get(i, 1) if i in op.axes else None
-      if p is None: cut.append(d)
-      elif p == 1: inner.append(len(cut)); cut.append(d)
-      elif p == d: outer.append(len(cut)); cut.append(d)
-      else: outer.append(len(cut)); inner.append(len(cut) + 1); cut += [p, d // p]
-    if len(cut) == len(shape): v = src  # (whole axes kept: the staged tiles compute a computed factor once a tile)
-    else:  # (a computed factor stored: behind the reshape kernelize would fuse it, recomputed for every output it is broadcast to)
-      v = rw.create(REGISTRY['tensor.reshape'], [_with_stored_factors(src, prod, rw, op.loc)], [TensorType(tuple(cut), src.type.dtype)], None, op.loc).results[0]
-    part = TensorType(tuple(1 if i in inner else d for i, d in enumerate(cut)), t.dtype)
-    v = rw.create(REGISTRY['tensor.reduce'], [v], [part], {'kind': 'add', 'axes': tuple(inner)}, op.loc).results[0]
-    v = rw.create(REGISTRY['tensor.reduce'], [v], [TensorType(tuple(1 if i in outer else d for i, d in enumerate(part.shape)), t.dtype)], {'kind': 'add', 'axes': tuple(outer)}, op.loc).results[0]
-    return v if len(cut) == len(shape) else rw.create(REGISTRY['tensor.reshape'], [v], [t], None, op.loc).results[0]
+    # (whole axes kept: the staged tiles compute a computed factor once a tile; chunks reshape the product, behind which
+    # kernelize would fuse a computed factor, recomputed for every output it is broadcast to: it is stored first)
+    whole = all(p == shape[i] for i, p in parts.items())
+    return partial_reduce(src if whole else _with_stored_factors(src, prod, rw, op.loc), op, parts, rw)
   a, = op.axes
   n = split_k(t.shape, shape[a], spec)
   if n < 2: return None
   return _in_chunks(_with_stored_factors(src, prod, rw, op.loc), shape[:a], n, shape[a + 1:], op, rw)
+
+
+def partial_reduce(src, op, parts: dict, rw, between=None):
+  """op's reduce of src as two: partial results along the reduced axes as `parts` counts them (axis -> the whole axis
+  kept, or that many chunks of it; an axis not named is reduced in the first), then the reduce of those, in op's
+  result type. between: applied to the partial results (kernelize's `contiguous`, a buffer of their own)."""
+  shape, t = src.type.shape, op.results[0].type
+  cut, inner, outer = [], [], []
+  for i, d in enumerate(shape):
+    p = parts.get(i, 1) if i in op.axes else None
+    if p is None: cut.append(d)
+    elif p == 1: inner.append(len(cut)); cut.append(d)
+    elif p == d: outer.append(len(cut)); cut.append(d)
+    else: outer.append(len(cut)); inner.append(len(cut) + 1); cut += [p, d // p]
+  mk = lambda name, x, sh, attrs=None: rw.create(REGISTRY['tensor.' + name], [x], [TensorType(tuple(sh), t.dtype if name == 'reduce' else x.type.dtype)], attrs, op.loc).results[0]
+  v = src if len(cut) == len(shape) else mk('reshape', src, cut)
+  v = mk('reduce', v, [1 if i in inner else d for i, d in enumerate(cut)], {'kind': op.kind, 'axes': tuple(inner)})
+  if between is not None: v = between(v)
+  v = mk('reduce', v, [1 if i in outer else d for i, d in enumerate(v.type.shape)], {'kind': op.kind, 'axes': tuple(outer)})
+  return v if len(cut) == len(shape) else mk('reshape', v, t.shape)
 
 
 def _in_chunks(src, pre: tuple, chunks: int, post: tuple, op, rw):
