@@ -755,9 +755,6 @@ MAX_DEPTH = 128      # the longest chain of ops one kernel computes (a longer on
 MAX_HORIZONTAL_ARGS = 24  # the buffers a kernel of horizontally fused updates reads and stores at most (Metal binds 31)
 SPLIT_MIN = 1 << 15   # a reduce of at least this many elements into fewer than SPLIT_OUT outputs is split
 SPLIT_OUT = 64
-SPLIT_OUT_AXES = 1024  # ... or a reduce over several axes of at least SPLIT_MIN_AXES elements into fewer than this many
-SPLIT_MIN_AXES = 4096
-SPLIT_ROW = 256        # the fewest elements each partial sum of a reduce over several axes sums
 
 def split_reduce(op, rw):
   """A big reduce into a few outputs is two: (..., n, ...) -> (..., k, n/k, ...) reduced over n/k, then over k,
@@ -765,19 +762,13 @@ def split_reduce(op, rw):
   several axes, over all but its outermost one first."""
   src, t = op.src, op.results[0].type
   stored = lambda v: rw.create(REGISTRY['tensor.contiguous'], [v], [v.type], None, op.loc).results[0]  # (the partials' buffer)
+  if math.prod(t.shape) >= SPLIT_OUT: return None
   if len(op.axes) > 1:
     # over several axes (a batch norm's statistics: a channel's sum over batch, rows and columns): the partial sums
-    # keep the outermost reduced axis (the batch), each summing the others, then those are summed; where the others
-    # sum fewer than SPLIT_ROW elements (8x8 pixels), each partial sum takes a chunk of the outermost axis too. Into
-    # up to SPLIT_OUT_AXES outputs: a GPU's 64 channels of 64 images of 16x16 pixels, summed whole, made 64 work-groups
-    # (0.1-0.2 ms for 4 MB on an H200)
+    # keep the outermost reduced axis (the batch), each summing the others, then those are summed
     a, shape = op.axes[0], src.type.shape
-    rest = math.prod(shape[i] for i in op.axes[1:])
-    if math.prod(t.shape) >= SPLIT_OUT_AXES or math.prod(shape[i] for i in op.axes) < SPLIT_MIN_AXES or shape[a] < 16: return None
-    c = 1 if rest >= SPLIT_ROW else next((c for c in range(2, shape[a]) if shape[a] % c == 0 and c * rest >= SPLIT_ROW), None)
-    if c is None: return None
-    return partial_reduce(src, op, {a: shape[a] // c}, rw, stored)
-  if math.prod(t.shape) >= SPLIT_OUT: return None
+    if math.prod(shape[i] for i in op.axes) < SPLIT_MIN or shape[a] < 16 or math.prod(shape[i] for i in op.axes[1:]) < 256: return None
+    return partial_reduce(src, op, {a: shape[a]}, rw, stored)
   a = op.axes[0]
   n = src.type.shape[a]
   if n < SPLIT_MIN: return None
