@@ -6,6 +6,7 @@ import pytest
 import tgc
 from tgc.compiler import lower
 import tgc.ir as I
+from tgc.ir import dtypes as D
 from tgc.ir.core import Module
 from tgc.emit.cuda import render_cuda, render_cuda_kernel, nvcc_arch
 from test_target_execute import TENSOR, UOP, inputs_for, uop_fn, uop_inputs, run_uop, uop_reference, compiled
@@ -185,7 +186,7 @@ def _softmax(a):
                                   'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc', 'conv_tc_strided',
                                   'cumsum_rows', 'cumsum_long', 'cumsum_cols', 'cummax_odd', 'logcumsumexp_long', 'argmax_rows',
                                   'linear_bf16_mixed', 'onehot_grad', 'column_sum', 'column_max', 'column_sum_3d',
-                                  'norm_weight_grad'])
+                                  'norm_weight_grad', 'max_f16', 'max_bf16', 'max_i16', 'argmax_f16', 'cumsum_f16'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -211,6 +212,12 @@ def test_gpu_heuristic_shapes(case):
     'sum_i32': (lambda a: a.sum(axis=1), (rng.integers(-1000, 1000, (100, 4096)).astype(np.int32),), lambda a: a.sum(1), 0),
     'argmax': (lambda a: a.argmax(axis=1), (r(100, 4096),), lambda a: a.argmax(1), 0),
     'softmax_f16': (lambda a: a.softmax(axis=1), (r(128, 4096, dt=np.float16),), _softmax, 2e-3),
+    # 2-byte values folded by warp shuffles (a half's row max, as attention's softmax takes it)
+    'max_f16': (lambda a: a.max(axis=1), (r(1000, 1024, dt=np.float16),), lambda a: a.max(1), 0),
+    'max_bf16': (lambda a: a.cast('bfloat16').max(axis=1).cast('float32'), (r(300, 4096),), lambda a: D.round_to(a.astype(np.float64), D.bf16).max(1), 0),
+    'max_i16': (lambda a: a.max(axis=1), (rng.integers(-30000, 30000, (100, 4096)).astype(np.int16),), lambda a: a.max(1), 0),
+    'argmax_f16': (lambda a: a.argmax(axis=1), (r(100, 4096, dt=np.float16),), lambda a: a.argmax(1), 0),
+    'cumsum_f16': (lambda a: a.cumsum(1), (r(64, 512, dt=np.float16) / 16,), lambda a: np.cumsum(a.astype(np.float32), 1), 2e-2),
     'softmax_rows1000': (lambda a: a.softmax(axis=1), (r(4096, 1000),), _softmax, 1e-5),  # GROUP 8, 32 rows a work-group
     # rows no group divides: padded to 6656, the padding masked out of the max, the sum and the stores
     'softmax_rows6625': (lambda a: a.softmax(axis=1), (r(40, 6625) - 3,), _softmax, 1e-5),

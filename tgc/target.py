@@ -63,6 +63,7 @@ class Target:
   max_vector_bytes: int = 0       # the widest vector kernel-opt makes, in bytes, whatever the device (0: no cap)
   warp_size: int = 0              # threads of a warp that exchange registers (uop.shuffle_xor: GROUP's partials meet
                                   # in registers, then once in shared memory); 0: no shuffles
+  shuffle_bytes: tuple = (4, 8)   # the sizes of the values a shuffle exchanges (others meet in shared memory alone)
 
   def __post_init__(self):
     if self.processor not in ('cpu', 'gpu'): raise TgcError(f"target '{self.name}': processor must be cpu or gpu, got '{self.processor}'")
@@ -107,7 +108,7 @@ register_target(Target('llvm', 'cpu', 'tgc.emit.llvm:render_llvm_module', max_up
 register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_matmul=True, fp_contract=True, device='C'))
 # (16 bytes is its widest memory access: a float4, 8 halfs; a wider vector is split into such chunks)
 register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=8, max_vector_bytes=16, aligned_vectors=True, max_threads=256,
-                       local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=8, device='CUDA', fp_contract=True, async_copy=True, warp_size=32,
+                       local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=8, device='CUDA', fp_contract=True, async_copy=True, warp_size=32, shuffle_bytes=(2, 4, 8),
                        tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True, warpgroup=True, tf32=True)))  # mma.sync m16n8k16, wgmma
 # (PoCL's OpenCL C builtins are built for 256-bit vectors: on an AVX-512 host, an AMD EPYC here, a float16 vload or
 # sqrt and a double8 vstore abort its LLVM ("Do not know how to scalarize this operator's operand"))

@@ -340,8 +340,8 @@ class ShuffleXorOp(Operation):
   FORMAT = '$value, $mask : type($result)'
   def verify(self):
     t = self.value.type
-    if isinstance(t, VecType) or not isinstance(t, DType) or t.itemsize not in (4, 8) or t is D.bool_:
-      raise self.error(f"shuffles a 32- or 64-bit scalar, got {t}")
+    if isinstance(t, VecType) or not isinstance(t, DType) or t.itemsize not in (2, 4, 8) or t is D.bool_:
+      raise self.error(f"shuffles a 16-, 32- or 64-bit scalar, got {t}")
     if self.results[0].type != t: raise self.error(f"gives the value's type {t}, got {self.results[0].type}")
     if not 0 < self.mask < 1024: raise self.error(f"mask must be 1 to 1023, got {self.mask}")
 

@@ -342,10 +342,10 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     b.close_range(r)
 
   def group_scan_warps(self, dt) -> int:
-    """GROUP of a scan: its warps where the group is whole warps of 4- or 8-byte values (a butterfly of shuffles in
-    each), else 0 (shared memory alone)."""
+    """GROUP of a scan: its warps where the group is whole warps of values a shuffle exchanges (a butterfly of
+    shuffles in each), else 0 (shared memory alone)."""
     G, WS = self.group_threads(), self.t.warp_size
-    return G // WS if WS and G % WS == 0 and dt.itemsize in (4, 8) and dt is not D.bool_ else 0
+    return G // WS if WS and G % WS == 0 and dt.itemsize in self.t.shuffle_bytes and dt is not D.bool_ else 0
 
   def group_scan_slots(self, dt):
     """The shared memory a GROUP scan's threads meet in: a slot per warp, or per thread."""
@@ -542,7 +542,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
     lane_of = lambda v, l: b.emit('gep', [v], v.type.dtype, {'index': l}) if isinstance(v.type, VecType) else v
     WS = self.t.warp_size
     if WS and len(grp) == 1 and loc[-1] == grp[0] and len(loc) <= MAX_GLOBAL_DIMS and G % WS == 0 and \
-        all(r.results[0].type.itemsize in (4, 8) and r.results[0].type is not D.bool_ for r in reduces):
+        all(r.results[0].type.itemsize in self.t.shuffle_bytes and r.results[0].type is not D.bool_ for r in reduces):
       return self.warp_reduce(reduces, cu, W, final, G, gl, ll, lanes, lane_of)
     for r in reduces:
       dt = r.results[0].type
