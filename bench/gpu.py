@@ -43,8 +43,13 @@ def rows(scale: float):
     'cumsum long': ([(n // 4,)], 'float32', lambda a: a.cumsum(0), lambda a: a.cumsum(0), 8 * (n // 4), 'GB/s'),
     'argmax rows': ([(m, k)], 'float32', lambda a: a.argmax(axis=1), lambda a: a.argmax(dim=1), 4 * m * k, 'GB/s'),
     # causal attention as a user calls it (torch: its flash kernels); flops of the unmasked products (4 b h s^2 d)
-    'sdpa causal f16': ([(nb8, 16, sq, 64)] * 3, 'float16', lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
-                        lambda q, k, v: _torch_sdpa(q, k, v), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
+    'sdpa causal f16': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(True), _torch_sdpa(True), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
+    'sdpa f16': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(False), _torch_sdpa(False), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
+    'sdpa causal bf16 d128': ([(nb8 // 2 or 1, 16, sq, 128)] * 3, 'bfloat16', _tgc_sdpa(True), _torch_sdpa(True), 4 * (nb8 // 2 or 1) * 16 * sq * sq * 128, 'TFLOP/s'),
+    'sdpa causal f16 s8k': ([(1, 16, sq * 8, 64)] * 3, 'float16', _tgc_sdpa(True), _torch_sdpa(True), 4 * 16 * (sq * 8) ** 2 * 64, 'TFLOP/s'),
+    # forward and backward (the gradients of q, k and v of out.sum(); flops of the forward's products and the
+    # backward's four, unmasked: 2.5 times the forward's), dq compared
+    'sdpa causal f16 fwd+bwd': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(True, grad=True), _torch_sdpa(True, grad=True), 10 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'matmul f32': ([(mm, mm), (mm, mm)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     # f32 on the tensor cores as TF32 where each is asked to (tgc.set_float32_matmul_precision('high'), torch's
     # allow_tf32=True), both within the call alone
@@ -100,9 +105,23 @@ def _torch_tf32(f):
   return call
 
 
-def _torch_sdpa(q, k, v):
-  import torch.nn.functional as F
-  return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+def _tgc_sdpa(causal: bool, grad: bool = False):
+  def call(q, k, v):
+    if not grad: return q.scaled_dot_product_attention(k, v, is_causal=causal)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    q.scaled_dot_product_attention(k, v, is_causal=causal).sum().backward()
+    return q.grad.realize(k.grad, v.grad)
+  return call
+
+
+def _torch_sdpa(causal: bool, grad: bool = False):
+  def call(q, k, v):
+    import torch.nn.functional as F
+    if not grad: return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    F.scaled_dot_product_attention(q, k, v, is_causal=causal).sum().backward()
+    return q.grad
+  return call
 
 
 def _torch_linear(x, w, b):
