@@ -238,3 +238,36 @@ def test_gradient_is_lazy_and_fuses():
   ir = x.grad.to_ir('kernel')
   assert ir.count('kernel.func') == 1  # forward exp and backward multiply in one elementwise kernel
   np.testing.assert_allclose(x.grad.numpy(), 2 * np.exp(A), rtol=1e-5)
+
+
+def test_a_graph_differentiated_again_replays_its_backward(monkeypatch):
+  """A second backward of a graph of the same structure makes the backward nodes the first one's autodiff pass made,
+  without the pass, and they compute the new values' gradients; another set of targets, another detached node or
+  another seed is another backward."""
+  import tgc.passes.autodiff as AD
+  calls = []
+  real = AD.differentiate
+  monkeypatch.setattr(AD, 'differentiate', lambda *a, **k: calls.append(1) or real(*a, **k))
+  rng = np.random.default_rng(3)
+  def step(x, w, b, detach=False, seed=None):
+    xt, wt, bt = (Tensor(a).requires_grad_() for a in (x, w, b))
+    h = (xt @ (wt.detach() if detach else wt) + bt).gelu()
+    loss = h.mean() if seed is None else h
+    loss.backward(None if seed is None else Tensor(seed))
+    xq, wq, bq = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    hq = torch.nn.functional.gelu(xq @ (wq.detach() if detach else wq) + bq, approximate='tanh')
+    (hq.mean() if seed is None else hq).backward(None if seed is None else torch.tensor(seed))
+    for t, q in ((xt, xq), (wt, wq), (bt, bq)):
+      if q.grad is None: assert t.grad is None or not t.grad.numpy().any()
+      else: np.testing.assert_allclose(t.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6)
+  args = lambda: (rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((8, 5)).astype(np.float32), rng.standard_normal(5).astype(np.float32))
+  step(*args()); n = len(calls)
+  step(*args()); assert len(calls) == n  # (the same structure: replayed)
+  step(*args(), detach=True); assert len(calls) == n + 1
+  step(*args(), detach=True); assert len(calls) == n + 1
+  step(*args(), seed=rng.standard_normal((4, 5)).astype(np.float32)); assert len(calls) == n + 2
+  step(*args(), seed=rng.standard_normal((4, 5)).astype(np.float32)); assert len(calls) == n + 2
+  x, w, b = args()  # a target set of one: another backward
+  xt, wt = Tensor(x).requires_grad_(), Tensor(w)
+  (xt @ wt + Tensor(b)).gelu().mean().backward()
+  assert len(calls) == n + 3 and wt.grad is None

@@ -42,28 +42,59 @@ def tracked_in(nodes: set) -> list:
   return [t for t in ts if t.requires_grad] or [t for t in ts if t.requires_grad is None and t.dtype.is_float]
 
 
+_BACKWARDS: dict = {}  # (the forward graph's key, its detached nodes and targets by number, the device) -> _backward's steps
+
 def gradients(loss, targets, seed=None) -> list:
   """The lazy gradient nodes of `loss` (weighted by the Tensor `seed`, else ones) with respect to each target
-  Tensor; None for a target the loss does not depend on."""
-  from tgc.tensor import _Node, _build_module, _toposort
-  from tgc.passes.autodiff import differentiate
+  Tensor; None for a target the loss does not depend on. The backward ops depend only on the forward graph's
+  structure (the compile cache's key), which of its nodes are detached and which are targets: the first backward of
+  such a graph runs the autodiff pass and keeps the nodes it made as steps over the forward nodes' numbers; a later
+  one makes them again from those (an eager training step's backward, 1.9 ms through the pass for attention's
+  100 nodes, costs its key and its nodes)."""
+  from tgc.tensor import _graph_key
   if not loss.dtype.is_float: raise DTypeError(f"gradient of a {loss.dtype!r} tensor: only float tensors have gradients")
   if seed is None and loss.numel() != 1: raise ShapeError(f"backward of a tensor of shape {loss.shape} needs a gradient= of that shape (only a scalar loss is seeded with 1)")
   if seed is not None and seed.shape != loss.shape: raise ShapeError(f"gradient of shape {seed.shape} for a tensor of shape {loss.shape}")
   roots = [loss.node] + ([seed.cast(loss.dtype).node] if seed is not None else [])
+  ids: dict = {}
+  graph, _ = _graph_key(roots, ids)
+  key = (graph, tuple([i for n, i in ids.items() if n in _DETACHED]), tuple([ids.get(t.node) for t in targets]), loss.device)
+  steps = _BACKWARDS.get(key)
+  if steps is None:
+    steps = _backward(roots, list(ids), targets, seed is not None, loss.device)
+    if len(_BACKWARDS) >= 256: _BACKWARDS.clear()
+    _BACKWARDS[key] = steps
+  return _replay_backward(steps, list(ids), loss.device)
+
+
+def _backward(roots, order, targets, seeded, device):
+  """The autodiff pass on the graph up to `roots` (its nodes numbered as `order`): (the new nodes' steps, each its
+  op, sources (>= 0: a forward node's number, ~j: the j-th new node), attrs, shape and dtype; the gradients, as
+  such references or None)."""
+  from tgc.tensor import _build_module
+  from tgc.passes.autodiff import differentiate
   m, _ = _build_module(roots, 'grad')
   fn = m.ops[0]
   vals, args, ops = {}, iter(fn.body.args), iter(fn.body.ops)
-  for n in _toposort(roots): vals[n] = next(args) if n.op == 'BUFFER' else next(ops).results[0]  # _build_module's order
+  for n in order: vals[n] = next(args) if n.op == 'BUFFER' else next(ops).results[0]  # _build_module's order
   start = len(fn.body.ops) - 1
   stop = {v for n, v in vals.items() if n in _DETACHED}
-  grads = differentiate(fn, [vals[roots[0]]], [vals[roots[1]] if seed is not None else None],
-                        [vals.get(t.node) for t in targets], stop)
-  nodes = {v: n for n, v in vals.items()}
+  grads = differentiate(fn, [vals[roots[0]]], [vals[roots[1]] if seeded else None], [vals.get(t.node) for t in targets], stop)
+  ref = {v: i for i, v in enumerate(vals.values())}
+  steps = []
   for op in fn.body.ops[start:-1]:
     r = op.results[0]
-    nodes[r] = _Node(op.name.split('.', 1)[1], tuple(nodes[s] for s in op.operands), dict(op.attrs) or None, r.type.shape, r.type.dtype, loss.device)
-  return [nodes[g] if g is not None else None for g in grads]
+    steps.append((op.name.split('.', 1)[1], tuple([ref[s] for s in op.operands]), dict(op.attrs) or None, r.type.shape, r.type.dtype))
+    ref[r] = ~(len(steps) - 1)
+  return steps, tuple([ref[g] if g is not None else None for g in grads])
+
+
+def _replay_backward(steps, order, device) -> list:
+  from tgc.tensor import _Node
+  made = []
+  for op, srcs, attrs, shape, dtype in steps[0]:
+    made.append(_Node(op, tuple([order[j] if j >= 0 else made[~j] for j in srcs]), attrs and dict(attrs), shape, dtype, device))
+  return [None if g is None else order[g] if g >= 0 else made[~g] for g in steps[1]]
 
 
 # ---------------------------------------------------------------- assign and the jit's capture

@@ -268,16 +268,19 @@ def _entry(n: _Node) -> int:
   return _ENTRIES.setdefault(e, next(_NUMBERS)) if i is None else i
 
 
-def _graph_key(roots: list[_Node]):
+def _graph_key(roots: list[_Node], numbered: dict | None = None):
   """The structure of the graph computing `roots` (everything its func.func's text holds, without printing it):
   the compile cache's key; and the realized leaves in argument order, as _build_module numbers them. One pass in
   _toposort's order (depth first, sources in order, each node after its sources), recursive: half the time of
-  the loop with a stack below, which takes graphs deeper than Python's recursion limit."""
-  ids, entries, leaves = {}, [], []
+  the loop with a stack below, which takes graphs deeper than Python's recursion limit. `numbered`: a dict that
+  is given every node -> its number in that order (the key's sources refer to nodes by it)."""
+  ids, entries, leaves = {} if numbered is None else numbered, [], []
   try:
     for r in roots:
       if r not in ids: _visit(r, ids, entries, leaves)
-  except RecursionError: return _graph_key_deep(roots)
+  except RecursionError:
+    ids.clear()
+    return _graph_key_deep(roots, ids)
   return (tuple(entries), tuple([ids[r] for r in roots])), leaves
 
 def _visit(n, ids, entries, leaves):
@@ -293,9 +296,9 @@ def _visit(n, ids, entries, leaves):
   entries.append((e, tuple([ids[s] for s in srcs])))
 
 
-def _graph_key_deep(roots: list[_Node]):
+def _graph_key_deep(roots: list[_Node], ids: dict | None = None):
   """_graph_key without recursion: a node is numbered once its sources are."""
-  ids, entries, leaves = {}, [], []
+  ids, entries, leaves = {} if ids is None else ids, [], []
   for r in roots:
     stack = [r]
     while stack:
