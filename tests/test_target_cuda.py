@@ -186,7 +186,8 @@ def _softmax(a):
                                   'matmul_tc_4095', 'matmul_tc_rect', 'matmul_tc_small_odd', 'conv_tc', 'conv_tc_strided',
                                   'cumsum_rows', 'cumsum_long', 'cumsum_cols', 'cummax_odd', 'logcumsumexp_long', 'argmax_rows',
                                   'linear_bf16_mixed', 'onehot_grad', 'column_sum', 'column_max', 'column_sum_3d',
-                                  'norm_weight_grad', 'max_f16', 'max_bf16', 'max_i16', 'argmax_f16', 'cumsum_f16'])
+                                  'norm_weight_grad', 'max_f16', 'max_bf16', 'max_i16', 'argmax_f16', 'cumsum_f16',
+                                  'matmul_residual_f16', 'matmul_residual_f32_out', 'matmul_residual_odd'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -212,6 +213,14 @@ def test_gpu_heuristic_shapes(case):
     'sum_i32': (lambda a: a.sum(axis=1), (rng.integers(-1000, 1000, (100, 4096)).astype(np.int32),), lambda a: a.sum(1), 0),
     'argmax': (lambda a: a.argmax(axis=1), (r(100, 4096),), lambda a: a.argmax(1), 0),
     'softmax_f16': (lambda a: a.softmax(axis=1), (r(128, 4096, dt=np.float16),), _softmax, 2e-3),
+    # a warpgroup product whose epilogue reads a whole tile of another buffer (a residual): read 16 bytes a lane
+    # into shared memory, then at the accumulators' places; rows no tile divides: read where the accumulators are
+    'matmul_residual_f16': (lambda a, b, c: a @ b + c, (r(256, 128, dt=np.float16), r(128, 512, dt=np.float16), r(256, 512, dt=np.float16)),
+                            lambda a, b, c: a.astype(np.float32) @ b.astype(np.float32) + c, 2e-2),
+    'matmul_residual_f32_out': (lambda a, b, c: (a.cast('bfloat16') @ b.cast('bfloat16')).cast('float32') * c, (r(512, 384), r(384, 512), r(512, 512)),
+                                lambda a, b, c: D.round_to(a.astype(np.float64), D.bf16) @ D.round_to(b.astype(np.float64), D.bf16) * c, 2e-2),
+    'matmul_residual_odd': (lambda a, b, c: a @ b + c, (r(255, 128, dt=np.float16), r(128, 512, dt=np.float16), r(255, 512, dt=np.float16)),
+                            lambda a, b, c: a.astype(np.float32) @ b.astype(np.float32) + c, 2e-2),
     # 2-byte values folded by warp shuffles (a half's row max, as attention's softmax takes it)
     'max_f16': (lambda a: a.max(axis=1), (r(1000, 1024, dt=np.float16),), lambda a: a.max(1), 0),
     'max_bf16': (lambda a: a.cast('bfloat16').max(axis=1).cast('float32'), (r(300, 4096),), lambda a: D.round_to(a.astype(np.float64), D.bf16).max(1), 0),
@@ -1023,3 +1032,19 @@ def test_compiler_warnings_go_to_debug_output_only(monkeypatch, capsys):
   assert build(src, 'sm_80')
   err = capsys.readouterr().err
   assert err.startswith('tgc: nvcc:') and 'unused' in err, err
+
+
+@pytest.mark.parametrize('causal', [True, False])
+def test_attention_gradients_on_gpu(causal):
+  """scaled_dot_product_attention's gradients in half (the backward's products on warpgroups, the scores read into
+  their epilogues through shared memory) against torch's, computed in float32."""
+  _gpu()
+  import torch
+  rng = np.random.default_rng(7)
+  q, k, v, do = (rng.standard_normal((2, 4, 256, 64)).astype(np.float16) for _ in range(4))
+  ts = [tgc.Tensor(a, device='CUDA').requires_grad_() for a in (q, k, v)]
+  (ts[0].scaled_dot_product_attention(ts[1], ts[2], is_causal=causal) * tgc.Tensor(do, device='CUDA')).sum().backward()
+  tq = [torch.tensor(a.astype(np.float32), requires_grad=True) for a in (q, k, v)]
+  (torch.nn.functional.scaled_dot_product_attention(*tq, is_causal=causal) * torch.tensor(do.astype(np.float32))).sum().backward()
+  for t, r_ in zip(ts, tq):
+    np.testing.assert_allclose(t.grad.numpy().astype(np.float32), r_.grad.numpy(), rtol=3e-2, atol=3e-2)

@@ -193,8 +193,18 @@ class TensorCoreLowering:
     used = sum(self.sched.tile_bytes(op) for op in self.sched.smem)
     limit = self.spec.smem_budget
     room = (limit // 2 if 2 * used <= limit else limit) - used
+    bounds = self.sched.store_bounds
+    # the epilogue's loads of a whole tile of another buffer (attention's backward reads the scores, a residual's
+    # add reads the residual), contiguous along n: read 16 bytes a lane along its rows into shared memory as the
+    # store goes out, then each accumulator's value from there. From the accumulators' layout each would be a 2- or
+    # 4-byte read a value, 8 rows apart, issued among the epilogue's math (the attention backward's dS kernel ran at
+    # 0.86 TB/s on an H200)
+    staged = [op for op in after if op.name == 'kernel.load' and op.gather is None and op.results[0].type.itemsize in (2, 4)
+              and self.views[op].real_strides(ignore_valid=True)[n_in] == 1 and self.views[op].real_strides(ignore_valid=True)[m_in] != 0] if not bounds else []
+    cws = [16 // op.results[0].type.itemsize for op in staged]
     # a pass: Nc columns (whole tiles of 8, a whole number of 16-byte chunks a lane), rows padded by a chunk
-    fits = lambda c: N % c == 0 and c % 8 == 0 and (16 * c // cw) % 32 == 0 and warps * 16 * (c + cw) * dt.itemsize <= room
+    fits = lambda c: N % c == 0 and c % 8 == 0 and all((16 * c // w) % 32 == 0 for w in [cw] + cws) and \
+        warps * 16 * ((c + cw) * dt.itemsize + sum((c + w) * op.results[0].type.itemsize for op, w in zip(staged, cws))) <= room
     Nc = next((c for c in (N >> s for s in range(N.bit_length())) if c and fits(c)), None)
     if Nc is None: return False
     upcast_n = kinds[nu] == 'upcast'
@@ -208,25 +218,44 @@ class TensorCoreLowering:
     row0, q0 = chunk(0)
     i0, _ = self.index(st, point(parts[0][0], row0, q0, 0), [], ())  # (a padded axis's validity: store_bounds, below)
     if not self.aligned(i0, cw): return False
+    chunks_of = lambda w: (lambda j: (b.idiv(b.add(lane, b.const(32 * j)), b.const(Nc // w)), b.mod(b.add(lane, b.const(32 * j)), b.const(Nc // w))))
+    for op, w in zip(staged, cws):  # (each chunk's read must be aligned to its 16 bytes, else the load is not staged)
+      r0, q0_ = chunks_of(w)(0)
+      pt = {**point(parts[0][0], r0, q0_, 0)}
+      if kinds[nu] == 'upcast': pt[nu] = b.add(b.idiv(q0_, b.const(8 // w)), b.const(0))
+      pt[n_in] = b.mul(b.mod(q0_, b.const(8 // w)), b.const(w))
+      if not self.aligned(self.index(op, pt, [], ())[0], w) or b.cval(self.index(op, pt, [], ())[1]) != 1: return False
     warp = zero
     for a in loc: warp = b.add(b.mul(warp, b.const(full[a])), self.idx[a])
     sbuf = self.shared_buffer(dt, warps * 16 * stride)
     base = b.mul(warp, b.const(16 * stride))
+    lbufs = [(self.shared_buffer(op.results[0].type, warps * 16 * (Nc + w)), b.mul(warp, b.const(16 * (Nc + w)))) for op, w in zip(staged, cws)]
     g, t2 = b.idiv(lane, b.const(4)), b.mul(b.mod(lane, b.const(4)), b.const(2))
-    bounds = self.sched.store_bounds
     n_bounded = any(a in (n_in, nu) for terms, _ in bounds for a, _ in terms)
     gate = lambda pt: self.bounds_gate(bounds, pt, [], ())
     first = True
     for grp, res in parts:
       for p in range(N // Nc):
-        if not first: b.emit('barrier', [], None, pure=False)  # (the last pass's reads of the buffer are done)
+        if not first: b.emit('barrier', [], None, pure=False)  # (the last pass's reads of the buffers are done)
         first = False
+        for op, w, (lb, lbase) in zip(staged, cws, lbufs):  # this pass's tiles of the staged loads, 16 bytes a lane
+          for j in range(16 * (Nc // w) // 32):
+            row, q = chunks_of(w)(j)
+            pt = {**point(grp, row, q, p)}
+            if upcast_n: pt[nu] = b.add(b.idiv(q, b.const(8 // w)), b.const(p * Nc // 8))
+            pt[n_in] = b.mul(b.mod(q, b.const(8 // w)), b.const(w))
+            x = b.emit('load', [self.buf[op.buf], self.index(op, pt, [], ())[0]], VecType(w, op.results[0].type))
+            b.emit('store', [lb, b.add(lbase, b.add(b.mul(row, b.const(Nc + w)), b.mul(q, b.const(w)))), x], None, pure=False)
+        if staged: b.emit('barrier', [], None, pure=False)
         for u in range(p * Nc // 8, (p + 1) * Nc // 8):
           for i in range(4):
             self.vals[r.results[0]] = {(): b.emit('gep', [res], r.results[0].type, {'index': 4 * u + i})}
             at = {**self.idx, **grp, **({nu: b.const(u)} if upcast_n else {}), m_in: b.add(g, b.const(8 * (i >> 1))), n_in: b.add(t2, b.const(i & 1))}
+            for op, w, (lb, lbase) in zip(staged, cws, lbufs):
+              col = b.const((u - p * Nc // 8) * 8 + (i & 1))
+              self.vals[op.results[0]] = {(): b.emit('load', [lb, b.add(lbase, b.add(b.mul(b.add(g, b.const(8 * (i >> 1))), b.const(Nc + w)), b.add(col, t2)))], op.results[0].type, pure=False)}
             for op in after:
-              if op is not st: self.lower_op(op, at, [], above=True)
+              if op is not st and op not in staged: self.lower_op(op, at, [], above=True)
             pos = b.add(base, b.add(b.mul(b.add(g, b.const(8 * (i >> 1))), b.const(stride)), b.add(b.const((u - p * Nc // 8) * 8 + (i & 1)), t2)))
             b.emit('store', [sbuf, pos, self.vals[st.value][()]], None, pure=False)
         b.emit('barrier', [], None, pure=False)
