@@ -301,3 +301,19 @@ def test_computed_operand_of_a_cuda_core_product_is_a_buffer():
   arrays = {id(xt.node): x, id(st.node): s, id(wt.node): w}
   (out,) = compile_module(m, 'CPU')(*[arrays[id(l)] for l in leaves])
   np.testing.assert_allclose(out, (x / s) @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_first_conv_weight_gradient_runs():
+  """A first conv's weight gradient (3 input channels, a 3x3 window: the output gradient broadcast only along axes of
+  3): the pixels' sum shared by 16 threads (GROUPTOP) and 16 output channels a thread; cuda's opts replayed on OpenCL
+  match torch's gradient."""
+  try: get_device('OPENCL')
+  except tgc.TgcError as e: pytest.skip(str(e))
+  import torch
+  rng = np.random.default_rng(15)
+  x, w, g = rng.standard_normal((16, 3, 32, 32)).astype(np.float32), rng.standard_normal((32, 3, 3, 3)).astype(np.float32), rng.standard_normal((16, 32, 32, 32)).astype(np.float32)
+  opts, out = run_with_cuda_tiles(lambda x, w, g: (x.conv2d(w, padding=1) * g).sum().gradient(w)[0], [x, w, g])
+  assert ('grouptop', 16) in [(o.name, o.fields['amt']) for o in opts] and Opt('upcast', 1, 16) in opts, opts
+  tw = torch.tensor(w, requires_grad=True)
+  (torch.nn.functional.conv2d(torch.tensor(x), tw, padding=1) * torch.tensor(g)).sum().backward()
+  np.testing.assert_allclose(out, tw.grad.numpy(), rtol=1e-4, atol=1e-3)

@@ -175,6 +175,13 @@ def test_tensor_core_flops_are_counted():
   assert count_flops(f) * points == 2 * M * N * K
 
 
+def _conv_weight_grad(x, w, g):
+  import torch
+  tw = torch.tensor(w, requires_grad=True)
+  (torch.nn.functional.conv2d(torch.tensor(x), tw, padding=1) * torch.tensor(g)).sum().backward()
+  return tw.grad.numpy()
+
+
 def _softmax(a):
   e = np.exp(a - a.max(1, keepdims=True)); return e / e.sum(1, keepdims=True)
 
@@ -187,7 +194,7 @@ def _softmax(a):
                                   'cumsum_rows', 'cumsum_long', 'cumsum_cols', 'cummax_odd', 'logcumsumexp_long', 'argmax_rows',
                                   'linear_bf16_mixed', 'onehot_grad', 'column_sum', 'column_max', 'column_sum_3d',
                                   'norm_weight_grad', 'max_f16', 'max_bf16', 'max_i16', 'argmax_f16', 'cumsum_f16',
-                                  'matmul_residual_f16', 'matmul_residual_f32_out', 'matmul_residual_odd'])
+                                  'matmul_residual_f16', 'matmul_residual_f32_out', 'matmul_residual_odd', 'conv_first_weight_grad'])
 def test_gpu_heuristic_shapes(case):
   """The shapes kernel-opt's GPU heuristics choose differently for (register tiles, GROUP along rows with a tree in
   shared memory, several rows per work-group, a split sum), at sizes that divide nothing evenly, against numpy."""
@@ -221,6 +228,10 @@ def test_gpu_heuristic_shapes(case):
                                 lambda a, b, c: D.round_to(a.astype(np.float64), D.bf16) @ D.round_to(b.astype(np.float64), D.bf16) * c, 2e-2),
     'matmul_residual_odd': (lambda a, b, c: a @ b + c, (r(255, 128, dt=np.float16), r(128, 512, dt=np.float16), r(255, 512, dt=np.float16)),
                             lambda a, b, c: a.astype(np.float32) @ b.astype(np.float32) + c, 2e-2),
+    # a first conv's weight gradient (3 input channels, 3x3): the pixels' sum shared by 16 threads, 16 output channels
+    # a thread (narrow_product)
+    'conv_first_weight_grad': (lambda x, w, g: (x.conv2d(w, padding=1) * g).sum().gradient(w)[0],
+                               (r(64, 3, 32, 32), r(32, 3, 3, 3), r(64, 32, 32, 32)), _conv_weight_grad, 1e-3),
     # 2-byte values folded by warp shuffles (a half's row max, as attention's softmax takes it)
     'max_f16': (lambda a: a.max(axis=1), (r(1000, 1024, dt=np.float16),), lambda a: a.max(1), 0),
     'max_bf16': (lambda a: a.cast('bfloat16').max(axis=1).cast('float32'), (r(300, 4096),), lambda a: D.round_to(a.astype(np.float64), D.bf16).max(1), 0),
