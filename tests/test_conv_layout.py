@@ -157,3 +157,20 @@ def test_tensor_conv_from_text_runs(pipeline):
   (out,) = compile_module(m, 'CPU')(a, b)
   want = torch.nn.functional.conv2d(torch.nn.functional.pad(torch.tensor(a), (1, 1, 1, 0)), torch.tensor(b), stride=(2, 1), dilation=(1, 2), groups=2)
   np.testing.assert_allclose(out, want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_cpu_weight_gradient_takes_its_lanes_along_the_pixels():
+  """On a CPU, a conv's weight gradient (a long sum over images and pixels; its outputs' channel axes read strided:
+  vector lanes there would be gathers) gets its vector lanes along the pixels' rows, which both factors read
+  contiguously, and matches torch's gradient."""
+  rng = np.random.default_rng(4)
+  x, w, g = rng.standard_normal((8, 16, 32, 32)).astype(np.float32), rng.standard_normal((16, 16, 3, 3)).astype(np.float32), rng.standard_normal((8, 16, 32, 32)).astype(np.float32)
+  xt, wt = Tensor(x), Tensor(w)
+  gw = (xt.conv2d(wt, padding=1) * Tensor(g)).sum().gradient(wt)[0]
+  m, _ = _build_module([gw.node], 'main')
+  lower(m, DeviceSpec.of('llvm', cpu='avx512'), 'opt')
+  dw = [k for k in m.functions('kernel.func') if math.prod(k.body.args[0].type.shape) == 16 * 16 * 9]
+  assert dw and [(o.name, o.fields['amt']) for o in dw[0].attrs['opts']] == [('unroll', 16)], [k.attrs.get('opts') for k in dw]
+  tw = torch.tensor(w, requires_grad=True)
+  (torch.nn.functional.conv2d(torch.tensor(x), tw, padding=1) * torch.tensor(g)).sum().backward()
+  np.testing.assert_allclose(gw.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)

@@ -365,11 +365,16 @@ def generic(tl: Tiling) -> list | None:
           if want == 2 and best: break
       if best is None and not gpu and step == len(wants) - 1 and vec_bcast is not None: best = cpu_pad_rows(tl.ks, cands, loads, want, vec_bcast, tl.apply)
       if best is None: continue
-      # CPU: an output axis that takes a quarter of the vector or less (258 filters: 2 lanes) where every load reads
-      # the reduce axis contiguously: no register tile, the lanes go along the reduce (silero's STFT, 3x258 by 256
-      # taps: 37.6 -> 7.4 us on a Zen 5)
+      # CPU: an output axis that takes a quarter of the vector or less (258 filters: 2 lanes), or, for a long sum (a
+      # conv's weight gradient over the images and pixels), one some load reads strided (its lanes gathered: the
+      # input channels), where every load reads the reduce axis contiguously: no register tile, the lanes go along
+      # the reduce (silero's STFT, 3x258 by 256 taps: 37.6 -> 7.4 us on a Zen 5; a ResNet's 32x32x3x3 weight gradient
+      # over 64 images of 32x32 pixels: 140 -> 80-94 ms on a 2-core Xeon, the first conv's 35 -> 8; sums of 16 pixels a
+      # row gained nothing, inference's short sums lost a few percent)
       r_last = tl.ks.axes('reduce')[-1] if tl.ks.axes('reduce') else None
-      if step == 0 and not gpu and best[1] * 4 <= vec and r_last is not None and tl.ks.full[r_last] % vec == 0 and \
+      gathered = r_last is not None and tl.ks.full[r_last] >= 2 * vec and math.prod(tl.ks.full[a] for a in tl.ks.axes('reduce')) >= 4096 and \
+          any(tl.ks.strides(op)[best[0]] not in (0, 1, None) for op in loads)
+      if step == 0 and not gpu and (best[1] * 4 <= vec or gathered) and r_last is not None and tl.ks.full[r_last] % vec == 0 and \
           all(tl.ks.strides(op)[r_last] in (0, 1) for op in loads) and any(tl.ks.strides(op)[r_last] == 1 for op in loads): break
       # (the largest amount that applies: a CPU tile of gathers takes fewer rows)
       best = next(((best[0], a) for a in (best[1], best[1] // 2, best[1] // 4, best[1] // 8) if a > 1 and best[1] % a == 0 and tl.apply(Opt('upcast', best[0], a))), None)
