@@ -218,13 +218,15 @@ class TensorCoreLowering:
     row0, q0 = chunk(0)
     i0, _ = self.index(st, point(parts[0][0], row0, q0, 0), [], ())  # (a padded axis's validity: store_bounds, below)
     if not self.aligned(i0, cw): return False
-    chunks_of = lambda w: (lambda j: (b.idiv(b.add(lane, b.const(32 * j)), b.const(Nc // w)), b.mod(b.add(lane, b.const(32 * j)), b.const(Nc // w))))
-    for op, w in zip(staged, cws):  # (each chunk's read must be aligned to its 16 bytes, else the load is not staged)
-      r0, q0_ = chunks_of(w)(0)
-      pt = {**point(parts[0][0], r0, q0_, 0)}
-      if kinds[nu] == 'upcast': pt[nu] = b.add(b.idiv(q0_, b.const(8 // w)), b.const(0))
-      pt[n_in] = b.mul(b.mod(q0_, b.const(8 // w)), b.const(w))
-      if not self.aligned(self.index(op, pt, [], ())[0], w) or b.cval(self.index(op, pt, [], ())[1]) != 1: return False
+    def load_chunk(grp, w, j, p):  # a staged load's j-th 16-byte chunk of this lane in pass p (w lanes): row, chunk, point
+      row, q = b.idiv(b.add(lane, b.const(32 * j)), b.const(Nc // w)), b.mod(b.add(lane, b.const(32 * j)), b.const(Nc // w))
+      pt = point(grp, row, q, p)
+      if upcast_n: pt[nu] = b.add(b.idiv(q, b.const(8 // w)), b.const(p * Nc // 8))
+      pt[n_in] = b.mul(b.mod(q, b.const(8 // w)), b.const(w))
+      return row, q, pt
+    for op, w in zip(staged, cws):  # (each chunk's read must be aligned to its 16 bytes and valid, else no staging)
+      i, valid = self.index(op, load_chunk(parts[0][0], w, 0, 0)[2], [], ())
+      if not self.aligned(i, w) or b.cval(valid) != 1: return False
     warp = zero
     for a in loc: warp = b.add(b.mul(warp, b.const(full[a])), self.idx[a])
     sbuf = self.shared_buffer(dt, warps * 16 * stride)
@@ -240,10 +242,7 @@ class TensorCoreLowering:
         first = False
         for op, w, (lb, lbase) in zip(staged, cws, lbufs):  # this pass's tiles of the staged loads, 16 bytes a lane
           for j in range(16 * (Nc // w) // 32):
-            row, q = chunks_of(w)(j)
-            pt = {**point(grp, row, q, p)}
-            if upcast_n: pt[nu] = b.add(b.idiv(q, b.const(8 // w)), b.const(p * Nc // 8))
-            pt[n_in] = b.mul(b.mod(q, b.const(8 // w)), b.const(w))
+            row, q, pt = load_chunk(grp, w, j, p)
             x = b.emit('load', [self.buf[op.buf], self.index(op, pt, [], ())[0]], VecType(w, op.results[0].type))
             b.emit('store', [lb, b.add(lbase, b.add(b.mul(row, b.const(Nc + w)), b.mul(q, b.const(w)))), x], None, pure=False)
         if staged: b.emit('barrier', [], None, pure=False)
