@@ -193,7 +193,7 @@ def narrow_product(tl: Tiling) -> list | None:
   16 (or 8, 4) of the other factor's axis in registers, reusing each loaded value of the narrow one there. The staged
   tiles would take 4 lanes of that axis and nothing along the other: on an H200 the first conv's weight gradient of
   the ResNet step (64 images x 32 x 3 x 3x3, partial sums over 8x32 pixels) took 281 us so, 29 us this way (the
-  best kernel-opt's search found)."""
+  opts kernel-opt's beam search found there)."""
   if not tl.matmul_like: return None
   full, r = tl.ks.full, tl.red[-1]
   for w, x in (tl.factors, tl.factors[::-1]):
@@ -203,8 +203,9 @@ def narrow_product(tl: Tiling) -> list | None:
   if full[r] % 16 or any(tl.ks.strides(op)[r] != 1 for op in tl.factors): return None
   ax = max(rows, key=lambda a: full[a])
   amt = next((a for a in (16, 8, 4) if full[ax] % a == 0), None)
+  if amt is None: return None
   tile = [Opt('grouptop', r, 16), Opt('upcast', ax, amt)]  # (r is a reduce axis, after ax: its split moves no axis of ax's)
-  if amt is None or try_opts(tl.k, tl.opts + tile, tl.t) is None: return None
+  if try_opts(tl.k, tl.opts + tile, tl.t) is None: return None
   for o in tile: tl.apply(o)
   rest = full[ax] // amt
   threads = next((a for a in (8, 4, 2) if rest % a == 0), None)
