@@ -269,6 +269,59 @@ class ArgMaxOp(Operation):
     return op('sub', [op('const', [], row, D.i32, {'value': n}), best], row, D.i32)
 
 
+class AttentionOp(Operation):
+  """`tensor.attention %q, %k, %v {causal = 1, scale = 0.125} : tensor<2x8x64xf16>, tensor<2x8x64xf16>,
+  tensor<2x8x64xf16> -> tensor<2x8x64xf16>`: softmax(q k^T * scale) v over the last two axes (torch's
+  scaled_dot_product_attention without dropout): q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev), one
+  dtype, the batch axes equal; causal 1: query i sees the keys j <= i (the lower triangle of L x S, torch's is_causal).
+  A composite: it decomposes into its plain form, the scores and the probabilities' product summed in f32 for half
+  floats, and autodiff differentiates that form."""
+  name = 'tensor.attention'
+  OPERANDS = ('q', 'k', 'v')
+  ATTRS = {'causal': 'int', 'scale': 'number'}
+  TRAITS = {PURE}
+  FORMAT = '$q, $k, $v : type($q), type($k), type($v) -> type($result)'
+  def verify(self):
+    q, k, v, r = (_tensor(self, t) for t in (self.q.type, self.k.type, self.v.type, self.results[0].type))
+    if not q.dtype.is_float or not (q.dtype == k.dtype == v.dtype): raise self.error(f"needs q, k and v of one float type, got {q}, {k} and {v}")
+    if not (q.rank == k.rank == v.rank) or q.rank < 2: raise self.error(f"needs q, k and v of one rank >= 2, got {q}, {k} and {v}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]): raise self.error(f"batch axes differ: {q}, {k} and {v}")
+    if k.shape[-1] != q.shape[-1] or v.shape[-2] != k.shape[-2]:
+      raise self.error(f"shapes do not fit: q {q} and k {k} need one last axis, k and v {v} one key axis")
+    if k.shape[-2] == 0: raise self.error(f"needs at least one key, got {k}")
+    if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+    want = TensorType(q.shape[:-1] + v.shape[-1:], q.dtype)
+    if r != want: raise self.error(f"result must be {want}, got {r}")
+  def decompose(self, rw):
+    from tgc.ir.core import REGISTRY
+    from tgc.ir import dtypes as D
+    q, k, v = self.q, self.k, self.v
+    dt, acc = q.type.dtype, (q.type.dtype if q.type.dtype.itemsize >= 4 else D.f32)
+    *batch, L, _ = q.type.shape
+    S = k.type.shape[-2]
+    def op(name, srcs, shape, dtype=acc, attrs=None):
+      return rw.create(REGISTRY['tensor.' + name], list(srcs), [TensorType(tuple(shape), dtype)], attrs, self.loc).results[0]
+    c = lambda value, shape, dtype=acc: op('const', [], shape, dtype, {'value': value})
+    wide = lambda x: x if x.type.dtype is acc else op('cast', [x], x.type.shape)
+    n = len(batch) + 2
+    kt = op('permute', [wide(k)], (*batch, k.type.shape[-1], S), attrs={'order': tuple(range(n - 2)) + (n - 1, n - 2)})
+    sc = (*batch, L, S)
+    s = op('mul', [op('matmul', [wide(q), kt], sc), c(float(self.scale), sc)], sc)
+    if self.causal:  # key j - query i <= 0, the positions counted by scans of ones
+      pos = lambda m: op('add', [op('scan', [c(1, (m,), D.i32)], (m,), D.i32, {'kind': 'add', 'axis': 0}), c(-1, (m,), D.i32)], (m,), D.i32)
+      grid = lambda p, shape: op('expand', [op('reshape', [p], shape, D.i32)], (L, S), D.i32)
+      d = op('sub', [grid(pos(S), (1, S)), grid(pos(L), (L, 1))], (L, S), D.i32)
+      seen = op('expand', [op('reshape', [op('cmplt', [d, c(1, (L, S), D.i32)], (L, S), D.bool_)], (1,) * len(batch) + (L, S), D.bool_)], sc, D.bool_)
+      s = op('where', [seen, s, c(-math.inf, sc)], sc)
+    row = (*batch, L, 1)
+    m = op('expand', [op('reduce', [s], row, attrs={'kind': 'max', 'axes': (n - 1,)})], sc)
+    e = op('exp2', [op('mul', [op('sub', [s, m], sc), c(1 / math.log(2), sc)], sc)], sc)
+    total = op('reduce', [e], row, attrs={'kind': 'add', 'axes': (n - 1,)})
+    out = (*batch, L, v.type.shape[-1])
+    o = op('mul', [op('matmul', [e, wide(v)], out), op('expand', [op('recip', [total], row)], out)], out)
+    return o if acc is dt else op('cast', [o], out, dt)
+
+
 class GatherOp(Operation):
   """`tensor.gather %src, %index axis`: out[p] = src[p with its coordinate along axis replaced by index[p]] (torch's
   gather, ONNX's GatherElements): index has src's rank and shape but along axis, and out is index's shape. An index

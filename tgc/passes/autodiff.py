@@ -150,20 +150,46 @@ def _scan(b, op, g):
   gx = b.where(before, b.alu('fdiv', rsum, b.where(before, x, b.c(1.0, x))), b.where(at, at_zero, b.c(0.0, x)))
   return [gx, ginit]
 
+def _through(b, start: int, r: Value, g: Value) -> dict:
+  """The adjoints of what the ops the builder made from `start` on (a composite's plain form, result r) read,
+  back from r's gradient g by their rules."""
+  adj = {r: g}
+  for o in reversed(b.ops[start:]):
+    if (gr := adj.get(o.results[0])) is None: continue
+    name = o.name.split('.', 1)[1]
+    if name in NO_GRADIENT: continue
+    for v, gv in zip(o.operands, RULES[name](b, o, gr)):
+      if gv is not None: adj[v] = gv if v not in adj else b.alu('add', adj[v], gv)
+  return adj
+
+def _operands_adjoints(op, adj) -> list:
+  """Each operand's adjoint, once: an operand the op reads twice (attention(x, x, x)) holds the sum in its first place."""
+  seen = set()
+  return [None if v in seen or seen.add(v) else adj.get(v) for v in op.operands]
+
 def _conv(b, op, g):
   """A conv's gradients: its plain form (tensor-decompose's for no device: NCHW, no copies) written here and
   differentiated by the rules of its primitives; the forward keeps the layout tensor-decompose gives it for the
   device. (The plain form's result itself goes unused: the rules of its multiply and sum read only its views.)"""
   from tgc.passes.tensor_decompose import conv_of
   start = len(b.ops)
-  r = conv_of(op, lambda name, srcs, t, attrs: b.op(name, srcs, t, attrs), None).v
-  adj = {r: g}
-  for o in reversed(b.ops[start:]):
-    if (gr := adj.get(o.results[0])) is None: continue
-    for v, gv in zip(o.operands, RULES[o.name.split('.', 1)[1]](b, o, gr)):
-      if gv is not None: adj[v] = gv if v not in adj else b.alu('add', adj[v], gv)
+  adj = _through(b, start, conv_of(op, lambda name, srcs, t, attrs: b.op(name, srcs, t, attrs), None).v, g)
   if op.w is not op.x and (gx := _conv_input_grad(b, op, g)) is not None: return [gx, adj.get(op.w)]
-  return [adj.get(op.x), adj.get(op.w) if op.w is not op.x else None]  # (conv(x, x): x's adjoint holds both)
+  return _operands_adjoints(op, adj)
+
+class _Into:
+  """A rewriter's `create` that makes the ops into a Builder: a composite's `decompose` writes its plain form there."""
+  def __init__(self, b): self.b = b
+  def create(self, cls, operands, types, attrs, loc):
+    o = cls(list(operands), list(types), attrs, loc)
+    self.b.ops.append(o)
+    return o
+
+def _plain(b, op, g):
+  """A composite without a rule of its own (tensor.attention): its `decompose`'s plain form, differentiated by the
+  rules of the ops it makes."""
+  start = len(b.ops)
+  return _operands_adjoints(op, _through(b, start, op.decompose(_Into(b)), g))
 
 def _conv_input_grad(b, op, g):
   """The input's gradient of a conv as a conv itself (the transposed conv): the output's gradient, with s - 1 zeros
@@ -251,6 +277,7 @@ def differentiate(fn, outs: list[Value], seeds: list[Value | None], targets: lis
     if g is None or op.results[0] in stop or not any(v in live for v in op.operands): continue
     name = op.name.split('.', 1)[1]
     rule = RULES.get(name) if op.name.startswith('tensor.') else None
+    if rule is None and callable(getattr(op, 'decompose', None)) and name not in NO_GRADIENT: rule = _plain
     if rule is None:
       if name in NO_GRADIENT: continue
       raise op.error("has no gradient rule (autodiff differentiates the primitive tensor ops; run tensor-decompose first for a composite)")
