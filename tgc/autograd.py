@@ -35,7 +35,7 @@ def detach_node(node):
   _DETACHED.add(n)
   return n
 
-def tracked_in(nodes: set) -> list:
+def tracked_in(nodes) -> list:
   """The tensors whose node is one of `nodes` that backward() gives a .grad: those with requires_grad=True, or,
   if there are none, the float ones whose requires_grad is unset."""
   ts = [t for r in list(_TRACKED.values()) if (t := r()) is not None and t.node in nodes]
@@ -44,20 +44,23 @@ def tracked_in(nodes: set) -> list:
 
 _BACKWARDS: dict = {}  # (the forward graph's key, its detached nodes and targets by number, the device) -> _backward's steps
 
-def gradients(loss, targets, seed=None) -> list:
+def gradients(loss, targets, seed=None, walked=None) -> list:
   """The lazy gradient nodes of `loss` (weighted by the Tensor `seed`, else ones) with respect to each target
   Tensor; None for a target the loss does not depend on. The backward ops depend only on the forward graph's
   structure (the compile cache's key), which of its nodes are detached and which are targets: the first backward of
   such a graph runs the autodiff pass and keeps the nodes it made as steps over the forward nodes' numbers; a later
   one makes them again from those (an eager training step's backward, 1.9 ms through the pass for attention's
-  100 nodes, costs its key and its nodes)."""
+  100 nodes, costs its key and its nodes). walked: (the key, the nodes numbered) of the graph up to the loss alone,
+  where the caller has walked it (backward, to find its targets)."""
   from tgc.tensor import _graph_key
   if not loss.dtype.is_float: raise DTypeError(f"gradient of a {loss.dtype!r} tensor: only float tensors have gradients")
   if seed is None and loss.numel() != 1: raise ShapeError(f"backward of a tensor of shape {loss.shape} needs a gradient= of that shape (only a scalar loss is seeded with 1)")
   if seed is not None and seed.shape != loss.shape: raise ShapeError(f"gradient of shape {seed.shape} for a tensor of shape {loss.shape}")
   roots = [loss.node] + ([seed.cast(loss.dtype).node] if seed is not None else [])
-  ids: dict = {}
-  graph, _ = _graph_key(roots, ids)
+  if walked is not None and seed is None: graph, ids = walked
+  else:
+    ids = {}
+    graph, _ = _graph_key(roots, ids)
   key = (graph, tuple([i for n, i in ids.items() if n in _DETACHED]), tuple([ids.get(t.node) for t in targets]), loss.device)
   steps = _BACKWARDS.get(key)
   if steps is None:

@@ -1500,8 +1500,12 @@ class Tensor(TensorAPI):
 
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
     """The gradients of this tensor (a scalar, or weighted by `gradient`) with respect to each target, lazy."""
-    nodes = _autograd.gradients(self, targets, gradient)
-    out, graph = [], None
+    return self._gradients(targets, gradient, materialize_grads)
+
+  def _gradients(self, targets, gradient, materialize_grads: bool, walked=None) -> list[Tensor]:
+    # walked: (the graph's key, its nodes numbered) as _graph_key([self.node]) made them, where the caller has them
+    nodes = _autograd.gradients(self, targets, gradient, walked)
+    out, graph = [], walked[1] if walked is not None else None
     for t, n in zip(targets, nodes):
       if n is None and not materialize_grads and t.numel():
         # zeros for a target the loss uses only through ops that pass no gradient (compares, ints); an error for
@@ -1514,9 +1518,10 @@ class Tensor(TensorAPI):
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Add the gradient of this tensor to `.grad` of every tensor with requires_grad=True in its graph (if none is,
     of every float tensor made from data in it whose requires_grad is unset, as tinygrad's backward)."""
-    nodes = set(_toposort([self.node]))
-    targets = _autograd.tracked_in(nodes)
-    for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
+    ids: dict = {}  # (one walk of the graph finds the targets and keys the backward)
+    walked = (_graph_key([self.node], ids)[0], ids)
+    targets = _autograd.tracked_in(ids)
+    for t, g in zip(targets, self._gradients(targets, gradient, True, walked)):
       t.grad = g if t.grad is None else t.grad + g
     return self
 
