@@ -1,6 +1,8 @@
 """tensor.attention: its plain form (tensor-decompose) against torch's scaled_dot_product_attention, on the CPU and
-the reference interpreter, and its gradients through autodiff (the plain form differentiated)."""
-import math
+the reference interpreter; its gradients through autodiff (flash attention's backward, from the plain form's
+probabilities); on the cuda target the fused kernel (one kernel.attention, its CUDA source built by nvcc here), and
+on a GPU the Tensor API's scaled_dot_product_attention through it against torch's, gradients included."""
+import math, os, shutil, subprocess, tempfile
 import numpy as np
 import pytest
 import torch
@@ -54,19 +56,22 @@ def test_attention_on_the_interpreter():
 
 
 @pytest.mark.parametrize('causal', [True, False])
-def test_attention_gradients_through_autodiff(causal):
-  """autodiff differentiates tensor.attention's plain form (it has no rule of its own): dq, dk and dv of
-  sum(out * seed) against torch's."""
+@pytest.mark.parametrize('dt', ['f32', 'f16'])
+def test_attention_gradients_through_autodiff(causal, dt):
+  """autodiff's rule for tensor.attention: dq, dk and dv of sum(out * seed) against torch's (f16: the probabilities
+  and their gradient rounded to f16 for the products, as flash attention's backward)."""
   rng = np.random.default_rng(5)
   shapes = CASES[0]
-  q, k, v = (rng.standard_normal(s).astype(np.float32) for s in shapes)
-  seed = rng.standard_normal(shapes[0][:-1] + shapes[2][-1:]).astype(np.float32)
-  m = I.parse(_text(*shapes, 'f32', causal, 0.4))
+  np_dt = np.float32 if dt == 'f32' else np.float16
+  q, k, v = (rng.standard_normal(s).astype(np_dt) for s in shapes)
+  seed = rng.standard_normal(shapes[0][:-1] + shapes[2][-1:]).astype(np_dt)
+  m = I.parse(_text(*shapes, dt, causal, 0.4))
   PassManager(parse_pipeline('autodiff{seed=true}')).run(m)
   out, dq, dk, dv = compile_module(m, 'CPU')(q, k, v, seed)
   want, grads = _torch(q, k, v, causal, 0.4, seed)
-  np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
-  for got, ref in zip((dq, dk, dv), grads): np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+  tol = (1e-5, 1e-4) if dt == 'f32' else (1e-2, 2e-2)
+  np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol[0], atol=tol[0])
+  for got, ref in zip((dq, dk, dv), grads): np.testing.assert_allclose(got.astype(np.float64), ref, rtol=tol[1], atol=tol[1])
 
 
 def test_self_attention_gradient_sums_each_use_once():
@@ -80,3 +85,93 @@ def test_self_attention_gradient_sums_each_use_once():
   t = torch.tensor(x.astype(np.float64), requires_grad=True)
   (torch.nn.functional.scaled_dot_product_attention(t, t, t, is_causal=True, scale=0.5) * torch.tensor(seed.astype(np.float64))).sum().backward()
   np.testing.assert_allclose(dx, t.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+# ---- the fused kernel (the cuda target's FusedAttention)
+
+NVCC = shutil.which('nvcc') or ('/usr/local/bin/nvcc' if os.path.exists('/usr/local/bin/nvcc') else None)
+
+def _lowered(qs, ks, vs, dt, causal, stage='uop', **spec):
+  from tgc.lowering import lower
+  return lower(I.parse(_text(qs, ks, vs, dt, causal, 0.125)), 'cuda', stage, **spec)
+
+
+@pytest.mark.parametrize('dt,hd', [('f16', 64), ('bf16', 128)])
+def test_cuda_lowers_attention_as_one_kernel(dt, hd):
+  """f16/bf16 heads of 64 or 128 on cuda: one kernel.attention kernel (its operands' views B x H x rows x E) whose
+  uop.func launches a work-group of 128 threads a head and 64 queries, and one uop.attention in it."""
+  qs, ks = (2, 3, 100, hd), (2, 3, 70, hd)
+  m = _lowered(qs, ks, ks, dt, True, 'kernel')
+  (k,) = m.functions('kernel.func')
+  assert [op.name for op in k.body.ops] == ['kernel.attention']
+  assert [vs.shape for vs in k.body.ops[0].views()] == [(2, 3, 100, hd), (2, 3, 100, hd), (2, 3, 70, hd), (2, 3, 70, hd)]
+  u = _lowered(qs, ks, ks, dt, True)
+  (f,) = u.functions('uop.func')
+  assert f.attrs['global_size'] == (6, 2) and f.attrs['local_size'] == (128,)
+  (a,) = [op for op in f.body.ops if op.name == 'uop.attention']
+  assert (a.attrs['rows'], a.attrs['keys'], a.attrs['dim'], a.attrs['causal']) == (100, 70, hd, 1)
+
+
+@pytest.mark.parametrize('dt,hd,spec', [('f32', 64, {}), ('f16', 32, {}), ('f16', 96, {}), ('bf16', 128, {'local_memory': 48 << 10})])
+def test_cuda_decomposes_what_the_kernel_does_not_take(dt, hd, spec):
+  """f32, head sizes other than 64 and 128, and tiles past the device's shared memory: the plain form."""
+  m = _lowered((2, 16, hd), (2, 16, hd), (2, 16, hd), dt, False, 'kernel', **spec)
+  assert not any(op.name == 'kernel.attention' for k in m.functions('kernel.func') for op in k.body.ops)
+  assert len(m.functions('kernel.func')) > 1
+
+
+def test_attention_kernel_on_other_targets_is_a_diagnostic():
+  """A kernel.attention lowered for a target without the fused kernel: a located error, not a crash."""
+  from tgc.lowering import lower
+  from tgc.passes.manager import PassFailure
+  from tgc.errors import TgcError
+  m = _lowered((1, 64, 64), (1, 64, 64), (1, 64, 64), 'f16', False, 'kernel')
+  with pytest.raises(TgcError, match='no fused attention kernel'): lower(m, 'opencl', 'uop')
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+def test_attention_kernel_builds_with_nvcc():
+  from tgc.emit.cuda import render_cuda
+  for dt, hd in (('f16', 64), ('bf16', 128)):
+    src = render_cuda(_lowered((2, 100, hd), (2, 70, hd), (2, 70, hd), dt, True))
+    with tempfile.TemporaryDirectory() as td:
+      cu = os.path.join(td, 'k.cu')
+      open(cu, 'w').write(src)
+      p = subprocess.run([NVCC, '--cubin', '-arch=sm_90', '-o', os.path.join(td, 'k.cubin'), cu], capture_output=True, text=True, timeout=300)
+      assert p.returncode == 0, p.stderr
+
+
+def _cuda():
+  import tgc
+  try: tgc.Device['CUDA']
+  except tgc.TgcError as e: pytest.skip(str(e))
+
+
+GPU_CASES = [((2, 4, 128, 64), (2, 4, 128, 64), True, 'float16'), ((2, 4, 100, 64), (2, 4, 70, 64), True, 'float16'),
+             ((3, 200, 128), (3, 257, 128), False, 'bfloat16'), ((1, 2, 1000, 64), (1, 2, 1000, 64), False, 'bfloat16'),
+             ((2, 2, 65, 128), (2, 2, 65, 128), True, 'float16')]
+
+
+@pytest.mark.parametrize('qs,ks,causal,dt', GPU_CASES)
+def test_sdpa_fused_on_gpu_matches_torch(qs, ks, causal, dt):
+  """The Tensor API's scaled_dot_product_attention on CUDA: one fused kernel, its result and q/k/v's gradients
+  against torch's (on the same device)."""
+  _cuda()
+  import tgc
+  tdt = getattr(torch, dt)
+  rng = np.random.default_rng(7)
+  arrs = [rng.standard_normal(s).astype(np.float32) for s in (qs, ks, ks, qs)]
+  tq, tk, tv = (torch.tensor(a, dtype=tdt, device='cuda', requires_grad=True) for a in arrs[:3])
+  seed = torch.tensor(arrs[3], dtype=tdt, device='cuda')
+  ref = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+  (ref.float() * seed.float()).sum().backward()
+  q, k, v = (tgc.Tensor(a, device='CUDA', dtype=getattr(tgc.dtypes, dt), requires_grad=True) for a in arrs[:3])
+  out = q.scaled_dot_product_attention(k, v, is_causal=causal)
+  assert 'kernel.attention' in out.to_ir('kernel')
+  (out.cast(tgc.dtypes.float32) * tgc.Tensor(arrs[3], device='CUDA', dtype=getattr(tgc.dtypes, dt)).cast(tgc.dtypes.float32)).sum().backward()
+  tol = 2e-2 if dt == 'float16' else 6e-2
+  got = out.cast(tgc.dtypes.float32).numpy()
+  np.testing.assert_allclose(got, ref.float().detach().cpu().numpy(), rtol=tol, atol=tol)
+  for t, r in zip((q, k, v), (tq, tk, tv)):
+    g, want = t.grad.cast(tgc.dtypes.float32).numpy(), r.grad.float().cpu().numpy()
+    np.testing.assert_allclose(g, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))

@@ -155,3 +155,23 @@ def test_ir_imports_no_dialect_and_no_parser():
   for path in glob.glob(os.path.join(root, '*.py')):
     src = open(path).read()
     assert not re.search(r'^\s*(from|import) tgc\.(dialects|parser)\b', src, re.M), path
+
+
+@pytest.mark.parametrize('noopt', [True, False])
+def test_grid_dims_within_the_targets_limits(noopt):
+  """A launch grid dim past the target's limit (CUDA: 65535 blocks along y and z) is merged into the next inner dim
+  (x takes 2**31 - 1): a transposed copy of 70000 x 4 runs on one dim; on OpenCL (no such limit) on two. Either way
+  the copy's result is the transpose (run on the CPU's OpenCL where it opens, else checked on the interpreter)."""
+  text = """func.func @main(%x: tensor<4x70000xf32>) -> tensor<70000x4xf32> {
+  %0 = tensor.permute %x [1, 0] : tensor<4x70000xf32> -> tensor<70000x4xf32>
+  %1 = tensor.contiguous %0 : tensor<70000x4xf32>
+  func.return %1 : tensor<70000x4xf32>
+}"""
+  m = lower(tgc.ir.parse(text), 'cuda', 'uop', noopt=noopt)
+  for f in m.functions('uop.func'):
+    gs = tuple(f.attrs['global_size'])
+    assert all(g <= 65535 for g in gs[1:]) and gs[0] < 2**31, gs
+  x = np.random.default_rng(0).standard_normal((4, 70000)).astype(np.float32)
+  from tgc.compiler import compile_module
+  (got,) = compile_module(tgc.ir.parse(text), 'INTERP')(x)
+  np.testing.assert_array_equal(got, x.T)

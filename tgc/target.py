@@ -40,6 +40,21 @@ class TensorCores:
 
 
 @dataclass(frozen=True)
+class FusedAttention:
+  """A target's fused attention kernel (tensor.attention as one kernel: the scores and probabilities never leave the
+  chip): the dtype names and head sizes (q's and v's last axis, the same) it takes; a work-group of `threads` threads
+  takes `rows` queries of one head and holds `smem_rows` rows of head-size elements in shared memory (its tiles of
+  queries, keys and values)."""
+  dtypes: tuple[str, ...]
+  head_dims: tuple[int, ...]
+  rows: int
+  threads: int
+  smem_rows: int
+
+  def smem_bytes(self, head_dim: int, itemsize: int) -> int: return self.smem_rows * head_dim * itemsize
+
+
+@dataclass(frozen=True)
 class Target:
   """A backend language: its facts, and the choices the lowering pipeline makes for it."""
   name: str
@@ -64,6 +79,9 @@ class Target:
   warp_size: int = 0              # threads of a warp that exchange registers (uop.shuffle_xor: GROUP's partials meet
                                   # in registers, then once in shared memory); 0: no shuffles
   shuffle_bytes: tuple = (4, 8)   # the sizes of the values a shuffle exchanges (others meet in shared memory alone)
+  attention: FusedAttention | None = None  # the fused attention kernel its emitter writes (None: attention decomposes)
+  max_grid: tuple = ()            # the most work-groups a launch takes along grid dim 0, 1, 2 (the last given: the rest);
+                                  # (): no limit but a launch's 2**31 - 1
 
   def __post_init__(self):
     if self.processor not in ('cpu', 'gpu'): raise TgcError(f"target '{self.name}': processor must be cpu or gpu, got '{self.processor}'")
@@ -109,7 +127,9 @@ register_target(Target('c', 'cpu', 'tgc.emit.c:render_c', max_upcast=8, pack_mat
 # (16 bytes is its widest memory access: a float4, 8 halfs; a wider vector is split into such chunks)
 register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=8, max_vector_bytes=16, aligned_vectors=True, max_threads=256,
                        local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=8, device='CUDA', fp_contract=True, async_copy=True, warp_size=32, shuffle_bytes=(2, 4, 8),
-                       tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True, warpgroup=True, tf32=True)))  # mma.sync m16n8k16, wgmma
+                       max_grid=(2**31 - 1, 65535, 65535),
+                       tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True, warpgroup=True, tf32=True),  # mma.sync m16n8k16, wgmma
+                       attention=FusedAttention(('f16', 'bf16'), (64, 128), 64, 128, 5 * 64)))  # (tgc/emit/cuda_attention.py: a query tile, two of keys and values)
 # (PoCL's OpenCL C builtins are built for 256-bit vectors: on an AVX-512 host, an AMD EPYC here, a float16 vload or
 # sqrt and a double8 vstore abort its LLVM ("Do not know how to scalarize this operator's operand"))
 register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,
@@ -186,6 +206,13 @@ class DeviceSpec:
     where has_tf32."""
     tc = self.target.tensor_cores
     return () if tc is None else tc.dtypes + ((('f32', 'f32'),) if self.has_tf32 else ())
+  def fused_attention(self, dtype, head_dim: int, value_dim: int) -> bool:
+    """Whether this device computes an attention of q/k/v of this dtype (a tgc.ir.dtypes.DType) and these head sizes
+    as one kernel: the target's FusedAttention, its tiles within the device's shared memory (what it may ask for)."""
+    fa = self.target.attention
+    if fa is None or self.processor == 'cpu' or dtype.name not in fa.dtypes or head_dim != value_dim or head_dim not in fa.head_dims: return False
+    room = min(self.local_memory, self.target.max_local_memory) if self.local_memory else self.target.max_local_memory
+    return fa.smem_bytes(head_dim, dtype.itemsize) <= room
   @property
   def smem_budget(self) -> int:
     """The shared memory kernel-opt's tiles may take a work-group: the device's, within the target's opt-in limit,
@@ -224,5 +251,5 @@ def tf32_matmul(target: 'str | Target | None' = None) -> bool:
   return target is None or (tc is not None and tc.tf32)
 
 
-__all__ = ['Target', 'TensorCores', 'TARGETS', 'DeviceSpec', 'DEVICE_OPTIONS', 'register_target', 'get_target', 'tensor_core_targets',
+__all__ = ['Target', 'TensorCores', 'FusedAttention', 'TARGETS', 'DeviceSpec', 'DEVICE_OPTIONS', 'register_target', 'get_target', 'tensor_core_targets',
            'set_float32_matmul_precision', 'get_float32_matmul_precision', 'tf32_matmul']

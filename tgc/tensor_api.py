@@ -532,6 +532,11 @@ class TensorAPI:
     return _reduce_loss(loss, reduction)
 
   # ---- attention and linear algebra
+  def _attention(self, key, value, causal: bool):
+    """softmax(q k^T / sqrt(E)) v as one op where the tensors' device computes it whole, else None (the composite
+    below); a frontend whose tensors have no such op keeps None."""
+    return None
+
   def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False):
     """softmax(q k^T / sqrt(d) + mask) v. is_causal: the lower-triangular mask (no attn_mask with it); enable_gqa:
     key and value heads (axis -3) shared by groups of the query's heads."""
@@ -543,6 +548,7 @@ class TensorAPI:
       if hk == 0 or hv == 0 or hq % hk or hq % hv: raise ShapeError(f"scaled_dot_product_attention: {hq} query heads do not split into groups for {hk} key and {hv} value heads")
       key, value = key.repeat_interleave(hq // hk, dim=-3), value.repeat_interleave(hq // hv, dim=-3)
     q = self
+    if attn_mask is None and (fused := q._attention(key, value, is_causal)) is not None: return fused
     s = q.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]))
     if is_causal:
       L, S = s.shape[-2:]

@@ -58,7 +58,7 @@ class FuncOp(Operation):
       if op.name == 'kernel.launch':
         k = module.lookup(op.callee)
         bad = k is None or (k.name == 'kernel.func' and len(k.body.args) != len(op.operands)) or malformed_globals(k)  # (their own errors say so)
-        outs = set(range(len(op.operands))) if bad else _stored_args(k)
+        outs = set(range(len(op.operands))) if bad else written_args(k)
       for i, v in enumerate(op.operands):
         if v in unwritten and i not in outs:
           what = 'returns' if op.name == 'func.return' else f"reads operand #{i}:"
@@ -78,13 +78,15 @@ def malformed_globals(k) -> bool:
                                       for d in k.body.ops if d.name == 'uop.define_global')
 
 
-def _stored_args(k) -> set[int]:
-  """The argument positions a kernel writes (a kernel.func's stores, a uop.func's stores to its define_globals)."""
+def written_args(k) -> set[int]:
+  """The argument positions a kernel writes: the buffers its ops' `written` names (kernel.store, kernel.attention),
+  at the uop level those of them that are define_globals (their index)."""
   if k.name not in ('kernel.func', 'uop.func'): return {0}
+  ws = [w for op in k.body.ops if (w := getattr(op, 'written', None)) is not None]
   if k.name == 'kernel.func':
     args = {a: i for i, a in enumerate(k.body.args)}
-    return {args[op.operands[0]] for op in k.body.ops if op.name == 'kernel.store' and op.operands[0] in args}
-  return {op.buf.op.attrs['index'] for op in k.body.ops if op.name == 'uop.store' and op.buf.op is not None and op.buf.op.name == 'uop.define_global'}
+    return {args[w] for w in ws if w in args}
+  return {w.op.attrs['index'] for w in ws if w.op is not None and w.op.name == 'uop.define_global'}
 
 
 class ReturnOp(Operation):

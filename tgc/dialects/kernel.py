@@ -31,6 +31,11 @@ class KernelFuncOp(Operation):
     for op in self.body.ops:  # linearize lowers the AST's ops; the host's alloc and launch live in a func.func
       if not op.has(FUNCTION) and (op.dialect != 'kernel' or op.name in ('kernel.alloc', 'kernel.launch')):
         raise op.error("is not allowed in a kernel.func: its body is the kernel's AST (kernel ops but alloc and launch)")
+    whole = [op for op in self.body.ops if op.name in WHOLE_KERNELS]
+    if whole:  # a kernel the target writes whole: that op alone, on the kernel's buffers, the output first
+      if len(self.body.ops) != 1: raise whole[0].error(f"is a kernel of its own: the only op of its kernel.func, which has {len(self.body.ops)}")
+      if list(whole[0].operands) != list(self.body.args): raise whole[0].error(f"takes @{self.sym_name}'s arguments in their order (the output first)")
+      return
     stores = [op for op in self.body.ops if op.name == 'kernel.store']
     if not stores: raise self.error(f"@{self.sym_name} stores nothing")
     reduces = [op for op in self.body.ops if op.name == 'kernel.reduce']
@@ -171,6 +176,8 @@ class StoreOp(Operation):
   ATTRS = {'view': 'views'}
   RESULTS = 0
   FORMAT = '$buf $view, $value : type($value)'
+  @property
+  def written(self): return self.buf
   def verify(self):
     b, t = self.buf.type, self.value.type
     if not isinstance(b, BufType): raise self.error(f"stores to a !kernel.buf, got {b}")
@@ -226,6 +233,50 @@ class ScanOp(ScanBase):
     if self.axis < 0: raise self.error(f"axis {self.axis} must be non-negative")
 
 
+class AttentionOp(Operation):
+  """`kernel.attention %out [view], %q [view], %k [view], %v [view] {causal = 1, scale = 0.125}`: a fused attention
+  kernel, the whole body of its kernel.func (the target's FusedAttention writes it): out = softmax(q k^T * scale) v
+  for each of B x H heads. Each buffer is read (out written) through one view of shape (B, H, rows, E), q and out L
+  rows, k and v S, each row's E elements contiguous: the layouts the heads have where they are computed (a qkv
+  projection's output, heads side by side in a row) without copies. causal 1: query i sees the keys j <= i. The
+  scores and probabilities stay on the chip (a running max and sum along the keys)."""
+  name = 'kernel.attention'
+  OPERANDS = ('out', 'q', 'k', 'v')
+  ATTRS = {'out_view': 'views', 'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'causal': 'int', 'scale': 'number'}
+  RESULTS = 0
+  FORMAT = '$out $out_view, $q $q_view, $k $k_view, $v $v_view : type($out), type($q), type($k), type($v)'
+  @property
+  def written(self): return self.out
+  def views(self) -> list:
+    """The four operands' single views (out, q, k, v)."""
+    return [self.attrs[f'{n}_view'].views[0] for n in ('out', 'q', 'k', 'v')]
+  def verify(self):
+    ts = [v.type for v in self.operands]
+    if not all(isinstance(t, BufType) for t in ts): raise self.error(f"reads and writes !kernel.buf operands, got {', '.join(map(str, ts))}")
+    if len({t.dtype for t in ts}) != 1 or not ts[0].dtype.is_float: raise self.error(f"needs buffers of one float type, got {', '.join(map(str, ts))}")
+    for n, t in zip(('out', 'q', 'k', 'v'), ts):
+      vs = self.attrs[f'{n}_view']
+      if len(vs.views) != 1 or vs.views[0].mask is not None or len(vs.shape) != 4:
+        raise self.error(f"{n} is read through one unmasked view of rank 4 (heads B x H, rows, head size), got {vs}")
+      v = vs.views[0]
+      if v.shape[3] > 1 and v.strides[3] != 1: raise self.error(f"{n}'s view must hold each row's elements contiguous (stride 1 along the last axis), got strides {list(v.strides)}")
+      _check_view(self, t, vs)
+    o, q, k, v = (vs.shape for vs in self.views())
+    if o != q or k != v or q[:2] != k[:2] or q[3] != k[3]:
+      raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)} and v {list(v)} (B x H x rows x E, k and v alike) and out {list(o)} (as q)")
+    if k[2] == 0: raise self.error("needs at least one key")
+    if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+    ov = self.views()[0]  # (each element of out written once, as a store's)
+    step = 1
+    for st, sz in sorted((abs(st), sz) for sz, st in zip(ov.shape, ov.strides) if sz > 1):
+      if st != step: raise self.error(f"out's view (shape {list(ov.shape)}, strides {list(ov.strides)}) writes some elements more than once")
+      step *= sz
+    if step != ts[0].numel: raise self.error(f"out's view writes {step} elements, {ts[0]} has {ts[0].numel}: it covers its buffer")
+
+
+WHOLE_KERNELS = ('kernel.attention',)  # ops that are a kernel's whole body, written by the target as one piece
+
+
 # ---- host side ----
 class AllocOp(Operation):
   name = 'kernel.alloc'
@@ -270,9 +321,9 @@ class LaunchOp(Operation):
         raise self.error(f"argument #{i} is {t}, @{self.callee} expects a buffer of {f'{n} ' if n is not None else ''}{dt}")
     # a buffer the kernel writes is passed once: as another argument too, its threads would read what others write, in
     # an order no two devices need agree on
-    from tgc.dialects.builtin import _stored_args
+    from tgc.dialects.builtin import written_args
     root = [_buffer_root(v) for v in self.args]
-    for i in sorted(_stored_args(k)):
+    for i in sorted(written_args(k)):
       j = next((j for j, r in enumerate(root) if j != i and i < len(root) and r is root[i]), None)
       if j is not None: raise self.error(f"passes the buffer @{self.callee} writes (argument #{i}) also as argument #{j}: a kernel reads no buffer it writes")
 

@@ -1,6 +1,8 @@
 """Dialect `tensor`: the lazy tensor graph. Values are whole tensors; no implicit broadcasting."""
 from __future__ import annotations
 import math
+from dataclasses import dataclass
+from typing import Any
 from tgc.ir.core import Operation, PURE, CONSTANT, MOVEMENT
 from tgc.ir.types import TensorType
 from tgc.ir.attrs import HexInt
@@ -292,11 +294,18 @@ class AttentionOp(Operation):
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
     want = TensorType(q.shape[:-1] + v.shape[-1:], q.dtype)
     if r != want: raise self.error(f"result must be {want}, got {r}")
-  def decompose(self, rw):
+  def fused(self, spec) -> bool:
+    """Whether the device (a tgc.target.DeviceSpec) computes this attention as one kernel: tensor-decompose keeps it
+    whole there, and kernelize gives it a kernel of its own (kernel.attention)."""
+    q, v = self.q.type, self.v.type
+    return spec.fused_attention(q.dtype, q.shape[-1], v.shape[-1])
+  def plain(self, rw) -> 'AttentionPlain':
+    """The plain form's softmax, made with `rw.create`: the exponentials e = exp(s - rowmax(s)) of the scores s = q k^T
+    * scale (masked: exp(-inf) = 0) and their row sums, in f32 for half floats, with the op makers that made them."""
     from tgc.ir.core import REGISTRY
     from tgc.ir import dtypes as D
-    q, k, v = self.q, self.k, self.v
-    dt, acc = q.type.dtype, (q.type.dtype if q.type.dtype.itemsize >= 4 else D.f32)
+    q, k = self.q, self.k
+    acc = q.type.dtype if q.type.dtype.itemsize >= 4 else D.f32
     *batch, L, _ = q.type.shape
     S = k.type.shape[-2]
     def op(name, srcs, shape, dtype=acc, attrs=None):
@@ -304,9 +313,9 @@ class AttentionOp(Operation):
     c = lambda value, shape, dtype=acc: op('const', [], shape, dtype, {'value': value})
     wide = lambda x: x if x.type.dtype is acc else op('cast', [x], x.type.shape)
     n = len(batch) + 2
-    kt = op('permute', [wide(k)], (*batch, k.type.shape[-1], S), attrs={'order': tuple(range(n - 2)) + (n - 1, n - 2)})
+    tr = lambda x: op('permute', [x], (*x.type.shape[:-2], x.type.shape[-1], x.type.shape[-2]), x.type.dtype, {'order': tuple(range(n - 2)) + (n - 1, n - 2)})
     sc = (*batch, L, S)
-    s = op('mul', [op('matmul', [wide(q), kt], sc), c(float(self.scale), sc)], sc)
+    s = op('mul', [op('matmul', [wide(q), tr(wide(k))], sc), c(float(self.scale), sc)], sc)
     if self.causal:  # key j - query i <= 0, the positions counted by scans of ones
       pos = lambda m: op('add', [op('scan', [c(1, (m,), D.i32)], (m,), D.i32, {'kind': 'add', 'axis': 0}), c(-1, (m,), D.i32)], (m,), D.i32)
       grid = lambda p, shape: op('expand', [op('reshape', [p], shape, D.i32)], (L, S), D.i32)
@@ -316,10 +325,26 @@ class AttentionOp(Operation):
     row = (*batch, L, 1)
     m = op('expand', [op('reduce', [s], row, attrs={'kind': 'max', 'axes': (n - 1,)})], sc)
     e = op('exp2', [op('mul', [op('sub', [s, m], sc), c(1 / math.log(2), sc)], sc)], sc)
-    total = op('reduce', [e], row, attrs={'kind': 'add', 'axes': (n - 1,)})
-    out = (*batch, L, v.type.shape[-1])
-    o = op('mul', [op('matmul', [e, wide(v)], out), op('expand', [op('recip', [total], row)], out)], out)
-    return o if acc is dt else op('cast', [o], out, dt)
+    return AttentionPlain(op, c, wide, tr, acc, e, op('reduce', [e], row, attrs={'kind': 'add', 'axes': (n - 1,)}))
+  def decompose(self, rw):
+    p = self.plain(rw)
+    v, dt = self.v, self.q.type.dtype
+    out, row = self.q.type.shape[:-1] + v.type.shape[-1:], p.total.type.shape
+    o = p.op('mul', [p.op('matmul', [p.e, p.wide(v)], out), p.op('expand', [p.op('recip', [p.total], row)], out)], out)
+    return o if p.acc is dt else p.op('cast', [o], out, dt)
+
+
+@dataclass
+class AttentionPlain:
+  """What AttentionOp.plain made: its op makers (op(name, operands, shape, dtype=acc, attrs), c(value, shape, dtype),
+  wide(x): x in acc, tr(x): x's last two axes swapped), the accumulation dtype, the exponentials e and their sums."""
+  op: Any
+  c: Any
+  wide: Any
+  tr: Any
+  acc: Any
+  e: Any
+  total: Any
 
 
 class GatherOp(Operation):

@@ -17,6 +17,7 @@ from tgc.ir.dtypes import DType
 from tgc.ir import dtypes as D
 from tgc.dialects.alu import define_alu_ops
 from tgc.dialects.tensor import check_scalar
+from tgc.dialects.builtin import written_args
 
 define_alu_ops('uop', False, globals())
 
@@ -297,6 +298,8 @@ class StoreOp(Operation):
   OPERANDS = ('buf', 'idx', 'value', 'gate?')
   RESULTS = 0
   FORMAT = '$buf[$idx], $value?{, $gate} : type($value)'
+  @property
+  def written(self): return self.buf
   def verify(self):
     p = _ptr(self, self.buf)
     _int(self, self.idx, 'index')
@@ -425,6 +428,49 @@ class WgmmaOp(Operation):
     if self.c.type != t or self.results[0].type != t: raise self.error(f"accumulates into {t}, got {self.c.type} -> {self.results[0].type}")
 
 
+class AttentionOp(Operation):
+  """`uop.attention %out, %q, %k, %v, %smem, %head, %block, %lane {causal, scale, heads, rows, keys, dim, out_layout,
+  q_layout, k_layout, v_layout}`: a fused attention kernel's work-group (the target's FusedAttention, which its
+  emitter writes whole): head `head` (b * heads + h) and its queries from `block` times `block_rows` on, thread
+  `lane` of its `threads` (the specials of the launch), its tiles in `smem` (5 x block_rows rows of dim elements).
+  q and out have `rows` rows of `dim` elements a head, k and v `keys`; each operand's layout [offset, b's stride, h's
+  stride, a row's stride] places a head's rows, each row's elements contiguous (kernel.attention's views), inside its
+  buffer's declared size. Collective: every thread of the work-group takes part."""
+  name = 'uop.attention'
+  OPERANDS = ('out', 'q', 'k', 'v', 'smem', 'head', 'block', 'lane')
+  ATTRS = {'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
+           'threads': 'int', 'out_layout': 'ints', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints'}
+  RESULTS = 0
+  TRAITS = frozenset()  # reads and writes memory
+  FORMAT = '$out, $q, $k, $v, $smem, $head, $block, $lane : type($out)'
+  @property
+  def written(self): return self.out
+  def verify(self):
+    ps = [_ptr(self, v, nm) for v, nm in zip(self.operands[:5], ('out', 'q', 'k', 'v', 'smem'))]
+    if any(p.local for p in ps[:4]) or not ps[4].local: raise self.error("reads q, k and v and writes out in global memory, its tiles in shared memory (smem)")
+    if len({p.dtype for p in ps}) != 1 or ps[0].dtype not in (D.f16, D.bf16): raise self.error(f"needs f16 or bf16 buffers of one type, got {', '.join(map(str, ps))}")
+    for v, nm in zip(self.operands[5:], ('head', 'block', 'lane')): _int(self, v, nm)
+    if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+    for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'threads'):
+      if self.attrs[nm] < 1: raise self.error(f"{nm} must be positive, got {self.attrs[nm]}")
+    # what the kernel indexes stays inside what the launch and the buffers declare
+    sp = {}
+    for v, nm, ax in zip(self.operands[5:], ('head', 'block', 'lane'), ('gidx0', 'gidx1', 'lidx0')):
+      if v.op is None or v.op.name != 'uop.special' or v.op.attrs['axis'] != ax: raise self.error(f"{nm} must be the launch's uop.special {ax}")
+      sp[nm] = v.op.attrs['size']
+    if sp['lane'] != self.attrs['threads']: raise self.error(f"runs {self.attrs['threads']} threads a work-group, the launch's lidx0 has {sp['lane']}")
+    if sp['head'] % self.attrs['heads']: raise self.error(f"{sp['head']} heads (gidx0) are not a whole number of groups of {self.attrs['heads']}")
+    if self.smem.op.attrs['size'] < 5 * self.attrs['block_rows'] * self.attrs['dim']:
+      raise self.error(f"its tiles take {5 * self.attrs['block_rows'] * self.attrs['dim']} elements of shared memory, smem declares {self.smem.op.attrs['size']}")
+    nb, rows = sp['head'] // self.attrs['heads'], {'out': self.attrs['rows'], 'q': self.attrs['rows'], 'k': self.attrs['keys'], 'v': self.attrs['keys']}
+    for nm, buf in zip(('out', 'q', 'k', 'v'), self.operands[:4]):
+      lay = list(self.attrs[f'{nm}_layout'])
+      if len(lay) != 4 or any(x < 0 for x in lay): raise self.error(f"{nm}_layout must be [offset, b's stride, h's stride, a row's stride], none negative, got {lay}")
+      end = lay[0] + (nb - 1) * lay[1] + (self.attrs['heads'] - 1) * lay[2] + (rows[nm] - 1) * lay[3] + self.attrs['dim']
+      size = buf.op.attrs.get('size')
+      if size is None or end > size: raise self.error(f"reads and writes {nm} up to element {end - 1}: its uop.define_global must declare a size of at least {end}, got {size}")
+
+
 class WgmmaFenceOp(Operation):
   """Orders the registers a warpgroup wrote (an accumulator's start) before the uop.wgmma ops after it read them."""
   name = 'uop.wgmma_fence'
@@ -459,7 +505,7 @@ class FenceAsyncSharedOp(Operation):
 
 # the ops of a GPU's warps and tensor cores, which a CPU target and the interpreter do not run
 WARP_OPS = frozenset({'uop.wmma', 'uop.ldmatrix', 'uop.shuffle_xor', 'uop.wgmma', 'uop.wgmma_fence', 'uop.wgmma_commit',
-                      'uop.wgmma_wait', 'uop.fence_async_shared'})
+                      'uop.wgmma_wait', 'uop.fence_async_shared', 'uop.attention'})
 
 # ---- facts about a uop.func: what emitters, runtimes and the interpreter read alike
 def const_value(v, dt: D.DType):
@@ -517,7 +563,7 @@ def launch_info(fn) -> tuple:
   """What launching a uop.func takes, read from its body once: (name, buffer dtypes, declared sizes, (global_size,
   local_size), the buffers it writes). A runtime's Program is made from these (a function loaded from the disk cache
   keeps them: its kernels' bodies are not kept, and are lowered again only when something asks for one)."""
-  written = sorted({op.buf.op.attrs['index'] for op in fn.body.ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'})
+  written = sorted(written_args(fn))
   return fn.sym_name, buffer_signature(fn), buffer_sizes(fn), launch_dims(fn), written
 
 

@@ -23,6 +23,7 @@ from tgc.errors import TgcError
 from tgc.ir import alu, dtypes as D
 from tgc.ir.types import PtrType, VecType, elem
 from tgc.dialects.uop import const_value, launch_dims, buffer_signature
+from tgc.dialects.builtin import written_args
 
 NARROW = ('i8', 'i16', 'u8', 'u16', 'f16', 'bf16')   # C promotes these in arithmetic: cast results back
 DUP = ('max', 'min', 'idiv', 'mod', 'shl', 'shr')   # templates that repeat operands: operands must be names
@@ -113,6 +114,10 @@ class Lang:
     updated in place; None: none."""
     return None
   def wgmma_args(self, a_layout, b_layout) -> list[str]: return []
+  def attention(self, op, args: list[str], global_size) -> list[str] | None:
+    """The statements of a uop.attention (args: its operands' expressions; global_size: the kernel's grid); None: the
+    target has no fused attention kernel (of its dtype, head size, block and threads)."""
+    return None
   def wgmma_sync(self, nm: str, pending: int = 0) -> str | None:
     """The statement of a uop.wgmma_fence, wgmma_commit, wgmma_wait or fence_async_shared; None: the target has none."""
     return None
@@ -275,7 +280,7 @@ class KernelRenderer:
     self.gs, self.ls = (list(x) for x in launch_dims(fn))
     self.sig = buffer_signature(fn)
     ops = self.ops = fn.body.ops
-    self.written = {op.buf.op.attrs['index'] for op in ops if op.name == 'uop.store' and op.buf.op.name == 'uop.define_global'}
+    self.written = written_args(fn)
     from tgc.dialects.uop_bounds import unproven_accesses
     self.bounds_memo: dict = {}
     self.unproven = unproven_accesses(fn, self.bounds_memo)  # guarded at run time: no access leaves its buffer
@@ -579,6 +584,10 @@ class KernelRenderer:
       line = L.wgmma_sync(nm, op.attrs.get('pending', 0))
       if line is None: raise self.err(op, f"is not supported by the {L.name} target")
       self.emit(line)
+    elif nm == 'attention':
+      lines = L.attention(op, [self.get(v) for v in op.operands], self.gs)
+      if lines is None: raise self.err(op, f"is not supported by the {L.name} target: it has no fused attention kernel of its shape")
+      for line in lines: self.emit(line)
     elif nm == 'wmma':
       a, b, c = (v.type for v in op.operands)
       fn = L.wmma_helper(tuple(op.attrs['dims']), a, b, c)

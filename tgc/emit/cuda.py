@@ -9,6 +9,7 @@ import math
 from tgc.ir import dtypes as D
 from tgc.emit.cstyle import Lang, F8, XYZW, render_module, render_kernel
 from tgc.dialects.uop import shared_layout
+from tgc.emit.cuda_attention import attention_functions, attention_call, ROWS, THREADS
 
 STATIC_SHARED = 48 << 10  # the shared memory a kernel's static arrays may take; beyond it a launch asks for it
 
@@ -102,6 +103,11 @@ class CUDALang(Lang):
     self.needs.add(('wgmma', name, dims[1], self.WGMMA[dt], self.reg(dt), a_layout[0], b_layout[0], self.vtype(c)))
     self.needs.add(('wgmma_desc',))
     return name
+  def attention(self, op, args, global_size):
+    dt = op.out.type.dtype.name
+    if dt not in ('f16', 'bf16') or op.attrs['dim'] not in (64, 128) or (op.attrs['block_rows'], op.attrs['threads']) != (ROWS, THREADS): return None
+    self.needs.add(('attention', dt, op.attrs['dim']))
+    return attention_call(dt, op, args, global_size[1])
   def wgmma_args(self, a_layout, b_layout):
     bits = lambda lay: (lay[1] >> 4) << 16 | (lay[2] >> 4) << 32 | 1 << 62
     return [f"{bits(a_layout):#x}ull", f"{bits(b_layout):#x}ull"]
@@ -179,6 +185,8 @@ class CUDALang(Lang):
       out += ["__device__ inline unsigned long long tg_wgmma_desc(const void* p, unsigned long long bits) {",
               "  return bits | (((unsigned long long)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4);", "}"]
     for _, *wg in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'wgmma'): out += self.wgmma_function(*wg)
+    fa = [tuple(x[1:]) for x in self.needs if isinstance(x, tuple) and x[0] == 'attention']
+    if fa: out += attention_functions(fa)
     return out
 
 

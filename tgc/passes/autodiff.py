@@ -186,10 +186,32 @@ class _Into:
     return o
 
 def _plain(b, op, g):
-  """A composite without a rule of its own (tensor.attention): its `decompose`'s plain form, differentiated by the
+  """A composite without a rule of its own (an extension's): its `decompose`'s plain form, differentiated by the
   rules of the ops it makes."""
   start = len(b.ops)
   return _operands_adjoints(op, _through(b, start, op.decompose(_Into(b)), g))
+
+def _attention(b, op, g):
+  """softmax(q k^T * scale) v's gradients as flash attention's backward: the probabilities p recomputed from q and k
+  (the plain form's softmax, in f32 for half floats), then dv = p^T g, ds = p * (g v^T - rowsum(g * out)) * scale,
+  dq = ds k, dk = ds^T q. The softmax's max is a shift the value does not depend on: no gradient goes through it.
+  For half floats p and ds are rounded to the inputs' type for the products (f32 sums: the tensor cores' form)."""
+  p = op.plain(_Into(b))
+  mk, acc, dt = p.op, p.acc, op.q.type.dtype
+  half = lambda x: x if acc is dt else p.wide(mk('cast', [x], x.type.shape, dt))  # (rounded, then cast back up)
+  narrow = lambda x: x if acc is dt else mk('cast', [x], x.type.shape, dt)
+  sc, row = p.e.type.shape, p.total.type.shape
+  prob = mk('mul', [p.e, mk('expand', [mk('recip', [p.total], row)], sc)], sc)
+  gw, q, k, v = p.wide(g), *(p.wide(x) for x in op.operands)
+  dv = mk('matmul', [p.tr(half(prob)), gw], v.type.shape)
+  d = mk('reduce', [mk('mul', [gw, p.wide(op.results[0])], gw.type.shape)], row, attrs={'kind': 'add', 'axes': (len(row) - 1,)})
+  dp = mk('sub', [mk('matmul', [gw, p.tr(v)], sc), mk('expand', [d], sc)], sc)
+  ds = half(mk('mul', [mk('mul', [prob, dp], sc), p.c(float(op.scale), sc)], sc))
+  adj: dict = {}
+  for x, gx in zip(op.operands, (mk('matmul', [ds, k], q.type.shape), mk('matmul', [p.tr(ds), q], k.type.shape), dv)):
+    gx = narrow(gx)
+    adj[x] = gx if x not in adj else b.alu('add', adj[x], gx)
+  return _operands_adjoints(op, adj)
 
 def _conv_input_grad(b, op, g):
   """The input's gradient of a conv as a conv itself (the transposed conv): the output's gradient, with s - 1 zeros
@@ -251,6 +273,7 @@ RULES = {
   'gather': _gather,
   'scan': _scan,
   'conv': _conv,
+  'attention': _attention,
   'matmul': lambda b, op, g: [b.op('matmul', (g, b.transpose(op.rhs)), op.lhs.type), b.op('matmul', (b.transpose(op.lhs), g), op.rhs.type)],
 }
 # ops whose outputs carry no gradient to their operands (constant, integer or bool only, or piecewise constant)

@@ -164,6 +164,26 @@ def fold_reduce(op, rw):
   return None
 
 
+def fold_matmul(op, rw):
+  """A product with a splat factor c (the gradient of a sum: ones) is c times the other factor's sums along the
+  contracted axis, broadcast: a reduce, where the product would read the constant as a matrix (no tensor cores, and
+  the sums computed once an output column). Only where that is exact: c zero or a power of two (a float's), any
+  integer."""
+  a, b = op.operands
+  t = op.results[0].type
+  for i, (x, other) in enumerate(((b, a), (a, b))):
+    c = _c(x)
+    if c is None or not isinstance(t, TensorType) or other.type.dtype != t.dtype or t.dtype.is_bool: continue
+    if t.dtype.is_float and c != 0 and (not math.isfinite(c) or math.frexp(c)[0] not in (0.5, -0.5)): continue
+    axis = other.type.rank - 1 if i == 0 else other.type.rank - 2
+    rshape = tuple(1 if j == axis else n for j, n in enumerate(other.type.shape))
+    s = rw.create(REGISTRY['tensor.reduce'], [other], [TensorType(rshape, t.dtype)], {'kind': 'add', 'axes': (axis,)}, op.loc).results[0]
+    if c != 1: s = rw.create(REGISTRY['tensor.mul'], [s, make_const(rw, op, c, s.type)], [s.type], None, op.loc).results[0]
+    rw.stats['products of a constant folded'] += 1
+    return _create(rw, 'tensor.expand', s, t, None, op.loc)
+  return None
+
+
 ALU_NAMES = [f"{d}.{n}" for d in ('tensor', 'kernel', 'uop') for n in alu.UNARY + alu.BINARY + alu.COMPARE + alu.TERNARY + ('cast', 'bitcast')]
 MOVEMENT = ('tensor.reshape', 'tensor.expand', 'tensor.permute', 'tensor.pad', 'tensor.shrink', 'tensor.flip')
 
@@ -172,6 +192,7 @@ canonical_patterns = PatternMatcher([
   (tuple(ALU_NAMES), identities),
   (MOVEMENT, fold_movement),
   ('tensor.reduce', fold_reduce),
+  ('tensor.matmul', fold_matmul),
 ])
 
 

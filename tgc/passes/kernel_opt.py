@@ -19,6 +19,7 @@ import math
 from tgc.ir.core import Module, Operation
 from tgc.ir.attrs import Record
 from tgc.target import Target, DeviceSpec, DEVICE_OPTIONS
+from tgc.dialects.kernel import WHOLE_KERNELS
 from tgc.host import CPU_KINDS, cpu_facts
 from tgc.passes.manager import Pass, PipelineError
 from tgc.passes.schedule import Schedule, Opt, OptError, try_opts, lowers, tc_axes, MAX_LANES, MAX_UNROLLED_OPS, MAX_GATHERED_LANES
@@ -657,7 +658,7 @@ class KernelOpt(Pass):
     allow = None if self.local == 'auto' else self.local == 'true'
     if self.cpu != 'host' and self.cpu not in CPU_KINDS: raise PipelineError(f"kernel-opt: option 'cpu' expects host or one of {', '.join(CPU_KINDS)}, got '{self.cpu}'")
     for k in m.functions('kernel.func'):
-      if 'opts' in k.attrs: continue
+      if 'opts' in k.attrs or any(op.name in WHOLE_KERNELS for op in k.body.ops): continue  # (the target writes those whole)
       if self.mode == 'search':
         from tgc.passes.search import beam_search
         opts = beam_search(k, spec, self.beam, self.budget, heuristic(k, spec, self.upcast, allow, self.unroll))

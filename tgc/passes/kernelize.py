@@ -53,6 +53,39 @@ def _movement_base(v: Value) -> Value:
   while v.op is not None and MOVEMENT in v.op.TRAITS: v = v.op.operands[0]
   return v
 
+def _attention_view(vs: ViewStack, t: TensorType) -> ViewStack | None:
+  """A view stack of an attention operand's shape (batch..., rows, E) as the kernel reads it, (B, H, rows, E) with
+  H the last batch axis and B the others merged: one unmasked view, each row contiguous, its offset and strides whole
+  16-byte chunks (the kernel copies rows 16 bytes at a time); else None."""
+  *batch, rows, e = t.shape
+  shape = (math.prod(batch[:-1]), batch[-1] if batch else 1, rows, e)
+  vs = vs.reshape(shape).simplify()
+  if len(vs.views) != 1 or (v := vs.views[0]).mask is not None or (e > 1 and v.strides[3] != 1): return None
+  per = max(1, 16 // t.dtype.itemsize)
+  return vs if all(x % per == 0 for x in (v.offset, *v.strides[:3])) and all(x >= 0 for x in v.strides) else None
+
+
+def attention_layouts(fn: Operation) -> None:
+  """An attention's result that a permute of its heads and rows reads (the next projection's layout) besides other
+  readers (a backward's): those others read it back from that permute's result through the inverse permute, so that
+  the attention's kernel stores the permuted layout alone (Scheduler.attention_permuted)."""
+  users: dict = {}
+  for op in fn.body.ops:
+    for v in op.operands: users.setdefault(v, []).append(op)
+  new = []
+  for op in fn.body.ops:
+    new.append(op)
+    if op.name != 'tensor.permute' or op.order[-1] != len(op.order) - 1 or (src := op.operands[0]).op is None or src.op.name != 'tensor.attention': continue
+    others = [u for u in users.get(src, []) if u is not op]
+    if not others or any(u.name == 'tensor.permute' and u is not op for u in others): continue
+    inv = tuple(sorted(range(len(op.order)), key=op.order.__getitem__))
+    back = REGISTRY['tensor.permute']([op.results[0]], [src.type], {'order': inv}, op.loc)
+    new.append(back)
+    for u in others: u.operands = [back.results[0] if x is src else x for x in u.operands]
+    users[src] = [op]
+  fn.body.ops = new
+
+
 def _is_leaf(v: Value) -> bool:
   return v.op is None or v.op.name in ('tensor.const', 'tensor.empty')
 
@@ -119,6 +152,7 @@ class Scheduler:
     self.siblings: dict[Value, Value] = {}  # an elementwise buffer -> the later elementwise kernel that computes and stores it too
     self.depth: dict[Value, int] = {}       # a value's chain of ops down to buffers (_bound_depth)
     self.read_by: dict = {}                 # a root (None: the results) -> the buffers its kernel reads (readers)
+    self.attention_out: dict[Value, Value] = {}  # an attention's permuted result -> the attention: its kernel stores it
 
   # ---- phase 1: which values are buffers ----
   def compute_ops(self):
@@ -139,6 +173,12 @@ class Scheduler:
       self.R.add(b)
     for op in self.fn.body.ops:
       if op.name == 'tensor.contiguous' or (op.name == 'tensor.scan' and not positions_scan(op)): self.R.add(op.results[0])  # (a scan is a kernel of its own)
+      if op.name == 'tensor.attention':  # (left whole for the device: a kernel of its own)
+        self.R.add(op.results[0])
+        if (u := self.attention_permuted(op.results[0])) is not None: self.R.add(u); self.attention_out[u] = op.results[0]
+        for x in op.operands:  # its operands read where they are computed, through a view, or else copied
+          b, _ = self.attention_operand(x) or (x, None)
+          if b.op is not None and not _is_leaf(b): self.R.add(b)
       if op.name == 'tensor.reduce':
         pts = self._reduce_escapes(op.results[0])
         # one way out: the elementwise ops up to it are the reduce kernel's epilogue (a matmul's bias and relu),
@@ -489,15 +529,21 @@ class Scheduler:
         self.host_ops.append(alloc); self.buffers[root] = alloc.results[0]
         continue
       if root in self.fused or root in self.siblings: continue  # computed and stored by the kernel that uses it
-      kb = _KernelBuilder(self, root, [m for m, s_ in self.fused.items() if s_ is root], [m for m, s_ in self.siblings.items() if s_ is root])
-      kfn, inputs = kb.build()
-      name = kb.name()
+      if root in self.attention_out: continue  # (stored by its attention's kernel)
+      outs = [root]  # (and the buffers it also stores: a reduce kernel's earlier reduces, its elementwise siblings)
+      if root.op.name == 'tensor.attention':
+        kfn, inputs, name, stored = self.attention_kernel(root)
+        outs = [stored]
+      else:
+        kb = _KernelBuilder(self, root, [m for m, s_ in self.fused.items() if s_ is root], [m for m, s_ in self.siblings.items() if s_ is root])
+        kfn, inputs = kb.build()
+        name = kb.name()
+        outs += [m for m in kb.also if m not in self.unstored] + kb.siblings
       base, i = name, 1
       while name in names or name in self.used_names: name, i = f"{base}n{i}", i + 1
       names.add(name)
       kfn.attrs['sym_name'] = Symbol(name)
       kernels.append(kfn)
-      outs = [root] + [m for m in kb.also if m not in self.unstored] + kb.siblings
       allocs = [K('alloc')([], [v.type], None, v.op.loc) for v in outs]
       for a in allocs: a.results[0].hint = None
       launch = K('launch')([a.results[0] for a in allocs] + inputs, [], {'callee': Symbol(name)}, root.op.loc)
@@ -518,6 +564,45 @@ class Scheduler:
     ret.operands = outs
     self.host_ops.append(ret)
     return kernels, self.host_ops
+
+  def attention_permuted(self, v: Value) -> Value | None:
+    """The one permute of an attention's result (its heads and rows swapped: the layout the next projection reads,
+    the rows' last axis kept) that is all that reads it: the attention's kernel stores that layout (kernelize's
+    attention_layouts made the other readers read it back through the inverse permute)."""
+    us = self.users.get(v, [])
+    if len(us) != 1 or us[0].name != 'tensor.permute' or us[0].order[-1] != len(us[0].order) - 1: return None
+    return us[0].results[0]
+
+  def attention_operand(self, x: Value) -> tuple[Value, ViewStack] | None:
+    """The buffer an attention's operand x (batch..., rows, E) is read from and the view (B, H, rows, E) that reads it
+    (movement ops down to a value computed anyway or an argument), where one view does: unmasked, each row contiguous,
+    the batch axes merged into two, 16-byte aligned (the kernel's copies are); else None (x is copied)."""
+    path, b = [], x
+    while b not in self.R and b.op is not None and b.op.name in ('tensor.reshape', 'tensor.permute', 'tensor.shrink', 'tensor.expand'):
+      path.append(b.op); b = b.op.operands[0]
+    if b.op is not None and b.op.name == 'tensor.empty': return None
+    vs = _attention_view(_path_views(b.type.shape, path), x.type)
+    return None if vs is None else (b, vs)
+
+  def attention_kernel(self, root: Value):
+    """A tensor.attention the device computes whole: a kernel.func of one kernel.attention on the buffers its operands
+    are read from (attention_operand) and the one it stores (its result, or its permuted layout: attention_permuted).
+    Returns the kernel.func, its input buffers, its name and the value it stores."""
+    op = root.op
+    stored = next((u for u, a in self.attention_out.items() if a is root), root)
+    out_vs = ViewStack.from_shape(stored.type.shape)
+    if stored is not root: out_vs = out_vs.permute(tuple(sorted(range(len(stored.op.order)), key=stored.op.order.__getitem__)))
+    views, inputs = [_attention_view(out_vs, root.type)], []
+    for x in op.operands:
+      b, vs = self.attention_operand(x) or (x, _attention_view(ViewStack.from_shape(x.type.shape), x.type))
+      inputs.append(self.buffers.get(b) or self.host_buffer(b)); views.append(vs)
+    bufs = [stored] + inputs
+    args = [Value(BufType(v.type.shape, v.type.dtype), hint=f"data{i}") for i, v in enumerate(bufs)]
+    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], **{f'{n}_view': vs for n, vs in zip(('out', 'q', 'k', 'v'), views)}}
+    body = Block(args, [K('attention')(args, [], attrs, op.loc)])
+    B, H, L, E = views[1].shape
+    name = f"attn{'_causal' if op.causal else ''}_{B * H}_{L}_{views[2].shape[2]}_{E}"
+    return K('func')([], [], {'sym_name': Symbol('k')}, op.loc, body), inputs, name, stored
 
   def host_buffer(self, v: Value) -> Value:
     """A leaf that lives on the host: an argument, a dense (or masked) constant, an empty tensor."""
@@ -789,12 +874,13 @@ class Kernelize(Pass):
   # (the device's spec, DEVICE_OPTIONS: what kernelize chooses for a device)
   options = {**DEVICE_OPTIONS, 'split': (bool, True, 'split a big reduce into few outputs into two kernels, so the first can use every core')}
   def run(self, m: Module):
-    apply_patterns(m, decompose_patterns + declared_patterns())
+    apply_patterns(m, decompose_patterns + declared_patterns(DeviceSpec.from_options(self.opts)))
     if self.split: apply_patterns(m, split_patterns, max_sweeps=1)
     used = {op.attrs['sym_name'] for op in m.ops if 'sym_name' in op.attrs}
     kernels = []
     for fn in m.functions('func.func'):
       if any(op.name.startswith('kernel.') for op in fn.body.ops): continue  # already a schedule
+      attention_layouts(fn)
       s = Scheduler(fn, used, DeviceSpec.from_options(self.opts).gpu)
       s.choose()
       ks, host = s.build()

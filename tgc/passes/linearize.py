@@ -235,7 +235,7 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
         r = b.open_range(b.const(0), b.const(self.full[a]))
         self.loops.append(r); self.idx[a] = r
       return sizes
-    for gi, grp in enumerate(reversed(launch_groups(axes))):
+    for gi, grp in enumerate(reversed(launch_groups(axes, self.full, self.t.max_grid if prefix == 'gidx' else ()))):
       size = math.prod(self.full[a] for a in grp)
       g = self.special(f'{prefix}{gi}', size, again)
       sizes.append(size)
@@ -859,7 +859,35 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
 
 
 def linearize_kernel(k: Operation, target: str | DeviceSpec = 'llvm') -> Operation:
+  if k.body.ops and k.body.ops[0].name == 'kernel.attention': return linearize_attention(k, DeviceSpec.of(target))
   return Lowerer(k, target).run()
+
+
+def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
+  """A kernel.attention's kernel as the target's fused attention kernel (FusedAttention): a work-group of its threads
+  for each head (gidx0, the axis of the largest grid) and block of its rows of queries (gidx1), its tiles in shared
+  memory, one uop.attention the emitter writes whole; each operand's view as its layout [offset, B's stride, H's
+  stride, a row's stride] (a head's rows start at offset + b * B's stride + h * H's stride)."""
+  op, fa = k.body.ops[0], spec.target.attention
+  views = op.views()
+  B, H, L, E = views[1].shape
+  S, dt = views[2].shape[2], op.q.type.dtype
+  if fa is None or not spec.fused_attention(dt, E, E):
+    raise OptError(f"the {spec.name} target has no fused attention kernel for {dt} heads of {E} (on this device)")
+  U, ops = (lambda n: REGISTRY['uop.' + n]), []
+  def emit(name, operands, t, attrs):
+    u = U(name)(operands, [t] if t is not None else [], attrs, op.loc)
+    ops.append(u)
+    return u.results[0] if u.results else None
+  bufs = [emit('define_global', [], PtrType(dt), {'index': i, 'size': a.type.numel}) for i, a in enumerate(op.operands)]
+  smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': fa.smem_rows * E, 'align': 128})
+  blocks = -(-L // fa.rows)
+  idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', B * H), ('gidx1', blocks), ('lidx0', fa.threads))]
+  layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('out', 'q', 'k', 'v'), views)}
+  emit('attention', bufs + [smem] + idx, None, {'causal': op.causal, 'scale': op.attrs['scale'], 'heads': H, 'rows': L, 'keys': S, 'dim': E,
+                                                 'block_rows': fa.rows, 'threads': fa.threads, **layouts})
+  attrs = {'sym_name': Symbol(k.sym_name), 'global_size': (B * H, blocks), 'local_size': (fa.threads,)}
+  return U('func')([], [], attrs, k.loc, Block([], ops))
 
 
 class Linearize(Pass):

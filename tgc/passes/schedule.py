@@ -79,11 +79,19 @@ def reduce_stages(reduces) -> list[list]:
   return [[r for r in reduces if stage[r] == i] for i in range(max(stage.values(), default=-1) + 1)]
 
 
-def launch_groups(axes) -> list[list[int]]:
-  """The axes of each launch grid dim (of the global or the local axes, outermost first): one each, the outermost
-  merged while there are more than MAX_GLOBAL_DIMS."""
+def launch_groups(axes, full=None, limits=()) -> list[list[int]]:
+  """The axes of each launch grid dim (of the global or the local axes, outermost first; the last is dim 0): one
+  each, the outermost merged while there are more than MAX_GLOBAL_DIMS; then, given the axes' sizes (`full`) and the
+  most each grid dim takes (`limits`, dim 0 first: Target.max_grid), a group past its dim's limit merged into the
+  next inner one, until each fits (dim 0's limit is the largest: CUDA's grid takes 2**31 - 1 blocks along x, 65535
+  along y and z)."""
   groups = [[a] for a in axes]
   while len(groups) > MAX_GLOBAL_DIMS: groups[0:2] = [groups[0] + groups[1]]
+  while limits and full is not None:
+    n = len(groups)
+    over = next((j for j in range(n - 1) if math.prod(full[a] for a in groups[j]) > limits[min(n - 1 - j, len(limits) - 1)]), None)
+    if over is None: break
+    groups[over:over + 2] = [groups[over] + groups[over + 1]]
   return groups
 
 
@@ -301,7 +309,7 @@ class Schedule:
     if tc and t.tensor_cores is None:
       raise OptError(f"@{name}: tensor cores (tc) need the {' or '.join(x.name for x in tensor_core_targets())} target, not {t.name}")
     def grid(ax, prefix):  # (on a CPU only the outermost global axis is a launch dim, the rest loops)
-      groups = [ax[:1]] if t.is_cpu and prefix == 'gidx' else launch_groups(ax)
+      groups = [ax[:1]] if t.is_cpu and prefix == 'gidx' else launch_groups(ax, full, t.max_grid if prefix == 'gidx' else ())
       for gi, grp in enumerate(reversed(groups)):
         if (size := math.prod(full[a] for a in grp)) > MAX_GRID:
           raise OptError(f"@{name}: {size} points along {prefix}{gi}, more than a launch grid holds (2**31 - 1)")

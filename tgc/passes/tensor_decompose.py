@@ -499,9 +499,13 @@ def _paneled_conv(op, rw, mk, spec: DeviceSpec):
 # without a device: the plain product and conv (kernelize decomposes what is left so)
 decompose_patterns = PatternMatcher([('tensor.matmul', decompose_matmul), ('tensor.conv', decompose_conv)])
 
-def declared_patterns() -> PatternMatcher:
-  """A rule for every registered op that says how it decomposes (ops may be declared after this module loads)."""
-  return PatternMatcher([(name, lambda op, rw: op.decompose(rw)) for name, cls in REGISTRY.items() if callable(getattr(cls, 'decompose', None))])
+def declared_patterns(spec: DeviceSpec | None = None) -> PatternMatcher:
+  """A rule for every registered op that says how it decomposes (ops may be declared after this module loads), but
+  for an op the device computes whole (its `fused(spec)` says so: attention as one kernel)."""
+  def rule(op, rw):
+    fused = getattr(op, 'fused', None)
+    return None if spec is not None and callable(fused) and fused(spec) else op.decompose(rw)
+  return PatternMatcher([(name, rule) for name, cls in REGISTRY.items() if callable(getattr(cls, 'decompose', None))])
 
 
 class TensorDecompose(Pass):
@@ -518,7 +522,7 @@ class TensorDecompose(Pass):
     copies: dict = {}
     mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack, spec, copies)),
                          ('tensor.conv', lambda op, rw: decompose_conv(op, rw, spec, pack))])
-    apply_patterns(m, mm + declared_patterns(), stats=self.stats)
+    apply_patterns(m, mm + declared_patterns(spec), stats=self.stats)
     if spec.gpu and spec.processors:  # (one sweep: the partial sums are not split again)
       users: dict = {}  # (one sweep over the function's own reduces: the uses of their results as they are now)
       for fn in m.ops:

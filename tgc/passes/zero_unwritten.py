@@ -13,6 +13,7 @@ from tgc.ir.attrs import Symbol
 from tgc.ir.types import PtrType, TensorType
 from tgc.ir import dtypes as D
 from tgc.dialects.uop_bounds import covered
+from tgc.dialects.builtin import written_args
 
 U = lambda n: REGISTRY[f'uop.{n}']
 GRID_X = 1 << 16  # threads per row of the fill's grid (a larger buffer takes rows on gidx1)
@@ -27,7 +28,7 @@ def zero_unwritten(m: Module, host: Operation, given: set) -> None:
     if op.name == 'kernel.alloc': base[op.results[0]] = op.results[0]
     elif op.name in ('kernel.reshape', 'tensor.reshape') and op.operands and op.operands[0] in base: base[op.results[0]] = base[op.operands[0]]
     elif op.name == 'kernel.launch' and (k := m.lookup(op.attrs['callee'])) is not None and k.name == 'uop.func':
-      stores = {s.buf.op.attrs['index'] for s in k.body.ops if s.name == 'uop.store' and s.buf.op is not None and s.buf.op.name == 'uop.define_global'}
+      stores = written_args(k)
       fresh = {i: op.operands[i] for i in sorted(stores) if i < len(op.operands) and base.get(op.operands[i]) is not None and base[op.operands[i]] not in written}
       if k.attrs['sym_name'] in given and fresh:
         sizes = {i: v.type.numel for i, v in fresh.items()}

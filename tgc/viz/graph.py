@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from tgc.ir.core import Module, Operation
 from tgc.ir.printer import Printer
 from tgc.ir.types import TensorType
+from tgc.dialects.builtin import written_args as kernel_written_args
 
 
 @dataclass
@@ -58,15 +59,9 @@ def _edge(src: str, dst: str, name: str, t) -> Edge:
 
 
 def written_args(m: Module, callee: str) -> set[int]:
-  """The argument numbers a kernel writes: the buffers its kernel.store (kernel level) or uop.store to a
-  uop.define_global (uop level) names."""
+  """The argument numbers a kernel writes (tgc.dialects.builtin.written_args; an unknown kernel: its first)."""
   k = m.lookup(callee)
-  if k is None: return {0}
-  if k.name == 'kernel.func':
-    args = {a: i for i, a in enumerate(k.body.args)}
-    return {args[o.operands[0]] for o in k.walk() if o.name == 'kernel.store' and o.operands[0] in args}
-  return {o.operands[0].op.attrs['index'] for o in k.walk()
-          if o.name == 'uop.store' and o.operands[0].op is not None and o.operands[0].op.name == 'uop.define_global'}
+  return {0} if k is None else kernel_written_args(k)
 
 
 def kernel_detail(k: Operation | None) -> str:

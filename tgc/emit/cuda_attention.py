@@ -1,0 +1,188 @@
+"""The CUDA target's fused attention kernel (tgc.target.FusedAttention; uop.attention renders as a call of it):
+softmax(q k^T * scale) v for one head and a block of 64 queries a work-group of 128 threads, the scores and
+probabilities kept in registers (flash attention's online softmax).
+
+Each of the 4 warps takes 16 query rows; keys go by tiles of 64. The query tile, and two buffers each of key and
+value tiles (the next tile's copies, cp.async, run while this one is used), lie in shared memory in rows of 16-byte
+chunks whose column is XORed with the row (ldmatrix reads 8 rows of a column without bank conflicts): 5 tiles of 64
+rows. S = Q K^T comes from mma.sync m16n8k16 (Q's fragments by ldmatrix once, K's by ldmatrix a step); the running
+max and sum of each row live in the registers of the 4 threads that hold it, the output's accumulators are rescaled
+when the max grows, and the probabilities' accumulators, rounded to the input type, are directly the A fragments of
+P V (V's B fragments by ldmatrix.trans). Rows are masked past the keys (and, causal, where a key comes after the
+query); with causal masking the later blocks of queries, which see the most keys, run first.
+"""
+from __future__ import annotations
+import math
+
+# what every instance shares: the swizzled tile addressing, the copies, the matrix loads (sm_80 and later)
+_COMMON = r'''__device__ __forceinline__ unsigned tg_fa_smem(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void tg_fa_copy16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tg_fa_smem(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void tg_fa_ldsm(unsigned* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tg_fa_smem(p)));
+}
+__device__ __forceinline__ void tg_fa_ldsm_t(unsigned* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tg_fa_smem(p)));
+}'''
+
+# one instance a (type, head size): T the element type, T2 its pair, HD the head size
+_KERNEL = r'''__device__ __forceinline__ void tg_fa_mma_$NAME(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.$PTX.$PTX.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned tg_fa_pack_$NAME(float lo, float hi) { $T2 h = $PAIR(lo, hi); return *reinterpret_cast<unsigned*>(&h); }
+// rows [row0, row0 + 64) of n rows of HD elements, `ld` apart, into a swizzled tile (rows past n: zeros)
+__device__ __forceinline__ void tg_fa_tile_$NAME($T* tile, const $T* src, size_t ld, int row0, int n, int tid) {
+  #pragma unroll
+  for (int i = 0; i < 64 * ($HD / 8) / 128; i++) {
+    int idx = tid + 128 * i, r = idx / ($HD / 8), c = idx % ($HD / 8);
+    bool ok = row0 + r < n;
+    tg_fa_copy16(tile + (r * ($HD / 8) + (c ^ (r & 7))) * 8, src + (size_t)(ok ? row0 + r : 0) * ld + c * 8, ok);
+  }
+}
+// a head's rows: layout {offset, b's stride, h's stride, a row's stride}, head = b * H + h
+#define TG_FA_HEAD(P, lay) (P + lay[0] + (size_t)(head / H) * lay[1] + (size_t)(head % H) * lay[2])
+__device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T* __restrict__ Q, const $T* __restrict__ K,
+    const $T* __restrict__ V, $T* smem, int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, bool causal,
+    const size_t* lo, const size_t* lq, const size_t* lk, const size_t* lv) {
+  const int CH = $HD / 8;  // 16-byte chunks a row
+  $T* sQ = smem;                // 64 x HD
+  $T* sK = sQ + 64 * $HD;       // 2 x 64 x HD
+  $T* sV = sK + 2 * 64 * $HD;   // 2 x 64 x HD
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int q0 = (causal ? blocks - 1 - block : block) * 64;
+  const $T* Qh = TG_FA_HEAD(Q, lq);
+  const $T* Kh = TG_FA_HEAD(K, lk);
+  const $T* Vh = TG_FA_HEAD(V, lv);
+  const int all_tiles = (S + 63) / 64;
+  const int n_tiles = causal ? min(all_tiles, (q0 + 64 + 63) / 64) : all_tiles;
+  tg_fa_tile_$NAME(sQ, Qh, lq[3], q0, L, tid);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  tg_fa_tile_$NAME(sK, Kh, lk[3], 0, S, tid);
+  tg_fa_tile_$NAME(sV, Vh, lv[3], 0, S, tid);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+  __syncthreads();
+  unsigned qf[$HD / 16][4];  // this warp's 16 query rows as A fragments, one a 16 of HD
+  #pragma unroll
+  for (int kk = 0; kk < $HD / 16; kk++) {
+    int r = warp * 16 + (lane % 16), c = kk * 2 + lane / 16;
+    tg_fa_ldsm(qf[kk], sQ + (r * CH + (c ^ (r & 7))) * 8);
+  }
+  float o[$HD / 8][4];
+  #pragma unroll
+  for (int j = 0; j < $HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows g and g + 8 of the warp's 16
+  const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
+  for (int j = 0; j < n_tiles; j++) {
+    const int buf = j & 1;
+    if (j + 1 < n_tiles) {  // the next tile's copies run while this one is used
+      tg_fa_tile_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], (j + 1) * 64, S, tid);
+      tg_fa_tile_$NAME(sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, tid);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    __syncthreads();
+    const $T* kt = sK + buf * 64 * $HD;
+    const $T* vt = sV + buf * 64 * $HD;
+    float s[8][4];  // S = Q K^T: 8 tiles of 8 keys
+    #pragma unroll
+    for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    #pragma unroll
+    for (int kk = 0; kk < $HD / 16; kk++) {
+      #pragma unroll
+      for (int n2 = 0; n2 < 4; n2++) {  // two tiles of keys a ldmatrix.x4
+        int r = n2 * 16 + (lane / 16) * 8 + (lane % 8), c = kk * 2 + (lane / 8) % 2;
+        unsigned b[4];
+        tg_fa_ldsm(b, kt + (r * CH + (c ^ (r & 7))) * 8);
+        tg_fa_mma_$NAME(s[2 * n2], qf[kk], b[0], b[1]);
+        tg_fa_mma_$NAME(s[2 * n2 + 1], qf[kk], b[2], b[3]);
+      }
+    }
+    float mx0 = m0, mx1 = m1;  // scaled (log2 units), masked, the running max
+    #pragma unroll
+    for (int n = 0; n < 8; n++) {
+      #pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int key = j * 64 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
+        s[n][e] = (key >= S || (causal && key > row)) ? -INFINITY : s[n][e] * scale_log2;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float u0 = mx0 == -INFINITY ? 0.f : mx0, u1 = mx1 == -INFINITY ? 0.f : mx1;  // (a row masked so far: no NaN)
+    const float a0 = exp2f(m0 - u0), a1 = exp2f(m1 - u1);
+    m0 = mx0; m1 = mx1;
+    float ps0 = 0.f, ps1 = 0.f;
+    #pragma unroll
+    for (int n = 0; n < 8; n++) {
+      s[n][0] = exp2f(s[n][0] - u0); s[n][1] = exp2f(s[n][1] - u0);
+      s[n][2] = exp2f(s[n][2] - u1); s[n][3] = exp2f(s[n][3] - u1);
+      ps0 += s[n][0] + s[n][1]; ps1 += s[n][2] + s[n][3];
+    }
+    l0 = l0 * a0 + ps0; l1 = l1 * a1 + ps1;  // (this thread's part of the row sums: the quad's meet at the end)
+    #pragma unroll
+    for (int d = 0; d < $HD / 8; d++) { o[d][0] *= a0; o[d][1] *= a0; o[d][2] *= a1; o[d][3] *= a1; }
+    #pragma unroll
+    for (int kk = 0; kk < 4; kk++) {  // O += P V, 16 keys a step
+      unsigned pa[4] = {tg_fa_pack_$NAME(s[2 * kk][0], s[2 * kk][1]), tg_fa_pack_$NAME(s[2 * kk][2], s[2 * kk][3]),
+                        tg_fa_pack_$NAME(s[2 * kk + 1][0], s[2 * kk + 1][1]), tg_fa_pack_$NAME(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      #pragma unroll
+      for (int d2 = 0; d2 < $HD / 16; d2++) {
+        int r = kk * 16 + ((lane / 8) % 2) * 8 + (lane % 8), c = d2 * 2 + lane / 16;
+        unsigned b[4];
+        tg_fa_ldsm_t(b, vt + (r * CH + (c ^ (r & 7))) * 8);
+        tg_fa_mma_$NAME(o[2 * d2], pa, b[0], b[1]);
+        tg_fa_mma_$NAME(o[2 * d2 + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // (this tile's buffers are read: the copies two steps on may take them)
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1); l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  $T* Oh = TG_FA_HEAD(O, lo);
+  #pragma unroll
+  for (int d = 0; d < $HD / 8; d++) {
+    int col = d * 8 + 2 * t;
+    if (row_a < L) *reinterpret_cast<$T2*>(Oh + (size_t)row_a * lo[3] + col) = $PAIR(o[d][0] * i0, o[d][1] * i0);
+    if (row_b < L) *reinterpret_cast<$T2*>(Oh + (size_t)row_b * lo[3] + col) = $PAIR(o[d][2] * i1, o[d][3] * i1);
+  }
+}'''
+
+# element type -> (its CUDA name, its pair's, the pair's constructor from two floats, mma.sync's operand type)
+_TYPES = {'f16': ('half', '__half2', '__floats2half2_rn', 'f16'), 'bf16': ('__nv_bfloat16', '__nv_bfloat162', '__floats2bfloat162_rn', 'bf16')}
+
+
+def attention_name(dtype: str, head_dim: int) -> str: return f"{dtype}_{head_dim}"
+
+
+def attention_functions(instances) -> list[str]:
+  """The device functions of these (dtype name, head size) instances, after what they share (prelude lines)."""
+  out = [_COMMON]
+  for dt, hd in sorted(instances):
+    t, t2, pair, ptx = _TYPES[dt]
+    text = _KERNEL
+    for k, v in (('$NAME', attention_name(dt, hd)), ('$T2', t2), ('$T', t), ('$PAIR', pair), ('$PTX', ptx), ('$HD', str(hd))): text = text.replace(k, v)
+    out.append(text)
+  return out
+
+
+ROWS, THREADS = 64, 128  # the work-group's block of queries and its threads (uop.attention's block_rows and threads)
+
+
+def attention_call(dtype: str, op, args: list[str], blocks: int) -> list[str]:
+  """The kernel body's lines that call the instance for uop.attention `op` (args: its operands' expressions, out, q,
+  k, v, smem, head, block, lane): its layouts as constant arrays, then the call."""
+  a = op.attrs
+  scale_log2 = float(a['scale']) * math.log2(math.e)
+  lays = [f"const size_t tg_l{c}[4] = {{{', '.join(f'{x}ull' for x in a[f'{n}_layout'])}}};" for c, n in zip('oqkv', ('out', 'q', 'k', 'v'))]
+  return lays + [f"tg_attention_{attention_name(dtype, a['dim'])}({', '.join(args)}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
+                 f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lo, tg_lq, tg_lk, tg_lv);"]
+
+
+__all__ = ['attention_functions', 'attention_call', 'attention_name']
