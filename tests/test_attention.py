@@ -149,7 +149,9 @@ def _cuda():
 
 GPU_CASES = [((2, 4, 128, 64), (2, 4, 128, 64), True, 'float16'), ((2, 4, 100, 64), (2, 4, 70, 64), True, 'float16'),
              ((3, 200, 128), (3, 257, 128), False, 'bfloat16'), ((1, 2, 1000, 64), (1, 2, 1000, 64), False, 'bfloat16'),
-             ((2, 2, 65, 128), (2, 2, 65, 128), True, 'float16')]
+             ((2, 2, 65, 128), (2, 2, 65, 128), True, 'float16'),
+             # enough blocks for the 128-query work-groups (8 warps)
+             ((4, 16, 1024, 64), (4, 16, 1024, 64), True, 'float16'), ((2, 16, 1100, 128), (2, 16, 1100, 128), False, 'bfloat16')]
 
 
 @pytest.mark.parametrize('qs,ks,causal,dt', GPU_CASES)
@@ -175,3 +177,36 @@ def test_sdpa_fused_on_gpu_matches_torch(qs, ks, causal, dt):
   for t, r in zip((q, k, v), (tq, tk, tv)):
     g, want = t.grad.cast(tgc.dtypes.float32).numpy(), r.grad.float().cpu().numpy()
     np.testing.assert_allclose(g, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
+
+
+def _lse_text(shape, dt, with_attention):
+  ty, row = _ty(shape, dt), _ty(shape[:-1] + (1,), 'f32')
+  att = f"  %a = tensor.attention %q, %k, %q {{causal = 1, scale = 0.125}} : {ty}, {ty}, {ty} -> {ty}\n" if with_attention else ''
+  rets = (f"%a, %l", f"{ty}, {row}") if with_attention else ("%l", row)
+  return f"""func.func @f(%q: {ty}, %k: {ty}) -> ({rets[1]}) {{
+{att}  %l = tensor.attention_lse %q, %k {{causal = 1, scale = 0.125}} : {ty}, {ty} -> {row}
+  func.return {rets[0]} : {rets[1]}
+}}"""
+
+
+def test_attention_lse_matches_numpy():
+  """tensor.attention_lse's plain form: each query row's log-sum-exp of its causal scores (f16 inputs, f32 out)."""
+  rng = np.random.default_rng(8)
+  q, k = (rng.standard_normal((2, 9, 8)).astype(np.float16) for _ in range(2))
+  (got,) = compile_module(I.parse(_lse_text((2, 9, 8), 'f16', False)), 'CPU')(q, k)
+  s = np.einsum('bie,bje->bij', q.astype(np.float64), k.astype(np.float64)) * 0.125
+  s = np.where(np.tril(np.ones((9, 9), bool)), s, -np.inf)
+  np.testing.assert_allclose(got[..., 0], np.log(np.exp(s).sum(-1)), rtol=1e-3, atol=1e-3)
+
+
+def test_cuda_attention_kernel_stores_the_lse_of_its_rows():
+  """On cuda a tensor.attention_lse after the attention of the same q, k, causal and scale is stored by its kernel
+  (kernel.attention's lse operand); without that attention (a backward whose forward's result is a buffer already)
+  it is its plain form."""
+  from tgc.lowering import lower
+  m = lower(I.parse(_lse_text((2, 64, 64), 'f16', True)), 'cuda', 'kernel')
+  (k,) = m.functions('kernel.func')
+  a = k.body.ops[0]
+  assert a.name == 'kernel.attention' and a.lse is not None and a.lse.type.numel == 128
+  m = lower(I.parse(_lse_text((2, 64, 64), 'f16', False)), 'cuda', 'kernel')
+  assert not any(op.name == 'kernel.attention' for k in m.functions('kernel.func') for op in k.body.ops)

@@ -42,16 +42,15 @@ class TensorCores:
 @dataclass(frozen=True)
 class FusedAttention:
   """A target's fused attention kernel (tensor.attention as one kernel: the scores and probabilities never leave the
-  chip): the dtype names and head sizes (q's and v's last axis, the same) it takes; a work-group of `threads` threads
-  takes `rows` queries of one head and holds `smem_rows` rows of head-size elements in shared memory (its tiles of
-  queries, keys and values)."""
+  chip): the dtype names and head sizes (q's and v's last axis, the same) it takes, and the work-groups it comes in,
+  (rows, threads): a work-group takes `rows` queries of one head. Its shared memory holds its queries' tile and two
+  buffers each of `key_rows`-key tiles of k and v, rows of head-size elements."""
   dtypes: tuple[str, ...]
   head_dims: tuple[int, ...]
-  rows: int
-  threads: int
-  smem_rows: int
+  blocks: tuple[tuple[int, int], ...]
+  key_rows: int = 64
 
-  def smem_bytes(self, head_dim: int, itemsize: int) -> int: return self.smem_rows * head_dim * itemsize
+  def smem_bytes(self, rows: int, head_dim: int, itemsize: int) -> int: return (rows + 4 * self.key_rows) * head_dim * itemsize
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,7 @@ register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=8,
                        local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=8, device='CUDA', fp_contract=True, async_copy=True, warp_size=32, shuffle_bytes=(2, 4, 8),
                        max_grid=(2**31 - 1, 65535, 65535),
                        tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True, warpgroup=True, tf32=True),  # mma.sync m16n8k16, wgmma
-                       attention=FusedAttention(('f16', 'bf16'), (64, 128), 64, 128, 5 * 64)))  # (tgc/emit/cuda_attention.py: a query tile, two of keys and values)
+                       attention=FusedAttention(('f16', 'bf16'), (64, 128), ((64, 128), (128, 256)))))  # (tgc/emit/cuda_attention.py: a warp a 16 rows)
 # (PoCL's OpenCL C builtins are built for 256-bit vectors: on an AVX-512 host, an AMD EPYC here, a float16 vload or
 # sqrt and a double8 vstore abort its LLVM ("Do not know how to scalarize this operator's operand"))
 register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,
@@ -211,8 +210,11 @@ class DeviceSpec:
     as one kernel: the target's FusedAttention, its tiles within the device's shared memory (what it may ask for)."""
     fa = self.target.attention
     if fa is None or self.processor == 'cpu' or dtype.name not in fa.dtypes or head_dim != value_dim or head_dim not in fa.head_dims: return False
-    room = min(self.local_memory, self.target.max_local_memory) if self.local_memory else self.target.max_local_memory
-    return fa.smem_bytes(head_dim, dtype.itemsize) <= room
+    return fa.smem_bytes(min(r for r, _ in fa.blocks), head_dim, dtype.itemsize) <= self.attention_smem
+  @property
+  def attention_smem(self) -> int:
+    """The shared memory a fused attention's work-group may ask for at launch on this device."""
+    return min(self.local_memory, self.target.max_local_memory) if self.local_memory else self.target.max_local_memory
   @property
   def smem_budget(self) -> int:
     """The shared memory kernel-opt's tiles may take a work-group: the device's, within the target's opt-in limit,

@@ -79,10 +79,10 @@ def malformed_globals(k) -> bool:
 
 
 def written_args(k) -> set[int]:
-  """The argument positions a kernel writes: the buffers its ops' `written` names (kernel.store, kernel.attention),
-  at the uop level those of them that are define_globals (their index)."""
+  """The argument positions a kernel writes: the buffers its ops' `written` (a tuple) names (kernel.store,
+  kernel.attention), at the uop level those of them that are define_globals (their index)."""
   if k.name not in ('kernel.func', 'uop.func'): return {0}
-  ws = [w for op in k.body.ops if (w := getattr(op, 'written', None)) is not None]
+  ws = [w for op in k.body.ops for w in getattr(op, 'written', ())]
   if k.name == 'kernel.func':
     args = {a: i for i, a in enumerate(k.body.args)}
     return {args[w] for w in ws if w in args}

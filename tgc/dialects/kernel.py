@@ -32,9 +32,10 @@ class KernelFuncOp(Operation):
       if not op.has(FUNCTION) and (op.dialect != 'kernel' or op.name in ('kernel.alloc', 'kernel.launch')):
         raise op.error("is not allowed in a kernel.func: its body is the kernel's AST (kernel ops but alloc and launch)")
     whole = [op for op in self.body.ops if op.name in WHOLE_KERNELS]
-    if whole:  # a kernel the target writes whole: that op alone, on the kernel's buffers, the output first
+    if whole:  # a kernel the target writes whole: that op alone, on the kernel's buffers
       if len(self.body.ops) != 1: raise whole[0].error(f"is a kernel of its own: the only op of its kernel.func, which has {len(self.body.ops)}")
-      if list(whole[0].operands) != list(self.body.args): raise whole[0].error(f"takes @{self.sym_name}'s arguments in their order (the output first)")
+      ops_, args = list(whole[0].operands), list(self.body.args)
+      if len(set(ops_)) != len(ops_) or set(ops_) != set(args): raise whole[0].error(f"takes each of @{self.sym_name}'s arguments once, and nothing else")
       return
     stores = [op for op in self.body.ops if op.name == 'kernel.store']
     if not stores: raise self.error(f"@{self.sym_name} stores nothing")
@@ -177,7 +178,7 @@ class StoreOp(Operation):
   RESULTS = 0
   FORMAT = '$buf $view, $value : type($value)'
   @property
-  def written(self): return self.buf
+  def written(self): return (self.buf,)
   def verify(self):
     b, t = self.buf.type, self.value.type
     if not isinstance(b, BufType): raise self.error(f"stores to a !kernel.buf, got {b}")
@@ -234,24 +235,25 @@ class ScanOp(ScanBase):
 
 
 class AttentionOp(Operation):
-  """`kernel.attention %out [view], %q [view], %k [view], %v [view] {causal = 1, scale = 0.125}`: a fused attention
+  """`kernel.attention %out [view], %q [view], %k [view], %v [view] {causal = 1, scale = 0.125}` (`, %lse` after v's
+  view: it also stores each query row's log-sum-exp of its scores, f32, B x H x L contiguous): a fused attention
   kernel, the whole body of its kernel.func (the target's FusedAttention writes it): out = softmax(q k^T * scale) v
   for each of B x H heads. Each buffer is read (out written) through one view of shape (B, H, rows, E), q and out L
   rows, k and v S, each row's E elements contiguous: the layouts the heads have where they are computed (a qkv
   projection's output, heads side by side in a row) without copies. causal 1: query i sees the keys j <= i. The
   scores and probabilities stay on the chip (a running max and sum along the keys)."""
   name = 'kernel.attention'
-  OPERANDS = ('out', 'q', 'k', 'v')
+  OPERANDS = ('out', 'q', 'k', 'v', 'lse?')
   ATTRS = {'out_view': 'views', 'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'causal': 'int', 'scale': 'number'}
   RESULTS = 0
-  FORMAT = '$out $out_view, $q $q_view, $k $k_view, $v $v_view : type($out), type($q), type($k), type($v)'
+  FORMAT = '$out $out_view, $q $q_view, $k $k_view, $v $v_view?{, $lse} : type($out), type($q), type($k), type($v)'
   @property
-  def written(self): return self.out
+  def written(self): return (self.out,) if self.lse is None else (self.out, self.lse)
   def views(self) -> list:
     """The four operands' single views (out, q, k, v)."""
     return [self.attrs[f'{n}_view'].views[0] for n in ('out', 'q', 'k', 'v')]
   def verify(self):
-    ts = [v.type for v in self.operands]
+    ts = [v.type for v in self.operands[:4]]
     if not all(isinstance(t, BufType) for t in ts): raise self.error(f"reads and writes !kernel.buf operands, got {', '.join(map(str, ts))}")
     if len({t.dtype for t in ts}) != 1 or not ts[0].dtype.is_float: raise self.error(f"needs buffers of one float type, got {', '.join(map(str, ts))}")
     for n, t in zip(('out', 'q', 'k', 'v'), ts):
@@ -272,6 +274,9 @@ class AttentionOp(Operation):
       if st != step: raise self.error(f"out's view (shape {list(ov.shape)}, strides {list(ov.strides)}) writes some elements more than once")
       step *= sz
     if step != ts[0].numel: raise self.error(f"out's view writes {step} elements, {ts[0]} has {ts[0].numel}: it covers its buffer")
+    if self.lse is not None:
+      t, n = self.lse.type, math.prod(o[:3])
+      if not isinstance(t, BufType) or t.dtype is not D.f32 or t.numel != n: raise self.error(f"lse must be a !kernel.buf of {n} f32 (a value a query row), got {t}")
 
 
 WHOLE_KERNELS = ('kernel.attention',)  # ops that are a kernel's whole body, written by the target as one piece

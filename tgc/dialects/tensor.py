@@ -271,37 +271,22 @@ class ArgMaxOp(Operation):
     return op('sub', [op('const', [], row, D.i32, {'value': n}), best], row, D.i32)
 
 
-class AttentionOp(Operation):
-  """`tensor.attention %q, %k, %v {causal = 1, scale = 0.125} : tensor<2x8x64xf16>, tensor<2x8x64xf16>,
-  tensor<2x8x64xf16> -> tensor<2x8x64xf16>`: softmax(q k^T * scale) v over the last two axes (torch's
-  scaled_dot_product_attention without dropout): q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev), one
-  dtype, the batch axes equal; causal 1: query i sees the keys j <= i (the lower triangle of L x S, torch's is_causal).
-  A composite: it decomposes into its plain form, the scores and the probabilities' product summed in f32 for half
-  floats, and autodiff differentiates that form."""
-  name = 'tensor.attention'
-  OPERANDS = ('q', 'k', 'v')
+class _AttentionBase(Operation):
+  """What tensor.attention and tensor.attention_lse share: q (..., L, E) and k (..., S, E) of one float type and batch
+  axes, causal and scale, the plain form's scores, and whether a device computes them in its fused kernel."""
   ATTRS = {'causal': 'int', 'scale': 'number'}
   TRAITS = {PURE}
-  FORMAT = '$q, $k, $v : type($q), type($k), type($v) -> type($result)'
-  def verify(self):
-    q, k, v, r = (_tensor(self, t) for t in (self.q.type, self.k.type, self.v.type, self.results[0].type))
-    if not q.dtype.is_float or not (q.dtype == k.dtype == v.dtype): raise self.error(f"needs q, k and v of one float type, got {q}, {k} and {v}")
-    if not (q.rank == k.rank == v.rank) or q.rank < 2: raise self.error(f"needs q, k and v of one rank >= 2, got {q}, {k} and {v}")
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]): raise self.error(f"batch axes differ: {q}, {k} and {v}")
-    if k.shape[-1] != q.shape[-1] or v.shape[-2] != k.shape[-2]:
-      raise self.error(f"shapes do not fit: q {q} and k {k} need one last axis, k and v {v} one key axis")
-    if k.shape[-2] == 0: raise self.error(f"needs at least one key, got {k}")
+  def check_qk(self):
+    q, k = _tensor(self, self.q.type), _tensor(self, self.k.type)
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
-    want = TensorType(q.shape[:-1] + v.shape[-1:], q.dtype)
-    if r != want: raise self.error(f"result must be {want}, got {r}")
-  def fused(self, spec) -> bool:
-    """Whether the device (a tgc.target.DeviceSpec) computes this attention as one kernel: tensor-decompose keeps it
-    whole there, and kernelize gives it a kernel of its own (kernel.attention)."""
-    q, v = self.q.type, self.v.type
-    return spec.fused_attention(q.dtype, q.shape[-1], v.shape[-1])
-  def plain(self, rw) -> 'AttentionPlain':
-    """The plain form's softmax, made with `rw.create`: the exponentials e = exp(s - rowmax(s)) of the scores s = q k^T
-    * scale (masked: exp(-inf) = 0) and their row sums, in f32 for half floats, with the op makers that made them."""
+    if q.rank != k.rank or q.rank < 2: raise self.error(f"needs q and k of one rank >= 2, got {q} and {k}")
+    if q.shape[:-2] != k.shape[:-2]: raise self.error(f"batch axes differ: {q} and {k}")
+    if k.shape[-1] != q.shape[-1]: raise self.error(f"shapes do not fit: q {q} and k {k} need one last axis")
+    if k.shape[-2] == 0: raise self.error(f"needs at least one key, got {k}")
+    return q, k
+  def scores(self, rw) -> 'AttentionPlain':
+    """The plain form's scores s = q k^T * scale (masked to -inf where causal hides a key), made with `rw.create`, in
+    f32 for half floats, with the op makers that made them."""
     from tgc.ir.core import REGISTRY
     from tgc.ir import dtypes as D
     q, k = self.q, self.k
@@ -322,29 +307,87 @@ class AttentionOp(Operation):
       d = op('sub', [grid(pos(S), (1, S)), grid(pos(L), (L, 1))], (L, S), D.i32)
       seen = op('expand', [op('reshape', [op('cmplt', [d, c(1, (L, S), D.i32)], (L, S), D.bool_)], (1,) * len(batch) + (L, S), D.bool_)], sc, D.bool_)
       s = op('where', [seen, s, c(-math.inf, sc)], sc)
-    row = (*batch, L, 1)
-    m = op('expand', [op('reduce', [s], row, attrs={'kind': 'max', 'axes': (n - 1,)})], sc)
-    e = op('exp2', [op('mul', [op('sub', [s, m], sc), c(1 / math.log(2), sc)], sc)], sc)
-    return AttentionPlain(op, c, wide, tr, acc, e, op('reduce', [e], row, attrs={'kind': 'add', 'axes': (n - 1,)}))
+    return AttentionPlain(op, c, wide, tr, acc, s)
+  def softmax(self, rw) -> 'AttentionPlain':
+    """The scores (scores) and their softmax's parts: the row max m, the exponentials e = exp(s - m) (exp(-inf) = 0)
+    and their row sums."""
+    p = self.scores(rw)
+    sc, n = p.s.type.shape, len(p.s.type.shape)
+    row = sc[:-1] + (1,)
+    p.m = p.op('reduce', [p.s], row, attrs={'kind': 'max', 'axes': (n - 1,)})
+    p.e = p.op('exp2', [p.op('mul', [p.op('sub', [p.s, p.op('expand', [p.m], sc)], sc), p.c(1 / math.log(2), sc)], sc)], sc)
+    p.total = p.op('reduce', [p.e], row, attrs={'kind': 'add', 'axes': (n - 1,)})
+    return p
+  def fused(self, spec) -> bool:
+    """Whether the device (a tgc.target.DeviceSpec) computes this in its fused attention kernel: tensor-decompose
+    keeps it whole there, and kernelize gives it a kernel of its own (kernel.attention)."""
+    e = self.q.type.shape[-1]
+    return spec.fused_attention(self.q.type.dtype, e, self.v.type.shape[-1] if len(self.operands) > 2 else e)
+
+
+class AttentionOp(_AttentionBase):
+  """`tensor.attention %q, %k, %v {causal = 1, scale = 0.125} : tensor<2x8x64xf16>, tensor<2x8x64xf16>,
+  tensor<2x8x64xf16> -> tensor<2x8x64xf16>`: softmax(q k^T * scale) v over the last two axes (torch's
+  scaled_dot_product_attention without dropout): q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev), one
+  dtype, the batch axes equal; causal 1: query i sees the keys j <= i (the lower triangle of L x S, torch's is_causal).
+  A composite: it decomposes into its plain form, the scores and the probabilities' product summed in f32 for half
+  floats, where the device has no fused kernel for it (fused)."""
+  name = 'tensor.attention'
+  OPERANDS = ('q', 'k', 'v')
+  FORMAT = '$q, $k, $v : type($q), type($k), type($v) -> type($result)'
+  def verify(self):
+    q, k, v, r = (_tensor(self, t) for t in (self.q.type, self.k.type, self.v.type, self.results[0].type))
+    if not q.dtype.is_float or not (q.dtype == k.dtype == v.dtype): raise self.error(f"needs q, k and v of one float type, got {q}, {k} and {v}")
+    if not (q.rank == k.rank == v.rank) or q.rank < 2: raise self.error(f"needs q, k and v of one rank >= 2, got {q}, {k} and {v}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]): raise self.error(f"batch axes differ: {q}, {k} and {v}")
+    if k.shape[-1] != q.shape[-1] or v.shape[-2] != k.shape[-2]:
+      raise self.error(f"shapes do not fit: q {q} and k {k} need one last axis, k and v {v} one key axis")
+    self.check_qk()
+    want = TensorType(q.shape[:-1] + v.shape[-1:], q.dtype)
+    if r != want: raise self.error(f"result must be {want}, got {r}")
   def decompose(self, rw):
-    p = self.plain(rw)
+    p = self.softmax(rw)
     v, dt = self.v, self.q.type.dtype
     out, row = self.q.type.shape[:-1] + v.type.shape[-1:], p.total.type.shape
     o = p.op('mul', [p.op('matmul', [p.e, p.wide(v)], out), p.op('expand', [p.op('recip', [p.total], row)], out)], out)
     return o if p.acc is dt else p.op('cast', [o], out, dt)
 
 
+class AttentionLseOp(_AttentionBase):
+  """`tensor.attention_lse %q, %k {causal = 1, scale = 0.125} : tensor<2x8x64xf16>, tensor<2x8x64xf16> ->
+  tensor<2x8x1xf32>`: each query row's log-sum-exp of its scores, log(sum_j exp(s_ij)) with s = q k^T * scale over
+  the keys it sees (-inf where it sees none), in f32 for half floats: what attention's backward recomputes its
+  probabilities from, exp(s - lse). Where the device computes it in its fused kernel, the kernel of the
+  tensor.attention of the same q, k, causal and scale stores it beside its output (kernelize); else its plain form."""
+  name = 'tensor.attention_lse'
+  OPERANDS = ('q', 'k')
+  FORMAT = '$q, $k : type($q), type($k) -> type($result)'
+  def verify(self):
+    from tgc.ir import dtypes as D
+    q, k = self.check_qk()
+    if not q.dtype.is_float or q.dtype != k.dtype: raise self.error(f"needs q and k of one float type, got {q} and {k}")
+    want = TensorType(q.shape[:-1] + (1,), q.dtype if q.dtype.itemsize >= 4 else D.f32)
+    if _tensor(self, self.results[0].type) != want: raise self.error(f"result must be {want}, got {self.results[0].type}")
+  def decompose(self, rw):
+    p = self.softmax(rw)
+    row = p.total.type.shape
+    return p.op('add', [p.m, p.op('mul', [p.op('log2', [p.total], row), p.c(math.log(2), row)], row)], row)
+
+
 @dataclass
 class AttentionPlain:
-  """What AttentionOp.plain made: its op makers (op(name, operands, shape, dtype=acc, attrs), c(value, shape, dtype),
-  wide(x): x in acc, tr(x): x's last two axes swapped), the accumulation dtype, the exponentials e and their sums."""
+  """What _AttentionBase.scores (and softmax) made: the op makers (op(name, operands, shape, dtype=acc, attrs),
+  c(value, shape, dtype), wide(x): x in acc, tr(x): x's last two axes swapped), the accumulation dtype, the masked
+  scores s; softmax's row max m, exponentials e and their row sums total."""
   op: Any
   c: Any
   wide: Any
   tr: Any
   acc: Any
-  e: Any
-  total: Any
+  s: Any
+  m: Any = None
+  e: Any = None
+  total: Any = None
 
 
 class GatherOp(Operation):

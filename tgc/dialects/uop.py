@@ -299,7 +299,7 @@ class StoreOp(Operation):
   RESULTS = 0
   FORMAT = '$buf[$idx], $value?{, $gate} : type($value)'
   @property
-  def written(self): return self.buf
+  def written(self): return (self.buf,)
   def verify(self):
     p = _ptr(self, self.buf)
     _int(self, self.idx, 'index')
@@ -432,26 +432,28 @@ class AttentionOp(Operation):
   """`uop.attention %out, %q, %k, %v, %smem, %head, %block, %lane {causal, scale, heads, rows, keys, dim, out_layout,
   q_layout, k_layout, v_layout}`: a fused attention kernel's work-group (the target's FusedAttention, which its
   emitter writes whole): head `head` (b * heads + h) and its queries from `block` times `block_rows` on, thread
-  `lane` of its `threads` (the specials of the launch), its tiles in `smem` (5 x block_rows rows of dim elements).
+  `lane` of its `threads` (the specials of the launch), its tiles in `smem` (its queries' block_rows rows and two
+  buffers each of key_rows rows of k and v, rows of dim elements).
   q and out have `rows` rows of `dim` elements a head, k and v `keys`; each operand's layout [offset, b's stride, h's
   stride, a row's stride] places a head's rows, each row's elements contiguous (kernel.attention's views), inside its
-  buffer's declared size. Collective: every thread of the work-group takes part."""
+  buffer's declared size. `, %lse` after lane: it also stores each query row's log-sum-exp of its scores (f32, at
+  head * rows + row). Collective: every thread of the work-group takes part."""
   name = 'uop.attention'
-  OPERANDS = ('out', 'q', 'k', 'v', 'smem', 'head', 'block', 'lane')
+  OPERANDS = ('out', 'q', 'k', 'v', 'smem', 'head', 'block', 'lane', 'lse?')
   ATTRS = {'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
-           'threads': 'int', 'out_layout': 'ints', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints'}
+           'key_rows': 'int', 'threads': 'int', 'out_layout': 'ints', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
-  FORMAT = '$out, $q, $k, $v, $smem, $head, $block, $lane : type($out)'
+  FORMAT = '$out, $q, $k, $v, $smem, $head, $block, $lane?{, $lse} : type($out)'
   @property
-  def written(self): return self.out
+  def written(self): return (self.out,) if self.lse is None else (self.out, self.lse)
   def verify(self):
     ps = [_ptr(self, v, nm) for v, nm in zip(self.operands[:5], ('out', 'q', 'k', 'v', 'smem'))]
     if any(p.local for p in ps[:4]) or not ps[4].local: raise self.error("reads q, k and v and writes out in global memory, its tiles in shared memory (smem)")
     if len({p.dtype for p in ps}) != 1 or ps[0].dtype not in (D.f16, D.bf16): raise self.error(f"needs f16 or bf16 buffers of one type, got {', '.join(map(str, ps))}")
     for v, nm in zip(self.operands[5:], ('head', 'block', 'lane')): _int(self, v, nm)
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
-    for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'threads'):
+    for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'key_rows', 'threads'):
       if self.attrs[nm] < 1: raise self.error(f"{nm} must be positive, got {self.attrs[nm]}")
     # what the kernel indexes stays inside what the launch and the buffers declare
     sp = {}
@@ -460,8 +462,8 @@ class AttentionOp(Operation):
       sp[nm] = v.op.attrs['size']
     if sp['lane'] != self.attrs['threads']: raise self.error(f"runs {self.attrs['threads']} threads a work-group, the launch's lidx0 has {sp['lane']}")
     if sp['head'] % self.attrs['heads']: raise self.error(f"{sp['head']} heads (gidx0) are not a whole number of groups of {self.attrs['heads']}")
-    if self.smem.op.attrs['size'] < 5 * self.attrs['block_rows'] * self.attrs['dim']:
-      raise self.error(f"its tiles take {5 * self.attrs['block_rows'] * self.attrs['dim']} elements of shared memory, smem declares {self.smem.op.attrs['size']}")
+    need = (self.attrs['block_rows'] + 4 * self.attrs['key_rows']) * self.attrs['dim']
+    if self.smem.op.attrs['size'] < need: raise self.error(f"its tiles take {need} elements of shared memory, smem declares {self.smem.op.attrs['size']}")
     nb, rows = sp['head'] // self.attrs['heads'], {'out': self.attrs['rows'], 'q': self.attrs['rows'], 'k': self.attrs['keys'], 'v': self.attrs['keys']}
     for nm, buf in zip(('out', 'q', 'k', 'v'), self.operands[:4]):
       lay = list(self.attrs[f'{nm}_layout'])
@@ -469,6 +471,10 @@ class AttentionOp(Operation):
       end = lay[0] + (nb - 1) * lay[1] + (self.attrs['heads'] - 1) * lay[2] + (rows[nm] - 1) * lay[3] + self.attrs['dim']
       size = buf.op.attrs.get('size')
       if size is None or end > size: raise self.error(f"reads and writes {nm} up to element {end - 1}: its uop.define_global must declare a size of at least {end}, got {size}")
+    if self.lse is not None:
+      p, need = _ptr(self, self.lse, 'lse'), sp['head'] * self.attrs['rows']
+      if p.local or p.dtype is not D.f32: raise self.error(f"lse must be an f32 buffer in global memory, got {p}")
+      if (size := self.lse.op.attrs.get('size')) is None or size < need: raise self.error(f"writes lse up to element {need - 1}: its uop.define_global must declare a size of at least {need}, got {size}")
 
 
 class WgmmaFenceOp(Operation):

@@ -9,7 +9,7 @@ import math
 from tgc.ir import dtypes as D
 from tgc.emit.cstyle import Lang, F8, XYZW, render_module, render_kernel
 from tgc.dialects.uop import shared_layout
-from tgc.emit.cuda_attention import attention_functions, attention_call, ROWS, THREADS
+from tgc.emit.cuda_attention import attention_functions, attention_call, BLOCKS, KEY_ROWS
 
 STATIC_SHARED = 48 << 10  # the shared memory a kernel's static arrays may take; beyond it a launch asks for it
 
@@ -105,8 +105,9 @@ class CUDALang(Lang):
     return name
   def attention(self, op, args, global_size):
     dt = op.out.type.dtype.name
-    if dt not in ('f16', 'bf16') or op.attrs['dim'] not in (64, 128) or (op.attrs['block_rows'], op.attrs['threads']) != (ROWS, THREADS): return None
-    self.needs.add(('attention', dt, op.attrs['dim']))
+    a = op.attrs
+    if dt not in ('f16', 'bf16') or a['dim'] not in (64, 128) or (a['block_rows'], a['threads']) not in BLOCKS or a['key_rows'] != KEY_ROWS: return None
+    self.needs.add(('attention', dt, a['dim'], a['block_rows']))
     return attention_call(dt, op, args, global_size[1])
   def wgmma_args(self, a_layout, b_layout):
     bits = lambda lay: (lay[1] >> 4) << 16 | (lay[2] >> 4) << 32 | 1 << 62

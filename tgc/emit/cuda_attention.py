@@ -1,11 +1,11 @@
 """The CUDA target's fused attention kernel (tgc.target.FusedAttention; uop.attention renders as a call of it):
-softmax(q k^T * scale) v for one head and a block of 64 queries a work-group of 128 threads, the scores and
+softmax(q k^T * scale) v for one head and a block of 64 or 128 queries a work-group (4 or 8 warps), the scores and
 probabilities kept in registers (flash attention's online softmax).
 
-Each of the 4 warps takes 16 query rows; keys go by tiles of 64. The query tile, and two buffers each of key and
-value tiles (the next tile's copies, cp.async, run while this one is used), lie in shared memory in rows of 16-byte
-chunks whose column is XORed with the row (ldmatrix reads 8 rows of a column without bank conflicts): 5 tiles of 64
-rows. S = Q K^T comes from mma.sync m16n8k16 (Q's fragments by ldmatrix once, K's by ldmatrix a step); the running
+Each warp takes 16 query rows; keys go by tiles of 64. The query tile, and two buffers each of key and value tiles
+(the next tile's copies, cp.async, run while this one is used: the block's warps share them), lie in shared memory in
+rows of 16-byte chunks whose column is XORed with the row (ldmatrix reads 8 rows of a column without bank
+conflicts). S = Q K^T comes from mma.sync m16n8k16 (Q's fragments by ldmatrix once, K's by ldmatrix a step); the running
 max and sum of each row live in the registers of the 4 threads that hold it, the output's accumulators are rescaled
 when the max grows, and the probabilities' accumulators, rounded to the input type, are directly the A fragments of
 P V (V's B fragments by ldmatrix.trans). Rows are masked past the keys (and, causal, where a key comes after the
@@ -26,17 +26,18 @@ __device__ __forceinline__ void tg_fa_ldsm_t(unsigned* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tg_fa_smem(p)));
 }'''
 
-# one instance a (type, head size): T the element type, T2 its pair, HD the head size
+# one instance a (type, head size, block): T the element type, T2 its pair, HD the head size, ROWS the block's
+# queries, THREADS its threads (a warp a 16 rows)
 _KERNEL = r'''__device__ __forceinline__ void tg_fa_mma_$NAME(float* c, const unsigned* a, unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.$PTX.$PTX.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ unsigned tg_fa_pack_$NAME(float lo, float hi) { $T2 h = $PAIR(lo, hi); return *reinterpret_cast<unsigned*>(&h); }
-// rows [row0, row0 + 64) of n rows of HD elements, `ld` apart, into a swizzled tile (rows past n: zeros)
-__device__ __forceinline__ void tg_fa_tile_$NAME($T* tile, const $T* src, size_t ld, int row0, int n, int tid) {
+// rows [row0, row0 + R) of n rows of HD elements, `ld` apart, into a swizzled tile (rows past n: zeros)
+template <int R> __device__ __forceinline__ void tg_fa_tile_$NAME($T* tile, const $T* src, size_t ld, int row0, int n, int tid) {
   #pragma unroll
-  for (int i = 0; i < 64 * ($HD / 8) / 128; i++) {
-    int idx = tid + 128 * i, r = idx / ($HD / 8), c = idx % ($HD / 8);
+  for (int i = 0; i < R * ($HD / 8) / $THREADS; i++) {
+    int idx = tid + $THREADS * i, r = idx / ($HD / 8), c = idx % ($HD / 8);
     bool ok = row0 + r < n;
     tg_fa_copy16(tile + (r * ($HD / 8) + (c ^ (r & 7))) * 8, src + (size_t)(ok ? row0 + r : 0) * ld + c * 8, ok);
   }
@@ -45,22 +46,22 @@ __device__ __forceinline__ void tg_fa_tile_$NAME($T* tile, const $T* src, size_t
 #define TG_FA_HEAD(P, lay) (P + lay[0] + (size_t)(head / H) * lay[1] + (size_t)(head % H) * lay[2])
 __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, $T* smem, int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, bool causal,
-    const size_t* lo, const size_t* lq, const size_t* lk, const size_t* lv) {
+    const size_t* lo, const size_t* lq, const size_t* lk, const size_t* lv, float* __restrict__ LSE) {
   const int CH = $HD / 8;  // 16-byte chunks a row
-  $T* sQ = smem;                // 64 x HD
-  $T* sK = sQ + 64 * $HD;       // 2 x 64 x HD
+  $T* sQ = smem;                // ROWS x HD
+  $T* sK = sQ + $ROWS * $HD;    // 2 x 64 x HD
   $T* sV = sK + 2 * 64 * $HD;   // 2 x 64 x HD
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int q0 = (causal ? blocks - 1 - block : block) * 64;
+  const int q0 = (causal ? blocks - 1 - block : block) * $ROWS;
   const $T* Qh = TG_FA_HEAD(Q, lq);
   const $T* Kh = TG_FA_HEAD(K, lk);
   const $T* Vh = TG_FA_HEAD(V, lv);
   const int all_tiles = (S + 63) / 64;
-  const int n_tiles = causal ? min(all_tiles, (q0 + 64 + 63) / 64) : all_tiles;
-  tg_fa_tile_$NAME(sQ, Qh, lq[3], q0, L, tid);
+  const int n_tiles = causal ? min(all_tiles, (q0 + $ROWS + 63) / 64) : all_tiles;
+  tg_fa_tile_$NAME<$ROWS>(sQ, Qh, lq[3], q0, L, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
-  tg_fa_tile_$NAME(sK, Kh, lk[3], 0, S, tid);
-  tg_fa_tile_$NAME(sV, Vh, lv[3], 0, S, tid);
+  tg_fa_tile_$NAME<64>(sK, Kh, lk[3], 0, S, tid);
+  tg_fa_tile_$NAME<64>(sV, Vh, lv[3], 0, S, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
   asm volatile("cp.async.wait_group 1;" ::: "memory");
   __syncthreads();
@@ -78,8 +79,8 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   for (int j = 0; j < n_tiles; j++) {
     const int buf = j & 1;
     if (j + 1 < n_tiles) {  // the next tile's copies run while this one is used
-      tg_fa_tile_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], (j + 1) * 64, S, tid);
-      tg_fa_tile_$NAME(sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, tid);
+      tg_fa_tile_$NAME<64>(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], (j + 1) * 64, S, tid);
+      tg_fa_tile_$NAME<64>(sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, tid);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group 1;" ::: "memory");
@@ -145,6 +146,10 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1); l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  if (LSE != 0 && t == 0) {  // the rows' log-sum-exp of the scores (natural log; m is in log2 units): for a backward
+    if (row_a < L) LSE[(size_t)head * L + row_a] = l0 > 0.f ? (m0 + log2f(l0)) * 0.6931471805599453f : -INFINITY;
+    if (row_b < L) LSE[(size_t)head * L + row_b] = l1 > 0.f ? (m1 + log2f(l1)) * 0.6931471805599453f : -INFINITY;
+  }
   $T* Oh = TG_FA_HEAD(O, lo);
   #pragma unroll
   for (int d = 0; d < $HD / 8; d++) {
@@ -158,31 +163,35 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
 _TYPES = {'f16': ('half', '__half2', '__floats2half2_rn', 'f16'), 'bf16': ('__nv_bfloat16', '__nv_bfloat162', '__floats2bfloat162_rn', 'bf16')}
 
 
-def attention_name(dtype: str, head_dim: int) -> str: return f"{dtype}_{head_dim}"
+BLOCKS = ((64, 128), (128, 256))  # the work-groups it comes in, (queries, threads): uop.attention's block_rows, threads
+KEY_ROWS = 64                     # the keys a tile (uop.attention's key_rows)
+
+
+def attention_name(dtype: str, head_dim: int, rows: int) -> str: return f"{dtype}_{head_dim}_{rows}"
 
 
 def attention_functions(instances) -> list[str]:
-  """The device functions of these (dtype name, head size) instances, after what they share (prelude lines)."""
+  """The device functions of these (dtype name, head size, block rows) instances, after what they share (prelude
+  lines)."""
   out = [_COMMON]
-  for dt, hd in sorted(instances):
+  for dt, hd, rows in sorted(instances):
     t, t2, pair, ptx = _TYPES[dt]
     text = _KERNEL
-    for k, v in (('$NAME', attention_name(dt, hd)), ('$T2', t2), ('$T', t), ('$PAIR', pair), ('$PTX', ptx), ('$HD', str(hd))): text = text.replace(k, v)
+    for k, v in (('$NAME', attention_name(dt, hd, rows)), ('$T2', t2), ('$THREADS', str(dict(BLOCKS)[rows])), ('$T', t), ('$PAIR', pair),
+                 ('$PTX', ptx), ('$HD', str(hd)), ('$ROWS', str(rows))): text = text.replace(k, v)
     out.append(text)
   return out
 
 
-ROWS, THREADS = 64, 128  # the work-group's block of queries and its threads (uop.attention's block_rows and threads)
-
-
 def attention_call(dtype: str, op, args: list[str], blocks: int) -> list[str]:
   """The kernel body's lines that call the instance for uop.attention `op` (args: its operands' expressions, out, q,
-  k, v, smem, head, block, lane): its layouts as constant arrays, then the call."""
+  k, v, smem, head, block, lane and the lse where it has one): its layouts as constant arrays, then the call."""
   a = op.attrs
   scale_log2 = float(a['scale']) * math.log2(math.e)
   lays = [f"const size_t tg_l{c}[4] = {{{', '.join(f'{x}ull' for x in a[f'{n}_layout'])}}};" for c, n in zip('oqkv', ('out', 'q', 'k', 'v'))]
-  return lays + [f"tg_attention_{attention_name(dtype, a['dim'])}({', '.join(args)}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
-                 f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lo, tg_lq, tg_lk, tg_lv);"]
+  lse = args[8] if len(args) > 8 else '(float*)0'
+  return lays + [f"tg_attention_{attention_name(dtype, a['dim'], a['block_rows'])}({', '.join(args[:8])}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
+                 f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lo, tg_lq, tg_lk, tg_lv, {lse});"]
 
 
-__all__ = ['attention_functions', 'attention_call', 'attention_name']
+__all__ = ['attention_functions', 'attention_call', 'attention_name', 'BLOCKS', 'KEY_ROWS']

@@ -38,7 +38,7 @@ from tgc.shape import ViewStack, View
 from tgc.passes.manager import Pass
 from tgc.target import DeviceSpec, DEVICE_OPTIONS
 from tgc.ir.diagnostics import Diagnostic
-from tgc.passes.tensor_decompose import decompose_patterns, declared_patterns, partial_reduce
+from tgc.passes.tensor_decompose import decompose_patterns, declared_patterns, partial_reduce, lse_alone, attention_key
 from tgc.ir.rewrite import apply_patterns, PatternMatcher
 
 K = lambda n: REGISTRY[f'kernel.{n}']
@@ -152,7 +152,9 @@ class Scheduler:
     self.siblings: dict[Value, Value] = {}  # an elementwise buffer -> the later elementwise kernel that computes and stores it too
     self.depth: dict[Value, int] = {}       # a value's chain of ops down to buffers (_bound_depth)
     self.read_by: dict = {}                 # a root (None: the results) -> the buffers its kernel reads (readers)
-    self.attention_out: dict[Value, Value] = {}  # an attention's permuted result -> the attention: its kernel stores it
+    self.attention_stores: dict[Value, dict] = {}  # an attention's result -> what its kernel stores: 'out' (it, or its
+                                                   # permuted layout: attention_permuted), 'lse' (its rows' log-sum-exp)
+    self.stored_by: dict[Value, Value] = {}        # those values (but the result itself) -> the attention
 
   # ---- phase 1: which values are buffers ----
   def compute_ops(self):
@@ -174,11 +176,17 @@ class Scheduler:
     for op in self.fn.body.ops:
       if op.name == 'tensor.contiguous' or (op.name == 'tensor.scan' and not positions_scan(op)): self.R.add(op.results[0])  # (a scan is a kernel of its own)
       if op.name == 'tensor.attention':  # (left whole for the device: a kernel of its own)
-        self.R.add(op.results[0])
-        if (u := self.attention_permuted(op.results[0])) is not None: self.R.add(u); self.attention_out[u] = op.results[0]
+        v = op.results[0]
+        self.R.add(v)
+        st = self.attention_stores[v] = {'out': v}
+        if (u := self.attention_permuted(v)) is not None: self.R.add(u); st['out'] = u; self.stored_by[u] = v
         for x in op.operands:  # its operands read where they are computed, through a view, or else copied
           b, _ = self.attention_operand(x) or (x, None)
           if b.op is not None and not _is_leaf(b): self.R.add(b)
+      if op.name == 'tensor.attention_lse':  # (an attention of it comes before: lse_alone)
+        a = attention_key(op)
+        v = next(x for x, st in self.attention_stores.items() if attention_key(x.op) == a)
+        self.R.add(op.results[0]); self.attention_stores[v]['lse'] = op.results[0]; self.stored_by[op.results[0]] = v
       if op.name == 'tensor.reduce':
         pts = self._reduce_escapes(op.results[0])
         # one way out: the elementwise ops up to it are the reduce kernel's epilogue (a matmul's bias and relu),
@@ -529,11 +537,9 @@ class Scheduler:
         self.host_ops.append(alloc); self.buffers[root] = alloc.results[0]
         continue
       if root in self.fused or root in self.siblings: continue  # computed and stored by the kernel that uses it
-      if root in self.attention_out: continue  # (stored by its attention's kernel)
+      if root in self.stored_by: continue  # (stored by its attention's kernel)
       outs = [root]  # (and the buffers it also stores: a reduce kernel's earlier reduces, its elementwise siblings)
-      if root.op.name == 'tensor.attention':
-        kfn, inputs, name, stored = self.attention_kernel(root)
-        outs = [stored]
+      if root.op.name == 'tensor.attention': kfn, inputs, name, outs = self.attention_kernel(root)
       else:
         kb = _KernelBuilder(self, root, [m for m, s_ in self.fused.items() if s_ is root], [m for m, s_ in self.siblings.items() if s_ is root])
         kfn, inputs = kb.build()
@@ -586,23 +592,25 @@ class Scheduler:
 
   def attention_kernel(self, root: Value):
     """A tensor.attention the device computes whole: a kernel.func of one kernel.attention on the buffers its operands
-    are read from (attention_operand) and the one it stores (its result, or its permuted layout: attention_permuted).
-    Returns the kernel.func, its input buffers, its name and the value it stores."""
-    op = root.op
-    stored = next((u for u, a in self.attention_out.items() if a is root), root)
+    are read from (attention_operand) and those it stores (its result, or its permuted layout: attention_permuted;
+    the rows' log-sum-exp where a tensor.attention_lse of it is computed). Returns the kernel.func, its input
+    buffers, its name and the values it stores."""
+    op, st = root.op, self.attention_stores[root]
+    stored = st['out']
     out_vs = ViewStack.from_shape(stored.type.shape)
     if stored is not root: out_vs = out_vs.permute(tuple(sorted(range(len(stored.op.order)), key=stored.op.order.__getitem__)))
     views, inputs = [_attention_view(out_vs, root.type)], []
     for x in op.operands:
       b, vs = self.attention_operand(x) or (x, _attention_view(ViewStack.from_shape(x.type.shape), x.type))
       inputs.append(self.buffers.get(b) or self.host_buffer(b)); views.append(vs)
-    bufs = [stored] + inputs
-    args = [Value(BufType(v.type.shape, v.type.dtype), hint=f"data{i}") for i, v in enumerate(bufs)]
+    outs = [stored] + ([st['lse']] if 'lse' in st else [])
+    args = [Value(BufType(v.type.shape, v.type.dtype), hint=f"data{i}") for i, v in enumerate(outs + inputs)]  # (outputs first)
     attrs = {'causal': op.causal, 'scale': op.attrs['scale'], **{f'{n}_view': vs for n, vs in zip(('out', 'q', 'k', 'v'), views)}}
-    body = Block(args, [K('attention')(args, [], attrs, op.loc)])
+    operands = [args[0]] + args[len(outs):] + args[1:len(outs)]  # (out, q, k, v, then the lse)
+    body = Block(args, [K('attention')(operands, [], attrs, op.loc)])
     B, H, L, E = views[1].shape
     name = f"attn{'_causal' if op.causal else ''}_{B * H}_{L}_{views[2].shape[2]}_{E}"
-    return K('func')([], [], {'sym_name': Symbol('k')}, op.loc, body), inputs, name, stored
+    return K('func')([], [], {'sym_name': Symbol('k')}, op.loc, body), inputs, name, outs
 
   def host_buffer(self, v: Value) -> Value:
     """A leaf that lives on the host: an argument, a dense (or masked) constant, an empty tensor."""
@@ -874,7 +882,7 @@ class Kernelize(Pass):
   # (the device's spec, DEVICE_OPTIONS: what kernelize chooses for a device)
   options = {**DEVICE_OPTIONS, 'split': (bool, True, 'split a big reduce into few outputs into two kernels, so the first can use every core')}
   def run(self, m: Module):
-    apply_patterns(m, decompose_patterns + declared_patterns(DeviceSpec.from_options(self.opts)))
+    apply_patterns(m, lse_alone(m) + decompose_patterns + declared_patterns(DeviceSpec.from_options(self.opts)))
     if self.split: apply_patterns(m, split_patterns, max_sweeps=1)
     used = {op.attrs['sym_name'] for op in m.ops if 'sym_name' in op.attrs}
     kernels = []

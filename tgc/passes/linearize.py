@@ -879,14 +879,23 @@ def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
     u = U(name)(operands, [t] if t is not None else [], attrs, op.loc)
     ops.append(u)
     return u.results[0] if u.results else None
-  bufs = [emit('define_global', [], PtrType(dt), {'index': i, 'size': a.type.numel}) for i, a in enumerate(op.operands)]
-  smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': fa.smem_rows * E, 'align': 128})
-  blocks = -(-L // fa.rows)
-  idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', B * H), ('gidx1', blocks), ('lidx0', fa.threads))]
+  index = {a: i for i, a in enumerate(k.body.args)}
+  glob = {a: emit('define_global', [], PtrType(a.type.dtype), {'index': i, 'size': a.type.numel}) for a, i in index.items()}
+  bufs = [glob[a] for a in op.operands[:4]]
+  # heads of 128: the largest work-group (the k and v tiles it copies serve more queries) that still makes two a
+  # multiprocessor (where the device says how many it has); else the smallest. (An H200, causal f16 8x16x1024: 128
+  # queries a work-group took heads of 128 from 0.83 to 0.92 of torch's kernel time, heads of 64 from 0.88 to 0.64:
+  # their tiles' copies are half as long, and the 8 warps wait at each tile's barrier.)
+  fits = [(r, t) for r, t in fa.blocks if fa.smem_bytes(r, E, dt.itemsize) <= spec.attention_smem]
+  enough = [(r, t) for r, t in fits if B * H * -(-L // r) >= 2 * (spec.processors or 64)]
+  rows, threads = max(enough) if enough and E >= 128 else min(fits)
+  smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': fa.smem_bytes(rows, E, 1), 'align': 128})
+  blocks = -(-L // rows)
+  idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', B * H), ('gidx1', blocks), ('lidx0', threads))]
   layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('out', 'q', 'k', 'v'), views)}
-  emit('attention', bufs + [smem] + idx, None, {'causal': op.causal, 'scale': op.attrs['scale'], 'heads': H, 'rows': L, 'keys': S, 'dim': E,
-                                                 'block_rows': fa.rows, 'threads': fa.threads, **layouts})
-  attrs = {'sym_name': Symbol(k.sym_name), 'global_size': (B * H, blocks), 'local_size': (fa.threads,)}
+  emit('attention', bufs + [smem] + idx + ([glob[op.lse]] if op.lse is not None else []), None, {'causal': op.causal, 'scale': op.attrs['scale'], 'heads': H, 'rows': L, 'keys': S, 'dim': E,
+                                                 'block_rows': rows, 'threads': threads, 'key_rows': fa.key_rows, **layouts})
+  attrs = {'sym_name': Symbol(k.sym_name), 'global_size': (B * H, blocks), 'local_size': (threads,)}
   return U('func')([], [], attrs, k.loc, Block([], ops))
 
 
