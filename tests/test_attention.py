@@ -202,11 +202,12 @@ def test_attention_lse_matches_numpy():
 def test_cuda_attention_kernel_stores_the_lse_of_its_rows():
   """On cuda a tensor.attention_lse after the attention of the same q, k, causal and scale is stored by its kernel
   (kernel.attention's lse operand); without that attention (a backward whose forward's result is a buffer already)
-  it is its plain form."""
+  the kernel of attention(q, k, k) computes it (its output a buffer no one reads)."""
   from tgc.lowering import lower
-  m = lower(I.parse(_lse_text((2, 64, 64), 'f16', True)), 'cuda', 'kernel')
-  (k,) = m.functions('kernel.func')
-  a = k.body.ops[0]
-  assert a.name == 'kernel.attention' and a.lse is not None and a.lse.type.numel == 128
-  m = lower(I.parse(_lse_text((2, 64, 64), 'f16', False)), 'cuda', 'kernel')
-  assert not any(op.name == 'kernel.attention' for k in m.functions('kernel.func') for op in k.body.ops)
+  for with_attention in (True, False):
+    m = lower(I.parse(_lse_text((2, 64, 64), 'f16', with_attention)), 'cuda', 'kernel')
+    (k,) = m.functions('kernel.func')
+    a = k.body.ops[0]
+    assert a.name == 'kernel.attention' and a.lse is not None and a.lse.type.numel == 128
+    (launch,) = [op for op in m.functions('func.func')[0].body.ops if op.name == 'kernel.launch']
+    assert (launch.operands[-1] is launch.operands[-2]) != with_attention  # (v is k)

@@ -49,6 +49,8 @@ class FusedAttention:
   head_dims: tuple[int, ...]
   blocks: tuple[tuple[int, int], ...]
   key_rows: int = 64
+  grad_head_dims: tuple[int, ...] = ()  # the head sizes its backward kernels take (dq; dk and dv): 64 rows of 128
+                                        # threads, its six tiles in shared memory
 
   def smem_bytes(self, rows: int, head_dim: int, itemsize: int) -> int: return (rows + 4 * self.key_rows) * head_dim * itemsize
 
@@ -128,7 +130,7 @@ register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=8,
                        local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=8, device='CUDA', fp_contract=True, async_copy=True, warp_size=32, shuffle_bytes=(2, 4, 8),
                        max_grid=(2**31 - 1, 65535, 65535),
                        tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True, warpgroup=True, tf32=True),  # mma.sync m16n8k16, wgmma
-                       attention=FusedAttention(('f16', 'bf16'), (64, 128), ((64, 128), (128, 256)))))  # (tgc/emit/cuda_attention.py: a warp a 16 rows)
+                       attention=FusedAttention(('f16', 'bf16'), (64, 128), ((64, 128), (128, 256)), grad_head_dims=(64,))))  # (tgc/emit/cuda_attention.py: a warp a 16 rows)
 # (PoCL's OpenCL C builtins are built for 256-bit vectors: on an AVX-512 host, an AMD EPYC here, a float16 vload or
 # sqrt and a double8 vstore abort its LLVM ("Do not know how to scalarize this operator's operand"))
 register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,
@@ -211,6 +213,11 @@ class DeviceSpec:
     fa = self.target.attention
     if fa is None or self.processor == 'cpu' or dtype.name not in fa.dtypes or head_dim != value_dim or head_dim not in fa.head_dims: return False
     return fa.smem_bytes(min(r for r, _ in fa.blocks), head_dim, dtype.itemsize) <= self.attention_smem
+  def fused_attention_grad(self, dtype, head_dim: int, value_dim: int) -> bool:
+    """Whether this device computes attention's gradients (dq; dk and dv) in the target's fused backward kernels."""
+    fa = self.target.attention
+    return self.fused_attention(dtype, head_dim, value_dim) and head_dim in fa.grad_head_dims and \
+      6 * fa.key_rows * head_dim * dtype.itemsize <= self.attention_smem
   @property
   def attention_smem(self) -> int:
     """The shared memory a fused attention's work-group may ask for at launch on this device."""

@@ -279,7 +279,46 @@ class AttentionOp(Operation):
       if not isinstance(t, BufType) or t.dtype is not D.f32 or t.numel != n: raise self.error(f"lse must be a !kernel.buf of {n} f32 (a value a query row), got {t}")
 
 
-WHOLE_KERNELS = ('kernel.attention',)  # ops that are a kernel's whole body, written by the target as one piece
+class AttentionGradOp(Operation):
+  """`kernel.attention_grad %q [view], %k [view], %v [view], %g [view], %lse, %d, %out (, %out2) {causal, scale,
+  part}`: a fused attention backward kernel, the whole body of its kernel.func (the target's FusedAttention writes
+  it): part 0 writes dq (out), part 1 dk (out) and dv (out2), each contiguous (B, H, rows, E), from q, k, v and the
+  output's gradient g read through one view each, as kernel.attention's, and the rows' log-sum-exp and d (each query
+  row's sum of g * out), f32, B x H x L contiguous (tensor.attention_grad)."""
+  name = 'kernel.attention_grad'
+  OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'out', 'out2?')
+  ATTRS = {'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'g_view': 'views', 'causal': 'int', 'scale': 'number', 'part': 'int'}
+  RESULTS = 0
+  FORMAT = '$q $q_view, $k $k_view, $v $v_view, $g $g_view, $lse, $d, $out?{, $out2} : type($q), type($k), type($v), type($g)'
+  @property
+  def written(self): return (self.out,) if self.out2 is None else (self.out, self.out2)
+  def views(self) -> list:
+    """The four inputs' single views (q, k, v, g)."""
+    return [self.attrs[f'{n}_view'].views[0] for n in ('q', 'k', 'v', 'g')]
+  def verify(self):
+    ts = [v.type for v in self.operands]
+    if not all(isinstance(t, BufType) for t in ts): raise self.error(f"reads and writes !kernel.buf operands, got {', '.join(map(str, ts))}")
+    dt = ts[0].dtype
+    for n, t in zip(('q', 'k', 'v', 'g'), ts):
+      vs = self.attrs[f'{n}_view']
+      if t.dtype != dt or not dt.is_float: raise self.error(f"needs q, k, v and g of one float type, got {', '.join(map(str, ts[:4]))}")
+      if len(vs.views) != 1 or vs.views[0].mask is not None or len(vs.shape) != 4:
+        raise self.error(f"{n} is read through one unmasked view of rank 4 (heads B x H, rows, head size), got {vs}")
+      if vs.shape[3] > 1 and vs.views[0].strides[3] != 1: raise self.error(f"{n}'s view must hold each row's elements contiguous (stride 1 along the last axis)")
+      _check_view(self, t, vs)
+    q, k, v, g = (vs.shape for vs in self.views())
+    if k != v or q != g or q[:2] != k[:2] or q[3] != k[3]: raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)}, v {list(v)} and g {list(g)}")
+    rows = math.prod(q[:3])
+    for n, t in (('lse', ts[4]), ('d', ts[5])):
+      if t.dtype is not D.f32 or t.numel != rows: raise self.error(f"{n} must be a !kernel.buf of {rows} f32 (a value a query row), got {t}")
+    if self.part not in (0, 1) or (self.out2 is None) != (self.part == 0): raise self.error(f"part 0 writes dq (out), part 1 dk and dv (out, out2); got part {self.part} with {len(self.operands) - 6} outputs")
+    want = math.prod(q) if self.part == 0 else math.prod(k)
+    for t in ts[6:]:
+      if t.dtype != dt or t.numel != want: raise self.error(f"writes {want} elements of {dt}, got {t}")
+    if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+
+
+WHOLE_KERNELS = ('kernel.attention', 'kernel.attention_grad')  # ops that are a kernel's whole body, written by the target as one piece
 
 
 # ---- host side ----

@@ -374,6 +374,45 @@ class AttentionLseOp(_AttentionBase):
     return p.op('add', [p.m, p.op('mul', [p.op('log2', [p.total], row), p.c(math.log(2), row)], row)], row)
 
 
+class AttentionGradOp(_AttentionBase):
+  """`tensor.attention_grad %q, %k, %v, %g, %lse, %d {causal = 1, scale = 0.125, wrt = 0} : ... -> tensor<...>`: one
+  of attention's gradients (wrt 0: q's, 1: k's, 2: v's; of q's, k's or v's type) given the output's gradient g, the
+  rows' log-sum-exp (tensor.attention_lse) and d, each query row's sum of g * out (f32 for half floats), as flash
+  attention's backward computes them: p = exp(s - lse), dv = p^T g, ds = p * (g v^T - d) * scale, dq = ds k,
+  dk = ds^T q (p and ds rounded to the inputs' type for the products). Where the device has fused backward kernels
+  (fused) kernelize computes dq in one kernel, dk and dv of the same operands in another; else its plain form."""
+  name = 'tensor.attention_grad'
+  OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd')
+  ATTRS = {'causal': 'int', 'scale': 'number', 'wrt': 'int'}
+  FORMAT = '$q, $k, $v, $g, $lse, $d : type($q), type($k), type($v) -> type($result)'
+  def fused(self, spec) -> bool:
+    return spec.fused_attention_grad(self.q.type.dtype, self.q.type.shape[-1], self.v.type.shape[-1])
+  def verify(self):
+    from tgc.ir import dtypes as D
+    q, k = self.check_qk()
+    v, g = _tensor(self, self.v.type), _tensor(self, self.g.type)
+    if not q.dtype.is_float or not (q.dtype == k.dtype == v.dtype == g.dtype): raise self.error(f"needs q, k, v and g of one float type, got {q}, {k}, {v} and {g}")
+    if v.shape[:-1] != k.shape[:-1] or g.shape != q.shape[:-1] + v.shape[-1:]: raise self.error(f"shapes do not fit: k {k}, v {v} (one key axis) and g {g} (the output's)")
+    row = TensorType(q.shape[:-1] + (1,), q.dtype if q.dtype.itemsize >= 4 else D.f32)
+    for nm in ('lse', 'd'):
+      if _tensor(self, getattr(self, nm).type) != row: raise self.error(f"{nm} must be {row}, got {getattr(self, nm).type}")
+    if self.wrt not in (0, 1, 2): raise self.error(f"wrt must be 0 (q), 1 (k) or 2 (v), got {self.wrt}")
+    if self.results[0].type != (q, k, v)[self.wrt]: raise self.error(f"result must be {(q, k, v)[self.wrt]}, got {self.results[0].type}")
+  def decompose(self, rw):
+    p = self.scores(rw)
+    mk, acc, dt = p.op, p.acc, self.q.type.dtype
+    half = lambda x: x if acc is dt else p.wide(mk('cast', [x], x.type.shape, dt))  # (rounded, then cast back up)
+    sc = p.s.type.shape
+    prob = half(mk('exp2', [mk('mul', [mk('sub', [p.s, mk('expand', [self.lse], sc)], sc), p.c(1 / math.log(2), sc)], sc)], sc))
+    gw, q, k, v = (p.wide(x) for x in (self.g, self.q, self.k, self.v))
+    if self.wrt == 2: r = mk('matmul', [p.tr(prob), gw], v.type.shape)
+    else:
+      dp = mk('sub', [mk('matmul', [gw, p.tr(v)], sc), mk('expand', [self.d], sc)], sc)
+      ds = half(mk('mul', [mk('mul', [prob, dp], sc), p.c(float(self.scale), sc)], sc))
+      r = mk('matmul', [ds, k], q.type.shape) if self.wrt == 0 else mk('matmul', [p.tr(ds), q], k.type.shape)
+    return r if acc is dt else mk('cast', [r], r.type.shape, dt)
+
+
 @dataclass
 class AttentionPlain:
   """What _AttentionBase.scores (and softmax) made: the op makers (op(name, operands, shape, dtype=acc, attrs),

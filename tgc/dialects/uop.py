@@ -477,6 +477,55 @@ class AttentionOp(Operation):
       if (size := self.lse.op.attrs.get('size')) is None or size < need: raise self.error(f"writes lse up to element {need - 1}: its uop.define_global must declare a size of at least {need}, got {size}")
 
 
+class AttentionGradOp(Operation):
+  """`uop.attention_grad %q, %k, %v, %g, %lse, %d, %out, %smem, %head, %block, %lane (, %out2) {part, causal, scale,
+  heads, rows, keys, dim, block_rows, threads, q_layout, k_layout, v_layout, g_layout}`: a fused attention backward
+  kernel's work-group (kernel.attention_grad; the target's emitter writes it whole): head `head` (b * heads + h) and
+  `block_rows` queries (part 0: dq into out) or keys (part 1: dk into out, dv into out2) from `block` times that on,
+  thread `lane` of its `threads`, its six tiles of block_rows rows in `smem`. q and g have `rows` rows a head, k and v
+  `keys`, placed by their layouts as uop.attention's; lse and d (f32) and the outputs are contiguous, a head after
+  another, inside their buffers' declared sizes. Collective: every thread of the work-group takes part."""
+  name = 'uop.attention_grad'
+  OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'out', 'smem', 'head', 'block', 'lane', 'out2?')
+  ATTRS = {'part': 'int', 'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
+           'threads': 'int', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints', 'g_layout': 'ints'}
+  RESULTS = 0
+  TRAITS = frozenset()  # reads and writes memory
+  FORMAT = '$q, $k, $v, $g, $lse, $d, $out, $smem, $head, $block, $lane?{, $out2} : type($q)'
+  @property
+  def written(self): return (self.out,) if self.out2 is None else (self.out, self.out2)
+  def verify(self):
+    a = self.attrs
+    ps = {nm: _ptr(self, getattr(self, nm), nm) for nm in ('q', 'k', 'v', 'g', 'lse', 'd', 'out', 'smem')}
+    dt = ps['q'].dtype
+    if dt not in (D.f16, D.bf16) or any(ps[n].dtype is not dt or ps[n].local for n in ('q', 'k', 'v', 'g', 'out')):
+      raise self.error(f"needs f16 or bf16 q, k, v, g and out of one type in global memory, got {', '.join(str(ps[n]) for n in ('q', 'k', 'v', 'g', 'out'))}")
+    if any(ps[n].dtype is not D.f32 or ps[n].local for n in ('lse', 'd')): raise self.error(f"lse and d must be f32 buffers in global memory, got {ps['lse']} and {ps['d']}")
+    if not ps['smem'].local or ps['smem'].dtype is not dt: raise self.error(f"its tiles are in shared memory of its type, got {ps['smem']}")
+    if a['part'] not in (0, 1) or (self.out2 is None) != (a['part'] == 0): raise self.error(f"part 0 writes dq (out), part 1 dk and dv (out, out2), got part {a['part']}")
+    if self.out2 is not None and (not isinstance(self.out2.type, PtrType) or self.out2.type != ps['out']): raise self.error(f"out2 must be a buffer as out, got {self.out2.type}")
+    for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'threads'):
+      if a[nm] < 1: raise self.error(f"{nm} must be positive, got {a[nm]}")
+    if a['causal'] not in (0, 1): raise self.error(f"causal must be 0 or 1, got {a['causal']}")
+    sp = {}
+    for v, nm, ax in zip(self.operands[8:11], ('head', 'block', 'lane'), ('gidx0', 'gidx1', 'lidx0')):
+      if v.op is None or v.op.name != 'uop.special' or v.op.attrs['axis'] != ax: raise self.error(f"{nm} must be the launch's uop.special {ax}")
+      sp[nm] = v.op.attrs['size']
+    if sp['lane'] != a['threads']: raise self.error(f"runs {a['threads']} threads a work-group, the launch's lidx0 has {sp['lane']}")
+    if sp['head'] % a['heads']: raise self.error(f"{sp['head']} heads (gidx0) are not a whole number of groups of {a['heads']}")
+    if self.smem.op.attrs['size'] < 6 * a['block_rows'] * a['dim']: raise self.error(f"its tiles take {6 * a['block_rows'] * a['dim']} elements of shared memory, smem declares {self.smem.op.attrs['size']}")
+    nb, nh = sp['head'] // a['heads'], sp['head']
+    rows = {'q': a['rows'], 'k': a['keys'], 'v': a['keys'], 'g': a['rows']}
+    need = {nm: a[f'{nm}_layout'][0] + (nb - 1) * a[f'{nm}_layout'][1] + (a['heads'] - 1) * a[f'{nm}_layout'][2] + (rows[nm] - 1) * a[f'{nm}_layout'][3] + a['dim'] for nm in rows}
+    for nm in rows:
+      if len(a[f'{nm}_layout']) != 4 or any(x < 0 for x in a[f'{nm}_layout']): raise self.error(f"{nm}_layout must be [offset, b's stride, h's stride, a row's stride], none negative")
+    need.update(lse=nh * a['rows'], d=nh * a['rows'], out=nh * (a['rows'] if a['part'] == 0 else a['keys']) * a['dim'])
+    if self.out2 is not None: need['out2'] = need['out']
+    for nm, n in need.items():
+      size = getattr(self, nm).op.attrs.get('size')
+      if size is None or size < n: raise self.error(f"reads and writes {nm} up to element {n - 1}: its uop.define_global must declare a size of at least {n}, got {size}")
+
+
 class WgmmaFenceOp(Operation):
   """Orders the registers a warpgroup wrote (an accumulator's start) before the uop.wgmma ops after it read them."""
   name = 'uop.wgmma_fence'
@@ -511,7 +560,7 @@ class FenceAsyncSharedOp(Operation):
 
 # the ops of a GPU's warps and tensor cores, which a CPU target and the interpreter do not run
 WARP_OPS = frozenset({'uop.wmma', 'uop.ldmatrix', 'uop.shuffle_xor', 'uop.wgmma', 'uop.wgmma_fence', 'uop.wgmma_commit',
-                      'uop.wgmma_wait', 'uop.fence_async_shared', 'uop.attention'})
+                      'uop.wgmma_wait', 'uop.fence_async_shared', 'uop.attention', 'uop.attention_grad'})
 
 # ---- facts about a uop.func: what emitters, runtimes and the interpreter read alike
 def const_value(v, dt: D.DType):

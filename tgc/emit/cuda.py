@@ -9,7 +9,7 @@ import math
 from tgc.ir import dtypes as D
 from tgc.emit.cstyle import Lang, F8, XYZW, render_module, render_kernel
 from tgc.dialects.uop import shared_layout
-from tgc.emit.cuda_attention import attention_functions, attention_call, BLOCKS, KEY_ROWS
+from tgc.emit.cuda_attention import attention_functions, attention_call, attention_grad_call, BLOCKS, KEY_ROWS, GRAD_DIMS
 
 STATIC_SHARED = 48 << 10  # the shared memory a kernel's static arrays may take; beyond it a launch asks for it
 
@@ -109,6 +109,11 @@ class CUDALang(Lang):
     if dt not in ('f16', 'bf16') or a['dim'] not in (64, 128) or (a['block_rows'], a['threads']) not in BLOCKS or a['key_rows'] != KEY_ROWS: return None
     self.needs.add(('attention', dt, a['dim'], a['block_rows']))
     return attention_call(dt, op, args, global_size[1])
+  def attention_grad(self, op, args, global_size):
+    dt, a = op.out.type.dtype.name, op.attrs
+    if dt not in ('f16', 'bf16') or a['dim'] not in GRAD_DIMS or (a['block_rows'], a['threads']) != (KEY_ROWS, 2 * KEY_ROWS): return None
+    self.needs.add(('attention_grad', dt, a['dim']))
+    return attention_grad_call(dt, op, args, global_size[1])
   def wgmma_args(self, a_layout, b_layout):
     bits = lambda lay: (lay[1] >> 4) << 16 | (lay[2] >> 4) << 32 | 1 << 62
     return [f"{bits(a_layout):#x}ull", f"{bits(b_layout):#x}ull"]
@@ -187,7 +192,8 @@ class CUDALang(Lang):
               "  return bits | (((unsigned long long)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4);", "}"]
     for _, *wg in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'wgmma'): out += self.wgmma_function(*wg)
     fa = [tuple(x[1:]) for x in self.needs if isinstance(x, tuple) and x[0] == 'attention']
-    if fa: out += attention_functions(fa)
+    fg = [tuple(x[1:]) for x in self.needs if isinstance(x, tuple) and x[0] == 'attention_grad']
+    if fa or fg: out += attention_functions(fa, fg)
     return out
 
 

@@ -42,6 +42,16 @@ template <int R> __device__ __forceinline__ void tg_fa_tile_$NAME($T* tile, cons
     tg_fa_copy16(tile + (r * ($HD / 8) + (c ^ (r & 7))) * 8, src + (size_t)(ok ? row0 + r : 0) * ld + c * 8, ok);
   }
 }
+// the next pair of tiles' copies (where there is one) start while this pair is used; then wait for this pair
+__device__ __forceinline__ void tg_fa_pair_$NAME($T* a, const $T* sa, size_t la, $T* b, const $T* sb, size_t lb, int row0, int n, bool next, int tid) {
+  if (next) {
+    tg_fa_tile_$NAME<64>(a, sa, la, row0, n, tid);
+    tg_fa_tile_$NAME<64>(b, sb, lb, row0, n, tid);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+  __syncthreads();
+}
 // a head's rows: layout {offset, b's stride, h's stride, a row's stride}, head = b * H + h
 #define TG_FA_HEAD(P, lay) (P + lay[0] + (size_t)(head / H) * lay[1] + (size_t)(head % H) * lay[2])
 __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T* __restrict__ Q, const $T* __restrict__ K,
@@ -78,13 +88,7 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
   for (int j = 0; j < n_tiles; j++) {
     const int buf = j & 1;
-    if (j + 1 < n_tiles) {  // the next tile's copies run while this one is used
-      tg_fa_tile_$NAME<64>(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], (j + 1) * 64, S, tid);
-      tg_fa_tile_$NAME<64>(sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, tid);
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
-    __syncthreads();
+    tg_fa_pair_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, j + 1 < n_tiles, tid);
     const $T* kt = sK + buf * 64 * $HD;
     const $T* vt = sV + buf * 64 * $HD;
     float s[8][4];  // S = Q K^T: 8 tiles of 8 keys
@@ -159,24 +163,192 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   }
 }'''
 
+# the backward's two kernels (an instance a type and head size, 64 rows a work-group of 128 threads; after _KERNEL's
+# instance of the same name, whose copies, products and packing they use). dq: a block of queries against each tile
+# of keys and values, as the forward, the probabilities from the rows' log-sum-exp: dq = sum_j ds_j k_j. dkdv: a block
+# of keys against each tile of queries and output gradients, the scores transposed (keys the rows):
+# dv = sum_i p_i^T do_i, dk = sum_i ds_i^T q_i. ds = p * (do v^T - d) * scale, d each query row's sum of do * o.
+_GRAD = r'''// A (rows of this warp's 16, from a swizzled tile) as fragments, one a 16 of HD
+__device__ __forceinline__ void tg_fa_rows_$NAME(unsigned (*f)[4], const $T* tile, int warp, int lane) {
+  #pragma unroll
+  for (int kk = 0; kk < $HD / 16; kk++) {
+    int r = warp * 16 + (lane % 16), c = kk * 2 + lane / 16;
+    tg_fa_ldsm(f[kk], tile + (r * ($HD / 8) + (c ^ (r & 7))) * 8);
+  }
+}
+// s = A tile^T: the warp's 16 rows against the tile's 64 rows
+__device__ __forceinline__ void tg_fa_abt_$NAME(float (*s)[4], const unsigned (*a)[4], const $T* tile, int lane) {
+  #pragma unroll
+  for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+  #pragma unroll
+  for (int kk = 0; kk < $HD / 16; kk++) {
+    #pragma unroll
+    for (int n2 = 0; n2 < 4; n2++) {
+      int r = n2 * 16 + (lane / 16) * 8 + (lane % 8), c = kk * 2 + (lane / 8) % 2;
+      unsigned b[4];
+      tg_fa_ldsm(b, tile + (r * ($HD / 8) + (c ^ (r & 7))) * 8);
+      tg_fa_mma_$NAME(s[2 * n2], a[kk], b[0], b[1]);
+      tg_fa_mma_$NAME(s[2 * n2 + 1], a[kk], b[2], b[3]);
+    }
+  }
+}
+// o += p tile: p (16 x 64, accumulators) rounded to T as A fragments, the tile's 64 rows the sum's
+__device__ __forceinline__ void tg_fa_ab_$NAME(float (*o)[4], const float (*p)[4], const $T* tile, int lane) {
+  #pragma unroll
+  for (int kk = 0; kk < 4; kk++) {
+    unsigned pa[4] = {tg_fa_pack_$NAME(p[2 * kk][0], p[2 * kk][1]), tg_fa_pack_$NAME(p[2 * kk][2], p[2 * kk][3]),
+                      tg_fa_pack_$NAME(p[2 * kk + 1][0], p[2 * kk + 1][1]), tg_fa_pack_$NAME(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    #pragma unroll
+    for (int d2 = 0; d2 < $HD / 16; d2++) {
+      int r = kk * 16 + ((lane / 8) % 2) * 8 + (lane % 8), c = d2 * 2 + lane / 16;
+      unsigned b[4];
+      tg_fa_ldsm_t(b, tile + (r * ($HD / 8) + (c ^ (r & 7))) * 8);
+      tg_fa_mma_$NAME(o[2 * d2], pa, b[0], b[1]);
+      tg_fa_mma_$NAME(o[2 * d2 + 1], pa, b[2], b[3]);
+    }
+  }
+}
+// the warp's rows of an accumulator (16 x HD) into rows (row_a, row_a + 8) of a contiguous [n, HD] matrix
+__device__ __forceinline__ void tg_fa_store_$NAME($T* dst, const float (*o)[4], int row_a, int n, int t) {
+  #pragma unroll
+  for (int d = 0; d < $HD / 8; d++) {
+    int col = d * 8 + 2 * t;
+    if (row_a < n) *reinterpret_cast<$T2*>(dst + (size_t)row_a * $HD + col) = $PAIR(o[d][0], o[d][1]);
+    if (row_a + 8 < n) *reinterpret_cast<$T2*>(dst + (size_t)(row_a + 8) * $HD + col) = $PAIR(o[d][2], o[d][3]);
+  }
+}
+__device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const $T* __restrict__ Q, const $T* __restrict__ K,
+    const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE, const float* __restrict__ Dr, $T* smem,
+    int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, float scale, bool causal,
+    const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg) {
+  $T* sQ = smem; $T* sG = sQ + 64 * $HD; $T* sK = sG + 64 * $HD; $T* sV = sK + 2 * 64 * $HD;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int q0 = (causal ? blocks - 1 - block : block) * 64;
+  const $T* Kh = TG_FA_HEAD(K, lk);
+  const $T* Vh = TG_FA_HEAD(V, lv);
+  const int all_tiles = (S + 63) / 64;
+  const int n_tiles = causal ? min(all_tiles, (q0 + 64 + 63) / 64) : all_tiles;
+  tg_fa_tile_$NAME<64>(sQ, TG_FA_HEAD(Q, lq), lq[3], q0, L, tid);
+  tg_fa_tile_$NAME<64>(sG, TG_FA_HEAD(G, lg), lg[3], q0, L, tid);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  tg_fa_tile_$NAME<64>(sK, Kh, lk[3], 0, S, tid);
+  tg_fa_tile_$NAME<64>(sV, Vh, lv[3], 0, S, tid);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+  __syncthreads();
+  unsigned qf[$HD / 16][4], gf[$HD / 16][4];
+  tg_fa_rows_$NAME(qf, sQ, warp, lane);
+  tg_fa_rows_$NAME(gf, sG, warp, lane);
+  const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
+  const float la = row_a < L ? LSE[(size_t)head * L + row_a] * 1.4426950408889634f : 0.f, lb = row_b < L ? LSE[(size_t)head * L + row_b] * 1.4426950408889634f : 0.f;
+  const float da = row_a < L ? Dr[(size_t)head * L + row_a] : 0.f, db = row_b < L ? Dr[(size_t)head * L + row_b] : 0.f;
+  float dq[$HD / 8][4];
+  #pragma unroll
+  for (int d = 0; d < $HD / 8; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.f;
+  for (int j = 0; j < n_tiles; j++) {
+    const int buf = j & 1;
+    tg_fa_pair_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, j + 1 < n_tiles, tid);
+    const $T* kt = sK + buf * 64 * $HD;
+    float s[8][4], dp[8][4];
+    tg_fa_abt_$NAME(s, qf, kt, lane);
+    tg_fa_abt_$NAME(dp, gf, sV + buf * 64 * $HD, lane);
+    #pragma unroll
+    for (int n = 0; n < 8; n++) {
+      #pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int key = j * 64 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
+        float p = (key >= S || (causal && key > row)) ? 0.f : exp2f(s[n][e] * scale_log2 - (e < 2 ? la : lb));
+        s[n][e] = p * (dp[n][e] - (e < 2 ? da : db)) * scale;  // ds
+      }
+    }
+    tg_fa_ab_$NAME(dq, s, kt, lane);
+    __syncthreads();
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  tg_fa_store_$NAME(DQ + (size_t)head * L * $HD, dq, row_a, L, t);
+}
+__device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T* __restrict__ DV, const $T* __restrict__ Q,
+    const $T* __restrict__ K, const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE,
+    const float* __restrict__ Dr, $T* smem, int head, int block, int tid, int H, int L, int S, float scale_log2, float scale,
+    bool causal, const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg) {
+  $T* sK = smem; $T* sV = sK + 64 * $HD; $T* sQ = sV + 64 * $HD; $T* sG = sQ + 2 * 64 * $HD;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int k0 = block * 64;
+  const $T* Qh = TG_FA_HEAD(Q, lq);
+  const $T* Gh = TG_FA_HEAD(G, lg);
+  const int first = causal ? k0 / 64 : 0, n_tiles = (L + 63) / 64;  // (causal: the queries before k0 see none of these keys)
+  tg_fa_tile_$NAME<64>(sK, TG_FA_HEAD(K, lk), lk[3], k0, S, tid);
+  tg_fa_tile_$NAME<64>(sV, TG_FA_HEAD(V, lv), lv[3], k0, S, tid);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  if (first < n_tiles) {
+    tg_fa_tile_$NAME<64>(sQ, Qh, lq[3], first * 64, L, tid);
+    tg_fa_tile_$NAME<64>(sG, Gh, lg[3], first * 64, L, tid);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+  __syncthreads();
+  unsigned kf[$HD / 16][4], vf[$HD / 16][4];
+  tg_fa_rows_$NAME(kf, sK, warp, lane);
+  tg_fa_rows_$NAME(vf, sV, warp, lane);
+  const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;
+  float dk[$HD / 8][4], dv[$HD / 8][4];
+  #pragma unroll
+  for (int d = 0; d < $HD / 8; d++) dk[d][0] = dk[d][1] = dk[d][2] = dk[d][3] = dv[d][0] = dv[d][1] = dv[d][2] = dv[d][3] = 0.f;
+  const float* Lh = LSE + (size_t)head * L;
+  const float* Dh = Dr + (size_t)head * L;
+  for (int i = first; i < n_tiles; i++) {
+    const int buf = (i - first) & 1;
+    tg_fa_pair_$NAME(sQ + (buf ^ 1) * 64 * $HD, Qh, lq[3], sG + (buf ^ 1) * 64 * $HD, Gh, lg[3], (i + 1) * 64, L, i + 1 < n_tiles, tid);
+    const $T* qt = sQ + buf * 64 * $HD;
+    const $T* gt = sG + buf * 64 * $HD;
+    float st[8][4], dpt[8][4];  // the scores and do v^T transposed: the warp's keys the rows, the tile's queries the columns
+    tg_fa_abt_$NAME(st, kf, qt, lane);
+    tg_fa_abt_$NAME(dpt, vf, gt, lane);
+    #pragma unroll
+    for (int n = 0; n < 8; n++) {
+      #pragma unroll
+      for (int c = 0; c < 2; c++) {
+        int col = i * 64 + n * 8 + 2 * t + c;
+        bool in = col < L;
+        float l2 = in ? Lh[col] * 1.4426950408889634f : 0.f, d = in ? Dh[col] : 0.f;
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+          int e = 2 * h + c, key = h ? key_b : key_a;
+          float p = (!in || (causal && key > col)) ? 0.f : exp2f(st[n][e] * scale_log2 - l2);
+          st[n][e] = p;
+          dpt[n][e] = p * (dpt[n][e] - d) * scale;  // ds^T
+        }
+      }
+    }
+    tg_fa_ab_$NAME(dv, st, gt, lane);
+    tg_fa_ab_$NAME(dk, dpt, qt, lane);
+    __syncthreads();
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  tg_fa_store_$NAME(DK + (size_t)head * S * $HD, dk, key_a, S, t);
+  tg_fa_store_$NAME(DV + (size_t)head * S * $HD, dv, key_a, S, t);
+}'''
+
 # element type -> (its CUDA name, its pair's, the pair's constructor from two floats, mma.sync's operand type)
 _TYPES = {'f16': ('half', '__half2', '__floats2half2_rn', 'f16'), 'bf16': ('__nv_bfloat16', '__nv_bfloat162', '__floats2bfloat162_rn', 'bf16')}
 
 
 BLOCKS = ((64, 128), (128, 256))  # the work-groups it comes in, (queries, threads): uop.attention's block_rows, threads
-KEY_ROWS = 64                     # the keys a tile (uop.attention's key_rows)
+KEY_ROWS = 64                     # the keys a tile (uop.attention's key_rows); the backward's work-groups take as many
+GRAD_DIMS = (64,)                 # the head sizes of the backward's kernels
 
 
 def attention_name(dtype: str, head_dim: int, rows: int) -> str: return f"{dtype}_{head_dim}_{rows}"
 
 
-def attention_functions(instances) -> list[str]:
-  """The device functions of these (dtype name, head size, block rows) instances, after what they share (prelude
-  lines)."""
+def attention_functions(instances, grads=()) -> list[str]:
+  """The device functions of these (dtype name, head size, block rows) instances, and of the backward's (dtype name,
+  head size) ones, after what they share (prelude lines)."""
   out = [_COMMON]
-  for dt, hd, rows in sorted(instances):
+  grads = {(dt, hd, 64) for dt, hd in grads}
+  for dt, hd, rows in sorted(set(instances) | grads):
     t, t2, pair, ptx = _TYPES[dt]
-    text = _KERNEL
+    text = _KERNEL + ('\n' + _GRAD if (dt, hd, rows) in grads else '')
     for k, v in (('$NAME', attention_name(dt, hd, rows)), ('$T2', t2), ('$THREADS', str(dict(BLOCKS)[rows])), ('$T', t), ('$PAIR', pair),
                  ('$PTX', ptx), ('$HD', str(hd)), ('$ROWS', str(rows))): text = text.replace(k, v)
     out.append(text)
@@ -194,4 +366,18 @@ def attention_call(dtype: str, op, args: list[str], blocks: int) -> list[str]:
                  f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lo, tg_lq, tg_lk, tg_lv, {lse});"]
 
 
-__all__ = ['attention_functions', 'attention_call', 'attention_name', 'BLOCKS', 'KEY_ROWS']
+def attention_grad_call(dtype: str, op, args: list[str], blocks: int) -> list[str]:
+  """The lines that call the backward instance for uop.attention_grad `op` (args: its operands' expressions, q, k,
+  v, g, lse, d, out, smem, head, block, lane and out2 for part 1): its layouts, then the call."""
+  a = op.attrs
+  lays = [f"const size_t tg_l{n}[4] = {{{', '.join(f'{x}ull' for x in a[f'{n}_layout'])}}};" for n in ('q', 'k', 'v', 'g')]
+  q, k, v, g, lse, d, out, smem, head, block, lane = args[:11]
+  name, flags = attention_name(dtype, a['dim'], KEY_ROWS), f"{float(a['scale']) * math.log2(math.e)!r}f, {float(a['scale'])!r}f, {'true' if a['causal'] else 'false'}"
+  if a['part'] == 0:
+    call = f"tg_attention_dq_{name}({out}, {q}, {k}, {v}, {g}, {lse}, {d}, {smem}, {head}, {block}, {lane}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg);"
+  else:
+    call = f"tg_attention_dkdv_{name}({out}, {args[11]}, {q}, {k}, {v}, {g}, {lse}, {d}, {smem}, {head}, {block}, {lane}, {a['heads']}, {a['rows']}, {a['keys']}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg);"
+  return lays + [call]
+
+
+__all__ = ['attention_functions', 'attention_call', 'attention_grad_call', 'attention_name', 'BLOCKS', 'KEY_ROWS', 'GRAD_DIMS']

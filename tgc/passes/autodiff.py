@@ -192,28 +192,21 @@ def _plain(b, op, g):
   return _operands_adjoints(op, _through(b, start, op.decompose(_Into(b)), g))
 
 def _attention(b, op, g):
-  """softmax(q k^T * scale) v's gradients as flash attention's backward: the probabilities p = exp(s - lse)
-  recomputed from the scores s (the plain form's, in f32 for half floats) and the rows' log-sum-exp
-  (tensor.attention_lse: where the device fuses attention, its forward kernel stores it), then dv = p^T g,
-  ds = p * (g v^T - rowsum(g * out)) * scale, dq = ds k, dk = ds^T q. No gradient goes through the softmax's max (a
-  shift the value does not depend on). For half floats p is rounded to the inputs' type once (what the products and
-  ds read: half the bytes of its buffer) and ds too (f32 sums of the products: the tensor cores' form)."""
-  p = op.scores(_Into(b))
-  mk, acc, dt = p.op, p.acc, op.q.type.dtype
-  half = lambda x: x if acc is dt else p.wide(mk('cast', [x], x.type.shape, dt))  # (rounded, then cast back up)
-  narrow = lambda x: x if acc is dt else mk('cast', [x], x.type.shape, dt)
-  sc = p.s.type.shape
-  row = sc[:-1] + (1,)
-  lse = mk('attention_lse', [op.q, op.k], row, attrs={'causal': op.causal, 'scale': op.attrs['scale']})
-  prob = half(mk('exp2', [mk('mul', [mk('sub', [p.s, mk('expand', [lse], sc)], sc), p.c(1 / math.log(2), sc)], sc)], sc))
-  gw, q, k, v = p.wide(g), *(p.wide(x) for x in op.operands)
-  dv = mk('matmul', [p.tr(prob), gw], v.type.shape)
-  d = mk('reduce', [mk('mul', [gw, p.wide(op.results[0])], gw.type.shape)], row, attrs={'kind': 'add', 'axes': (len(row) - 1,)})
-  dp = mk('sub', [mk('matmul', [gw, p.tr(v)], sc), mk('expand', [d], sc)], sc)
-  ds = half(mk('mul', [mk('mul', [prob, dp], sc), p.c(float(op.scale), sc)], sc))
+  """softmax(q k^T * scale) v's gradients as flash attention's backward (tensor.attention_grad, one a operand: where
+  the device fuses it, two kernels), from the rows' log-sum-exp (tensor.attention_lse: where the device fuses
+  attention, its forward kernel stores it) and d, each query row's sum of g * out. No gradient goes through the
+  softmax's max (a shift the value does not depend on)."""
+  from tgc.ir import dtypes as D
+  q, k, v = op.operands
+  acc = q.type.dtype if q.type.dtype.itemsize >= 4 else D.f32
+  row = TensorType(q.type.shape[:-1] + (1,), acc)
+  wide = lambda x: x if x.type.dtype is acc else b.op('cast', [x], TensorType(x.type.shape, acc))
+  attrs = {'causal': op.causal, 'scale': op.attrs['scale']}
+  lse = b.op('attention_lse', [q, k], row, attrs)
+  d = b.op('reduce', [b.alu('mul', wide(g), wide(op.results[0]))], row, {'kind': 'add', 'axes': (row.rank - 1,)})
   adj: dict = {}
-  for x, gx in zip(op.operands, (mk('matmul', [ds, k], q.type.shape), mk('matmul', [p.tr(ds), q], k.type.shape), dv)):
-    gx = narrow(gx)
+  for i, x in enumerate(op.operands):
+    gx = b.op('attention_grad', [q, k, v, g, lse, d], x.type, {**attrs, 'wrt': i})
     adj[x] = gx if x not in adj else b.alu('add', adj[x], gx)
   return _operands_adjoints(op, adj)
 

@@ -38,7 +38,7 @@ from tgc.shape import ViewStack, View
 from tgc.passes.manager import Pass
 from tgc.target import DeviceSpec, DEVICE_OPTIONS
 from tgc.ir.diagnostics import Diagnostic
-from tgc.passes.tensor_decompose import decompose_patterns, declared_patterns, partial_reduce, lse_alone, attention_key
+from tgc.passes.tensor_decompose import decompose_patterns, declared_patterns, partial_reduce
 from tgc.ir.rewrite import apply_patterns, PatternMatcher
 
 K = lambda n: REGISTRY[f'kernel.{n}']
@@ -63,6 +63,11 @@ def _attention_view(vs: ViewStack, t: TensorType) -> ViewStack | None:
   if len(vs.views) != 1 or (v := vs.views[0]).mask is not None or (e > 1 and v.strides[3] != 1): return None
   per = max(1, 16 // t.dtype.itemsize)
   return vs if all(x % per == 0 for x in (v.offset, *v.strides[:3])) and all(x >= 0 for x in v.strides) else None
+
+
+def attention_key(op: Operation) -> tuple:
+  """What a tensor.attention and a tensor.attention_lse of it share: q, k, causal and scale."""
+  return (op.operands[0], op.operands[1], op.causal, float(op.attrs['scale']))
 
 
 def attention_layouts(fn: Operation) -> None:
@@ -155,6 +160,7 @@ class Scheduler:
     self.attention_stores: dict[Value, dict] = {}  # an attention's result -> what its kernel stores: 'out' (it, or its
                                                    # permuted layout: attention_permuted), 'lse' (its rows' log-sum-exp)
     self.stored_by: dict[Value, Value] = {}        # those values (but the result itself) -> the attention
+    self.attention_grads: dict[tuple, dict] = {}   # attention_grad's operands and attrs -> {wrt: its result}
 
   # ---- phase 1: which values are buffers ----
   def compute_ops(self):
@@ -183,10 +189,23 @@ class Scheduler:
         for x in op.operands:  # its operands read where they are computed, through a view, or else copied
           b, _ = self.attention_operand(x) or (x, None)
           if b.op is not None and not _is_leaf(b): self.R.add(b)
-      if op.name == 'tensor.attention_lse':  # (an attention of it comes before: lse_alone)
-        a = attention_key(op)
-        v = next(x for x, st in self.attention_stores.items() if attention_key(x.op) == a)
-        self.R.add(op.results[0]); self.attention_stores[v]['lse'] = op.results[0]; self.stored_by[op.results[0]] = v
+      if op.name == 'tensor.attention_grad':  # (left whole: dq a kernel, dk and dv of the same operands another)
+        self.R.add(op.results[0])
+        self.attention_grads.setdefault((tuple(op.operands), op.causal, float(op.attrs['scale'])), {})[op.wrt] = op.results[0]
+        for x in op.operands[:4]:
+          b, _ = self.attention_operand(x) or (x, None)
+          if b.op is not None and not _is_leaf(b): self.R.add(b)
+        for x in op.operands[4:]:  # (the rows' lse and d: contiguous buffers)
+          if x.op is not None and not _is_leaf(x): self.R.add(x)
+      if op.name == 'tensor.attention_lse':  # (the kernel of an attention of it before stores it; else one of its own)
+        a, r = attention_key(op), op.results[0]
+        self.R.add(r)
+        v = next((x for x, st in self.attention_stores.items() if attention_key(x.op) == a and 'lse' not in st), None)
+        if v is not None: self.attention_stores[v]['lse'] = r; self.stored_by[r] = v
+        else:
+          for x in op.operands:
+            b, _ = self.attention_operand(x) or (x, None)
+            if b.op is not None and not _is_leaf(b): self.R.add(b)
       if op.name == 'tensor.reduce':
         pts = self._reduce_escapes(op.results[0])
         # one way out: the elementwise ops up to it are the reduce kernel's epilogue (a matmul's bias and relu),
@@ -195,6 +214,8 @@ class Scheduler:
       if op.name == 'tensor.pad':
         u = _movement_base(op.operands[0])
         if u.op is not None and not _is_leaf(u): self.R.add(u)
+    for grp in self.attention_grads.values():  # (dk's kernel stores dv too)
+      if 1 in grp and 2 in grp: self.stored_by[grp[2]] = grp[1]
     self._materialize_broadcast_factors()
     has_reduce: dict[Value, bool] = {}
     for op in self.fn.body.ops:
@@ -539,7 +560,8 @@ class Scheduler:
       if root in self.fused or root in self.siblings: continue  # computed and stored by the kernel that uses it
       if root in self.stored_by: continue  # (stored by its attention's kernel)
       outs = [root]  # (and the buffers it also stores: a reduce kernel's earlier reduces, its elementwise siblings)
-      if root.op.name == 'tensor.attention': kfn, inputs, name, outs = self.attention_kernel(root)
+      if root.op.name in ('tensor.attention', 'tensor.attention_lse'): kfn, inputs, name, outs = self.attention_kernel(root)
+      elif root.op.name == 'tensor.attention_grad': kfn, inputs, name, outs = self.attention_grad_kernel(root)
       else:
         kb = _KernelBuilder(self, root, [m for m, s_ in self.fused.items() if s_ is root], [m for m, s_ in self.siblings.items() if s_ is root])
         kfn, inputs = kb.build()
@@ -550,7 +572,7 @@ class Scheduler:
       names.add(name)
       kfn.attrs['sym_name'] = Symbol(name)
       kernels.append(kfn)
-      allocs = [K('alloc')([], [v.type], None, v.op.loc) for v in outs]
+      allocs = [K('alloc')([], [v.type], None, v.op.loc if v.op else root.op.loc) for v in outs]
       for a in allocs: a.results[0].hint = None
       launch = K('launch')([a.results[0] for a in allocs] + inputs, [], {'callee': Symbol(name)}, root.op.loc)
       self.host_ops += allocs + [launch]
@@ -593,14 +615,18 @@ class Scheduler:
   def attention_kernel(self, root: Value):
     """A tensor.attention the device computes whole: a kernel.func of one kernel.attention on the buffers its operands
     are read from (attention_operand) and those it stores (its result, or its permuted layout: attention_permuted;
-    the rows' log-sum-exp where a tensor.attention_lse of it is computed). Returns the kernel.func, its input
-    buffers, its name and the values it stores."""
-    op, st = root.op, self.attention_stores[root]
+    the rows' log-sum-exp where a tensor.attention_lse of it is computed). A tensor.attention_lse whose attention is
+    not computed here (a backward whose forward's output is a buffer already): the kernel of attention(q, k, k), its
+    output a buffer no one reads. Returns the kernel.func, its input buffers, its name and the values it stores."""
+    op = root.op
+    if op.name == 'tensor.attention_lse':
+      st, qkv, rt = {'out': Value(op.q.type), 'lse': root}, (op.q, op.k, op.k), op.q.type
+    else: st, qkv, rt = self.attention_stores[root], op.operands, root.type
     stored = st['out']
     out_vs = ViewStack.from_shape(stored.type.shape)
-    if stored is not root: out_vs = out_vs.permute(tuple(sorted(range(len(stored.op.order)), key=stored.op.order.__getitem__)))
-    views, inputs = [_attention_view(out_vs, root.type)], []
-    for x in op.operands:
+    if stored in self.stored_by: out_vs = out_vs.permute(tuple(sorted(range(len(stored.op.order)), key=stored.op.order.__getitem__)))
+    views, inputs = [_attention_view(out_vs, rt)], []
+    for x in qkv:
       b, vs = self.attention_operand(x) or (x, _attention_view(ViewStack.from_shape(x.type.shape), x.type))
       inputs.append(self.buffers.get(b) or self.host_buffer(b)); views.append(vs)
     outs = [stored] + ([st['lse']] if 'lse' in st else [])
@@ -610,6 +636,27 @@ class Scheduler:
     body = Block(args, [K('attention')(operands, [], attrs, op.loc)])
     B, H, L, E = views[1].shape
     name = f"attn{'_causal' if op.causal else ''}_{B * H}_{L}_{views[2].shape[2]}_{E}"
+    return K('func')([], [], {'sym_name': Symbol('k')}, op.loc, body), inputs, name, outs
+
+  def attention_grad_kernel(self, root: Value):
+    """A tensor.attention_grad the device computes whole: wrt q, a kernel.func of one kernel.attention_grad that
+    writes dq; wrt k or v, one that writes dk and dv (the attention_grad of the other, or a buffer no one reads where
+    there is none). q, k, v and g are read as the forward's are (attention_operand), the lse and d as buffers.
+    Returns the kernel.func, its input buffers, its name and the values it stores."""
+    op = root.op
+    grp = self.attention_grads[(tuple(op.operands), op.causal, float(op.attrs['scale']))]
+    part = 0 if op.wrt == 0 else 1
+    views, inputs = [], []
+    for x in op.operands[:4]:
+      b, vs = self.attention_operand(x) or (x, _attention_view(ViewStack.from_shape(x.type.shape), x.type))
+      inputs.append(self.buffers.get(b) or self.host_buffer(b)); views.append(vs)
+    inputs += [self.buffers.get(x) or self.host_buffer(x) for x in op.operands[4:]]
+    outs = [root] if part == 0 else [grp.get(w) or Value(op.operands[w].type) for w in (1, 2)]
+    args = [Value(BufType(v.type.shape, v.type.dtype), hint=f"data{i}") for i, v in enumerate(outs + inputs)]  # (outputs first)
+    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], 'part': part, **{f'{n}_view': vs for n, vs in zip(('q', 'k', 'v', 'g'), views)}}
+    body = Block(args, [K('attention_grad')(args[len(outs):] + args[:len(outs)], [], attrs, op.loc)])
+    B, H, L, E = views[0].shape
+    name = f"attn_{('dq', 'dkdv')[part]}{'_causal' if op.causal else ''}_{B * H}_{L}_{views[1].shape[2]}_{E}"
     return K('func')([], [], {'sym_name': Symbol('k')}, op.loc, body), inputs, name, outs
 
   def host_buffer(self, v: Value) -> Value:
@@ -882,7 +929,7 @@ class Kernelize(Pass):
   # (the device's spec, DEVICE_OPTIONS: what kernelize chooses for a device)
   options = {**DEVICE_OPTIONS, 'split': (bool, True, 'split a big reduce into few outputs into two kernels, so the first can use every core')}
   def run(self, m: Module):
-    apply_patterns(m, lse_alone(m) + decompose_patterns + declared_patterns(DeviceSpec.from_options(self.opts)))
+    apply_patterns(m, decompose_patterns + declared_patterns(DeviceSpec.from_options(self.opts)))
     if self.split: apply_patterns(m, split_patterns, max_sweeps=1)
     used = {op.attrs['sym_name'] for op in m.ops if 'sym_name' in op.attrs}
     kernels = []

@@ -860,7 +860,23 @@ class Lowerer(SharedMemoryLowering, TensorCoreLowering):
 
 def linearize_kernel(k: Operation, target: str | DeviceSpec = 'llvm') -> Operation:
   if k.body.ops and k.body.ops[0].name == 'kernel.attention': return linearize_attention(k, DeviceSpec.of(target))
+  if k.body.ops and k.body.ops[0].name == 'kernel.attention_grad': return linearize_attention_grad(k, DeviceSpec.of(target))
   return Lowerer(k, target).run()
+
+
+class _WholeKernel:
+  """The uop.func of a kernel.func the target writes whole (kernel.attention's, kernel.attention_grad's): a
+  define_global for each of its arguments, then the ops `emit` makes, in order."""
+  def __init__(self, k: Operation):
+    self.k, self.loc, self.ops = k, k.body.ops[0].loc, []
+    self.glob = {a: self.emit('define_global', [], PtrType(a.type.dtype), {'index': i, 'size': a.type.numel}) for i, a in enumerate(k.body.args)}
+  def emit(self, name, operands, t, attrs):
+    u = REGISTRY['uop.' + name](operands, [t] if t is not None else [], attrs, self.loc)
+    self.ops.append(u)
+    return u.results[0] if u.results else None
+  def func(self, global_size, local_size) -> Operation:
+    attrs = {'sym_name': Symbol(self.k.sym_name), 'global_size': tuple(global_size), 'local_size': tuple(local_size)}
+    return REGISTRY['uop.func']([], [], attrs, self.k.loc, Block([], self.ops))
 
 
 def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
@@ -874,13 +890,8 @@ def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
   S, dt = views[2].shape[2], op.q.type.dtype
   if fa is None or not spec.fused_attention(dt, E, E):
     raise OptError(f"the {spec.name} target has no fused attention kernel for {dt} heads of {E} (on this device)")
-  U, ops = (lambda n: REGISTRY['uop.' + n]), []
-  def emit(name, operands, t, attrs):
-    u = U(name)(operands, [t] if t is not None else [], attrs, op.loc)
-    ops.append(u)
-    return u.results[0] if u.results else None
-  index = {a: i for i, a in enumerate(k.body.args)}
-  glob = {a: emit('define_global', [], PtrType(a.type.dtype), {'index': i, 'size': a.type.numel}) for a, i in index.items()}
+  b = _WholeKernel(k)
+  emit, glob = b.emit, b.glob
   bufs = [glob[a] for a in op.operands[:4]]
   # heads of 128: the largest work-group (the k and v tiles it copies serve more queries) that still makes two a
   # multiprocessor (where the device says how many it has); else the smallest. (An H200, causal f16 8x16x1024: 128
@@ -895,8 +906,30 @@ def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
   layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('out', 'q', 'k', 'v'), views)}
   emit('attention', bufs + [smem] + idx + ([glob[op.lse]] if op.lse is not None else []), None, {'causal': op.causal, 'scale': op.attrs['scale'], 'heads': H, 'rows': L, 'keys': S, 'dim': E,
                                                  'block_rows': rows, 'threads': threads, 'key_rows': fa.key_rows, **layouts})
-  attrs = {'sym_name': Symbol(k.sym_name), 'global_size': (B * H, blocks), 'local_size': (threads,)}
-  return U('func')([], [], attrs, k.loc, Block([], ops))
+  return b.func((B * H, blocks), (threads,))
+
+
+def linearize_attention_grad(k: Operation, spec: DeviceSpec) -> Operation:
+  """A kernel.attention_grad's kernel as the target's fused backward kernel (FusedAttention's grad_head_dims): a
+  work-group of 4 warps for each head (gidx0) and block of 64 queries (part 0: dq) or keys (part 1: dk and dv) (gidx1),
+  its six tiles in shared memory, one uop.attention_grad the emitter writes whole; the inputs' views as layouts."""
+  op, fa = k.body.ops[0], spec.target.attention
+  views = op.views()
+  B, H, L, E = views[0].shape
+  S, dt = views[1].shape[2], op.q.type.dtype
+  if fa is None or not spec.fused_attention_grad(dt, E, E):
+    raise OptError(f"the {spec.name} target has no fused attention backward kernel for {dt} heads of {E} (on this device)")
+  b = _WholeKernel(k)
+  emit, glob = b.emit, b.glob
+  rows, threads = fa.key_rows, 2 * fa.key_rows  # (64 rows a work-group, a warp a 16)
+  smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': 6 * rows * E, 'align': 128})
+  blocks = -(-(L if op.part == 0 else S) // rows)
+  idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', B * H), ('gidx1', blocks), ('lidx0', threads))]
+  layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('q', 'k', 'v', 'g'), views)}
+  emit('attention_grad', [glob[a] for a in op.operands[:7]] + [smem] + idx + ([glob[op.out2]] if op.out2 is not None else []), None,
+       {'causal': op.causal, 'scale': op.attrs['scale'], 'part': op.part, 'heads': H, 'rows': L, 'keys': S, 'dim': E, 'block_rows': rows,
+        'threads': threads, **layouts})
+  return b.func((B * H, blocks), (threads,))
 
 
 class Linearize(Pass):

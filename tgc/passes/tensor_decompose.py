@@ -508,24 +508,6 @@ def declared_patterns(spec: DeviceSpec | None = None) -> PatternMatcher:
   return PatternMatcher([(name, rule) for name, cls in REGISTRY.items() if callable(getattr(cls, 'decompose', None))])
 
 
-def attention_key(op) -> tuple:
-  """What a tensor.attention and a tensor.attention_lse of it share: q, k, causal and scale."""
-  return (op.operands[0], op.operands[1], op.causal, float(op.attrs['scale']))
-
-
-def lse_alone(m) -> PatternMatcher:
-  """A rule that writes the plain form of each tensor.attention_lse that no tensor.attention of the same q, k, causal
-  and scale comes before in its function (one whose result a backward reads as a buffer): the kernel of that
-  attention, where the device fuses it, stores the others beside its output (kernelize)."""
-  paired = set()
-  for fn in m.functions('func.func'):
-    seen = set()
-    for op in fn.body.ops:
-      if op.name == 'tensor.attention': seen.add(attention_key(op))
-      elif op.name == 'tensor.attention_lse' and attention_key(op) in seen: paired.add(op)
-  return PatternMatcher([('tensor.attention_lse', lambda op, rw: None if op in paired else op.decompose(rw))])
-
-
 class TensorDecompose(Pass):
   name = 'tensor-decompose'
   summary = 'rewrite composite tensor ops (matmul, conv, ops with a decompose method) into reshape/expand/mul/reduce'
@@ -537,7 +519,6 @@ class TensorDecompose(Pass):
     spec, pack = DeviceSpec.from_options(self.opts), self.pack
     if spec.target.tensor_cores is not None:
       apply_patterns(m, PatternMatcher([('tensor.cast', lambda op, rw: pad_rows(op, rw, spec))]), stats=self.stats)
-    apply_patterns(m, lse_alone(m), stats=self.stats)  # (before the products it makes are laid out)
     copies: dict = {}
     mm = PatternMatcher([('tensor.matmul', lambda op, rw: decompose_matmul(op, rw, pack, spec, copies)),
                          ('tensor.conv', lambda op, rw: decompose_conv(op, rw, spec, pack))])
