@@ -105,13 +105,16 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
         tg_fa_mma_$NAME(s[2 * n2 + 1], qf[kk], b[2], b[3]);
       }
     }
+    // (a tile past the keys' end, or with keys after this warp's first query where causal, takes the mask; the rest
+    // need none: the same for the whole warp)
+    const bool masked = (j + 1) * 64 > S || (causal && (j + 1) * 64 - 1 > q0 + warp * 16);
     float mx0 = m0, mx1 = m1;  // scaled (log2 units), masked, the running max
     #pragma unroll
     for (int n = 0; n < 8; n++) {
       #pragma unroll
       for (int e = 0; e < 4; e++) {
         int key = j * 64 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
-        s[n][e] = (key >= S || (causal && key > row)) ? -INFINITY : s[n][e] * scale_log2;
+        s[n][e] = (masked && (key >= S || (causal && key > row))) ? -INFINITY : s[n][e] * scale_log2;
       }
       mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
       mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
@@ -252,12 +255,13 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
     float s[8][4], dp[8][4];
     tg_fa_abt_$NAME(s, qf, kt, lane);
     tg_fa_abt_$NAME(dp, gf, sV + buf * 64 * $HD, lane);
+    const bool masked = (j + 1) * 64 > S || (causal && (j + 1) * 64 - 1 > q0 + warp * 16);  // (as the forward's)
     #pragma unroll
     for (int n = 0; n < 8; n++) {
       #pragma unroll
       for (int e = 0; e < 4; e++) {
         int key = j * 64 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
-        float p = (key >= S || (causal && key > row)) ? 0.f : exp2f(s[n][e] * scale_log2 - (e < 2 ? la : lb));
+        float p = (masked && (key >= S || (causal && key > row))) ? 0.f : exp2f(s[n][e] * scale_log2 - (e < 2 ? la : lb));
         s[n][e] = p * (dp[n][e] - (e < 2 ? da : db)) * scale;  // ds
       }
     }
