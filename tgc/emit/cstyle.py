@@ -299,7 +299,9 @@ class KernelRenderer:
     self.lines: list[str] = []
     self.depth = 1
 
-  def err(self, op, msg): return TgcError(f"{self.lang.name}: @{self.name}: '{op.name}' {msg}")
+  def err(self, op, msg):
+    """A refusal located at the op (its line in the input, where it came from text)."""
+    return op.error(f"{msg} (in @{self.name})")
 
   def fresh(self, prefix: str) -> str:
     n = self.count.get(prefix, 0); self.count[prefix] = n + 1

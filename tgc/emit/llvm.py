@@ -256,7 +256,9 @@ class _Emitter:
     self.unproven = unproven_accesses(fn, self.bounds_memo)  # loads/stores guarded at run time: no access leaves its buffer
     self.fp_flags = ('contract',) if fn.attrs.get('contract') else ()  # the uop.func allows mul+add -> fma
 
-  def err(self, op, msg): return TgcError(f"llvm: @{self.name}: '{op.name}' {msg}")
+  def err(self, op, msg):
+    """A refusal located at the op (its line in the input, where it came from text)."""
+    return op.error(f"{msg} (in @{self.name})")
 
   # ---- constants and small helpers ----
   def const(self, v, dt: D.DType, lanes: int | None = None) -> Val:
