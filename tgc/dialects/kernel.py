@@ -234,6 +234,18 @@ class ScanOp(ScanBase):
     if self.axis < 0: raise self.error(f"axis {self.axis} must be non-negative")
 
 
+def _check_head_views(op, names, types):
+  """A fused attention kernel's buffers named `names` (attributes `<name>_view`, of these buffer types): each read
+  through one unmasked view of rank 4 (B, H, rows, head size), each row's elements contiguous, inside its buffer."""
+  for n, t in zip(names, types):
+    vs = op.attrs[f'{n}_view']
+    if len(vs.views) != 1 or vs.views[0].mask is not None or len(vs.shape) != 4:
+      raise op.error(f"{n} is read through one unmasked view of rank 4 (heads B x H, rows, head size), got {vs}")
+    v = vs.views[0]
+    if v.shape[3] > 1 and v.strides[3] != 1: raise op.error(f"{n}'s view must hold each row's elements contiguous (stride 1 along the last axis), got strides {list(v.strides)}")
+    _check_view(op, t, vs)
+
+
 class AttentionOp(Operation):
   """`kernel.attention %out [view], %q [view], %k [view], %v [view] {causal = 1, scale = 0.125}` (`, %lse` after v's
   view: it also stores each query row's log-sum-exp of its scores, f32, B x H x L contiguous): a fused attention
@@ -256,13 +268,7 @@ class AttentionOp(Operation):
     ts = [v.type for v in self.operands[:4]]
     if not all(isinstance(t, BufType) for t in ts): raise self.error(f"reads and writes !kernel.buf operands, got {', '.join(map(str, ts))}")
     if len({t.dtype for t in ts}) != 1 or not ts[0].dtype.is_float: raise self.error(f"needs buffers of one float type, got {', '.join(map(str, ts))}")
-    for n, t in zip(('out', 'q', 'k', 'v'), ts):
-      vs = self.attrs[f'{n}_view']
-      if len(vs.views) != 1 or vs.views[0].mask is not None or len(vs.shape) != 4:
-        raise self.error(f"{n} is read through one unmasked view of rank 4 (heads B x H, rows, head size), got {vs}")
-      v = vs.views[0]
-      if v.shape[3] > 1 and v.strides[3] != 1: raise self.error(f"{n}'s view must hold each row's elements contiguous (stride 1 along the last axis), got strides {list(v.strides)}")
-      _check_view(self, t, vs)
+    _check_head_views(self, ('out', 'q', 'k', 'v'), ts)
     o, q, k, v = (vs.shape for vs in self.views())
     if o != q or k != v or q[:2] != k[:2] or q[3] != k[3]:
       raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)} and v {list(v)} (B x H x rows x E, k and v alike) and out {list(o)} (as q)")
@@ -299,13 +305,8 @@ class AttentionGradOp(Operation):
     ts = [v.type for v in self.operands]
     if not all(isinstance(t, BufType) for t in ts): raise self.error(f"reads and writes !kernel.buf operands, got {', '.join(map(str, ts))}")
     dt = ts[0].dtype
-    for n, t in zip(('q', 'k', 'v', 'g'), ts):
-      vs = self.attrs[f'{n}_view']
-      if t.dtype != dt or not dt.is_float: raise self.error(f"needs q, k, v and g of one float type, got {', '.join(map(str, ts[:4]))}")
-      if len(vs.views) != 1 or vs.views[0].mask is not None or len(vs.shape) != 4:
-        raise self.error(f"{n} is read through one unmasked view of rank 4 (heads B x H, rows, head size), got {vs}")
-      if vs.shape[3] > 1 and vs.views[0].strides[3] != 1: raise self.error(f"{n}'s view must hold each row's elements contiguous (stride 1 along the last axis)")
-      _check_view(self, t, vs)
+    if len({t.dtype for t in ts[:4]}) != 1 or not dt.is_float: raise self.error(f"needs q, k, v and g of one float type, got {', '.join(map(str, ts[:4]))}")
+    _check_head_views(self, ('q', 'k', 'v', 'g'), ts)
     q, k, v, g = (vs.shape for vs in self.views())
     if k != v or q != g or q[:2] != k[:2] or q[3] != k[3]: raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)}, v {list(v)} and g {list(g)}")
     rows = math.prod(q[:3])

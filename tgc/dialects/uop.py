@@ -428,6 +428,36 @@ class WgmmaOp(Operation):
     if self.c.type != t or self.results[0].type != t: raise self.error(f"accumulates into {t}, got {self.c.type} -> {self.results[0].type}")
 
 
+# ---- what a fused attention kernel's work-group indexes stays inside what its launch and buffers declare
+def _attention_launch(op, specials, smem_elements: int) -> int:
+  """Its head, block and lane are the launch's gidx0, gidx1 and lidx0, its threads lidx0's extent, its heads a whole
+  number of groups of `heads`, its shared memory at least `smem_elements`: the heads it runs (gidx0's extent)."""
+  a, sp = op.attrs, {}
+  for v, nm, ax in zip(specials, ('head', 'block', 'lane'), ('gidx0', 'gidx1', 'lidx0')):
+    if v.op is None or v.op.name != 'uop.special' or v.op.attrs['axis'] != ax: raise op.error(f"{nm} must be the launch's uop.special {ax}")
+    sp[nm] = v.op.attrs['size']
+  if sp['lane'] != a['threads']: raise op.error(f"runs {a['threads']} threads a work-group, the launch's lidx0 has {sp['lane']}")
+  if sp['head'] % a['heads']: raise op.error(f"{sp['head']} heads (gidx0) are not a whole number of groups of {a['heads']}")
+  if op.smem.op.attrs['size'] < smem_elements: raise op.error(f"its tiles take {smem_elements} elements of shared memory, smem declares {op.smem.op.attrs['size']}")
+  return sp['head']
+
+def _layout_ends(op, rows: dict, heads: int) -> dict:
+  """Each named operand's `<name>_layout` ([offset, b's stride, h's stride, a row's stride], none negative) and the
+  elements its `rows[name]` rows of `dim` a head reach, over `heads` heads: name -> the size its buffer needs."""
+  a, ends = op.attrs, {}
+  for nm, n in rows.items():
+    lay = list(a[f'{nm}_layout'])
+    if len(lay) != 4 or any(x < 0 for x in lay): raise op.error(f"{nm}_layout must be [offset, b's stride, h's stride, a row's stride], none negative, got {lay}")
+    ends[nm] = lay[0] + (heads // a['heads'] - 1) * lay[1] + (a['heads'] - 1) * lay[2] + (n - 1) * lay[3] + a['dim']
+  return ends
+
+def _check_sizes(op, need: dict) -> None:
+  """Each named operand's define_global declares at least the elements `need` gives it."""
+  for nm, n in need.items():
+    size = getattr(op, nm).op.attrs.get('size')
+    if size is None or size < n: raise op.error(f"reads and writes {nm} up to element {n - 1}: its uop.define_global must declare a size of at least {n}, got {size}")
+
+
 class AttentionOp(Operation):
   """`uop.attention %out, %q, %k, %v, %smem, %head, %block, %lane {causal, scale, heads, rows, keys, dim, out_layout,
   q_layout, k_layout, v_layout}`: a fused attention kernel's work-group (the target's FusedAttention, which its
@@ -455,26 +485,14 @@ class AttentionOp(Operation):
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
     for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'key_rows', 'threads'):
       if self.attrs[nm] < 1: raise self.error(f"{nm} must be positive, got {self.attrs[nm]}")
-    # what the kernel indexes stays inside what the launch and the buffers declare
-    sp = {}
-    for v, nm, ax in zip(self.operands[5:], ('head', 'block', 'lane'), ('gidx0', 'gidx1', 'lidx0')):
-      if v.op is None or v.op.name != 'uop.special' or v.op.attrs['axis'] != ax: raise self.error(f"{nm} must be the launch's uop.special {ax}")
-      sp[nm] = v.op.attrs['size']
-    if sp['lane'] != self.attrs['threads']: raise self.error(f"runs {self.attrs['threads']} threads a work-group, the launch's lidx0 has {sp['lane']}")
-    if sp['head'] % self.attrs['heads']: raise self.error(f"{sp['head']} heads (gidx0) are not a whole number of groups of {self.attrs['heads']}")
-    need = (self.attrs['block_rows'] + 4 * self.attrs['key_rows']) * self.attrs['dim']
-    if self.smem.op.attrs['size'] < need: raise self.error(f"its tiles take {need} elements of shared memory, smem declares {self.smem.op.attrs['size']}")
-    nb, rows = sp['head'] // self.attrs['heads'], {'out': self.attrs['rows'], 'q': self.attrs['rows'], 'k': self.attrs['keys'], 'v': self.attrs['keys']}
-    for nm, buf in zip(('out', 'q', 'k', 'v'), self.operands[:4]):
-      lay = list(self.attrs[f'{nm}_layout'])
-      if len(lay) != 4 or any(x < 0 for x in lay): raise self.error(f"{nm}_layout must be [offset, b's stride, h's stride, a row's stride], none negative, got {lay}")
-      end = lay[0] + (nb - 1) * lay[1] + (self.attrs['heads'] - 1) * lay[2] + (rows[nm] - 1) * lay[3] + self.attrs['dim']
-      size = buf.op.attrs.get('size')
-      if size is None or end > size: raise self.error(f"reads and writes {nm} up to element {end - 1}: its uop.define_global must declare a size of at least {end}, got {size}")
+    a = self.attrs
+    nh = _attention_launch(self, self.operands[5:8], (a['block_rows'] + 4 * a['key_rows']) * a['dim'])
+    need = _layout_ends(self, {'out': a['rows'], 'q': a['rows'], 'k': a['keys'], 'v': a['keys']}, nh)
     if self.lse is not None:
-      p, need = _ptr(self, self.lse, 'lse'), sp['head'] * self.attrs['rows']
+      p = _ptr(self, self.lse, 'lse')
       if p.local or p.dtype is not D.f32: raise self.error(f"lse must be an f32 buffer in global memory, got {p}")
-      if (size := self.lse.op.attrs.get('size')) is None or size < need: raise self.error(f"writes lse up to element {need - 1}: its uop.define_global must declare a size of at least {need}, got {size}")
+      need['lse'] = nh * a['rows']
+    _check_sizes(self, need)
 
 
 class AttentionGradOp(Operation):
@@ -507,23 +525,11 @@ class AttentionGradOp(Operation):
     for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'threads'):
       if a[nm] < 1: raise self.error(f"{nm} must be positive, got {a[nm]}")
     if a['causal'] not in (0, 1): raise self.error(f"causal must be 0 or 1, got {a['causal']}")
-    sp = {}
-    for v, nm, ax in zip(self.operands[8:11], ('head', 'block', 'lane'), ('gidx0', 'gidx1', 'lidx0')):
-      if v.op is None or v.op.name != 'uop.special' or v.op.attrs['axis'] != ax: raise self.error(f"{nm} must be the launch's uop.special {ax}")
-      sp[nm] = v.op.attrs['size']
-    if sp['lane'] != a['threads']: raise self.error(f"runs {a['threads']} threads a work-group, the launch's lidx0 has {sp['lane']}")
-    if sp['head'] % a['heads']: raise self.error(f"{sp['head']} heads (gidx0) are not a whole number of groups of {a['heads']}")
-    if self.smem.op.attrs['size'] < 6 * a['block_rows'] * a['dim']: raise self.error(f"its tiles take {6 * a['block_rows'] * a['dim']} elements of shared memory, smem declares {self.smem.op.attrs['size']}")
-    nb, nh = sp['head'] // a['heads'], sp['head']
-    rows = {'q': a['rows'], 'k': a['keys'], 'v': a['keys'], 'g': a['rows']}
-    need = {nm: a[f'{nm}_layout'][0] + (nb - 1) * a[f'{nm}_layout'][1] + (a['heads'] - 1) * a[f'{nm}_layout'][2] + (rows[nm] - 1) * a[f'{nm}_layout'][3] + a['dim'] for nm in rows}
-    for nm in rows:
-      if len(a[f'{nm}_layout']) != 4 or any(x < 0 for x in a[f'{nm}_layout']): raise self.error(f"{nm}_layout must be [offset, b's stride, h's stride, a row's stride], none negative")
+    nh = _attention_launch(self, self.operands[8:11], 6 * a['block_rows'] * a['dim'])
+    need = _layout_ends(self, {'q': a['rows'], 'k': a['keys'], 'v': a['keys'], 'g': a['rows']}, nh)
     need.update(lse=nh * a['rows'], d=nh * a['rows'], out=nh * (a['rows'] if a['part'] == 0 else a['keys']) * a['dim'])
     if self.out2 is not None: need['out2'] = need['out']
-    for nm, n in need.items():
-      size = getattr(self, nm).op.attrs.get('size')
-      if size is None or size < n: raise self.error(f"reads and writes {nm} up to element {n - 1}: its uop.define_global must declare a size of at least {n}, got {size}")
+    _check_sizes(self, need)
 
 
 class WgmmaFenceOp(Operation):

@@ -866,9 +866,14 @@ def linearize_kernel(k: Operation, target: str | DeviceSpec = 'llvm') -> Operati
 
 class _WholeKernel:
   """The uop.func of a kernel.func the target writes whole (kernel.attention's, kernel.attention_grad's): a
-  define_global for each of its arguments, then the ops `emit` makes, in order."""
-  def __init__(self, k: Operation):
-    self.k, self.loc, self.ops = k, k.body.ops[0].loc, []
+  define_global for each of its arguments, then the ops `emit` makes, in order. `fused(dtype, E, Ev)`: whether the
+  device has the target's kernel for the op's q (B, H, L, E) and k (.., S, ..) views (else an OptError naming `what`)."""
+  def __init__(self, k: Operation, spec: DeviceSpec, fused, what: str):
+    self.k, self.op, self.fa = k, k.body.ops[0], spec.target.attention
+    (self.B, self.H, self.L, self.E), self.S, self.dt = self.op.attrs['q_view'].shape, self.op.attrs['k_view'].shape[2], self.op.q.type.dtype
+    if self.fa is None or not fused(self.dt, self.E, self.E):
+      raise OptError(f"the {spec.name} target has no fused attention {what} for {self.dt} heads of {self.E} (on this device)")
+    self.loc, self.ops = self.op.loc, []
     self.glob = {a: self.emit('define_global', [], PtrType(a.type.dtype), {'index': i, 'size': a.type.numel}) for i, a in enumerate(k.body.args)}
   def emit(self, name, operands, t, attrs):
     u = REGISTRY['uop.' + name](operands, [t] if t is not None else [], attrs, self.loc)
@@ -884,14 +889,9 @@ def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
   for each head (gidx0, the axis of the largest grid) and block of its rows of queries (gidx1), its tiles in shared
   memory, one uop.attention the emitter writes whole; each operand's view as its layout [offset, B's stride, H's
   stride, a row's stride] (a head's rows start at offset + b * B's stride + h * H's stride)."""
-  op, fa = k.body.ops[0], spec.target.attention
-  views = op.views()
-  B, H, L, E = views[1].shape
-  S, dt = views[2].shape[2], op.q.type.dtype
-  if fa is None or not spec.fused_attention(dt, E, E):
-    raise OptError(f"the {spec.name} target has no fused attention kernel for {dt} heads of {E} (on this device)")
-  b = _WholeKernel(k)
-  emit, glob = b.emit, b.glob
+  b = _WholeKernel(k, spec, spec.fused_attention, 'kernel')
+  op, fa, views, emit, glob = b.op, b.fa, b.op.views(), b.emit, b.glob
+  B, H, L, S, E, dt = b.B, b.H, b.L, b.S, b.E, b.dt
   bufs = [glob[a] for a in op.operands[:4]]
   # heads of 128: the largest work-group (the k and v tiles it copies serve more queries) that still makes two a
   # multiprocessor (where the device says how many it has); else the smallest. (An H200, causal f16 8x16x1024: 128
@@ -913,14 +913,9 @@ def linearize_attention_grad(k: Operation, spec: DeviceSpec) -> Operation:
   """A kernel.attention_grad's kernel as the target's fused backward kernel (FusedAttention's grad_head_dims): a
   work-group of 4 warps for each head (gidx0) and block of 64 queries (part 0: dq) or keys (part 1: dk and dv) (gidx1),
   its six tiles in shared memory, one uop.attention_grad the emitter writes whole; the inputs' views as layouts."""
-  op, fa = k.body.ops[0], spec.target.attention
-  views = op.views()
-  B, H, L, E = views[0].shape
-  S, dt = views[1].shape[2], op.q.type.dtype
-  if fa is None or not spec.fused_attention_grad(dt, E, E):
-    raise OptError(f"the {spec.name} target has no fused attention backward kernel for {dt} heads of {E} (on this device)")
-  b = _WholeKernel(k)
-  emit, glob = b.emit, b.glob
+  b = _WholeKernel(k, spec, spec.fused_attention_grad, 'backward kernel')
+  op, fa, views, emit, glob = b.op, b.fa, b.op.views(), b.emit, b.glob
+  B, H, L, S, E, dt = b.B, b.H, b.L, b.S, b.E, b.dt
   rows, threads = fa.key_rows, 2 * fa.key_rows  # (64 rows a work-group, a warp a 16)
   smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': 6 * rows * E, 'align': 128})
   blocks = -(-(L if op.part == 0 else S) // rows)
