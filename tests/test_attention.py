@@ -105,11 +105,12 @@ def test_cuda_lowers_attention_as_one_kernel(dt, hd):
   (k,) = m.functions('kernel.func')
   assert [op.name for op in k.body.ops] == ['kernel.attention']
   assert [vs.shape for vs in k.body.ops[0].views()] == [(2, 3, 100, hd), (2, 3, 100, hd), (2, 3, 70, hd), (2, 3, 70, hd)]
-  u = _lowered(qs, ks, ks, dt, True)
-  (f,) = u.functions('uop.func')
-  assert f.attrs['global_size'] == (6, 2) and f.attrs['local_size'] == (128,)
-  (a,) = [op for op in f.body.ops if op.name == 'uop.attention']
-  assert (a.attrs['rows'], a.attrs['keys'], a.attrs['dim'], a.attrs['causal']) == (100, 70, hd, 1)
+  for wg in (True, False):  # (the products on a warpgroup where the device has warpgroup tensor cores)
+    u = _lowered(qs, ks, ks, dt, True, warpgroup=wg)
+    (f,) = u.functions('uop.func')
+    assert f.attrs['global_size'] == (6, 2) and f.attrs['local_size'] == (128,)
+    (a,) = [op for op in f.body.ops if op.name == 'uop.attention']
+    assert (a.attrs['rows'], a.attrs['keys'], a.attrs['dim'], a.attrs['causal'], a.attrs.get('warpgroup', 0)) == (100, 70, hd, 1, int(wg))
 
 
 @pytest.mark.parametrize('dt,hd,spec', [('f32', 64, {}), ('f16', 32, {}), ('f16', 96, {}), ('bf16', 128, {'local_memory': 48 << 10})])
@@ -131,14 +132,18 @@ def test_attention_kernel_on_other_targets_is_a_diagnostic():
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 def test_attention_kernel_builds_with_nvcc():
-  from tgc.emit.cuda import render_cuda
+  """The generated CUDA builds, its products on warpgroups (wgmma, sm_90a) and without them (mma.sync: a device
+  without warpgroup tensor cores)."""
+  from tgc.emit.cuda import render_cuda, nvcc_arch
   for dt, hd in (('f16', 64), ('bf16', 128)):
-    src = render_cuda(_lowered((2, 100, hd), (2, 70, hd), (2, 70, hd), dt, True))
-    with tempfile.TemporaryDirectory() as td:
-      cu = os.path.join(td, 'k.cu')
-      open(cu, 'w').write(src)
-      p = subprocess.run([NVCC, '--cubin', '-arch=sm_90', '-o', os.path.join(td, 'k.cubin'), cu], capture_output=True, text=True, timeout=300)
-      assert p.returncode == 0, p.stderr
+    for wg in (True, False):
+      src = render_cuda(_lowered((2, 100, hd), (2, 70, hd), (2, 70, hd), dt, True, warpgroup=wg))
+      assert ('wgmma.mma_async' in src) == wg
+      with tempfile.TemporaryDirectory() as td:
+        cu = os.path.join(td, 'k.cu')
+        open(cu, 'w').write(src)
+        p = subprocess.run([NVCC, '--cubin', f'-arch={nvcc_arch(src, "sm_90")}', '-o', os.path.join(td, 'k.cubin'), cu], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
 
 
 def _cuda():

@@ -53,6 +53,9 @@ class FusedAttention:
                                         # threads, its six tiles in shared memory
 
   def smem_bytes(self, rows: int, head_dim: int, itemsize: int) -> int: return (rows + 4 * self.key_rows) * head_dim * itemsize
+  def blocks_for(self, head_dim: int, itemsize: int, smem: int) -> list[tuple[int, int]]:
+    """The work-groups (rows, threads) whose tiles fit in `smem` bytes."""
+    return [(r, t) for r, t in self.blocks if self.smem_bytes(r, head_dim, itemsize) <= smem]
 
 
 @dataclass(frozen=True)
@@ -212,7 +215,7 @@ class DeviceSpec:
     as one kernel: the target's FusedAttention, its tiles within the device's shared memory (what it may ask for)."""
     fa = self.target.attention
     if fa is None or self.processor == 'cpu' or dtype.name not in fa.dtypes or head_dim != value_dim or head_dim not in fa.head_dims: return False
-    return fa.smem_bytes(min(r for r, _ in fa.blocks), head_dim, dtype.itemsize) <= self.attention_smem
+    return bool(fa.blocks_for(head_dim, dtype.itemsize, self.attention_smem))
   def fused_attention_grad(self, dtype, head_dim: int, value_dim: int) -> bool:
     """Whether this device computes attention's gradients (dq; dk and dv) in the target's fused backward kernels."""
     fa = self.target.attention

@@ -321,8 +321,8 @@ class _AttentionBase(Operation):
   def fused(self, spec) -> bool:
     """Whether the device (a tgc.target.DeviceSpec) computes this in its fused attention kernel: tensor-decompose
     keeps it whole there, and kernelize gives it a kernel of its own (kernel.attention)."""
-    e = self.q.type.shape[-1]
-    return spec.fused_attention(self.q.type.dtype, e, self.v.type.shape[-1] if len(self.operands) > 2 else e)
+    e = self.q.type.shape[-1]  # (a positive scale: the kernel takes each row's max before scaling)
+    return float(self.attrs['scale']) > 0 and spec.fused_attention(self.q.type.dtype, e, self.v.type.shape[-1] if len(self.operands) > 2 else e)
 
 
 class AttentionOp(_AttentionBase):

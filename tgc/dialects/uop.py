@@ -467,11 +467,13 @@ class AttentionOp(Operation):
   q and out have `rows` rows of `dim` elements a head, k and v `keys`; each operand's layout [offset, b's stride, h's
   stride, a row's stride] places a head's rows, each row's elements contiguous (kernel.attention's views), inside its
   buffer's declared size. `, %lse` after lane: it also stores each query row's log-sum-exp of its scores (f32, at
-  head * rows + row). Collective: every thread of the work-group takes part."""
+  head * rows + row). `warpgroup = 1`: its products on warpgroup tensor cores (wgmma: 4 warps a 64 queries, 16 a
+  warp). Collective: every thread of the work-group takes part."""
   name = 'uop.attention'
   OPERANDS = ('out', 'q', 'k', 'v', 'smem', 'head', 'block', 'lane', 'lse?')
   ATTRS = {'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
-           'key_rows': 'int', 'threads': 'int', 'out_layout': 'ints', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints'}
+           'key_rows': 'int', 'threads': 'int', 'out_layout': 'ints', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints',
+           'warpgroup': 'int?'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
   FORMAT = '$out, $q, $k, $v, $smem, $head, $block, $lane?{, $lse} : type($out)'
@@ -486,6 +488,12 @@ class AttentionOp(Operation):
     for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'key_rows', 'threads'):
       if self.attrs[nm] < 1: raise self.error(f"{nm} must be positive, got {self.attrs[nm]}")
     a = self.attrs
+    if not a['scale'] > 0: raise self.error(f"scale must be positive (the kernel takes each row's max before scaling), got {a['scale']}")
+    if a.get('warpgroup', 0) not in (0, 1): raise self.error(f"warpgroup must be 0 or 1, got {a['warpgroup']}")
+    if a.get('warpgroup') and (a['threads'] % 128 or a['block_rows'] * 2 != a['threads']):
+      raise self.error(f"warpgroup = 1 takes 16 queries a warp and whole warpgroups (128 threads), got {a['block_rows']} queries on {a['threads']} threads")
+    if a.get('warpgroup') and (self.smem.op.name != 'uop.define_local' or self.smem.op.attrs.get('align', 16) % 1024):
+      raise self.error("warpgroup = 1 reads its tiles by wgmma descriptors (128-byte swizzle): smem must be a uop.define_local aligned to 1024 bytes")
     nh = _attention_launch(self, self.operands[5:8], (a['block_rows'] + 4 * a['key_rows']) * a['dim'])
     need = _layout_ends(self, {'out': a['rows'], 'q': a['rows'], 'k': a['keys'], 'v': a['keys']}, nh)
     if self.lse is not None:

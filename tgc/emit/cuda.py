@@ -107,7 +107,7 @@ class CUDALang(Lang):
     dt = op.out.type.dtype.name
     a = op.attrs
     if dt not in ('f16', 'bf16') or a['dim'] not in (64, 128) or (a['block_rows'], a['threads']) not in BLOCKS or a['key_rows'] != KEY_ROWS: return None
-    self.needs.add(('attention', dt, a['dim'], a['block_rows']))
+    self.needs.add(('attention', dt, a['dim'], a['block_rows'], a.get('warpgroup', 0)))
     return attention_call(dt, op, args, global_size[1])
   def attention_grad(self, op, args, global_size):
     dt, a = op.out.type.dtype.name, op.attrs

@@ -22,6 +22,14 @@ __device__ __forceinline__ void tg_fa_copy16(void* dst, const void* src, bool va
 __device__ __forceinline__ void tg_fa_ldsm(unsigned* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tg_fa_smem(p)));
 }
+// chunk c (8 elements) of row r of a tile of R rows of HD elements: 64-column blocks, one after another, each R rows of 128 bytes
+// whose chunks are XORed with the row's low 3 bits (ldmatrix reads 8 rows of a chunk column without bank conflicts;
+// with the tile 1024-byte aligned it is wgmma's 128-byte swizzled layout)
+#define TG_FA_AT(tile, R, r, c, HD) ((tile) + (r) * 64 + ((HD) > 64 ? ((c) >> 3) * (R) * 64 + ((((c) & 7) ^ ((r) & 7)) << 3) : ((c) ^ ((r) & 7)) << 3))
+// a wgmma descriptor of a 128-byte swizzled tile at p: lbo and sbo bytes between 64-column blocks and 8-row groups
+__device__ __forceinline__ unsigned long long tg_fa_desc(const void* p, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((tg_fa_smem(p) & 0x3FFFF) >> 4) | (unsigned long long)(lbo >> 4) << 16 | (unsigned long long)(sbo >> 4) << 32 | 1ull << 62;
+}
 __device__ __forceinline__ void tg_fa_ldsm_t(unsigned* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tg_fa_smem(p)));
 }'''
@@ -33,13 +41,19 @@ _KERNEL = r'''__device__ __forceinline__ void tg_fa_mma_$NAME(float* c, const un
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ unsigned tg_fa_pack_$NAME(float lo, float hi) { $T2 h = $PAIR(lo, hi); return *reinterpret_cast<unsigned*>(&h); }
-// rows [row0, row0 + R) of n rows of HD elements, `ld` apart, into a swizzled tile (rows past n: zeros)
+// keys [16 kk, 16 kk + 16) of the probabilities (accumulators s: 8 tiles of 8 keys) rounded to T: the A fragment of a
+// product over them (mma.sync's, and wgmma's from registers: the same layout)
+__device__ __forceinline__ void tg_fa_pfrag_$NAME(unsigned* a, const float (*s)[4], int kk) {
+  a[0] = tg_fa_pack_$NAME(s[2 * kk][0], s[2 * kk][1]); a[1] = tg_fa_pack_$NAME(s[2 * kk][2], s[2 * kk][3]);
+  a[2] = tg_fa_pack_$NAME(s[2 * kk + 1][0], s[2 * kk + 1][1]); a[3] = tg_fa_pack_$NAME(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+$WGMMA_FNS// rows [row0, row0 + R) of n rows of HD elements, `ld` apart, into a swizzled tile (rows past n: zeros)
 template <int R> __device__ __forceinline__ void tg_fa_tile_$NAME($T* tile, const $T* src, size_t ld, int row0, int n, int tid) {
   #pragma unroll
   for (int i = 0; i < R * ($HD / 8) / $THREADS; i++) {
     int idx = tid + $THREADS * i, r = idx / ($HD / 8), c = idx % ($HD / 8);
     bool ok = row0 + r < n;
-    tg_fa_copy16(tile + (r * ($HD / 8) + (c ^ (r & 7))) * 8, src + (size_t)(ok ? row0 + r : 0) * ld + c * 8, ok);
+    tg_fa_copy16(TG_FA_AT(tile, R, r, c, $HD), src + (size_t)(ok ? row0 + r : 0) * ld + c * 8, ok);
   }
 }
 // the next pair of tiles' copies (where there is one) start while this pair is used; then wait for this pair
@@ -50,19 +64,61 @@ __device__ __forceinline__ void tg_fa_pair_$NAME($T* a, const $T* sa, size_t la,
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   asm volatile("cp.async.wait_group 1;" ::: "memory");
+#if $WG
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // (what cp.async wrote, for wgmma's reads)
+#endif
   __syncthreads();
+}
+// A (rows of this warp's 16, from a swizzled tile of R rows) as fragments, one a 16 of HD
+template <int R> __device__ __forceinline__ void tg_fa_rows_$NAME(unsigned (*f)[4], const $T* tile, int warp, int lane) {
+  #pragma unroll
+  for (int kk = 0; kk < $HD / 16; kk++) {
+    int r = warp * 16 + (lane % 16), c = kk * 2 + lane / 16;
+    tg_fa_ldsm(f[kk], TG_FA_AT(tile, R, r, c, $HD));
+  }
+}
+// s = A tile^T: the warp's 16 rows against the tile's 64 rows
+__device__ __forceinline__ void tg_fa_abt_$NAME(float (*s)[4], const unsigned (*a)[4], const $T* tile, int lane) {
+  #pragma unroll
+  for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+  #pragma unroll
+  for (int kk = 0; kk < $HD / 16; kk++) {
+    #pragma unroll
+    for (int n2 = 0; n2 < 4; n2++) {
+      int r = n2 * 16 + (lane / 16) * 8 + (lane % 8), c = kk * 2 + (lane / 8) % 2;
+      unsigned b[4];
+      tg_fa_ldsm(b, TG_FA_AT(tile, 64, r, c, $HD));
+      tg_fa_mma_$NAME(s[2 * n2], a[kk], b[0], b[1]);
+      tg_fa_mma_$NAME(s[2 * n2 + 1], a[kk], b[2], b[3]);
+    }
+  }
+}
+// o += p tile: p (16 x 64, accumulators) rounded to T as A fragments, the tile's 64 rows the sum's
+__device__ __forceinline__ void tg_fa_ab_$NAME(float (*o)[4], const float (*p)[4], const $T* tile, int lane) {
+  #pragma unroll
+  for (int kk = 0; kk < 4; kk++) {
+    unsigned pa[4];
+    tg_fa_pfrag_$NAME(pa, p, kk);
+    #pragma unroll
+    for (int d2 = 0; d2 < $HD / 16; d2++) {
+      int r = kk * 16 + ((lane / 8) % 2) * 8 + (lane % 8), c = d2 * 2 + lane / 16;
+      unsigned b[4];
+      tg_fa_ldsm_t(b, TG_FA_AT(tile, 64, r, c, $HD));
+      tg_fa_mma_$NAME(o[2 * d2], pa, b[0], b[1]);
+      tg_fa_mma_$NAME(o[2 * d2 + 1], pa, b[2], b[3]);
+    }
+  }
 }
 // a head's rows: layout {offset, b's stride, h's stride, a row's stride}, head = b * H + h
 #define TG_FA_HEAD(P, lay) (P + lay[0] + (size_t)(head / H) * lay[1] + (size_t)(head % H) * lay[2])
 __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, $T* smem, int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, bool causal,
     const size_t* lo, const size_t* lq, const size_t* lk, const size_t* lv, float* __restrict__ LSE) {
-  const int CH = $HD / 8;  // 16-byte chunks a row
   $T* sQ = smem;                // ROWS x HD
   $T* sK = sQ + $ROWS * $HD;    // 2 x 64 x HD
   $T* sV = sK + 2 * 64 * $HD;   // 2 x 64 x HD
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int q0 = (causal ? blocks - 1 - block : block) * $ROWS;
+  const int q0 = (causal ? blocks - 1 - block : block) * $ROWS, w0 = q0 + warp * 16;  // w0: the warp's first query
   const $T* Qh = TG_FA_HEAD(Q, lq);
   const $T* Kh = TG_FA_HEAD(K, lk);
   const $T* Vh = TG_FA_HEAD(V, lv);
@@ -75,77 +131,81 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   asm volatile("cp.async.commit_group;" ::: "memory");
   asm volatile("cp.async.wait_group 1;" ::: "memory");
   __syncthreads();
+#if !$WG
   unsigned qf[$HD / 16][4];  // this warp's 16 query rows as A fragments, one a 16 of HD
-  #pragma unroll
-  for (int kk = 0; kk < $HD / 16; kk++) {
-    int r = warp * 16 + (lane % 16), c = kk * 2 + lane / 16;
-    tg_fa_ldsm(qf[kk], sQ + (r * CH + (c ^ (r & 7))) * 8);
-  }
+  tg_fa_rows_$NAME<$ROWS>(qf, sQ, warp, lane);
+#endif
   float o[$HD / 8][4];
   #pragma unroll
   for (int j = 0; j < $HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows g and g + 8 of the warp's 16
-  const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
+  const int row_a = w0 + g, row_b = row_a + 8;
+  // (causal, more than 64 queries a work-group: a tile whose keys all come after the last query of this warp, or of
+  // its warpgroup where the products are the warpgroup's, changes none of its rows)
+  const int last = $WG ? q0 + (warp / 4) * 64 + 63 : w0 + 15;
   for (int j = 0; j < n_tiles; j++) {
     const int buf = j & 1;
     tg_fa_pair_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, j + 1 < n_tiles, tid);
-    const $T* kt = sK + buf * 64 * $HD;
-    const $T* vt = sV + buf * 64 * $HD;
-    float s[8][4];  // S = Q K^T: 8 tiles of 8 keys
-    #pragma unroll
-    for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    #pragma unroll
-    for (int kk = 0; kk < $HD / 16; kk++) {
+    if (!($ROWS > 64 && causal && j * 64 > last)) {
+      const $T* kt = sK + buf * 64 * $HD;
+      const $T* vt = sV + buf * 64 * $HD;
+      float s[8][4];  // S = Q K^T: 8 tiles of 8 keys
+#if $WG
+      // the warpgroup's 64 queries against the tile's 64 keys, Q and K read where they lie (K-major descriptors)
       #pragma unroll
-      for (int n2 = 0; n2 < 4; n2++) {  // two tiles of keys a ldmatrix.x4
-        int r = n2 * 16 + (lane / 16) * 8 + (lane % 8), c = kk * 2 + (lane / 8) % 2;
-        unsigned b[4];
-        tg_fa_ldsm(b, kt + (r * CH + (c ^ (r & 7))) * 8);
-        tg_fa_mma_$NAME(s[2 * n2], qf[kk], b[0], b[1]);
-        tg_fa_mma_$NAME(s[2 * n2 + 1], qf[kk], b[2], b[3]);
-      }
-    }
-    // (a tile past the keys' end, or with keys after this warp's first query where causal, takes the mask; the rest
-    // need none: the same for the whole warp)
-    const bool masked = (j + 1) * 64 > S || (causal && (j + 1) * 64 - 1 > q0 + warp * 16);
-    float mx0 = m0, mx1 = m1;  // scaled (log2 units), masked, the running max
-    #pragma unroll
-    for (int n = 0; n < 8; n++) {
+      for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
       #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int key = j * 64 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
-        s[n][e] = (masked && (key >= S || (causal && key > row))) ? -INFINITY : s[n][e] * scale_log2;
-      }
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float u0 = mx0 == -INFINITY ? 0.f : mx0, u1 = mx1 == -INFINITY ? 0.f : mx1;  // (a row masked so far: no NaN)
-    const float a0 = exp2f(m0 - u0), a1 = exp2f(m1 - u1);
-    m0 = mx0; m1 = mx1;
-    float ps0 = 0.f, ps1 = 0.f;
-    #pragma unroll
-    for (int n = 0; n < 8; n++) {
-      s[n][0] = exp2f(s[n][0] - u0); s[n][1] = exp2f(s[n][1] - u0);
-      s[n][2] = exp2f(s[n][2] - u1); s[n][3] = exp2f(s[n][3] - u1);
-      ps0 += s[n][0] + s[n][1]; ps1 += s[n][2] + s[n][3];
-    }
-    l0 = l0 * a0 + ps0; l1 = l1 * a1 + ps1;  // (this thread's part of the row sums: the quad's meet at the end)
-    #pragma unroll
-    for (int d = 0; d < $HD / 8; d++) { o[d][0] *= a0; o[d][1] *= a0; o[d][2] *= a1; o[d][3] *= a1; }
-    #pragma unroll
-    for (int kk = 0; kk < 4; kk++) {  // O += P V, 16 keys a step
-      unsigned pa[4] = {tg_fa_pack_$NAME(s[2 * kk][0], s[2 * kk][1]), tg_fa_pack_$NAME(s[2 * kk][2], s[2 * kk][3]),
-                        tg_fa_pack_$NAME(s[2 * kk + 1][0], s[2 * kk + 1][1]), tg_fa_pack_$NAME(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      for (int kk = 0; kk < $HD / 16; kk++)
+        tg_fa_wgs_$NAME(&s[0][0], tg_fa_desc(sQ + (kk / 4) * $ROWS * 64 + (warp / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024),
+                        tg_fa_desc(kt + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024));
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#else
+      tg_fa_abt_$NAME(s, qf, kt, lane);
+#endif
+      // (a tile past the keys' end, or with keys after this warp's first query where causal, takes the mask; the rest
+      // need none: the same for the whole warp)
+      const bool masked = (j + 1) * 64 > S || (causal && (j + 1) * 64 - 1 > w0);
+      float mx0 = m0, mx1 = m1;  // scaled (log2 units), masked, the running max
       #pragma unroll
-      for (int d2 = 0; d2 < $HD / 16; d2++) {
-        int r = kk * 16 + ((lane / 8) % 2) * 8 + (lane % 8), c = d2 * 2 + lane / 16;
-        unsigned b[4];
-        tg_fa_ldsm_t(b, vt + (r * CH + (c ^ (r & 7))) * 8);
-        tg_fa_mma_$NAME(o[2 * d2], pa, b[0], b[1]);
-        tg_fa_mma_$NAME(o[2 * d2 + 1], pa, b[2], b[3]);
+      for (int n = 0; n < 8; n++) {
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+          int key = j * 64 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
+          s[n][e] = (masked && (key >= S || (causal && key > row))) ? -INFINITY : s[n][e] * scale_log2;
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
       }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float u0 = mx0 == -INFINITY ? 0.f : mx0, u1 = mx1 == -INFINITY ? 0.f : mx1;  // (a row masked so far: no NaN)
+      const float a0 = exp2f(m0 - u0), a1 = exp2f(m1 - u1);
+      m0 = mx0; m1 = mx1;
+      float ps0 = 0.f, ps1 = 0.f;
+      #pragma unroll
+      for (int n = 0; n < 8; n++) {
+        s[n][0] = exp2f(s[n][0] - u0); s[n][1] = exp2f(s[n][1] - u0);
+        s[n][2] = exp2f(s[n][2] - u1); s[n][3] = exp2f(s[n][3] - u1);
+        ps0 += s[n][0] + s[n][1]; ps1 += s[n][2] + s[n][3];
+      }
+      l0 = l0 * a0 + ps0; l1 = l1 * a1 + ps1;  // (this thread's part of the row sums: the quad's meet at the end)
+      #pragma unroll
+      for (int d = 0; d < $HD / 8; d++) { o[d][0] *= a0; o[d][1] *= a0; o[d][2] *= a1; o[d][3] *= a1; }
+#if $WG
+      // O += P V: P from registers, V (keys x HD, HD contiguous: an MN-major operand) by descriptor
+      unsigned pa[4][4];
+      #pragma unroll
+      for (int kk = 0; kk < 4; kk++) tg_fa_pfrag_$NAME(pa[kk], s, kk);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      #pragma unroll
+      for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(vt + kk * 16 * 64, 64 * 128, 1024));
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#else
+      tg_fa_ab_$NAME(o, s, vt, lane);  // O += P V
+#endif
     }
     __syncthreads();  // (this tile's buffers are read: the copies two steps on may take them)
   }
@@ -171,47 +231,7 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
 # of keys and values, as the forward, the probabilities from the rows' log-sum-exp: dq = sum_j ds_j k_j. dkdv: a block
 # of keys against each tile of queries and output gradients, the scores transposed (keys the rows):
 # dv = sum_i p_i^T do_i, dk = sum_i ds_i^T q_i. ds = p * (do v^T - d) * scale, d each query row's sum of do * o.
-_GRAD = r'''// A (rows of this warp's 16, from a swizzled tile) as fragments, one a 16 of HD
-__device__ __forceinline__ void tg_fa_rows_$NAME(unsigned (*f)[4], const $T* tile, int warp, int lane) {
-  #pragma unroll
-  for (int kk = 0; kk < $HD / 16; kk++) {
-    int r = warp * 16 + (lane % 16), c = kk * 2 + lane / 16;
-    tg_fa_ldsm(f[kk], tile + (r * ($HD / 8) + (c ^ (r & 7))) * 8);
-  }
-}
-// s = A tile^T: the warp's 16 rows against the tile's 64 rows
-__device__ __forceinline__ void tg_fa_abt_$NAME(float (*s)[4], const unsigned (*a)[4], const $T* tile, int lane) {
-  #pragma unroll
-  for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-  #pragma unroll
-  for (int kk = 0; kk < $HD / 16; kk++) {
-    #pragma unroll
-    for (int n2 = 0; n2 < 4; n2++) {
-      int r = n2 * 16 + (lane / 16) * 8 + (lane % 8), c = kk * 2 + (lane / 8) % 2;
-      unsigned b[4];
-      tg_fa_ldsm(b, tile + (r * ($HD / 8) + (c ^ (r & 7))) * 8);
-      tg_fa_mma_$NAME(s[2 * n2], a[kk], b[0], b[1]);
-      tg_fa_mma_$NAME(s[2 * n2 + 1], a[kk], b[2], b[3]);
-    }
-  }
-}
-// o += p tile: p (16 x 64, accumulators) rounded to T as A fragments, the tile's 64 rows the sum's
-__device__ __forceinline__ void tg_fa_ab_$NAME(float (*o)[4], const float (*p)[4], const $T* tile, int lane) {
-  #pragma unroll
-  for (int kk = 0; kk < 4; kk++) {
-    unsigned pa[4] = {tg_fa_pack_$NAME(p[2 * kk][0], p[2 * kk][1]), tg_fa_pack_$NAME(p[2 * kk][2], p[2 * kk][3]),
-                      tg_fa_pack_$NAME(p[2 * kk + 1][0], p[2 * kk + 1][1]), tg_fa_pack_$NAME(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-    #pragma unroll
-    for (int d2 = 0; d2 < $HD / 16; d2++) {
-      int r = kk * 16 + ((lane / 8) % 2) * 8 + (lane % 8), c = d2 * 2 + lane / 16;
-      unsigned b[4];
-      tg_fa_ldsm_t(b, tile + (r * ($HD / 8) + (c ^ (r & 7))) * 8);
-      tg_fa_mma_$NAME(o[2 * d2], pa, b[0], b[1]);
-      tg_fa_mma_$NAME(o[2 * d2 + 1], pa, b[2], b[3]);
-    }
-  }
-}
-// the warp's rows of an accumulator (16 x HD) into rows (row_a, row_a + 8) of a contiguous [n, HD] matrix
+_GRAD = r'''// the warp's rows of an accumulator (16 x HD) into rows (row_a, row_a + 8) of a contiguous [n, HD] matrix
 __device__ __forceinline__ void tg_fa_store_$NAME($T* dst, const float (*o)[4], int row_a, int n, int t) {
   #pragma unroll
   for (int d = 0; d < $HD / 8; d++) {
@@ -240,8 +260,8 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
   asm volatile("cp.async.wait_group 1;" ::: "memory");
   __syncthreads();
   unsigned qf[$HD / 16][4], gf[$HD / 16][4];
-  tg_fa_rows_$NAME(qf, sQ, warp, lane);
-  tg_fa_rows_$NAME(gf, sG, warp, lane);
+  tg_fa_rows_$NAME<64>(qf, sQ, warp, lane);
+  tg_fa_rows_$NAME<64>(gf, sG, warp, lane);
   const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
   const float la = row_a < L ? LSE[(size_t)head * L + row_a] * 1.4426950408889634f : 0.f, lb = row_b < L ? LSE[(size_t)head * L + row_b] * 1.4426950408889634f : 0.f;
   const float da = row_a < L ? Dr[(size_t)head * L + row_a] : 0.f, db = row_b < L ? Dr[(size_t)head * L + row_b] : 0.f;
@@ -292,8 +312,8 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
   asm volatile("cp.async.wait_group 1;" ::: "memory");
   __syncthreads();
   unsigned kf[$HD / 16][4], vf[$HD / 16][4];
-  tg_fa_rows_$NAME(kf, sK, warp, lane);
-  tg_fa_rows_$NAME(vf, sV, warp, lane);
+  tg_fa_rows_$NAME<64>(kf, sK, warp, lane);
+  tg_fa_rows_$NAME<64>(vf, sV, warp, lane);
   const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;
   float dk[$HD / 8][4], dv[$HD / 8][4];
   #pragma unroll
@@ -334,6 +354,22 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
 }'''
 
 # element type -> (its CUDA name, its pair's, the pair's constructor from two floats, mma.sync's operand type)
+def _wgmma_functions(name: str, ptx: str, hd: int) -> str:
+  """The instance's warpgroup products (sm_90a): S (64 x 64, f32) += Q K^T from two K-major tiles' descriptors, and
+  O (64 x hd) += P V with P's A fragments in registers and V's tile MN-major (transposed: trans-b 1)."""
+  def fn(kind, n, a_regs):
+    outs = ', '.join(f'%{i}' for i in range(n // 2))
+    k = n // 2
+    a, b = (f'{{%{k}, %{k + 1}, %{k + 2}, %{k + 3}}}', f'%{k + 4}') if a_regs else (f'%{k}', f'%{k + 1}')
+    ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)' if a_regs else '"l"(da), "l"(db)'
+    flags = '1, 1, 1' if a_regs else '1, 1, 0, 0'  # scale-a, scale-b, (trans-a,) trans-b
+    sig = 'const unsigned* a' if a_regs else 'unsigned long long da'
+    return (f'__device__ __forceinline__ void tg_fa_{kind}_{name}(float* d, {sig}, unsigned long long db) {{\n'
+            f'  asm volatile("{{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{outs}}}, {a}, {b}, p, {flags}; }}"\n'
+            f'    : {", ".join(f"{chr(34)}+f{chr(34)}(d[{i}])" for i in range(n // 2))} : {ins} : "memory");\n}}\n')
+  return fn('wgs', 64, False) + fn('wgpv', hd, True)
+
+
 _TYPES = {'f16': ('half', '__half2', '__floats2half2_rn', 'f16'), 'bf16': ('__nv_bfloat16', '__nv_bfloat162', '__floats2bfloat162_rn', 'bf16')}
 
 
@@ -342,19 +378,21 @@ KEY_ROWS = 64                     # the keys a tile (uop.attention's key_rows); 
 GRAD_DIMS = (64,)                 # the head sizes of the backward's kernels
 
 
-def attention_name(dtype: str, head_dim: int, rows: int) -> str: return f"{dtype}_{head_dim}_{rows}"
+def attention_name(dtype: str, head_dim: int, rows: int, warpgroup: int = 0) -> str:
+  return f"{dtype}_{head_dim}_{rows}{'_wg' if warpgroup else ''}"
 
 
 def attention_functions(instances, grads=()) -> list[str]:
-  """The device functions of these (dtype name, head size, block rows) instances, and of the backward's (dtype name,
-  head size) ones, after what they share (prelude lines)."""
+  """The device functions of these (dtype name, head size, block rows, warpgroup) instances (warpgroup 1: the
+  products on sm_90a's warpgroups), and of the backward's (dtype name, head size) ones, after what they share."""
   out = [_COMMON]
-  grads = {(dt, hd, 64) for dt, hd in grads}
-  for dt, hd, rows in sorted(set(instances) | grads):
+  grads = {(dt, hd, KEY_ROWS, 0) for dt, hd in grads}
+  for dt, hd, rows, wg in sorted(set(instances) | grads):
     t, t2, pair, ptx = _TYPES[dt]
-    text = _KERNEL + ('\n' + _GRAD if (dt, hd, rows) in grads else '')
-    for k, v in (('$NAME', attention_name(dt, hd, rows)), ('$T2', t2), ('$THREADS', str(dict(BLOCKS)[rows])), ('$T', t), ('$PAIR', pair),
-                 ('$PTX', ptx), ('$HD', str(hd)), ('$ROWS', str(rows))): text = text.replace(k, v)
+    name = attention_name(dt, hd, rows, wg)
+    text = _KERNEL.replace('$WGMMA_FNS', _wgmma_functions(name, ptx, hd) if wg else '') + ('\n' + _GRAD if (dt, hd, rows, wg) in grads else '')
+    for k, v in (('$NAME', name), ('$T2', t2), ('$THREADS', str(dict(BLOCKS)[rows])), ('$T', t), ('$PAIR', pair),
+                 ('$PTX', ptx), ('$HD', str(hd)), ('$ROWS', str(rows)), ('$WG', str(wg))): text = text.replace(k, v)
     out.append(text)
   return out
 
@@ -366,7 +404,7 @@ def attention_call(dtype: str, op, args: list[str], blocks: int) -> list[str]:
   scale_log2 = float(a['scale']) * math.log2(math.e)
   lays = [f"const size_t tg_l{c}[4] = {{{', '.join(f'{x}ull' for x in a[f'{n}_layout'])}}};" for c, n in zip('oqkv', ('out', 'q', 'k', 'v'))]
   lse = args[8] if len(args) > 8 else '(float*)0'
-  return lays + [f"tg_attention_{attention_name(dtype, a['dim'], a['block_rows'])}({', '.join(args[:8])}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
+  return lays + [f"tg_attention_{attention_name(dtype, a['dim'], a['block_rows'], a.get('warpgroup', 0))}({', '.join(args[:8])}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
                  f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lo, tg_lq, tg_lk, tg_lv, {lse});"]
 
 

@@ -884,6 +884,19 @@ class _WholeKernel:
     return REGISTRY['uop.func']([], [], attrs, self.k.loc, Block([], self.ops))
 
 
+def attention_block(fa, spec: DeviceSpec, heads: int, L: int, E: int, itemsize: int) -> tuple[int, int, int]:
+  """The work-group of a fused attention of `heads` heads of L queries of head size E, (queries, threads, warpgroup):
+  where the device has warpgroup tensor cores, 64 queries on one warpgroup whose products are wgmma's (an H200, 7
+  shapes from 16x6x256 to 1x16x8192, causal or not, heads of 64 and 128: 0.79-1.18 of torch's kernel time, where two
+  warpgroups of 64 took 0.74-1.11 and mma.sync's best 0.59-0.97); elsewhere, heads of 128, the largest work-group (the
+  k and v tiles it copies serve more queries) that still makes two a multiprocessor (where the device says how many it
+  has), else the smallest (heads of 64 on mma.sync: 128 queries on 8 warps took 0.64 of torch's time where 64 took 0.88)."""
+  fits = fa.blocks_for(E, itemsize, spec.attention_smem)
+  if spec.has_warpgroup: return (*min(fits), 1)
+  enough = [(r, t) for r, t in fits if heads * -(-L // r) >= 2 * (spec.processors or 64)]
+  return (*(max(enough) if enough and E >= 128 else min(fits)), 0)
+
+
 def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
   """A kernel.attention's kernel as the target's fused attention kernel (FusedAttention): a work-group of its threads
   for each head (gidx0, the axis of the largest grid) and block of its rows of queries (gidx1), its tiles in shared
@@ -893,19 +906,14 @@ def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
   op, fa, views, emit, glob = b.op, b.fa, b.op.views(), b.emit, b.glob
   B, H, L, S, E, dt = b.B, b.H, b.L, b.S, b.E, b.dt
   bufs = [glob[a] for a in op.operands[:4]]
-  # heads of 128: the largest work-group (the k and v tiles it copies serve more queries) that still makes two a
-  # multiprocessor (where the device says how many it has); else the smallest. (An H200, causal f16 8x16x1024: 128
-  # queries a work-group took heads of 128 from 0.83 to 0.92 of torch's kernel time, heads of 64 from 0.88 to 0.64:
-  # their tiles' copies are half as long, and the 8 warps wait at each tile's barrier.)
-  fits = [(r, t) for r, t in fa.blocks if fa.smem_bytes(r, E, dt.itemsize) <= spec.attention_smem]
-  enough = [(r, t) for r, t in fits if B * H * -(-L // r) >= 2 * (spec.processors or 64)]
-  rows, threads = max(enough) if enough and E >= 128 else min(fits)
-  smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': fa.smem_bytes(rows, E, 1), 'align': 128})
+  rows, threads, wg = attention_block(fa, spec, B * H, L, E, dt.itemsize)
+  smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': fa.smem_bytes(rows, E, 1), 'align': 1024})
   blocks = -(-L // rows)
   idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', B * H), ('gidx1', blocks), ('lidx0', threads))]
   layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('out', 'q', 'k', 'v'), views)}
   emit('attention', bufs + [smem] + idx + ([glob[op.lse]] if op.lse is not None else []), None, {'causal': op.causal, 'scale': op.attrs['scale'], 'heads': H, 'rows': L, 'keys': S, 'dim': E,
-                                                 'block_rows': rows, 'threads': threads, 'key_rows': fa.key_rows, **layouts})
+                                                 'block_rows': rows, 'threads': threads, 'key_rows': fa.key_rows, **layouts,
+                                                 **({'warpgroup': 1} if wg else {})})
   return b.func((B * H, blocks), (threads,))
 
 
