@@ -30,6 +30,8 @@ __device__ __forceinline__ void tg_fa_ldsm(unsigned* r, const void* p) {
 __device__ __forceinline__ unsigned long long tg_fa_desc(const void* p, unsigned lbo, unsigned sbo) {
   return (unsigned long long)((tg_fa_smem(p) & 0x3FFFF) >> 4) | (unsigned long long)(lbo >> 4) << 16 | (unsigned long long)(sbo >> 4) << 32 | 1ull << 62;
 }
+// 2^x on the special function unit, subnormal results flushed to zero (exp2f also scales them back: more instructions)
+__device__ __forceinline__ float tg_fa_ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 __device__ __forceinline__ void tg_fa_ldsm_t(unsigned* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tg_fa_smem(p)));
 }'''
@@ -138,7 +140,7 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   float o[$HD / 8][4];
   #pragma unroll
   for (int j = 0; j < $HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows g and g + 8 of the warp's 16
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows g and g + 8 of the warp's 16 (m: raw scores)
   const int row_a = w0 + g, row_b = row_a + 8;
   // (causal, more than 64 queries a work-group: a tile whose keys all come after the last query of this warp, or of
   // its warpgroup where the products are the warpgroup's, changes none of its rows)
@@ -167,32 +169,39 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
       // (a tile past the keys' end, or with keys after this warp's first query where causal, takes the mask; the rest
       // need none: the same for the whole warp)
       const bool masked = (j + 1) * 64 > S || (causal && (j + 1) * 64 - 1 > w0);
-      float mx0 = m0, mx1 = m1;  // scaled (log2 units), masked, the running max
+      float mx0 = m0, mx1 = m1;  // the running max of the raw scores, masked (the scale is positive: it keeps the order)
       #pragma unroll
       for (int n = 0; n < 8; n++) {
-        #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          int key = j * 64 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
-          s[n][e] = (masked && (key >= S || (causal && key > row))) ? -INFINITY : s[n][e] * scale_log2;
+        if (masked) {
+          #pragma unroll
+          for (int e = 0; e < 4; e++) {
+            int key = j * 64 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
+            if (key >= S || (causal && key > row)) s[n][e] = -INFINITY;
+          }
         }
         mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
         mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
       }
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float u0 = mx0 == -INFINITY ? 0.f : mx0, u1 = mx1 == -INFINITY ? 0.f : mx1;  // (a row masked so far: no NaN)
-      const float a0 = exp2f(m0 - u0), a1 = exp2f(m1 - u1);
+      // p = 2^(s * scale_log2 - u), u the max in log2 units: one fma and one ex2 an element (a row masked so far: u = 0,
+      // no NaN); the accumulators are rescaled only where a row's max grew (after the first tiles, rarely: the
+      // warp skips it when none did)
+      const float u0 = mx0 == -INFINITY ? 0.f : mx0 * scale_log2, u1 = mx1 == -INFINITY ? 0.f : mx1 * scale_log2;
+      const float a0 = tg_fa_ex2(m0 * scale_log2 - u0), a1 = tg_fa_ex2(m1 * scale_log2 - u1);
       m0 = mx0; m1 = mx1;
       float ps0 = 0.f, ps1 = 0.f;
       #pragma unroll
       for (int n = 0; n < 8; n++) {
-        s[n][0] = exp2f(s[n][0] - u0); s[n][1] = exp2f(s[n][1] - u0);
-        s[n][2] = exp2f(s[n][2] - u1); s[n][3] = exp2f(s[n][3] - u1);
+        s[n][0] = tg_fa_ex2(fmaf(s[n][0], scale_log2, -u0)); s[n][1] = tg_fa_ex2(fmaf(s[n][1], scale_log2, -u0));
+        s[n][2] = tg_fa_ex2(fmaf(s[n][2], scale_log2, -u1)); s[n][3] = tg_fa_ex2(fmaf(s[n][3], scale_log2, -u1));
         ps0 += s[n][0] + s[n][1]; ps1 += s[n][2] + s[n][3];
       }
       l0 = l0 * a0 + ps0; l1 = l1 * a1 + ps1;  // (this thread's part of the row sums: the quad's meet at the end)
-      #pragma unroll
-      for (int d = 0; d < $HD / 8; d++) { o[d][0] *= a0; o[d][1] *= a0; o[d][2] *= a1; o[d][3] *= a1; }
+      if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
+        #pragma unroll
+        for (int d = 0; d < $HD / 8; d++) { o[d][0] *= a0; o[d][1] *= a0; o[d][2] *= a1; o[d][3] *= a1; }
+      }
 #if $WG
       // O += P V: P from registers, V (keys x HD, HD contiguous: an MN-major operand) by descriptor
       unsigned pa[4][4];
@@ -214,8 +223,8 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1); l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
   if (LSE != 0 && t == 0) {  // the rows' log-sum-exp of the scores (natural log; m is in log2 units): for a backward
-    if (row_a < L) LSE[(size_t)head * L + row_a] = l0 > 0.f ? (m0 + log2f(l0)) * 0.6931471805599453f : -INFINITY;
-    if (row_b < L) LSE[(size_t)head * L + row_b] = l1 > 0.f ? (m1 + log2f(l1)) * 0.6931471805599453f : -INFINITY;
+    if (row_a < L) LSE[(size_t)head * L + row_a] = l0 > 0.f ? (m0 * scale_log2 + log2f(l0)) * 0.6931471805599453f : -INFINITY;
+    if (row_b < L) LSE[(size_t)head * L + row_b] = l1 > 0.f ? (m1 * scale_log2 + log2f(l1)) * 0.6931471805599453f : -INFINITY;
   }
   $T* Oh = TG_FA_HEAD(O, lo);
   #pragma unroll
