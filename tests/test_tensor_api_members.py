@@ -47,6 +47,22 @@ def test_activations_with_args():
   np.testing.assert_array_equal(Tensor(X).softplus(beta=0).numpy(), F.softplus(T(X), beta=0).numpy())  # (inf, not a ZeroDivisionError)
   close(Tensor(X).celu(0.5), F.celu(T(X), 0.5))
 
+def test_gelu_is_one_node_matching_torch():
+  """gelu's tanh form is one tensor.gelu (a composite: the call's graph and key stay small); its values over the
+  range where the branches of its sigmoid meet (0, large |x|) and its gradient match torch's, half floats computed in
+  f32 as torch computes them."""
+  a = np.concatenate([np.linspace(-12, 12, 241), [0.0, -0.0, 1e-4, -1e-4, 40.0, -40.0, 1e4, -1e4]]).astype(np.float32)
+  assert 'tensor.gelu' in Tensor(a).gelu().to_ir('tensor') and 'tensor.exp2' not in Tensor(a).gelu().to_ir('tensor')
+  for dt, tdt, tol in ((dtypes.float32, torch.float32, 2e-6), (dtypes.float16, torch.float16, 1e-3), (dtypes.bfloat16, torch.bfloat16, 8e-3)):
+    x = Tensor(a, requires_grad=True)
+    (x.cast(dt).gelu().cast(dtypes.float32) * 3).sum().backward()
+    tx = torch.tensor(a, requires_grad=True)
+    ref = F.gelu(tx.to(tdt), approximate='tanh')
+    (ref.float() * 3).sum().backward()
+    got = x.cast(dt).gelu().cast(dtypes.float32).numpy()
+    np.testing.assert_allclose(got, ref.float().detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=max(tol, 1e-5) * 8, atol=max(tol, 1e-5) * 8)
+
 def test_binary():
   y = rng.standard_normal((3, 5)).astype(np.float32)
   close(Tensor(X).copysign(Tensor(y)), torch.copysign(T(X), T(y)))

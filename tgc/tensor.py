@@ -871,7 +871,7 @@ class Tensor(TensorAPI):
     x = self._float()
     if approximate == 'none': return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
     if approximate != 'tanh': raise ArgumentError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
-    return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+    return x._new('gelu', (x,), x.shape, x.dtype)  # (tensor.gelu: tgc/dialects/tensor.py)
   @_graph_template
   def silu(self) -> Tensor: return self * self.sigmoid()
   swish = silu

@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
-from tgc.ir.core import Operation, PURE, CONSTANT, MOVEMENT
+from tgc.ir.core import Operation, PURE, CONSTANT, MOVEMENT, ELEMENTWISE
 from tgc.ir.types import TensorType
 from tgc.ir.attrs import HexInt
 from tgc.ir import alu
@@ -235,6 +235,38 @@ class PowOp(Operation):
     frac = op('and', op('and', neg, op('not', is_int, ty=tb), ty=tb), op('cmpne', b, c(-math.inf), ty=tb), ty=tb)
     ret = op('where', frac, c(math.nan), ret)  # ((-inf) ** 0.3 is inf, as torch)
     return op('where', op('cmpeq', e, c(0.0), ty=tb), c(1.0), ret)
+
+
+class GeluOp(Operation):
+  """`tensor.gelu %x : tensor<8x512xf16>`: GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  (tinygrad's gelu; torch's with approximate='tanh'), floats; half floats computed in f32 and rounded once. A composite:
+  one node where the Tensor API's call built about 40 each call (the graph and its cache key cost the host time of the
+  call); it decomposes into x * sigmoid(2 y) (the same function: 0.5 (1 + tanh y) = sigmoid(2 y)), elementwise
+  primitives that fuse into the kernel of x's producer (a matmul's epilogue); autodiff differentiates that form."""
+  name = 'tensor.gelu'
+  OPERANDS = ('src',)
+  TRAITS = {PURE, ELEMENTWISE}
+  FORMAT = '$src : type($result)'
+  def verify(self):
+    r = _tensor(self, self.results[0].type)
+    if self.src.type != r: raise self.error(f"operand {self.src.type} must be the result type {r}")
+    if not r.dtype.is_float: raise self.error(f"needs a float type, got {r}")
+  def decompose(self, rw):
+    """sigmoid(z) = 1 / (1 + e) for z >= 0, e / (1 + e) below, e = 2^(-|z| log2 e): e never overflows."""
+    from tgc.ir.core import REGISTRY
+    from tgc.ir import dtypes as D
+    t = self.results[0].type
+    acc = t.dtype if t.dtype.itemsize >= 4 else D.f32
+    ta, tb = TensorType(t.shape, acc), TensorType(t.shape, D.bool_)
+    def op(name, *srcs, ty=ta): return rw.create(REGISTRY['tensor.' + name], list(srcs), [ty], None, self.loc).results[0]
+    def c(v): return rw.create(REGISTRY['tensor.const'], [], [ta], {'value': v}, self.loc).results[0]
+    x = self.src if t.dtype is acc else op('cast', self.src)
+    z = op('mul', op('mul', x, c(2 * math.sqrt(2 / math.pi))), op('add', c(1.0), op('mul', op('mul', x, x), c(0.044715))))
+    neg = op('cmplt', z, c(0.0), ty=tb)
+    e = op('exp2', op('mul', op('where', neg, z, op('neg', z)), c(1 / math.log(2))))
+    r = op('recip', op('add', c(1.0), e))
+    y = op('mul', x, op('where', neg, op('mul', e, r), r))
+    return y if t.dtype is acc else op('cast', y, ty=t)
 
 
 class ArgMaxOp(Operation):
