@@ -242,7 +242,8 @@ class GeluOp(Operation):
   (tinygrad's gelu; torch's with approximate='tanh'), floats; half floats computed in f32 and rounded once. A composite:
   one node where the Tensor API's call built about 40 each call (the graph and its cache key cost the host time of the
   call); it decomposes into x * sigmoid(2 y) (the same function: 0.5 (1 + tanh y) = sigmoid(2 y)), elementwise
-  primitives that fuse into the kernel of x's producer (a matmul's epilogue); autodiff differentiates that form."""
+  primitives that fuse into the kernel of x's producer (a matmul's epilogue). Its gradient rule (autodiff) recomputes
+  s = sigmoid(2y) and takes s + x s (1 - s) (2y)'."""
   name = 'tensor.gelu'
   OPERANDS = ('src',)
   TRAITS = {PURE, ELEMENTWISE}
@@ -251,22 +252,29 @@ class GeluOp(Operation):
     r = _tensor(self, self.results[0].type)
     if self.src.type != r: raise self.error(f"operand {self.src.type} must be the result type {r}")
     if not r.dtype.is_float: raise self.error(f"needs a float type, got {r}")
-  def decompose(self, rw):
-    """sigmoid(z) = 1 / (1 + e) for z >= 0, e / (1 + e) below, e = 2^(-|z| log2 e): e never overflows."""
+  def parts(self, rw, x):
+    """z = 2 sqrt(2/pi) x (1 + 0.044715 x^2) and s = sigmoid(z) of x (this op's source in f32 or wider), made with
+    `rw.create`: the plain form is x * s, its derivative s + x s (1 - s) z' (autodiff's rule). sigmoid(z) is
+    1 / (1 + e) for z >= 0 and e / (1 + e) below, e = 2^(-|z| log2 e): e never overflows."""
     from tgc.ir.core import REGISTRY
     from tgc.ir import dtypes as D
-    t = self.results[0].type
-    acc = t.dtype if t.dtype.itemsize >= 4 else D.f32
-    ta, tb = TensorType(t.shape, acc), TensorType(t.shape, D.bool_)
+    ta, tb = x.type, TensorType(x.type.shape, D.bool_)
     def op(name, *srcs, ty=ta): return rw.create(REGISTRY['tensor.' + name], list(srcs), [ty], None, self.loc).results[0]
     def c(v): return rw.create(REGISTRY['tensor.const'], [], [ta], {'value': v}, self.loc).results[0]
-    x = self.src if t.dtype is acc else op('cast', self.src)
     z = op('mul', op('mul', x, c(2 * math.sqrt(2 / math.pi))), op('add', c(1.0), op('mul', op('mul', x, x), c(0.044715))))
     neg = op('cmplt', z, c(0.0), ty=tb)
     e = op('exp2', op('mul', op('where', neg, z, op('neg', z)), c(1 / math.log(2))))
     r = op('recip', op('add', c(1.0), e))
-    y = op('mul', x, op('where', neg, op('mul', e, r), r))
-    return y if t.dtype is acc else op('cast', y, ty=t)
+    return z, op('where', neg, op('mul', e, r), r)
+  def decompose(self, rw):
+    from tgc.ir.core import REGISTRY
+    from tgc.ir import dtypes as D
+    t = self.results[0].type
+    acc = t.dtype if t.dtype.itemsize >= 4 else D.f32
+    def cast(v, ty): return rw.create(REGISTRY['tensor.cast'], [v], [ty], None, self.loc).results[0]
+    x = self.src if t.dtype is acc else cast(self.src, TensorType(t.shape, acc))
+    y = rw.create(REGISTRY['tensor.mul'], [x, self.parts(rw, x)[1]], [x.type], None, self.loc).results[0]
+    return y if t.dtype is acc else cast(y, t)
 
 
 class ArgMaxOp(Operation):

@@ -86,6 +86,19 @@ def _pow(b, op, g):
   de = b.where(zero_b, de_zero, b.alu('mul', op.results[0], b.alu('mul', b.alu('log2', x), b.c(math.log(2), x))))
   return [b.alu('mul', g, db), b.alu('mul', g, de)]
 
+def _gelu(b, op, g):
+  """d/dx x sigmoid(z) = s + x s (1 - s) z', z = 2 sqrt(2/pi) (x + 0.044715 x^3), s = sigmoid(z) made as the plain
+  form makes it; in f32 for half floats. (Differentiating the plain form instead takes both branches of its sigmoid's
+  where: a longer epilogue in the backward's product.)"""
+  from tgc.ir import dtypes as D
+  dt = op.src.type.dtype
+  acc = dt if dt.itemsize >= 4 else D.f32
+  x = b.cast(op.src, acc)
+  _, s = op.parts(_Into(b), x)
+  dz = b.alu('mul', b.c(2 * math.sqrt(2 / math.pi), x), b.alu('add', b.c(1.0, x), b.alu('mul', b.alu('mul', x, x), b.c(3 * 0.044715, x))))
+  ds = b.alu('add', s, b.alu('mul', b.alu('mul', x, s), b.alu('mul', b.alu('sub', b.c(1.0, x), s), dz)))
+  return [b.cast(b.alu('mul', b.cast(g, acc), ds), dt)]
+
 def _cast(b, op, g):
   return [b.cast(g, op.src.type.dtype) if op.src.type.dtype.is_float and op.results[0].type.dtype.is_float else None]
 
@@ -254,6 +267,7 @@ RULES = {
   'fdiv': lambda b, op, g: [b.alu('fdiv', g, op.rhs), b.alu('neg', b.alu('fdiv', b.alu('mul', g, op.results[0]), op.rhs))],
   'mod': _mod,
   'pow': _pow,
+  'gelu': _gelu,
   'max': lambda b, op, g: _tie_split(b, op, g, lambda x, y: b.cmp('cmplt', y, x)),
   'min': lambda b, op, g: _tie_split(b, op, g, lambda x, y: b.cmp('cmplt', x, y)),
   'where': lambda b, op, g: [None, b.where(op.cond, g, b.c(0.0, g)), b.where(op.cond, b.c(0.0, g), g)],

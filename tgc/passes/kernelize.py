@@ -227,7 +227,10 @@ class Scheduler:
       if MOVEMENT in op.TRAITS or v in self.R or (uses := self.eff_uses(v)) < 2 or self._one_sink(v): continue
       # an elementwise value that each of its consumers would compute from n buffers of its size: reading them
       # n * uses times costs more than storing it once (n reads and a write) and reading it back (uses)
-      if hr or (ELEMENTWISE in op.TRAITS and self._full_reads(v) * (uses - 1) > uses + 1): self.R.add(v)
+      if hr or (ELEMENTWISE in op.TRAITS and self._full_reads(v) * (uses - 1) > uses + 1):
+        b = self._unwidened(v)
+        self.R.add(b)
+        if b is not v: has_reduce[v] = False  # (v: a cast of a buffer, which its readers compute again)
     if self.gpu: self._views_not_copies()
     self._bound_depth()
     self.choose_fusions()
@@ -271,6 +274,16 @@ class Scheduler:
       c = us[0].results[0]
       if c.type.dtype.is_float and r.type.dtype.is_float and c.type.dtype.itemsize < r.type.dtype.itemsize: return c
     return r
+
+  def _unwidened(self, v: Value) -> Value:
+    """The buffer for an epilogue's value v: v, or where v only widens a float (a bf16 Linear's output cast to f32 for
+    the GELU after it and for its gradient), the narrow value it casts: the readers widen it again for free, and it
+    takes half the bytes to write and to read (the bf16 GPT step's MLP kept the f32 copy: 25 MB a layer)."""
+    o = v.op
+    if o.name != 'tensor.cast' or not (v.type.dtype.is_float and (s := o.operands[0]).type.dtype.is_float and s.type.dtype.itemsize < v.type.dtype.itemsize):
+      return v
+    while s.op is not None and s.op.name == 'tensor.reshape' and s not in self.R: s = s.op.operands[0]  # (reshapes: views of it)
+    return v if s.op is None or _is_leaf(s) or MOVEMENT in s.op.TRAITS else s
 
   def _bound_depth(self):
     """A chain of ops deeper than MAX_DEPTH inside one kernel is cut by a buffer every MAX_DEPTH ops: a kernel's
