@@ -276,9 +276,10 @@ class Scheduler:
     return r
 
   def _unwidened(self, v: Value) -> Value:
-    """The buffer for an epilogue's value v: v, or where v only widens a float (a bf16 Linear's output cast to f32 for
-    the GELU after it and for its gradient), the narrow value it casts: the readers widen it again for free, and it
-    takes half the bytes to write and to read (the bf16 GPT step's MLP kept the f32 copy: 25 MB a layer)."""
+    """The buffer for a value v that several kernels read: v, or where v only widens a float (a bf16 Linear's output
+    cast to f32 for the GELU after it and for its gradient), the narrow value it casts (below reshapes): the readers
+    widen it again for free, and it takes half the bytes to write and to read (the bf16 GPT step's MLP kept the f32
+    copy: 25 MB a layer)."""
     o = v.op
     if o.name != 'tensor.cast' or not (v.type.dtype.is_float and (s := o.operands[0]).type.dtype.is_float and s.type.dtype.itemsize < v.type.dtype.itemsize):
       return v
