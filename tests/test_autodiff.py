@@ -35,6 +35,8 @@ OPS = {
   'flip': (f"%r = tensor.flip %x [1] : {T}", T),
   'contiguous': (f"%a = tensor.contiguous %x : {T}\n  %r = tensor.mul %a, %y : {T}", T),
   'matmul': (f"%p = tensor.permute %y [1, 0] : {T} -> tensor<3x2xf64>\n  %r = tensor.matmul %x, %p : {T}, tensor<3x2xf64> -> tensor<2x2xf64>", 'tensor<2x2xf64>'),
+  'gelu': (f"%r = tensor.gelu %x : {T}", T),
+  'gelu-negative': (f"%n = tensor.neg %x : {T}\n  %r = tensor.gelu %n : {T}", T),  # (the other branch of its sigmoid)
 }
 
 
