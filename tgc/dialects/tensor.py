@@ -252,8 +252,8 @@ class GeluOp(Operation):
     r = _tensor(self, self.results[0].type)
     if self.src.type != r: raise self.error(f"operand {self.src.type} must be the result type {r}")
     if not r.dtype.is_float: raise self.error(f"needs a float type, got {r}")
-  def parts(self, rw, x):
-    """z = 2 sqrt(2/pi) x (1 + 0.044715 x^2) and s = sigmoid(z) of x (this op's source in f32 or wider), made with
+  def sigmoid_2y(self, rw, x):
+    """s = sigmoid(z), z = 2 y = 2 sqrt(2/pi) x (1 + 0.044715 x^2), of x (this op's source in f32 or wider), made with
     `rw.create`: the plain form is x * s, its derivative s + x s (1 - s) z' (autodiff's rule). sigmoid(z) is
     1 / (1 + e) for z >= 0 and e / (1 + e) below, e = 2^(-|z| log2 e): e never overflows."""
     from tgc.ir.core import REGISTRY
@@ -265,7 +265,7 @@ class GeluOp(Operation):
     neg = op('cmplt', z, c(0.0), ty=tb)
     e = op('exp2', op('mul', op('where', neg, z, op('neg', z)), c(1 / math.log(2))))
     r = op('recip', op('add', c(1.0), e))
-    return z, op('where', neg, op('mul', e, r), r)
+    return op('where', neg, op('mul', e, r), r)
   def decompose(self, rw):
     from tgc.ir.core import REGISTRY
     from tgc.ir import dtypes as D
@@ -273,7 +273,7 @@ class GeluOp(Operation):
     acc = t.dtype if t.dtype.itemsize >= 4 else D.f32
     def cast(v, ty): return rw.create(REGISTRY['tensor.cast'], [v], [ty], None, self.loc).results[0]
     x = self.src if t.dtype is acc else cast(self.src, TensorType(t.shape, acc))
-    y = rw.create(REGISTRY['tensor.mul'], [x, self.parts(rw, x)[1]], [x.type], None, self.loc).results[0]
+    y = rw.create(REGISTRY['tensor.mul'], [x, self.sigmoid_2y(rw, x)], [x.type], None, self.loc).results[0]
     return y if t.dtype is acc else cast(y, t)
 
 

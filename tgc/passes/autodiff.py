@@ -94,7 +94,7 @@ def _gelu(b, op, g):
   dt = op.src.type.dtype
   acc = dt if dt.itemsize >= 4 else D.f32
   x = b.cast(op.src, acc)
-  _, s = op.parts(_Into(b), x)
+  s = op.sigmoid_2y(_Into(b), x)
   dz = b.alu('mul', b.c(2 * math.sqrt(2 / math.pi), x), b.alu('add', b.c(1.0, x), b.alu('mul', b.alu('mul', x, x), b.c(3 * 0.044715, x))))
   ds = b.alu('add', s, b.alu('mul', b.alu('mul', x, s), b.alu('mul', b.alu('sub', b.c(1.0, x), s), dz)))
   return [b.cast(b.alu('mul', b.cast(g, acc), ds), dt)]

@@ -887,8 +887,8 @@ class _WholeKernel:
 def attention_block(fa, spec: DeviceSpec, heads: int, L: int, E: int, itemsize: int) -> tuple[int, int, int]:
   """The work-group of a fused attention of `heads` heads of L queries of head size E, (queries, threads, warpgroup):
   where the device has warpgroup tensor cores, 64 queries on one warpgroup whose products are wgmma's (an H200, 7
-  shapes from 16x6x256 to 1x16x8192, causal or not, heads of 64 and 128: 0.79-1.18 of torch's kernel time, where two
-  warpgroups of 64 took 0.74-1.11 and mma.sync's best 0.59-0.97); elsewhere, heads of 128, the largest work-group (the
+  shapes from 16x6x256 to 1x16x8192, causal or not, heads of 64 and 128: the fastest on each; not causal 8x16x1024x64
+  0.97 of torch's call time, two warpgroups of 64 0.95, mma.sync's best 0.71); elsewhere, heads of 128, the largest work-group (the
   k and v tiles it copies serve more queries) that still makes two a multiprocessor (where the device says how many it
   has), else the smallest (heads of 64 on mma.sync: 128 queries on 8 warps took 0.64 of torch's time where 64 took 0.88)."""
   fits = fa.blocks_for(E, itemsize, spec.attention_smem)
