@@ -4,12 +4,15 @@ probabilities kept in registers (flash attention's online softmax).
 
 Each warp takes 16 query rows; keys go by tiles of 64. The query tile, and two buffers each of key and value tiles
 (the next tile's copies, cp.async, run while this one is used: the block's warps share them), lie in shared memory in
-rows of 16-byte chunks whose column is XORed with the row (ldmatrix reads 8 rows of a column without bank
-conflicts). S = Q K^T comes from mma.sync m16n8k16 (Q's fragments by ldmatrix once, K's by ldmatrix a step); the running
-max and sum of each row live in the registers of the 4 threads that hold it, the output's accumulators are rescaled
-when the max grows, and the probabilities' accumulators, rounded to the input type, are directly the A fragments of
-P V (V's B fragments by ldmatrix.trans). Rows are masked past the keys (and, causal, where a key comes after the
-query); with causal masking the later blocks of queries, which see the most keys, run first.
+wgmma's 128-byte swizzled layout: 64-column blocks of rows of 16-byte chunks whose column is XORed with the row (ldmatrix
+reads 8 rows of a column without bank conflicts). With `warpgroup` (sm_90a) each 4 warps are a warpgroup: S = Q K^T
+and O += P V are wgmma.mma_async, Q, K and V read through descriptors, P from registers. Without, they are mma.sync
+m16n8k16 (Q's fragments by ldmatrix once, K's and V's by ldmatrix a step). The running max (of the raw scores: the
+scale is positive) and sum of each row live in the registers of the 4 threads that hold it, p = 2^(s scale - max) is
+one fma and one ex2 an element, the output's accumulators are rescaled when a row's max grows, and the probabilities'
+accumulators, rounded to the input type, are directly the A fragments of P V. Rows are masked past the keys (and,
+causal, where a key comes after the query); with causal masking the later blocks of queries, which see the most keys,
+run first.
 """
 from __future__ import annotations
 import math
@@ -36,8 +39,8 @@ __device__ __forceinline__ void tg_fa_ldsm_t(unsigned* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tg_fa_smem(p)));
 }'''
 
-# one instance a (type, head size, block): T the element type, T2 its pair, HD the head size, ROWS the block's
-# queries, THREADS its threads (a warp a 16 rows)
+# one instance a (type, head size, block, warpgroup): T the element type, T2 its pair, HD the head size, ROWS the
+# block's queries, THREADS its threads (a warp a 16 rows), WG 1 where the products are the warpgroups' (wgmma)
 _KERNEL = r'''__device__ __forceinline__ void tg_fa_mma_$NAME(float* c, const unsigned* a, unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.$PTX.$PTX.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
