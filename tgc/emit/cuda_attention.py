@@ -61,7 +61,8 @@ template <int R> __device__ __forceinline__ void tg_fa_tile_$NAME($T* tile, cons
     tg_fa_copy16(TG_FA_AT(tile, R, r, c, $HD), src + (size_t)(ok ? row0 + r : 0) * ld + c * 8, ok);
   }
 }
-// the next pair of tiles' copies (where there is one) start while this pair is used; then wait for this pair
+// the next pair of tiles' copies (where there is one) start while this pair is used; then wait for this pair (in a
+// kernel's prologue: the next pair is its first, and the wait is for the tiles committed before it)
 __device__ __forceinline__ void tg_fa_pair_$NAME($T* a, const $T* sa, size_t la, $T* b, const $T* sb, size_t lb, int row0, int n, bool next, int tid) {
   if (next) {
     tg_fa_tile_$NAME<64>(a, sa, la, row0, n, tid);
@@ -131,11 +132,7 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   const int n_tiles = causal ? min(all_tiles, (q0 + $ROWS + 63) / 64) : all_tiles;
   tg_fa_tile_$NAME<$ROWS>(sQ, Qh, lq[3], q0, L, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
-  tg_fa_tile_$NAME<64>(sK, Kh, lk[3], 0, S, tid);
-  tg_fa_tile_$NAME<64>(sV, Vh, lv[3], 0, S, tid);
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
-  __syncthreads();
+  tg_fa_pair_$NAME(sK, Kh, lk[3], sV, Vh, lv[3], 0, S, true, tid);  // (the first key and value tiles; the queries waited for)
 #if !$WG
   unsigned qf[$HD / 16][4];  // this warp's 16 query rows as A fragments, one a 16 of HD
   tg_fa_rows_$NAME<$ROWS>(qf, sQ, warp, lane);
@@ -266,11 +263,7 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
   tg_fa_tile_$NAME<64>(sQ, TG_FA_HEAD(Q, lq), lq[3], q0, L, tid);
   tg_fa_tile_$NAME<64>(sG, TG_FA_HEAD(G, lg), lg[3], q0, L, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
-  tg_fa_tile_$NAME<64>(sK, Kh, lk[3], 0, S, tid);
-  tg_fa_tile_$NAME<64>(sV, Vh, lv[3], 0, S, tid);
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
-  __syncthreads();
+  tg_fa_pair_$NAME(sK, Kh, lk[3], sV, Vh, lv[3], 0, S, true, tid);
   unsigned qf[$HD / 16][4], gf[$HD / 16][4];
   tg_fa_rows_$NAME<64>(qf, sQ, warp, lane);
   tg_fa_rows_$NAME<64>(gf, sG, warp, lane);
@@ -316,13 +309,7 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
   tg_fa_tile_$NAME<64>(sK, TG_FA_HEAD(K, lk), lk[3], k0, S, tid);
   tg_fa_tile_$NAME<64>(sV, TG_FA_HEAD(V, lv), lv[3], k0, S, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
-  if (first < n_tiles) {
-    tg_fa_tile_$NAME<64>(sQ, Qh, lq[3], first * 64, L, tid);
-    tg_fa_tile_$NAME<64>(sG, Gh, lg[3], first * 64, L, tid);
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
-  __syncthreads();
+  tg_fa_pair_$NAME(sQ, Qh, lq[3], sG, Gh, lg[3], first * 64, L, first < n_tiles, tid);
   unsigned kf[$HD / 16][4], vf[$HD / 16][4];
   tg_fa_rows_$NAME<64>(kf, sK, warp, lane);
   tg_fa_rows_$NAME<64>(vf, sV, warp, lane);
