@@ -13,8 +13,14 @@ from tgc.passes.manager import PassManager, parse_pipeline
 
 def _ty(shape, dt): return f"tensor<{'x'.join(map(str, shape))}x{dt}>"
 
-def _text(qs, ks, vs, dt, causal, scale, same=False):
+def _text(qs, ks, vs, dt, causal, scale, same=False, bias=False):
   out = qs[:-1] + vs[-1:]
+  if bias:  # a bias of the scores' shape, a fourth argument
+    bs = qs[:-1] + ks[-2:-1]
+    return f"""func.func @f(%q: {_ty(qs, dt)}, %k: {_ty(ks, dt)}, %v: {_ty(vs, dt)}, %b: {_ty(bs, dt)}) -> {_ty(out, dt)} {{
+  %0 = tensor.attention %q, %k, %v, %b {{causal = {int(causal)}, scale = {scale!r}}} : {_ty(qs, dt)}, {_ty(ks, dt)}, {_ty(vs, dt)}, {_ty(bs, dt)} -> {_ty(out, dt)}
+  func.return %0 : {_ty(out, dt)}
+}}"""
   if same:  # attention(x, x, x): one argument read three times
     return f"""func.func @f(%x: {_ty(qs, dt)}) -> {_ty(out, dt)} {{
   %0 = tensor.attention %x, %x, %x {{causal = {int(causal)}, scale = {scale!r}}} : {_ty(qs, dt)}, {_ty(qs, dt)}, {_ty(qs, dt)} -> {_ty(out, dt)}
@@ -25,9 +31,12 @@ def _text(qs, ks, vs, dt, causal, scale, same=False):
   func.return %0 : {_ty(out, dt)}
 }}"""
 
-def _torch(q, k, v, causal, scale, grad=None):
-  ts = [torch.tensor(a.astype(np.float64), requires_grad=grad is not None) for a in (q, k, v)]
-  o = torch.nn.functional.scaled_dot_product_attention(*ts, is_causal=causal, scale=scale)
+def _torch(q, k, v, causal, scale, grad=None, bias=None):
+  ts = [torch.tensor(a.astype(np.float64), requires_grad=grad is not None) for a in (q, k, v) + (() if bias is None else (bias,))]
+  if bias is not None and causal:  # (torch takes a mask or is_causal: the causal mask folded into the bias)
+    ts_mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    o = torch.nn.functional.scaled_dot_product_attention(*ts[:3], attn_mask=ts[3].masked_fill(~ts_mask, -math.inf), scale=scale)
+  else: o = torch.nn.functional.scaled_dot_product_attention(*ts[:3], attn_mask=ts[3] if bias is not None else None, is_causal=causal, scale=scale)
   if grad is None: return o.detach().numpy()
   (o * torch.tensor(grad.astype(np.float64))).sum().backward()
   return o.detach().numpy(), [t.grad.numpy() for t in ts]
@@ -72,6 +81,31 @@ def test_attention_gradients_through_autodiff(causal, dt):
   tol = (1e-5, 1e-4) if dt == 'f32' else (1e-2, 2e-2)
   np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol[0], atol=tol[0])
   for got, ref in zip((dq, dk, dv), grads): np.testing.assert_allclose(got.astype(np.float64), ref, rtol=tol[1], atol=tol[1])
+
+
+@pytest.mark.parametrize('causal', [True, False])
+@pytest.mark.parametrize('dt', ['f32', 'f16'])
+def test_attention_with_a_bias_and_its_gradients(causal, dt):
+  """tensor.attention's fourth operand, added to the scaled scores (a mask's -inf hides keys): the plain form's value
+  and autodiff's dq, dk, dv and dbias (the scores' gradient) against torch's attn_mask."""
+  rng = np.random.default_rng(8)
+  shapes = CASES[1]
+  np_dt = np.float32 if dt == 'f32' else np.float16
+  q, k, v = (rng.standard_normal(s).astype(np_dt) for s in shapes)
+  bias = rng.standard_normal(shapes[0][:-1] + shapes[1][-2:-1])
+  bias[..., 3] = -np.inf  # (a key no query sees)
+  bias = bias.astype(np_dt)
+  seed = rng.standard_normal(shapes[0][:-1] + shapes[2][-1:]).astype(np_dt)
+  m = I.parse(_text(*shapes, dt, causal, 0.4, bias=True))
+  (got,) = compile_module(m, 'CPU')(q, k, v, bias)
+  tol = (1e-5, 1e-4) if dt == 'f32' else (1e-2, 2e-2)
+  want, grads = _torch(q, k, v, causal, 0.4, seed, bias)
+  np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol[0], atol=tol[0])
+  m = I.parse(_text(*shapes, dt, causal, 0.4, bias=True))
+  PassManager(parse_pipeline('autodiff{seed=true}')).run(m)
+  out, *gs = compile_module(m, 'CPU')(q, k, v, bias, seed)
+  np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol[0], atol=tol[0])
+  for got, ref in zip(gs, grads): np.testing.assert_allclose(got.astype(np.float64), np.nan_to_num(ref), rtol=tol[1], atol=tol[1])
 
 
 def test_self_attention_gradient_sums_each_use_once():

@@ -1330,16 +1330,23 @@ class Tensor(TensorAPI):
     if w.ndim == 1: r = r.reshape(r.shape[:-1])
     return r
 
-  def _attention(self, key, value, causal: bool):
+  def _attention(self, key, value, causal: bool, mask=None):
     """One tensor.attention where the device computes it as one kernel (its spec's fused_attention: the scores and
     probabilities never reach memory), else None: elsewhere the API's composite is the graph its kernels were tuned
-    for. q, k and v of one dtype and batch shape (no broadcast), a key at least."""
+    for. q, k and v of one dtype and batch shape (no broadcast), a key at least; a mask (boolean: where a key takes
+    part; else added to the scores) that broadcasts to the scores' shape becomes the op's bias, in q's type, computed
+    at the mask's own shape and read through the broadcast (a padding mask of batch x keys stays that small)."""
     q, k, v = self, key, value
     if not (isinstance(q.device, str) and q.ndim >= 2 and q.ndim == k.ndim == v.ndim and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
             and q.dtype == k.dtype == v.dtype and k.shape[-1] == q.shape[-1] and v.shape[-2] == k.shape[-2] >= 1): return None
     from tgc.runtime import get_device
     if not get_device(q.device).spec.fused_attention(q.dtype, q.shape[-1], v.shape[-1]): return None
-    return q._new('attention', (q, k, v), q.shape[:-1] + v.shape[-1:], q.dtype, {'causal': int(causal), 'scale': 1 / math.sqrt(q.shape[-1])})
+    operands, scores = (q, k, v), q.shape[:-1] + k.shape[-2:-1]
+    if mask is not None:
+      if mask.ndim > len(scores) or any(m not in (1, n) for m, n in zip(mask.shape[::-1], scores[::-1])): return None
+      bias = mask.where(0.0, -math.inf) if mask.dtype.is_bool else mask
+      operands += (bias.cast(q.dtype)._broadcast_to(scores),)
+    return q._new('attention', operands, q.shape[:-1] + v.shape[-1:], q.dtype, {'causal': int(causal), 'scale': 1 / math.sqrt(q.shape[-1])})
 
   @_graph_template
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -532,8 +532,8 @@ class TensorAPI:
     return _reduce_loss(loss, reduction)
 
   # ---- attention and linear algebra
-  def _attention(self, key, value, causal: bool):
-    """softmax(q k^T / sqrt(E)) v as one op where the tensors' device computes it whole, else None (the composite
+  def _attention(self, key, value, causal: bool, mask=None):
+    """softmax(q k^T / sqrt(E) + mask) v as one op where the tensors' device computes it whole, else None (the composite
     below); a frontend whose tensors have no such op keeps None."""
     return None
 
@@ -548,7 +548,7 @@ class TensorAPI:
       if hk == 0 or hv == 0 or hq % hk or hq % hv: raise ShapeError(f"scaled_dot_product_attention: {hq} query heads do not split into groups for {hk} key and {hv} value heads")
       key, value = key.repeat_interleave(hq // hk, dim=-3), value.repeat_interleave(hq // hv, dim=-3)
     q = self
-    if attn_mask is None and (fused := q._attention(key, value, is_causal)) is not None: return fused
+    if (fused := q._attention(key, value, is_causal, attn_mask)) is not None: return fused
     s = q.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]))
     if is_causal:
       L, S = s.shape[-2:]

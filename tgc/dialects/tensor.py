@@ -312,8 +312,10 @@ class ArgMaxOp(Operation):
 
 
 class _AttentionBase(Operation):
-  """What tensor.attention and tensor.attention_lse share: q (..., L, E) and k (..., S, E) of one float type and batch
-  axes, causal and scale, the plain form's scores, and whether a device computes them in its fused kernel."""
+  """What tensor.attention, tensor.attention_lse and tensor.attention_grad share: q (..., L, E) and k (..., S, E) of
+  one float type and batch axes, causal and scale, the optional bias (..., L, S) of q's type added to the scaled
+  scores (torch's float attn_mask; a boolean mask is 0 where a key takes part and -inf where not), the plain form's
+  scores, and whether a device computes them in its fused kernel."""
   ATTRS = {'causal': 'int', 'scale': 'number'}
   TRAITS = {PURE}
   def check_qk(self):
@@ -323,10 +325,13 @@ class _AttentionBase(Operation):
     if q.shape[:-2] != k.shape[:-2]: raise self.error(f"batch axes differ: {q} and {k}")
     if k.shape[-1] != q.shape[-1]: raise self.error(f"shapes do not fit: q {q} and k {k} need one last axis")
     if k.shape[-2] == 0: raise self.error(f"needs at least one key, got {k}")
+    if self.bias is not None:
+      b, want = _tensor(self, self.bias.type), TensorType(q.shape[:-1] + k.shape[-2:-1], q.dtype)
+      if b != want: raise self.error(f"bias must be {want} (the scores' shape, q's type), got {b}")
     return q, k
   def scores(self, rw) -> 'AttentionPlain':
-    """The plain form's scores s = q k^T * scale (masked to -inf where causal hides a key), made with `rw.create`, in
-    f32 for half floats, with the op makers that made them."""
+    """The plain form's scores s = q k^T * scale + bias (masked to -inf where causal hides a key), made with
+    `rw.create`, in f32 for half floats, with the op makers that made them."""
     from tgc.ir.core import REGISTRY
     from tgc.ir import dtypes as D
     q, k = self.q, self.k
@@ -341,6 +346,7 @@ class _AttentionBase(Operation):
     tr = lambda x: op('permute', [x], (*x.type.shape[:-2], x.type.shape[-1], x.type.shape[-2]), x.type.dtype, {'order': tuple(range(n - 2)) + (n - 1, n - 2)})
     sc = (*batch, L, S)
     s = op('mul', [op('matmul', [wide(q), tr(wide(k))], sc), c(float(self.scale), sc)], sc)
+    if self.bias is not None: s = op('add', [s, wide(self.bias)], sc)
     if self.causal:  # key j - query i <= 0, the positions counted by scans of ones
       pos = lambda m: op('add', [op('scan', [c(1, (m,), D.i32)], (m,), D.i32, {'kind': 'add', 'axis': 0}), c(-1, (m,), D.i32)], (m,), D.i32)
       grid = lambda p, shape: op('expand', [op('reshape', [p], shape, D.i32)], (L, S), D.i32)
@@ -362,19 +368,19 @@ class _AttentionBase(Operation):
     """Whether the device (a tgc.target.DeviceSpec) computes this in its fused attention kernel: tensor-decompose
     keeps it whole there, and kernelize gives it a kernel of its own (kernel.attention)."""
     e = self.q.type.shape[-1]  # (a positive scale: the kernel takes each row's max before scaling)
-    return float(self.attrs['scale']) > 0 and spec.fused_attention(self.q.type.dtype, e, self.v.type.shape[-1] if len(self.operands) > 2 else e)
+    return float(self.attrs['scale']) > 0 and spec.fused_attention(self.q.type.dtype, e, self.v.type.shape[-1] if hasattr(type(self), 'v') else e)
 
 
 class AttentionOp(_AttentionBase):
   """`tensor.attention %q, %k, %v {causal = 1, scale = 0.125} : tensor<2x8x64xf16>, tensor<2x8x64xf16>,
   tensor<2x8x64xf16> -> tensor<2x8x64xf16>`: softmax(q k^T * scale) v over the last two axes (torch's
   scaled_dot_product_attention without dropout): q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev), one
-  dtype, the batch axes equal; causal 1: query i sees the keys j <= i (the lower triangle of L x S, torch's is_causal).
-  A composite: it decomposes into its plain form, the scores and the probabilities' product summed in f32 for half
+  dtype, the batch axes equal; causal 1: query i sees the keys j <= i (the lower triangle of L x S, torch's is_causal);
+  `, %bias` (..., L, S) after v: added to the scaled scores (a mask's -inf hides a key). A composite: it decomposes into its plain form, the scores and the probabilities' product summed in f32 for half
   floats, where the device has no fused kernel for it (fused)."""
   name = 'tensor.attention'
-  OPERANDS = ('q', 'k', 'v')
-  FORMAT = '$q, $k, $v : type($q), type($k), type($v) -> type($result)'
+  OPERANDS = ('q', 'k', 'v', 'bias?')
+  FORMAT = '$q, $k, $v?{, $bias} : type($q), type($k), type($v), type($bias) -> type($result)'
   def verify(self):
     q, k, v, r = (_tensor(self, t) for t in (self.q.type, self.k.type, self.v.type, self.results[0].type))
     if not q.dtype.is_float or not (q.dtype == k.dtype == v.dtype): raise self.error(f"needs q, k and v of one float type, got {q}, {k} and {v}")
@@ -400,8 +406,8 @@ class AttentionLseOp(_AttentionBase):
   probabilities from, exp(s - lse). Where the device computes it in its fused kernel, the kernel of the
   tensor.attention of the same q, k, causal and scale stores it beside its output (kernelize); else its plain form."""
   name = 'tensor.attention_lse'
-  OPERANDS = ('q', 'k')
-  FORMAT = '$q, $k : type($q), type($k) -> type($result)'
+  OPERANDS = ('q', 'k', 'bias?')
+  FORMAT = '$q, $k?{, $bias} : type($q), type($k), type($bias) -> type($result)'
   def verify(self):
     from tgc.ir import dtypes as D
     q, k = self.check_qk()
@@ -416,17 +422,17 @@ class AttentionLseOp(_AttentionBase):
 
 class AttentionGradOp(_AttentionBase):
   """`tensor.attention_grad %q, %k, %v, %g, %lse, %d {causal = 1, scale = 0.125, wrt = 0} : ... -> tensor<...>`: one
-  of attention's gradients (wrt 0: q's, 1: k's, 2: v's; of q's, k's or v's type) given the output's gradient g, the
+  of attention's gradients (wrt 0: q's, 1: k's, 2: v's, 3: the bias's, with `, %bias` after d; of that operand's type) given the output's gradient g, the
   rows' log-sum-exp (tensor.attention_lse) and d, each query row's sum of g * out (f32 for half floats), as flash
   attention's backward computes them: p = exp(s - lse), dv = p^T g, ds = p * (g v^T - d) * scale, dq = ds k,
-  dk = ds^T q (p and ds rounded to the inputs' type for the products). Where the device has fused backward kernels
+  dk = ds^T q (p and ds rounded to the inputs' type for the products), dbias = ds / scale. Where the device has fused backward kernels
   (fused) kernelize computes dq in one kernel, dk and dv of the same operands in another; else its plain form."""
   name = 'tensor.attention_grad'
-  OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd')
+  OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'bias?')
   ATTRS = {'causal': 'int', 'scale': 'number', 'wrt': 'int'}
-  FORMAT = '$q, $k, $v, $g, $lse, $d : type($q), type($k), type($v) -> type($result)'
-  def fused(self, spec) -> bool:
-    return spec.fused_attention_grad(self.q.type.dtype, self.q.type.shape[-1], self.v.type.shape[-1])
+  FORMAT = '$q, $k, $v, $g, $lse, $d?{, $bias} : type($q), type($k), type($v) -> type($result)'
+  def fused(self, spec) -> bool:  # (the bias's gradient, a scores-shaped tensor, is its plain form)
+    return self.wrt != 3 and spec.fused_attention_grad(self.q.type.dtype, self.q.type.shape[-1], self.v.type.shape[-1])
   def verify(self):
     from tgc.ir import dtypes as D
     q, k = self.check_qk()
@@ -436,8 +442,9 @@ class AttentionGradOp(_AttentionBase):
     row = TensorType(q.shape[:-1] + (1,), q.dtype if q.dtype.itemsize >= 4 else D.f32)
     for nm in ('lse', 'd'):
       if _tensor(self, getattr(self, nm).type) != row: raise self.error(f"{nm} must be {row}, got {getattr(self, nm).type}")
-    if self.wrt not in (0, 1, 2): raise self.error(f"wrt must be 0 (q), 1 (k) or 2 (v), got {self.wrt}")
-    if self.results[0].type != (q, k, v)[self.wrt]: raise self.error(f"result must be {(q, k, v)[self.wrt]}, got {self.results[0].type}")
+    if self.wrt not in (0, 1, 2, 3) or (self.wrt == 3 and self.bias is None): raise self.error(f"wrt must be 0 (q), 1 (k), 2 (v) or, with a bias, 3 (the bias), got {self.wrt}")
+    want = (q, k, v, self.bias and self.bias.type)[self.wrt]
+    if self.results[0].type != want: raise self.error(f"result must be {want}, got {self.results[0].type}")
   def decompose(self, rw):
     p = self.scores(rw)
     mk, acc, dt = p.op, p.acc, self.q.type.dtype
@@ -448,8 +455,10 @@ class AttentionGradOp(_AttentionBase):
     if self.wrt == 2: r = mk('matmul', [p.tr(prob), gw], v.type.shape)
     else:
       dp = mk('sub', [mk('matmul', [gw, p.tr(v)], sc), mk('expand', [self.d], sc)], sc)
-      ds = half(mk('mul', [mk('mul', [prob, dp], sc), p.c(float(self.scale), sc)], sc))
-      r = mk('matmul', [ds, k], q.type.shape) if self.wrt == 0 else mk('matmul', [p.tr(ds), q], k.type.shape)
+      if self.wrt == 3: r = mk('mul', [prob, dp], sc)  # (the scores' gradient: the bias is added to them)
+      else:
+        ds = half(mk('mul', [mk('mul', [prob, dp], sc), p.c(float(self.scale), sc)], sc))
+        r = mk('matmul', [ds, k], q.type.shape) if self.wrt == 0 else mk('matmul', [p.tr(ds), q], k.type.shape)
     return r if acc is dt else mk('cast', [r], r.type.shape, dt)
 
 

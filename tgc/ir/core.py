@@ -1,7 +1,8 @@
 """The IR's objects: values, operations, blocks, modules, and the declarative op definition.
 
-An op is a small class: its name, operand names (a trailing '*' makes one variadic, a '?' optional),
-attribute kinds, traits, the custom form as a format string, and a `verify`. `__init_subclass__`
+An op is a small class: its name, operand names (a trailing '*' makes one variadic, a '?' optional; an op with
+several optional operands names in PRESENT_WITH, for all but its last, the attribute it holds exactly when the
+operand is there), attribute kinds, traits, the custom form as a format string, and a `verify`. `__init_subclass__`
 registers it and makes its operands and attributes readable as properties.
 """
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Operation:
   OPERANDS: ClassVar[tuple[str, ...]] = ()
   RESULTS: ClassVar[int] = 1
   ATTRS: ClassVar[dict[str, str]] = {}     # attribute name -> kind (see tgc.ir.attrs)
+  PRESENT_WITH: ClassVar[dict[str, str]] = {}  # optional operand -> the attribute present exactly when it is
   TRAITS: ClassVar[frozenset[str]] = frozenset()
   FORMAT: ClassVar[str | None] = None      # custom form; None: region ops print themselves
   _fmt: ClassVar[object] = None             # the compiled FORMAT (tgc.ir.format)
@@ -60,10 +62,12 @@ class Operation:
     if isinstance(cls.TRAITS, (set, tuple, list)): cls.TRAITS = frozenset(cls.TRAITS)
     names = [n.rstrip('*?') for n in cls.OPERANDS]
     kinds = [n[-1] if n[-1] in '*?' else '' for n in cls.OPERANDS]
-    cls._variadic = next((i for i, k in enumerate(kinds) if k), None)
+    cls._variadic = next((i for i, (n, k) in enumerate(zip(names, kinds)) if k and n not in cls.PRESENT_WITH), None)
     for i, (n, k) in enumerate(zip(names, kinds)):
       if n in cls.__dict__: continue
-      setattr(cls, n, property(_operand_getter(cls, i, k)))
+      if cls.PRESENT_WITH:  # (operands after a marked one move with its presence: found through the groups)
+        setattr(cls, n, property(_grouped_getter(n, k)))
+      else: setattr(cls, n, property(_operand_getter(cls, i, k)))
     for a in cls.ATTRS:
       if a not in cls.__dict__: setattr(cls, a, property(lambda self, a=a: self.attrs.get(a)))
     if cls.name:
@@ -106,11 +110,13 @@ class Operation:
   def operand_groups(self) -> dict[str, list[Value]]:
     """Operand name -> the values it binds (one, or several for a variadic/optional one)."""
     n, v, out = len(self.OPERANDS), self._variadic, {}
-    extra = len(self.operands) - (n - 1) if v is not None else 0
+    marked = {name: int(attr in self.attrs) for name, attr in self.PRESENT_WITH.items()}
+    extra = len(self.operands) - (n - 1 - len(marked) + sum(marked.values())) if v is not None else 0
     i = 0
     for j, name in enumerate(self.OPERANDS):
-      k = extra if j == v else 1
-      out[name.rstrip('*?')] = self.operands[i:i + k]
+      base = name.rstrip('*?')
+      k = extra if j == v else marked.get(base, 1)
+      out[base] = self.operands[i:i + k]
       i += k
     return out
 
@@ -119,6 +125,13 @@ class Operation:
     from tgc.ir.printer import Printer
     return Printer().print_op_text(self)
 
+
+def _grouped_getter(name, kind):
+  if kind == '*': return lambda self: self.operand_groups()[name]
+  def get(self):
+    g = self.operand_groups()[name]
+    return g[0] if g else None
+  return get
 
 def _operand_getter(cls, i, kind):
   n = len(cls.OPERANDS)

@@ -163,7 +163,7 @@ class Format:
         rest = self._match(d.children, inner, operands, attrs, resolve)
         if rest: raise FormatError(f"unexpected {describe(rest[0])} in custom form of '{self.cls.name}'")
       elif d.kind == 'optional':
-        if items: items = self._match(d.children, items, operands, attrs, resolve, top)
+        if items and _opens(d.children, top)(items[0]): items = self._match(d.children, items, operands, attrs, resolve, top)
     return items
 
   # ---- printing ----
@@ -199,6 +199,18 @@ class Format:
         present = first is None or (groups.get(first.name) if first.kind == 'operand' else first.name in op.attrs)
         if present: self._print(d.children, op, groups, name, out)
 
+
+def _opens(ds, top: bool):
+  """Whether an item can open an optional group of these directives: the kind its first directive reads (a comma
+  at the op's top level, a bracketed or parenthesised group, an SSA value, an attribute), so that optional groups
+  may follow one another (`?{ ($a)}?{, $b}`: the second present without the first)."""
+  d = next((d for d in ds if d.kind != 'comma' or top), None)
+  if d is None: return lambda it: True
+  if d.kind == 'comma': return _is_comma
+  if d.kind == 'group': return (lambda it: isinstance(it, LList)) if d.name == '[' else (lambda it: isinstance(it, Tup))
+  if d.kind == 'operand': return lambda it: isinstance(it, Ref)
+  if d.kind == 'attr': return lambda it: not isinstance(it, Ref) and not _is_comma(it)
+  return _opens(d.children, top)
 
 def _check_type(v, t, n):
   if v.type is None: v.type = t  # a forward reference takes the type its use states
@@ -292,7 +304,8 @@ def _compile_parse(f: Format):
         match(d.children, g, gi, depth, False)
         src.emit(depth, f"if {gi} < len({g}): raise FormatError(f\"unexpected {{describe({g}[{gi}])}} in custom form of '{{NAME}}'\")")
       elif d.kind == 'optional':
-        src.emit(depth, f"if {idx} < len({items}):")
+        env[(fits := src.var('OPENS'))] = _opens(d.children, top)
+        src.emit(depth, f"if {idx} < len({items}) and {fits}({items}[{idx}]):")
         src.emit(depth + 1, "pass")  # an empty group is allowed
         match(d.children, items, idx, depth + 1, top)
   def comma(items, idx, depth):  # raise unless items[idx] is a comma (Format._match's message)

@@ -23,7 +23,7 @@ def verify(m: Module) -> None:
   if diags: raise DiagnosticList(diags)
 
 def verify_op(op: Operation, module: Module | None = None) -> None:
-  n, v = len(op.OPERANDS), op._variadic
+  n, v = len(op.OPERANDS) - sum(attr not in op.attrs for attr in op.PRESENT_WITH.values()), op._variadic
   kinds = op.OPERANDS[v][-1] if v is not None else ''
   if v is None and len(op.operands) != n: raise op.error(f"expects {n} operand{'s' if n != 1 else ''}, got {len(op.operands)}")
   if kinds == '*' and len(op.operands) < n - 1: raise op.error(f"expects at least {n - 1} operands, got {len(op.operands)}")

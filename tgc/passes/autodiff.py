@@ -205,21 +205,21 @@ def _plain(b, op, g):
   return _operands_adjoints(op, _through(b, start, op.decompose(_Into(b)), g))
 
 def _attention(b, op, g):
-  """softmax(q k^T * scale) v's gradients as flash attention's backward (tensor.attention_grad, one a operand: where
+  """softmax(q k^T * scale + bias) v's gradients as flash attention's backward (tensor.attention_grad, one a operand: where
   the device fuses it, two kernels), from the rows' log-sum-exp (tensor.attention_lse: where the device fuses
   attention, its forward kernel stores it) and d, each query row's sum of g * out. No gradient goes through the
   softmax's max (a shift the value does not depend on)."""
   from tgc.ir import dtypes as D
-  q, k, v = op.operands
+  q, k, v, bias = op.q, op.k, op.v, op.operands[3:]
   acc = q.type.dtype if q.type.dtype.itemsize >= 4 else D.f32
   row = TensorType(q.type.shape[:-1] + (1,), acc)
   wide = lambda x: x if x.type.dtype is acc else b.op('cast', [x], TensorType(x.type.shape, acc))
   attrs = {'causal': op.causal, 'scale': op.attrs['scale']}
-  lse = b.op('attention_lse', [q, k], row, attrs)
+  lse = b.op('attention_lse', [q, k, *bias], row, attrs)
   d = b.op('reduce', [b.alu('mul', wide(g), wide(op.results[0]))], row, {'kind': 'add', 'axes': (row.rank - 1,)})
   adj: dict = {}
-  for i, x in enumerate(op.operands):
-    gx = b.op('attention_grad', [q, k, v, g, lse, d], x.type, {**attrs, 'wrt': i})
+  for i, x in enumerate(op.operands):  # (the bias's gradient, where one is read, wrt 3: dead code where none is)
+    gx = b.op('attention_grad', [q, k, v, g, lse, d, *bias], x.type, {**attrs, 'wrt': i})
     adj[x] = gx if x not in adj else b.alu('add', adj[x], gx)
   return _operands_adjoints(op, adj)
 
