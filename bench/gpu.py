@@ -47,6 +47,10 @@ def rows(scale: float):
     'sdpa f16': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(False), _torch_sdpa(False), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'sdpa causal bf16 d128': ([(nb8 // 2 or 1, 16, sq, 128)] * 3, 'bfloat16', _tgc_sdpa(True), _torch_sdpa(True), 4 * (nb8 // 2 or 1) * 16 * sq * sq * 128, 'TFLOP/s'),
     'sdpa causal f16 s8k': ([(1, 16, sq * 8, 64)] * 3, 'float16', _tgc_sdpa(True), _torch_sdpa(True), 4 * 16 * (sq * 8) ** 2 * 64, 'TFLOP/s'),
+    # with attn_mask: a boolean padding mask (batch, 1, 1, keys: about 2 % of the keys hidden, made from k on the
+    # device in both), an added bias of every score of each head (ALiBi's, T5's): flops as the unmasked rows'
+    'sdpa f16 padding mask': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(False, mask='padding'), _torch_sdpa(False, mask='padding'), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
+    'sdpa f16 head bias': ([(nb8, 16, sq, 64)] * 3 + [(1, 16, sq, sq)], 'float16', _tgc_sdpa(False, mask='bias'), _torch_sdpa(False, mask='bias'), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     # forward and backward (the gradients of q, k and v of out.sum(); flops of the forward's products and the
     # backward's four, unmasked: 2.5 times the forward's), dq compared
     'sdpa causal f16 fwd+bwd': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(True, grad=True), _torch_sdpa(True, grad=True), 10 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
@@ -105,8 +109,15 @@ def _torch_tf32(f):
   return call
 
 
-def _tgc_sdpa(causal: bool, grad: bool = False):
-  def call(q, k, v):
+def _sdpa_mask(kind: str, k, bias):
+  """attn_mask of a row: the padding mask from k's first feature of its first head (True where it is above -2),
+  (batch, 1, 1, keys), or the bias itself."""
+  return bias if kind == 'bias' else k[:, 0:1, :, 0:1].transpose(-2, -1) > -2.0
+
+
+def _tgc_sdpa(causal: bool, grad: bool = False, mask: str = ''):
+  def call(q, k, v, bias=None):
+    if mask: return q.scaled_dot_product_attention(k, v, attn_mask=_sdpa_mask(mask, k, bias))
     if not grad: return q.scaled_dot_product_attention(k, v, is_causal=causal)
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     q.scaled_dot_product_attention(k, v, is_causal=causal).sum().backward()
@@ -114,9 +125,10 @@ def _tgc_sdpa(causal: bool, grad: bool = False):
   return call
 
 
-def _torch_sdpa(causal: bool, grad: bool = False):
-  def call(q, k, v):
+def _torch_sdpa(causal: bool, grad: bool = False, mask: str = ''):
+  def call(q, k, v, bias=None):
     import torch.nn.functional as F
+    if mask: return F.scaled_dot_product_attention(q, k, v, attn_mask=_sdpa_mask(mask, k, bias))
     if not grad: return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     F.scaled_dot_product_attention(q, k, v, is_causal=causal).sum().backward()

@@ -218,6 +218,65 @@ def test_sdpa_fused_on_gpu_matches_torch(qs, ks, causal, dt):
     np.testing.assert_allclose(g, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
 
 
+# (q, k shapes, the mask's shape, boolean or added, dtype): padding masks broadcast over heads and queries, a per-head
+# bias of every score, a causal-like boolean mask of queries x keys, heads of 128 (the backward's plain form)
+MASK_CASES = [((2, 4, 100, 64), (2, 4, 70, 64), (2, 1, 1, 70), True, 'float16'), ((2, 4, 128, 64), (2, 4, 128, 64), (1, 4, 128, 128), False, 'bfloat16'),
+              ((3, 130, 64), (3, 200, 64), (130, 200), True, 'bfloat16'), ((1, 2, 300, 128), (1, 2, 300, 128), (1, 2, 300, 300), False, 'float16')]
+
+
+@pytest.mark.parametrize('qs,ks,ms,boolean,dt', MASK_CASES)
+def test_sdpa_with_a_mask_fused_on_gpu_matches_torch(qs, ks, ms, boolean, dt):
+  """scaled_dot_product_attention with attn_mask on CUDA: one fused kernel reading the mask through its broadcast,
+  its result and the gradients of q, k, v and a float mask against torch's math on the CPU from the same rounded
+  inputs (a row that sees no key: 0 there; torch's CUDA kernels disagree among themselves on such rows)."""
+  _cuda()
+  import tgc
+  tdt, gdt = getattr(torch, dt), getattr(tgc.dtypes, dt)
+  rng = np.random.default_rng(9)
+  arrs = [rng.standard_normal(s).astype(np.float32) for s in (qs, ks, ks, qs)]
+  mask = rng.random(ms) > 0.3 if boolean else rng.standard_normal(ms).astype(np.float32)
+  if boolean and ms[-2] > 1: mask[..., 0, :] = False  # (the first query sees no key where the mask has rows)
+  if not boolean: mask[..., 5] = -np.inf
+  rounded = lambda a: torch.tensor(a).to(tdt).float()
+  tq, tk, tv = (rounded(a).requires_grad_() for a in arrs[:3])
+  tm = torch.tensor(mask) if boolean else rounded(mask).requires_grad_()
+  ref = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm)
+  (ref * torch.tensor(arrs[3])).sum().backward()
+  q, k, v = (tgc.Tensor(a, device='CUDA', dtype=gdt, requires_grad=True) for a in arrs[:3])
+  m = tgc.Tensor(mask, device='CUDA', dtype=tgc.dtypes.bool if boolean else gdt, requires_grad=not boolean)
+  out = q.scaled_dot_product_attention(k, v, attn_mask=m)
+  assert 'kernel.attention' in out.to_ir('kernel')
+  (out.cast(tgc.dtypes.float32) * tgc.Tensor(arrs[3], device='CUDA')).sum().backward()
+  tol = 2e-2 if dt == 'float16' else 6e-2
+  np.testing.assert_allclose(out.cast(tgc.dtypes.float32).numpy(), ref.detach().numpy(), rtol=tol, atol=tol)
+  for t, r in zip((q, k, v) + (() if boolean else (m,)), (tq, tk, tv) + (() if boolean else (tm,))):
+    g, want = t.grad.cast(tgc.dtypes.float32).numpy(), r.grad.numpy()
+    np.testing.assert_allclose(g, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
+
+
+def test_cuda_reads_a_padding_mask_through_its_broadcast():
+  """A padding mask's bias (batch, 1, 1, keys) expanded to the scores' shape: the fused kernel reads it where it is,
+  through a view with strides 0 over heads and queries (no scores-sized buffer), forward and backward."""
+  from tgc.lowering import lower
+  q, k, m, b = _ty((2, 4, 100, 64), 'f16'), _ty((2, 4, 70, 64), 'f16'), _ty((2, 1, 1, 70), 'f16'), _ty((2, 4, 100, 70), 'f16')
+  text = f"""func.func @f(%q: {q}, %k: {k}, %m: {m}) -> {q} {{
+  %b = tensor.expand %m : {m} -> {b}
+  %0 = tensor.attention %q, %k, %k, %b {{causal = 0, scale = 0.125}} : {q}, {k}, {k}, {b} -> {q}
+  func.return %0 : {q}
+}}"""
+  mod = I.parse(text)
+  PassManager(parse_pipeline('autodiff{seed=true}')).run(mod)
+  for stage in ('kernel', 'uop'):  # (printed and parsed back as it is)
+    low = lower(mod if stage == 'kernel' else I.parse(text), 'cuda', stage)
+    assert str(I.parse(str(low))) == str(low)
+  ks = lower(mod, 'cuda', 'kernel').functions('kernel.func')
+  fused = [op for f in ks for op in f.body.ops if op.name in ('kernel.attention', 'kernel.attention_grad')]
+  assert len(fused) == 3  # (the forward, dq, dk and dv)
+  for op in fused:
+    (view,) = op.attrs['bias_view'].views
+    assert op.bias.type.numel == 140 and view.shape == (2, 4, 100, 70) and view.strides == (70, 0, 0, 1)
+
+
 def _lse_text(shape, dt, with_attention):
   ty, row = _ty(shape, dt), _ty(shape[:-1] + (1,), 'f32')
   att = f"  %a = tensor.attention %q, %k, %q {{causal = 1, scale = 0.125}} : {ty}, {ty}, {ty} -> {ty}\n" if with_attention else ''

@@ -553,12 +553,19 @@ class TensorAPI:
     if is_causal:
       L, S = s.shape[-2:]
       attn_mask = type(self).ones(L, S, dtype=_D.bool_, device=self.device).tril()
-    if attn_mask is not None: s = attn_mask.where(s, -math.inf) if attn_mask.dtype.is_bool else s + attn_mask
     # softmax's division after the matmul, on its (L, E) rows, as flash attention does: the (L, S) probabilities are
     # never a buffer, so a backward keeps only the scores (it recomputes their exponentials) where softmax(s) @ v
     # would keep the scores and the probabilities, two (L, S) buffers a head
-    _, e, ss = s._softmax(-1)
-    return e.matmul(value) * ss.reciprocal()
+    if attn_mask is None or is_causal:
+      if attn_mask is not None: s = attn_mask.where(s, -math.inf)
+      _, e, ss = s._softmax(-1)
+      return e.matmul(value) * ss.reciprocal()
+    s = attn_mask.where(s, -math.inf) if attn_mask.dtype.is_bool else s + attn_mask
+    # a mask may hide every key of a row: its max counts as 0 and its sum as 1, so that its output is 0 (torch's)
+    mx = s.max(-1, keepdim=True).detach()
+    e = (s - (mx == -math.inf).where(0.0, mx)).exp()
+    ss = e.sum(-1, keepdim=True)
+    return e.matmul(value) * (ss > 0).where(ss, 1.0).reciprocal()
 
   @classmethod
   def einsum(cls, formula: str, *operands):

@@ -247,18 +247,20 @@ def _check_head_views(op, names, types):
 
 
 class AttentionOp(Operation):
-  """`kernel.attention %out [view], %q [view], %k [view], %v [view] {causal = 1, scale = 0.125}` (`, %lse` after v's
-  view: it also stores each query row's log-sum-exp of its scores, f32, B x H x L contiguous): a fused attention
+  """`kernel.attention %out [view], %q [view], %k [view], %v [view] {causal = 1, scale = 0.125}` (` (%bias, [view])`
+  after v's view: added to the scaled scores, read through its view of shape (B, H, L, S); `, %lse` at the end: it
+  also stores each query row's log-sum-exp of its scores, f32, B x H x L contiguous): a fused attention
   kernel, the whole body of its kernel.func (the target's FusedAttention writes it): out = softmax(q k^T * scale) v
   for each of B x H heads. Each buffer is read (out written) through one view of shape (B, H, rows, E), q and out L
   rows, k and v S, each row's E elements contiguous: the layouts the heads have where they are computed (a qkv
   projection's output, heads side by side in a row) without copies. causal 1: query i sees the keys j <= i. The
   scores and probabilities stay on the chip (a running max and sum along the keys)."""
   name = 'kernel.attention'
-  OPERANDS = ('out', 'q', 'k', 'v', 'lse?')
-  ATTRS = {'out_view': 'views', 'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'causal': 'int', 'scale': 'number'}
+  OPERANDS = ('out', 'q', 'k', 'v', 'bias?', 'lse?')
+  PRESENT_WITH = {'bias': 'bias_view'}
+  ATTRS = {'out_view': 'views', 'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'bias_view': 'views?', 'causal': 'int', 'scale': 'number'}
   RESULTS = 0
-  FORMAT = '$out $out_view, $q $q_view, $k $k_view, $v $v_view?{, $lse} : type($out), type($q), type($k), type($v)'
+  FORMAT = '$out $out_view, $q $q_view, $k $k_view, $v $v_view?{ ($bias, $bias_view)}?{, $lse} : type($out), type($q), type($k), type($v), type($bias)'
   @property
   def written(self): return (self.out,) if self.lse is None else (self.out, self.lse)
   def views(self) -> list:
@@ -274,6 +276,7 @@ class AttentionOp(Operation):
       raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)} and v {list(v)} (B x H x rows x E, k and v alike) and out {list(o)} (as q)")
     if k[2] == 0: raise self.error("needs at least one key")
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+    _check_bias(self, q, k)
     ov = self.views()[0]  # (each element of out written once, as a store's)
     step = 1
     for st, sz in sorted((abs(st), sz) for sz, st in zip(ov.shape, ov.strides) if sz > 1):
@@ -286,23 +289,25 @@ class AttentionOp(Operation):
 
 
 class AttentionGradOp(Operation):
-  """`kernel.attention_grad %q [view], %k [view], %v [view], %g [view], %lse, %d, %out (, %out2) {causal, scale,
-  part}`: a fused attention backward kernel, the whole body of its kernel.func (the target's FusedAttention writes
-  it): part 0 writes dq (out), part 1 dk (out) and dv (out2), each contiguous (B, H, rows, E), from q, k, v and the
-  output's gradient g read through one view each, as kernel.attention's, and the rows' log-sum-exp and d (each query
-  row's sum of g * out), f32, B x H x L contiguous (tensor.attention_grad)."""
+  """`kernel.attention_grad %q [view], %k [view], %v [view], %g [view], %lse, %d (%bias, [view]), %out (, %out2)
+  {causal, scale, part}`: a fused attention backward kernel, the whole body of its kernel.func (the target's
+  FusedAttention writes it): part 0 writes dq (out), part 1 dk (out) and dv (out2), each contiguous (B, H, rows, E),
+  from q, k, v and the output's gradient g read through one view each, as kernel.attention's, the rows' log-sum-exp
+  and d (each query row's sum of g * out), f32, B x H x L contiguous (tensor.attention_grad), and the forward's bias
+  where it had one (as kernel.attention's)."""
   name = 'kernel.attention_grad'
-  OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'out', 'out2?')
-  ATTRS = {'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'g_view': 'views', 'causal': 'int', 'scale': 'number', 'part': 'int'}
+  OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'bias?', 'out', 'out2?')
+  PRESENT_WITH = {'bias': 'bias_view'}
+  ATTRS = {'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'g_view': 'views', 'bias_view': 'views?', 'causal': 'int', 'scale': 'number', 'part': 'int'}
   RESULTS = 0
-  FORMAT = '$q $q_view, $k $k_view, $v $v_view, $g $g_view, $lse, $d, $out?{, $out2} : type($q), type($k), type($v), type($g)'
+  FORMAT = '$q $q_view, $k $k_view, $v $v_view, $g $g_view, $lse, $d?{ ($bias, $bias_view)}, $out?{, $out2} : type($q), type($k), type($v), type($g)'
   @property
   def written(self): return (self.out,) if self.out2 is None else (self.out, self.out2)
   def views(self) -> list:
     """The four inputs' single views (q, k, v, g)."""
     return [self.attrs[f'{n}_view'].views[0] for n in ('q', 'k', 'v', 'g')]
   def verify(self):
-    ts = [v.type for v in self.operands]
+    ts = [v.type for v in (self.q, self.k, self.v, self.g, self.lse, self.d, self.out) + ((self.out2,) if self.out2 is not None else ())]
     if not all(isinstance(t, BufType) for t in ts): raise self.error(f"reads and writes !kernel.buf operands, got {', '.join(map(str, ts))}")
     dt = ts[0].dtype
     if len({t.dtype for t in ts[:4]}) != 1 or not dt.is_float: raise self.error(f"needs q, k, v and g of one float type, got {', '.join(map(str, ts[:4]))}")
@@ -312,11 +317,24 @@ class AttentionGradOp(Operation):
     rows = math.prod(q[:3])
     for n, t in (('lse', ts[4]), ('d', ts[5])):
       if t.dtype is not D.f32 or t.numel != rows: raise self.error(f"{n} must be a !kernel.buf of {rows} f32 (a value a query row), got {t}")
-    if self.part not in (0, 1) or (self.out2 is None) != (self.part == 0): raise self.error(f"part 0 writes dq (out), part 1 dk and dv (out, out2); got part {self.part} with {len(self.operands) - 6} outputs")
+    if self.part not in (0, 1) or (self.out2 is None) != (self.part == 0): raise self.error(f"part 0 writes dq (out), part 1 dk and dv (out, out2); got part {self.part} with {len(ts) - 6} outputs")
     want = math.prod(q) if self.part == 0 else math.prod(k)
     for t in ts[6:]:
       if t.dtype != dt or t.numel != want: raise self.error(f"writes {want} elements of {dt}, got {t}")
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+    _check_bias(self, q, k)
+
+
+def _check_bias(op, q, k) -> None:
+  """A fused attention kernel's bias (where it has one): q's type, read through one unmasked view (B, H, L, S) of
+  the scores' shape (q's (B, H, L) and k's S), any strides (0 where a mask is broadcast), inside its buffer."""
+  if op.bias is None: return
+  t, vs = op.bias.type, op.attrs['bias_view']
+  if not isinstance(t, BufType) or t.dtype != op.q.type.dtype: raise op.error(f"bias must be a !kernel.buf of q's type, got {t}")
+  want = (*q[:3], k[2])
+  if len(vs.views) != 1 or vs.views[0].mask is not None or tuple(vs.shape) != want:
+    raise op.error(f"bias is read through one unmasked view of the scores' shape {list(want)}, got {vs}")
+  _check_view(op, t, vs)
 
 
 WHOLE_KERNELS = ('kernel.attention', 'kernel.attention_grad')  # ops that are a kernel's whole body, written by the target as one piece

@@ -356,11 +356,14 @@ class _AttentionBase(Operation):
     return AttentionPlain(op, c, wide, tr, acc, s)
   def softmax(self, rw) -> 'AttentionPlain':
     """The scores (scores) and their softmax's parts: the row max m, the exponentials e = exp(s - m) (exp(-inf) = 0)
-    and their row sums."""
+    and their row sums. With a bias a row may see no key (all its scores -inf): its max counts as 0 there, so that
+    its exponentials and sum are 0, its log-sum-exp -inf and its output 0 (torch's, and the fused kernel's)."""
+    from tgc.ir import dtypes as D
     p = self.scores(rw)
     sc, n = p.s.type.shape, len(p.s.type.shape)
     row = sc[:-1] + (1,)
     p.m = p.op('reduce', [p.s], row, attrs={'kind': 'max', 'axes': (n - 1,)})
+    if self.bias is not None: p.m = p.op('where', [p.op('cmpeq', [p.m, p.c(-math.inf, row)], row, D.bool_), p.c(0.0, row), p.m], row)
     p.e = p.op('exp2', [p.op('mul', [p.op('sub', [p.s, p.op('expand', [p.m], sc)], sc), p.c(1 / math.log(2), sc)], sc)], sc)
     p.total = p.op('reduce', [p.e], row, attrs={'kind': 'add', 'axes': (n - 1,)})
     return p
@@ -395,7 +398,11 @@ class AttentionOp(_AttentionBase):
     p = self.softmax(rw)
     v, dt = self.v, self.q.type.dtype
     out, row = self.q.type.shape[:-1] + v.type.shape[-1:], p.total.type.shape
-    o = p.op('mul', [p.op('matmul', [p.e, p.wide(v)], out), p.op('expand', [p.op('recip', [p.total], row)], out)], out)
+    total = p.total
+    if self.bias is not None:  # (a row that sees no key: e = 0, its output 0)
+      from tgc.ir import dtypes as D
+      total = p.op('where', [p.op('cmplt', [p.c(0.0, row), total], row, D.bool_), total, p.c(1.0, row)], row)
+    o = p.op('mul', [p.op('matmul', [p.e, p.wide(v)], out), p.op('expand', [p.op('recip', [total], row)], out)], out)
     return o if p.acc is dt else p.op('cast', [o], out, dt)
 
 
@@ -450,7 +457,12 @@ class AttentionGradOp(_AttentionBase):
     mk, acc, dt = p.op, p.acc, self.q.type.dtype
     half = lambda x: x if acc is dt else p.wide(mk('cast', [x], x.type.shape, dt))  # (rounded, then cast back up)
     sc = p.s.type.shape
-    prob = half(mk('exp2', [mk('mul', [mk('sub', [p.s, mk('expand', [self.lse], sc)], sc), p.c(1 / math.log(2), sc)], sc)], sc))
+    lse = self.lse
+    if self.bias is not None:  # (a row that sees no key, lse -inf: its probabilities 0, not exp(-inf + inf))
+      from tgc.ir import dtypes as D
+      row = lse.type.shape
+      lse = mk('where', [mk('cmpeq', [lse, p.c(-math.inf, row)], row, D.bool_), p.c(math.inf, row), lse], row)
+    prob = half(mk('exp2', [mk('mul', [mk('sub', [p.s, mk('expand', [lse], sc)], sc), p.c(1 / math.log(2), sc)], sc)], sc))
     gw, q, k, v = (p.wide(x) for x in (self.g, self.q, self.k, self.v))
     if self.wrt == 2: r = mk('matmul', [p.tr(prob), gw], v.type.shape)
     else:

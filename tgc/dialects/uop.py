@@ -451,6 +451,16 @@ def _layout_ends(op, rows: dict, heads: int) -> dict:
     ends[nm] = lay[0] + (heads // a['heads'] - 1) * lay[1] + (a['heads'] - 1) * lay[2] + (n - 1) * lay[3] + a['dim']
   return ends
 
+def _bias_end(op, heads: int) -> dict:
+  """The bias's bias_layout ([offset, b's, h's, a query row's and a key's strides], none negative) and the elements
+  its rows x keys a head reach over `heads` heads (as _layout_ends'), where the op has a bias."""
+  if op.bias is None: return {}
+  a, lay = op.attrs, list(op.attrs['bias_layout'])
+  p = _ptr(op, op.bias, 'bias')
+  if p.local or p.dtype != op.q.type.dtype: raise op.error(f"bias must be a buffer of q's type in global memory, got {p}")
+  if len(lay) != 5 or any(x < 0 for x in lay): raise op.error(f"bias_layout must be [offset, b's stride, h's stride, a row's stride, a key's stride], none negative, got {lay}")
+  return {'bias': lay[0] + (heads // a['heads'] - 1) * lay[1] + (a['heads'] - 1) * lay[2] + (a['rows'] - 1) * lay[3] + (a['keys'] - 1) * lay[4] + 1}
+
 def _check_sizes(op, need: dict) -> None:
   """Each named operand's define_global declares at least the elements `need` gives it."""
   for nm, n in need.items():
@@ -466,24 +476,26 @@ class AttentionOp(Operation):
   buffers each of key_rows rows of k and v, rows of dim elements).
   q and out have `rows` rows of `dim` elements a head, k and v `keys`; each operand's layout [offset, b's stride, h's
   stride, a row's stride] places a head's rows, each row's elements contiguous (kernel.attention's views), inside its
-  buffer's declared size. `, %lse` after lane: it also stores each query row's log-sum-exp of its scores (f32, at
+  buffer's declared size. ` (%bias)` after v: added to the scaled scores, bias_layout [offset, b's stride, h's stride,
+  a query row's stride, a key's stride] placing its rows x keys a head. `, %lse` at the end: it also stores each query row's log-sum-exp of its scores (f32, at
   head * rows + row). `warpgroup = 1`: its products on warpgroup tensor cores (wgmma: 4 warps a 64 queries, 16 a
   warp). Collective: every thread of the work-group takes part."""
   name = 'uop.attention'
-  OPERANDS = ('out', 'q', 'k', 'v', 'smem', 'head', 'block', 'lane', 'lse?')
+  OPERANDS = ('out', 'q', 'k', 'v', 'bias?', 'smem', 'head', 'block', 'lane', 'lse?')
+  PRESENT_WITH = {'bias': 'bias_layout'}
   ATTRS = {'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
            'key_rows': 'int', 'threads': 'int', 'out_layout': 'ints', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints',
-           'warpgroup': 'int?'}
+           'bias_layout': 'ints?', 'warpgroup': 'int?'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
-  FORMAT = '$out, $q, $k, $v, $smem, $head, $block, $lane?{, $lse} : type($out)'
+  FORMAT = '$out, $q, $k, $v?{ ($bias)}, $smem, $head, $block, $lane?{, $lse} : type($out)'
   @property
   def written(self): return (self.out,) if self.lse is None else (self.out, self.lse)
   def verify(self):
-    ps = [_ptr(self, v, nm) for v, nm in zip(self.operands[:5], ('out', 'q', 'k', 'v', 'smem'))]
+    ps = [_ptr(self, v, nm) for v, nm in zip((self.out, self.q, self.k, self.v, self.smem), ('out', 'q', 'k', 'v', 'smem'))]
     if any(p.local for p in ps[:4]) or not ps[4].local: raise self.error("reads q, k and v and writes out in global memory, its tiles in shared memory (smem)")
     if len({p.dtype for p in ps}) != 1 or ps[0].dtype not in (D.f16, D.bf16): raise self.error(f"needs f16 or bf16 buffers of one type, got {', '.join(map(str, ps))}")
-    for v, nm in zip(self.operands[5:], ('head', 'block', 'lane')): _int(self, v, nm)
+    for nm in ('head', 'block', 'lane'): _int(self, getattr(self, nm), nm)
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
     for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'key_rows', 'threads'):
       if self.attrs[nm] < 1: raise self.error(f"{nm} must be positive, got {self.attrs[nm]}")
@@ -494,8 +506,8 @@ class AttentionOp(Operation):
       raise self.error(f"warpgroup = 1 takes 16 queries a warp and whole warpgroups (128 threads), got {a['block_rows']} queries on {a['threads']} threads")
     if a.get('warpgroup') and (self.smem.op.name != 'uop.define_local' or self.smem.op.attrs.get('align', 16) % 1024):
       raise self.error("warpgroup = 1 reads its tiles by wgmma descriptors (128-byte swizzle): smem must be a uop.define_local aligned to 1024 bytes")
-    nh = _attention_launch(self, self.operands[5:8], (a['block_rows'] + 4 * a['key_rows']) * a['dim'])
-    need = _layout_ends(self, {'out': a['rows'], 'q': a['rows'], 'k': a['keys'], 'v': a['keys']}, nh)
+    nh = _attention_launch(self, (self.head, self.block, self.lane), (a['block_rows'] + 4 * a['key_rows']) * a['dim'])
+    need = _layout_ends(self, {'out': a['rows'], 'q': a['rows'], 'k': a['keys'], 'v': a['keys']}, nh) | _bias_end(self, nh)
     if self.lse is not None:
       p = _ptr(self, self.lse, 'lse')
       if p.local or p.dtype is not D.f32: raise self.error(f"lse must be an f32 buffer in global memory, got {p}")
@@ -504,20 +516,22 @@ class AttentionOp(Operation):
 
 
 class AttentionGradOp(Operation):
-  """`uop.attention_grad %q, %k, %v, %g, %lse, %d, %out, %smem, %head, %block, %lane (, %out2) {part, causal, scale,
+  """`uop.attention_grad %q, %k, %v, %g, %lse, %d (%bias), %out, %smem, %head, %block, %lane (, %out2) {part, causal, scale,
   heads, rows, keys, dim, block_rows, threads, q_layout, k_layout, v_layout, g_layout}`: a fused attention backward
   kernel's work-group (kernel.attention_grad; the target's emitter writes it whole): head `head` (b * heads + h) and
   `block_rows` queries (part 0: dq into out) or keys (part 1: dk into out, dv into out2) from `block` times that on,
   thread `lane` of its `threads`, its six tiles of block_rows rows in `smem`. q and g have `rows` rows a head, k and v
   `keys`, placed by their layouts as uop.attention's; lse and d (f32) and the outputs are contiguous, a head after
-  another, inside their buffers' declared sizes. Collective: every thread of the work-group takes part."""
+  another, inside their buffers' declared sizes; the forward's bias, where it had one, as uop.attention's. Collective:
+  every thread of the work-group takes part."""
   name = 'uop.attention_grad'
-  OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'out', 'smem', 'head', 'block', 'lane', 'out2?')
+  OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'bias?', 'out', 'smem', 'head', 'block', 'lane', 'out2?')
+  PRESENT_WITH = {'bias': 'bias_layout'}
   ATTRS = {'part': 'int', 'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
-           'threads': 'int', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints', 'g_layout': 'ints'}
+           'threads': 'int', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints', 'g_layout': 'ints', 'bias_layout': 'ints?'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
-  FORMAT = '$q, $k, $v, $g, $lse, $d, $out, $smem, $head, $block, $lane?{, $out2} : type($q)'
+  FORMAT = '$q, $k, $v, $g, $lse, $d?{ ($bias)}, $out, $smem, $head, $block, $lane?{, $out2} : type($q)'
   @property
   def written(self): return (self.out,) if self.out2 is None else (self.out, self.out2)
   def verify(self):
@@ -533,8 +547,8 @@ class AttentionGradOp(Operation):
     for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'threads'):
       if a[nm] < 1: raise self.error(f"{nm} must be positive, got {a[nm]}")
     if a['causal'] not in (0, 1): raise self.error(f"causal must be 0 or 1, got {a['causal']}")
-    nh = _attention_launch(self, self.operands[8:11], 6 * a['block_rows'] * a['dim'])
-    need = _layout_ends(self, {'q': a['rows'], 'k': a['keys'], 'v': a['keys'], 'g': a['rows']}, nh)
+    nh = _attention_launch(self, (self.head, self.block, self.lane), 6 * a['block_rows'] * a['dim'])
+    need = _layout_ends(self, {'q': a['rows'], 'k': a['keys'], 'v': a['keys'], 'g': a['rows']}, nh) | _bias_end(self, nh)
     need.update(lse=nh * a['rows'], d=nh * a['rows'], out=nh * (a['rows'] if a['part'] == 0 else a['keys']) * a['dim'])
     if self.out2 is not None: need['out2'] = need['out']
     _check_sizes(self, need)

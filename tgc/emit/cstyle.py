@@ -114,11 +114,11 @@ class Lang:
     updated in place; None: none."""
     return None
   def wgmma_args(self, a_layout, b_layout) -> list[str]: return []
-  def attention_grad(self, op, args: list[str], global_size) -> list[str] | None:
+  def attention_grad(self, op, args: dict[str, str], global_size) -> list[str] | None:
     """The statements of a uop.attention_grad (as attention's); None: the target has no such kernel."""
     return None
-  def attention(self, op, args: list[str], global_size) -> list[str] | None:
-    """The statements of a uop.attention (args: its operands' expressions; global_size: the kernel's grid); None: the
+  def attention(self, op, args: dict[str, str], global_size) -> list[str] | None:
+    """The statements of a uop.attention (args: its operands' expressions by name; global_size: the kernel's grid); None: the
     target has no fused attention kernel (of its dtype, head size, block and threads)."""
     return None
   def wgmma_sync(self, nm: str, pending: int = 0) -> str | None:
@@ -590,7 +590,7 @@ class KernelRenderer:
       if line is None: raise self.err(op, f"is not supported by the {L.name} target")
       self.emit(line)
     elif nm in ('attention', 'attention_grad'):
-      lines = getattr(L, nm)(op, [self.get(v) for v in op.operands], self.gs)
+      lines = getattr(L, nm)(op, {n: self.get(vs[0]) for n, vs in op.operand_groups().items() if vs}, self.gs)
       if lines is None: raise self.err(op, f"is not supported by the {L.name} target: it has no fused attention kernel of its shape")
       for line in lines: self.emit(line)
     elif nm == 'wmma':

@@ -33,6 +33,8 @@ __device__ __forceinline__ void tg_fa_ldsm(unsigned* r, const void* p) {
 __device__ __forceinline__ unsigned long long tg_fa_desc(const void* p, unsigned lbo, unsigned sbo) {
   return (unsigned long long)((tg_fa_smem(p) & 0x3FFFF) >> 4) | (unsigned long long)(lbo >> 4) << 16 | (unsigned long long)(sbo >> 4) << 32 | 1ull << 62;
 }
+// a row's log-sum-exp in log2 units for exp2(s - it): +inf where the row sees no key (lse -inf: its probabilities 0)
+__device__ __forceinline__ float tg_fa_lse2(float lse) { return lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f; }
 // 2^x on the special function unit, subnormal results flushed to zero (exp2f also scales them back: more instructions)
 __device__ __forceinline__ float tg_fa_ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 __device__ __forceinline__ void tg_fa_ldsm_t(unsigned* r, const void* p) {
@@ -51,6 +53,25 @@ __device__ __forceinline__ unsigned tg_fa_pack_$NAME(float lo, float hi) { $T2 h
 __device__ __forceinline__ void tg_fa_pfrag_$NAME(unsigned* a, const float (*s)[4], int kk) {
   a[0] = tg_fa_pack_$NAME(s[2 * kk][0], s[2 * kk][1]); a[1] = tg_fa_pack_$NAME(s[2 * kk][2], s[2 * kk][3]);
   a[2] = tg_fa_pack_$NAME(s[2 * kk + 1][0], s[2 * kk + 1][1]); a[3] = tg_fa_pack_$NAME(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+// the bias of a tile's 64 keys from key0 at rows row_a and row_a + 8 (as the scores' accumulators: 8 tiles of 8 keys)
+// over the scale (the scores stay raw until softmax scales them; -inf stays -inf), 0 past the ends: b a head's rows,
+// lb[3] and lb[4] a row's and a key's strides; two adjacent keys a load where the layout keeps them 4-byte aligned.
+// Loaded before the tile's products, so that the loads' latency hides behind them.
+__device__ __forceinline__ void tg_fa_bias_$NAME(float (*bv)[4], const $T* b, const size_t* lb, int key0, int row_a, int L, int S, int t, float inv_scale) {
+  const bool pairs = lb[4] == 1 && ((lb[0] | lb[1] | lb[2] | lb[3]) & 1) == 0;
+  #pragma unroll
+  for (int n = 0; n < 8; n++) {
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int key = key0 + n * 8 + 2 * t, row = row_a + 8 * h;
+      const $T* p = b + (size_t)row * lb[3] + (size_t)key * lb[4];
+      float x0 = 0.f, x1 = 0.f;
+      if (row < L && pairs && key + 1 < S) { float2 f = $T2TOF(*reinterpret_cast<const $T2*>(p)); x0 = f.x; x1 = f.y; }
+      else if (row < L) { if (key < S) x0 = $TOF(p[0]); if (key + 1 < S) x1 = $TOF(p[lb[4]]); }
+      bv[n][2 * h] = x0 * inv_scale; bv[n][2 * h + 1] = x1 * inv_scale;
+    }
+  }
 }
 $WGMMA_FNS// rows [row0, row0 + R) of n rows of HD elements, `ld` apart, into a swizzled tile (rows past n: zeros)
 template <int R> __device__ __forceinline__ void tg_fa_tile_$NAME($T* tile, const $T* src, size_t ld, int row0, int n, int tid) {
@@ -119,7 +140,8 @@ __device__ __forceinline__ void tg_fa_ab_$NAME(float (*o)[4], const float (*p)[4
 #define TG_FA_HEAD(P, lay) (P + lay[0] + (size_t)(head / H) * lay[1] + (size_t)(head % H) * lay[2])
 __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, $T* smem, int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, bool causal,
-    const size_t* lo, const size_t* lq, const size_t* lk, const size_t* lv, float* __restrict__ LSE) {
+    const size_t* lo, const size_t* lq, const size_t* lk, const size_t* lv, float* __restrict__ LSE,
+    const $T* __restrict__ BIAS, const size_t* lbias, float inv_scale) {
   $T* sQ = smem;                // ROWS x HD
   $T* sK = sQ + $ROWS * $HD;    // 2 x 64 x HD
   $T* sV = sK + 2 * 64 * $HD;   // 2 x 64 x HD
@@ -128,6 +150,7 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   const $T* Qh = TG_FA_HEAD(Q, lq);
   const $T* Kh = TG_FA_HEAD(K, lk);
   const $T* Vh = TG_FA_HEAD(V, lv);
+  const $T* Bh = BIAS != 0 ? TG_FA_HEAD(BIAS, lbias) : BIAS;  // (a null BIAS, the calls without one: the code folds away)
   const int all_tiles = (S + 63) / 64;
   const int n_tiles = causal ? min(all_tiles, (q0 + $ROWS + 63) / 64) : all_tiles;
   tg_fa_tile_$NAME<$ROWS>(sQ, Qh, lq[3], q0, L, tid);
@@ -151,6 +174,8 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
     if (!($ROWS > 64 && causal && j * 64 > last)) {
       const $T* kt = sK + buf * 64 * $HD;
       const $T* vt = sV + buf * 64 * $HD;
+      float bv[8][4];
+      if (BIAS != 0) tg_fa_bias_$NAME(bv, Bh, lbias, j * 64, row_a, L, S, t, inv_scale);
       float s[8][4];  // S = Q K^T: 8 tiles of 8 keys
 #if $WG
       // the warpgroup's 64 queries against the tile's 64 keys, Q and K read where they lie (K-major descriptors)
@@ -166,6 +191,10 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
 #else
       tg_fa_abt_$NAME(s, qf, kt, lane);
 #endif
+      if (BIAS != 0) {
+        #pragma unroll
+        for (int n = 0; n < 8; n++) { s[n][0] += bv[n][0]; s[n][1] += bv[n][1]; s[n][2] += bv[n][2]; s[n][3] += bv[n][3]; }
+      }
       // (a tile past the keys' end, or with keys after this warp's first query where causal, takes the mask; the rest
       // need none: the same for the whole warp)
       const bool masked = (j + 1) * 64 > S || (causal && (j + 1) * 64 - 1 > w0);
@@ -252,12 +281,13 @@ __device__ __forceinline__ void tg_fa_store_$NAME($T* dst, const float (*o)[4], 
 __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE, const float* __restrict__ Dr, $T* smem,
     int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, float scale, bool causal,
-    const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg) {
+    const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias) {
   $T* sQ = smem; $T* sG = sQ + 64 * $HD; $T* sK = sG + 64 * $HD; $T* sV = sK + 2 * 64 * $HD;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int q0 = (causal ? blocks - 1 - block : block) * 64;
   const $T* Kh = TG_FA_HEAD(K, lk);
   const $T* Vh = TG_FA_HEAD(V, lv);
+  const $T* Bh = BIAS != 0 ? TG_FA_HEAD(BIAS, lbias) : BIAS;
   const int all_tiles = (S + 63) / 64;
   const int n_tiles = causal ? min(all_tiles, (q0 + 64 + 63) / 64) : all_tiles;
   tg_fa_tile_$NAME<64>(sQ, TG_FA_HEAD(Q, lq), lq[3], q0, L, tid);
@@ -268,7 +298,7 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
   tg_fa_rows_$NAME<64>(qf, sQ, warp, lane);
   tg_fa_rows_$NAME<64>(gf, sG, warp, lane);
   const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
-  const float la = row_a < L ? LSE[(size_t)head * L + row_a] * 1.4426950408889634f : 0.f, lb = row_b < L ? LSE[(size_t)head * L + row_b] * 1.4426950408889634f : 0.f;
+  const float la = row_a < L ? tg_fa_lse2(LSE[(size_t)head * L + row_a]) : 0.f, lb = row_b < L ? tg_fa_lse2(LSE[(size_t)head * L + row_b]) : 0.f;
   const float da = row_a < L ? Dr[(size_t)head * L + row_a] : 0.f, db = row_b < L ? Dr[(size_t)head * L + row_b] : 0.f;
   float dq[$HD / 8][4];
   #pragma unroll
@@ -277,9 +307,14 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
     const int buf = j & 1;
     tg_fa_pair_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, j + 1 < n_tiles, tid);
     const $T* kt = sK + buf * 64 * $HD;
-    float s[8][4], dp[8][4];
+    float s[8][4], dp[8][4], bv[8][4];
+    if (BIAS != 0) tg_fa_bias_$NAME(bv, Bh, lbias, j * 64, row_a, L, S, t, 1.f / scale);
     tg_fa_abt_$NAME(s, qf, kt, lane);
     tg_fa_abt_$NAME(dp, gf, sV + buf * 64 * $HD, lane);
+    if (BIAS != 0) {
+      #pragma unroll
+      for (int n = 0; n < 8; n++) { s[n][0] += bv[n][0]; s[n][1] += bv[n][1]; s[n][2] += bv[n][2]; s[n][3] += bv[n][3]; }
+    }
     const bool masked = (j + 1) * 64 > S || (causal && (j + 1) * 64 - 1 > q0 + warp * 16);  // (as the forward's)
     #pragma unroll
     for (int n = 0; n < 8; n++) {
@@ -299,12 +334,14 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
 __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T* __restrict__ DV, const $T* __restrict__ Q,
     const $T* __restrict__ K, const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE,
     const float* __restrict__ Dr, $T* smem, int head, int block, int tid, int H, int L, int S, float scale_log2, float scale,
-    bool causal, const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg) {
+    bool causal, const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias) {
   $T* sK = smem; $T* sV = sK + 64 * $HD; $T* sQ = sV + 64 * $HD; $T* sG = sQ + 2 * 64 * $HD;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int k0 = block * 64;
   const $T* Qh = TG_FA_HEAD(Q, lq);
   const $T* Gh = TG_FA_HEAD(G, lg);
+  const $T* Bh = BIAS != 0 ? TG_FA_HEAD(BIAS, lbias) : BIAS;
+  const float inv_scale = 1.f / scale;
   const int first = causal ? k0 / 64 : 0, n_tiles = (L + 63) / 64;  // (causal: the queries before k0 see none of these keys)
   tg_fa_tile_$NAME<64>(sK, TG_FA_HEAD(K, lk), lk[3], k0, S, tid);
   tg_fa_tile_$NAME<64>(sV, TG_FA_HEAD(V, lv), lv[3], k0, S, tid);
@@ -333,10 +370,11 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
       for (int c = 0; c < 2; c++) {
         int col = i * 64 + n * 8 + 2 * t + c;
         bool in = col < L;
-        float l2 = in ? Lh[col] * 1.4426950408889634f : 0.f, d = in ? Dh[col] : 0.f;
+        float l2 = in ? tg_fa_lse2(Lh[col]) : 0.f, d = in ? Dh[col] : 0.f;
         #pragma unroll
         for (int h = 0; h < 2; h++) {
           int e = 2 * h + c, key = h ? key_b : key_a;
+          if (BIAS != 0 && in && key < S) st[n][e] = fmaf($TOF(Bh[(size_t)col * lbias[3] + (size_t)key * lbias[4]]), inv_scale, st[n][e]);
           float p = (!in || (causal && key > col)) ? 0.f : exp2f(st[n][e] * scale_log2 - l2);
           st[n][e] = p;
           dpt[n][e] = p * (dpt[n][e] - d) * scale;  // ds^T
@@ -352,7 +390,6 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
   tg_fa_store_$NAME(DV + (size_t)head * S * $HD, dv, key_a, S, t);
 }'''
 
-# element type -> (its CUDA name, its pair's, the pair's constructor from two floats, mma.sync's operand type)
 def _wgmma_functions(name: str, ptx: str, hd: int) -> str:
   """The instance's warpgroup products (sm_90a): S (64 x 64, f32) += Q K^T from two K-major tiles' descriptors, and
   O (64 x hd) += P V with P's A fragments in registers and V's tile MN-major (transposed: trans-b 1)."""
@@ -369,7 +406,10 @@ def _wgmma_functions(name: str, ptx: str, hd: int) -> str:
   return fn('wgs', 64, False) + fn('wgpv', hd, True)
 
 
-_TYPES = {'f16': ('half', '__half2', '__floats2half2_rn', 'f16'), 'bf16': ('__nv_bfloat16', '__nv_bfloat162', '__floats2bfloat162_rn', 'bf16')}
+# element type -> (its CUDA name, its pair's, the pair's constructor from two floats, mma.sync's operand type, its
+# conversion to float, its pair's to float2)
+_TYPES = {'f16': ('half', '__half2', '__floats2half2_rn', 'f16', '__half2float', '__half22float2'),
+          'bf16': ('__nv_bfloat16', '__nv_bfloat162', '__floats2bfloat162_rn', 'bf16', '__bfloat162float', '__bfloat1622float2')}
 
 
 BLOCKS = ((64, 128), (128, 256))  # the work-groups it comes in, (queries, threads): uop.attention's block_rows, threads
@@ -387,38 +427,46 @@ def attention_functions(instances, grads=()) -> list[str]:
   out = [_COMMON]
   grads = {(dt, hd, KEY_ROWS, 0) for dt, hd in grads}
   for dt, hd, rows, wg in sorted(set(instances) | grads):
-    t, t2, pair, ptx = _TYPES[dt]
+    t, t2, pair, ptx, tof, t2tof = _TYPES[dt]
     name = attention_name(dt, hd, rows, wg)
     text = _KERNEL.replace('$WGMMA_FNS', _wgmma_functions(name, ptx, hd) if wg else '') + ('\n' + _GRAD if (dt, hd, rows, wg) in grads else '')
-    for k, v in (('$NAME', name), ('$T2', t2), ('$THREADS', str(dict(BLOCKS)[rows])), ('$T', t), ('$PAIR', pair),
+    for k, v in (('$NAME', name), ('$TOF', tof), ('$T2TOF', t2tof), ('$T2', t2), ('$THREADS', str(dict(BLOCKS)[rows])), ('$T', t), ('$PAIR', pair),
                  ('$PTX', ptx), ('$HD', str(hd)), ('$ROWS', str(rows)), ('$WG', str(wg))): text = text.replace(k, v)
     out.append(text)
   return out
 
 
-def attention_call(dtype: str, op, args: list[str], blocks: int) -> list[str]:
-  """The kernel body's lines that call the instance for uop.attention `op` (args: its operands' expressions, out, q,
-  k, v, smem, head, block, lane and the lse where it has one): its layouts as constant arrays, then the call."""
-  a = op.attrs
+def _layouts(op, names) -> list[str]:
+  """The op's layouts as constant arrays tg_l<name> (the bias's where it has one: its five numbers)."""
+  return [f"const size_t tg_l{n}[{len(a)}] = {{{', '.join(f'{x}ull' for x in a)}}};" for n in names + ('bias',)
+          if (a := op.attrs.get(f'{n}_layout')) is not None]
+
+
+def _bias(dtype: str, args: dict) -> str:
+  return f"{args['bias']}, tg_lbias" if 'bias' in args else f"({_TYPES[dtype][0]}*)0, (size_t*)0"
+
+
+def attention_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
+  """The kernel body's lines that call the instance for uop.attention `op` (args: its operands' expressions by name):
+  its layouts as constant arrays, then the call."""
+  a, x = op.attrs, args
   scale_log2 = float(a['scale']) * math.log2(math.e)
-  lays = [f"const size_t tg_l{c}[4] = {{{', '.join(f'{x}ull' for x in a[f'{n}_layout'])}}};" for c, n in zip('oqkv', ('out', 'q', 'k', 'v'))]
-  lse = args[8] if len(args) > 8 else '(float*)0'
-  return lays + [f"tg_attention_{attention_name(dtype, a['dim'], a['block_rows'], a.get('warpgroup', 0))}({', '.join(args[:8])}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
-                 f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lo, tg_lq, tg_lk, tg_lv, {lse});"]
+  head = ', '.join(x[n] for n in ('out', 'q', 'k', 'v', 'smem', 'head', 'block', 'lane'))
+  return _layouts(op, ('out', 'q', 'k', 'v')) + [
+    f"tg_attention_{attention_name(dtype, a['dim'], a['block_rows'], a.get('warpgroup', 0))}({head}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
+    f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lout, tg_lq, tg_lk, tg_lv, {x.get('lse', '(float*)0')}, {_bias(dtype, x)}, {1 / float(a['scale'])!r}f);"]
 
 
-def attention_grad_call(dtype: str, op, args: list[str], blocks: int) -> list[str]:
-  """The lines that call the backward instance for uop.attention_grad `op` (args: its operands' expressions, q, k,
-  v, g, lse, d, out, smem, head, block, lane and out2 for part 1): its layouts, then the call."""
-  a = op.attrs
-  lays = [f"const size_t tg_l{n}[4] = {{{', '.join(f'{x}ull' for x in a[f'{n}_layout'])}}};" for n in ('q', 'k', 'v', 'g')]
-  q, k, v, g, lse, d, out, smem, head, block, lane = args[:11]
+def attention_grad_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
+  """The lines that call the backward instance for uop.attention_grad `op` (args: its operands' expressions by
+  name): its layouts, then the call."""
+  a, x = op.attrs, args
   name, flags = attention_name(dtype, a['dim'], KEY_ROWS), f"{float(a['scale']) * math.log2(math.e)!r}f, {float(a['scale'])!r}f, {'true' if a['causal'] else 'false'}"
-  if a['part'] == 0:
-    call = f"tg_attention_dq_{name}({out}, {q}, {k}, {v}, {g}, {lse}, {d}, {smem}, {head}, {block}, {lane}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg);"
-  else:
-    call = f"tg_attention_dkdv_{name}({out}, {args[11]}, {q}, {k}, {v}, {g}, {lse}, {d}, {smem}, {head}, {block}, {lane}, {a['heads']}, {a['rows']}, {a['keys']}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg);"
-  return lays + [call]
+  ins = ', '.join(x[n] for n in ('q', 'k', 'v', 'g', 'lse', 'd', 'smem', 'head', 'block', 'lane'))
+  tail = f"{a['heads']}, {a['rows']}, {a['keys']}"
+  if a['part'] == 0: call = f"tg_attention_dq_{name}({x['out']}, {ins}, {tail}, {blocks}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)});"
+  else: call = f"tg_attention_dkdv_{name}({x['out']}, {x['out2']}, {ins}, {tail}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)});"
+  return _layouts(op, ('q', 'k', 'v', 'g')) + [call]
 
 
 __all__ = ['attention_functions', 'attention_call', 'attention_grad_call', 'attention_name', 'BLOCKS', 'KEY_ROWS', 'GRAD_DIMS']

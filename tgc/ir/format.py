@@ -201,12 +201,11 @@ class Format:
 
 
 def _opens(ds, top: bool):
-  """Whether an item can open an optional group of these directives: the kind its first directive reads (a comma
-  at the op's top level, a bracketed or parenthesised group, an SSA value, an attribute), so that optional groups
-  may follow one another (`?{ ($a)}?{, $b}`: the second present without the first)."""
+  """Whether an item can open an optional group of these directives: the kind its first directive reads (a bracketed
+  or parenthesised group, an SSA value, an attribute; any item where it is a comma at the op's top level), so that
+  optional groups may follow one another (`?{ ($a)}?{, $b}`: the second present without the first)."""
   d = next((d for d in ds if d.kind != 'comma' or top), None)
-  if d is None: return lambda it: True
-  if d.kind == 'comma': return _is_comma
+  if d is None or d.kind == 'comma': return lambda it: True  # (whatever follows: a missing comma's own message)
   if d.kind == 'group': return (lambda it: isinstance(it, LList)) if d.name == '[' else (lambda it: isinstance(it, Tup))
   if d.kind == 'operand': return lambda it: isinstance(it, Ref)
   if d.kind == 'attr': return lambda it: not isinstance(it, Ref) and not _is_comma(it)

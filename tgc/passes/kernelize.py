@@ -65,9 +65,17 @@ def _attention_view(vs: ViewStack, t: TensorType) -> ViewStack | None:
   return vs if all(x % per == 0 for x in (v.offset, *v.strides[:3])) and all(x >= 0 for x in v.strides) else None
 
 
+def _bias_view(vs: ViewStack, t: TensorType) -> ViewStack | None:
+  """A view stack of an attention's bias (batch..., L, S) as the kernel reads it, (B, H, L, S) as _attention_view's
+  heads: one unmasked view, strides of any size (0 along the axes a mask is broadcast over); else None."""
+  *batch, rows, keys = t.shape
+  vs = vs.reshape((math.prod(batch[:-1]), batch[-1] if batch else 1, rows, keys)).simplify()
+  return vs if len(vs.views) == 1 and vs.views[0].mask is None and all(x >= 0 for x in vs.views[0].strides) else None
+
+
 def attention_key(op: Operation) -> tuple:
-  """What a tensor.attention and a tensor.attention_lse of it share: q, k, causal and scale."""
-  return (op.operands[0], op.operands[1], op.causal, float(op.attrs['scale']))
+  """What a tensor.attention and a tensor.attention_lse of it share: q, k, the bias, causal and scale."""
+  return (op.q, op.k, op.bias, op.causal, float(op.attrs['scale']))
 
 
 def attention_layouts(fn: Operation) -> None:
@@ -187,15 +195,15 @@ class Scheduler:
         st = self.attention_stores[v] = {'out': v}
         if (u := self.attention_permuted(v)) is not None: self.R.add(u); st['out'] = u; self.stored_by[u] = v
         for x in op.operands:  # its operands read where they are computed, through a view, or else copied
-          b, _ = self.attention_operand(x) or (x, None)
+          b, _ = self.attention_operand(x, x is op.bias) or (x, None)
           if b.op is not None and not _is_leaf(b): self.R.add(b)
       if op.name == 'tensor.attention_grad':  # (left whole: dq a kernel, dk and dv of the same operands another)
         self.R.add(op.results[0])
         self.attention_grads.setdefault((tuple(op.operands), op.causal, float(op.attrs['scale'])), {})[op.wrt] = op.results[0]
-        for x in op.operands[:4]:
-          b, _ = self.attention_operand(x) or (x, None)
+        for x in op.operands[:4] + op.operands[6:]:
+          b, _ = self.attention_operand(x, x is op.bias) or (x, None)
           if b.op is not None and not _is_leaf(b): self.R.add(b)
-        for x in op.operands[4:]:  # (the rows' lse and d: contiguous buffers)
+        for x in op.operands[4:6]:  # (the rows' lse and d: contiguous buffers)
           if x.op is not None and not _is_leaf(x): self.R.add(x)
       if op.name == 'tensor.attention_lse':  # (the kernel of an attention of it before stores it; else one of its own)
         a, r = attention_key(op), op.results[0]
@@ -204,7 +212,7 @@ class Scheduler:
         if v is not None: self.attention_stores[v]['lse'] = r; self.stored_by[r] = v
         else:
           for x in op.operands:
-            b, _ = self.attention_operand(x) or (x, None)
+            b, _ = self.attention_operand(x, x is op.bias) or (x, None)
             if b.op is not None and not _is_leaf(b): self.R.add(b)
       if op.name == 'tensor.reduce':
         pts = self._reduce_escapes(op.results[0])
@@ -615,16 +623,27 @@ class Scheduler:
     if len(us) != 1 or us[0].name != 'tensor.permute' or us[0].order[-1] != len(us[0].order) - 1: return None
     return us[0].results[0]
 
-  def attention_operand(self, x: Value) -> tuple[Value, ViewStack] | None:
+  def attention_operand(self, x: Value, bias: bool = False) -> tuple[Value, ViewStack] | None:
     """The buffer an attention's operand x (batch..., rows, E) is read from and the view (B, H, rows, E) that reads it
     (movement ops down to a value computed anyway or an argument), where one view does: unmasked, each row contiguous,
-    the batch axes merged into two, 16-byte aligned (the kernel's copies are); else None (x is copied)."""
+    the batch axes merged into two, 16-byte aligned (the kernel's copies are); else None (x is copied). The bias
+    (`bias`): its view (B, H, L, S) of any strides (_bias_view: a broadcast mask stays its own size)."""
     path, b = [], x
     while b not in self.R and b.op is not None and b.op.name in ('tensor.reshape', 'tensor.permute', 'tensor.shrink', 'tensor.expand'):
       path.append(b.op); b = b.op.operands[0]
     if b.op is not None and b.op.name == 'tensor.empty': return None
-    vs = _attention_view(_path_views(b.type.shape, path), x.type)
+    vs = (_bias_view if bias else _attention_view)(_path_views(b.type.shape, path), x.type)
     return None if vs is None else (b, vs)
+
+  def attention_inputs(self, xs, bias: Value | None) -> tuple[list, list]:
+    """The buffers an attention kernel reads q, k, v (and g) from and their views (attention_operand, or the
+    value's own buffer), then the bias's where there is one."""
+    inputs, views = [], []
+    for x in list(xs) + ([bias] if bias is not None else []):
+      view_of = _bias_view if x is bias else _attention_view
+      b, vs = self.attention_operand(x, x is bias) or (x, view_of(ViewStack.from_shape(x.type.shape), x.type))
+      inputs.append(self.buffers.get(b) or self.host_buffer(b)); views.append(vs)
+    return inputs, views
 
   def attention_kernel(self, root: Value):
     """A tensor.attention the device computes whole: a kernel.func of one kernel.attention on the buffers its operands
@@ -635,21 +654,19 @@ class Scheduler:
     op = root.op
     if op.name == 'tensor.attention_lse':
       st, qkv, rt = {'out': Value(op.q.type), 'lse': root}, (op.q, op.k, op.k), op.q.type
-    else: st, qkv, rt = self.attention_stores[root], op.operands, root.type
+    else: st, qkv, rt = self.attention_stores[root], (op.q, op.k, op.v), root.type
     stored = st['out']
     out_vs = ViewStack.from_shape(stored.type.shape)
     if stored in self.stored_by: out_vs = out_vs.permute(tuple(sorted(range(len(stored.op.order)), key=stored.op.order.__getitem__)))
-    views, inputs = [_attention_view(out_vs, rt)], []
-    for x in qkv:
-      b, vs = self.attention_operand(x) or (x, _attention_view(ViewStack.from_shape(x.type.shape), x.type))
-      inputs.append(self.buffers.get(b) or self.host_buffer(b)); views.append(vs)
+    inputs, views = self.attention_inputs(qkv, op.bias)
+    views = [_attention_view(out_vs, rt)] + views
     outs = [stored] + ([st['lse']] if 'lse' in st else [])
     args = [Value(BufType(v.type.shape, v.type.dtype), hint=f"data{i}") for i, v in enumerate(outs + inputs)]  # (outputs first)
-    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], **{f'{n}_view': vs for n, vs in zip(('out', 'q', 'k', 'v'), views)}}
-    operands = [args[0]] + args[len(outs):] + args[1:len(outs)]  # (out, q, k, v, then the lse)
+    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], **{f'{n}_view': vs for n, vs in zip(('out', 'q', 'k', 'v', 'bias'), views)}}
+    operands = [args[0]] + args[len(outs):] + args[1:len(outs)]  # (out, q, k, v, the bias, then the lse)
     body = Block(args, [K('attention')(operands, [], attrs, op.loc)])
     B, H, L, E = views[1].shape
-    name = f"attn{'_causal' if op.causal else ''}_{B * H}_{L}_{views[2].shape[2]}_{E}"
+    name = f"attn{'_causal' if op.causal else ''}{'_bias' if op.bias is not None else ''}_{B * H}_{L}_{views[2].shape[2]}_{E}"
     return K('func')([], [], {'sym_name': Symbol('k')}, op.loc, body), inputs, name, outs
 
   def attention_grad_kernel(self, root: Value):
@@ -660,17 +677,14 @@ class Scheduler:
     op = root.op
     grp = self.attention_grads[(tuple(op.operands), op.causal, float(op.attrs['scale']))]
     part = 0 if op.wrt == 0 else 1
-    views, inputs = [], []
-    for x in op.operands[:4]:
-      b, vs = self.attention_operand(x) or (x, _attention_view(ViewStack.from_shape(x.type.shape), x.type))
-      inputs.append(self.buffers.get(b) or self.host_buffer(b)); views.append(vs)
-    inputs += [self.buffers.get(x) or self.host_buffer(x) for x in op.operands[4:]]
+    inputs, views = self.attention_inputs(op.operands[:4], op.bias)
+    inputs[4:4] = [self.buffers.get(x) or self.host_buffer(x) for x in (op.lse, op.d)]  # (q, k, v, g, lse, d, the bias)
     outs = [root] if part == 0 else [grp.get(w) or Value(op.operands[w].type) for w in (1, 2)]
     args = [Value(BufType(v.type.shape, v.type.dtype), hint=f"data{i}") for i, v in enumerate(outs + inputs)]  # (outputs first)
-    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], 'part': part, **{f'{n}_view': vs for n, vs in zip(('q', 'k', 'v', 'g'), views)}}
+    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], 'part': part, **{f'{n}_view': vs for n, vs in zip(('q', 'k', 'v', 'g', 'bias'), views)}}
     body = Block(args, [K('attention_grad')(args[len(outs):] + args[:len(outs)], [], attrs, op.loc)])
     B, H, L, E = views[0].shape
-    name = f"attn_{('dq', 'dkdv')[part]}{'_causal' if op.causal else ''}_{B * H}_{L}_{views[1].shape[2]}_{E}"
+    name = f"attn_{('dq', 'dkdv')[part]}{'_causal' if op.causal else ''}{'_bias' if op.bias is not None else ''}_{B * H}_{L}_{views[1].shape[2]}_{E}"
     return K('func')([], [], {'sym_name': Symbol('k')}, op.loc, body), inputs, name, outs
 
   def host_buffer(self, v: Value) -> Value:

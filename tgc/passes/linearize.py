@@ -897,20 +897,28 @@ def attention_block(fa, spec: DeviceSpec, heads: int, L: int, E: int, itemsize: 
   return (*(max(enough) if enough and E >= 128 else min(fits)), 0)
 
 
+def _bias_layout(op: Operation) -> dict:
+  """A fused attention's bias_layout where it has a bias: [offset, B's, H's, a query row's and a key's strides]."""
+  if op.bias is None: return {}
+  v = op.attrs['bias_view'].views[0]
+  return {'bias_layout': (v.offset, *v.strides)}
+
+
 def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
   """A kernel.attention's kernel as the target's fused attention kernel (FusedAttention): a work-group of its threads
   for each head (gidx0, the axis of the largest grid) and block of its rows of queries (gidx1), its tiles in shared
   memory, one uop.attention the emitter writes whole; each operand's view as its layout [offset, B's stride, H's
-  stride, a row's stride] (a head's rows start at offset + b * B's stride + h * H's stride)."""
+  stride, a row's stride] (a head's rows start at offset + b * B's stride + h * H's stride), the bias's with a key's
+  stride after them."""
   b = _WholeKernel(k, spec, spec.fused_attention, 'kernel')
   op, fa, views, emit, glob = b.op, b.fa, b.op.views(), b.emit, b.glob
   B, H, L, S, E, dt = b.B, b.H, b.L, b.S, b.E, b.dt
-  bufs = [glob[a] for a in op.operands[:4]]
+  bufs = [glob[a] for a in op.operands[:4]] + ([glob[op.bias]] if op.bias is not None else [])
   rows, threads, wg = attention_block(fa, spec, B * H, L, E, dt.itemsize)
   smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': fa.smem_bytes(rows, E, 1), 'align': 1024})
   blocks = -(-L // rows)
   idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', B * H), ('gidx1', blocks), ('lidx0', threads))]
-  layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('out', 'q', 'k', 'v'), views)}
+  layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('out', 'q', 'k', 'v'), views)} | _bias_layout(op)
   emit('attention', bufs + [smem] + idx + ([glob[op.lse]] if op.lse is not None else []), None, {'causal': op.causal, 'scale': op.attrs['scale'], 'heads': H, 'rows': L, 'keys': S, 'dim': E,
                                                  'block_rows': rows, 'threads': threads, 'key_rows': fa.key_rows, **layouts,
                                                  **({'warpgroup': 1} if wg else {})})
@@ -928,8 +936,8 @@ def linearize_attention_grad(k: Operation, spec: DeviceSpec) -> Operation:
   smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': 6 * rows * E, 'align': 128})
   blocks = -(-(L if op.part == 0 else S) // rows)
   idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', B * H), ('gidx1', blocks), ('lidx0', threads))]
-  layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('q', 'k', 'v', 'g'), views)}
-  emit('attention_grad', [glob[a] for a in op.operands[:7]] + [smem] + idx + ([glob[op.out2]] if op.out2 is not None else []), None,
+  layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('q', 'k', 'v', 'g'), views)} | _bias_layout(op)
+  emit('attention_grad', [glob[a] for a in op.operands[:6]] + ([glob[op.bias]] if op.bias is not None else []) + [glob[op.out]] + [smem] + idx + ([glob[op.out2]] if op.out2 is not None else []), None,
        {'causal': op.causal, 'scale': op.attrs['scale'], 'part': op.part, 'heads': H, 'rows': L, 'keys': S, 'dim': E, 'block_rows': rows,
         'threads': threads, **layouts})
   return b.func((B * H, blocks), (threads,))
