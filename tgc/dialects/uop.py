@@ -476,8 +476,8 @@ class AttentionOp(Operation):
   buffers each of key_rows rows of k and v, rows of dim elements).
   q and out have `rows` rows of `dim` elements a head, k and v `keys`; each operand's layout [offset, b's stride, h's
   stride, a row's stride] places a head's rows, each row's elements contiguous (kernel.attention's views), inside its
-  buffer's declared size. ` (%bias)` after v: added to the scaled scores, bias_layout [offset, b's stride, h's stride,
-  a query row's stride, a key's stride] placing its rows x keys a head. `, %lse` at the end: it also stores each query row's log-sum-exp of its scores (f32, at
+  buffer's declared size. ` (%bias, [layout])` after v: added to the scaled scores, its bias_layout [offset, b's
+  stride, h's stride, a query row's stride, a key's stride] placing its rows x keys a head. `, %lse` at the end: it also stores each query row's log-sum-exp of its scores (f32, at
   head * rows + row). `warpgroup = 1`: its products on warpgroup tensor cores (wgmma: 4 warps a 64 queries, 16 a
   warp). Collective: every thread of the work-group takes part."""
   name = 'uop.attention'
@@ -488,7 +488,7 @@ class AttentionOp(Operation):
            'bias_layout': 'ints?', 'warpgroup': 'int?'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
-  FORMAT = '$out, $q, $k, $v?{ ($bias)}, $smem, $head, $block, $lane?{, $lse} : type($out)'
+  FORMAT = '$out, $q, $k, $v?{ ($bias, $bias_layout)}, $smem, $head, $block, $lane?{, $lse} : type($out)'
   @property
   def written(self): return (self.out,) if self.lse is None else (self.out, self.lse)
   def verify(self):
@@ -516,7 +516,7 @@ class AttentionOp(Operation):
 
 
 class AttentionGradOp(Operation):
-  """`uop.attention_grad %q, %k, %v, %g, %lse, %d (%bias), %out, %smem, %head, %block, %lane (, %out2) {part, causal, scale,
+  """`uop.attention_grad %q, %k, %v, %g, %lse, %d (%bias, [layout]), %out, %smem, %head, %block, %lane (, %out2) {part, causal, scale,
   heads, rows, keys, dim, block_rows, threads, q_layout, k_layout, v_layout, g_layout}`: a fused attention backward
   kernel's work-group (kernel.attention_grad; the target's emitter writes it whole): head `head` (b * heads + h) and
   `block_rows` queries (part 0: dq into out) or keys (part 1: dk into out, dv into out2) from `block` times that on,
@@ -531,7 +531,7 @@ class AttentionGradOp(Operation):
            'threads': 'int', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints', 'g_layout': 'ints', 'bias_layout': 'ints?'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
-  FORMAT = '$q, $k, $v, $g, $lse, $d?{ ($bias)}, $out, $smem, $head, $block, $lane?{, $out2} : type($q)'
+  FORMAT = '$q, $k, $v, $g, $lse, $d?{ ($bias, $bias_layout)}, $out, $smem, $head, $block, $lane?{, $out2} : type($q)'
   @property
   def written(self): return (self.out,) if self.out2 is None else (self.out, self.out2)
   def verify(self):
