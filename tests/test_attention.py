@@ -108,6 +108,24 @@ def test_attention_with_a_bias_and_its_gradients(causal, dt):
   for got, ref in zip(gs, grads): np.testing.assert_allclose(got.astype(np.float64), np.nan_to_num(ref), rtol=tol[1], atol=tol[1])
 
 
+@pytest.mark.parametrize('causal', [True, False])
+def test_grouped_query_attention_and_its_gradients(causal):
+  """k and v with fewer heads than q (axis -3), each shared by a group of q's heads: the plain form's value and
+  autodiff's dq, dk, dv (k's and v's summed over their groups) against torch's enable_gqa."""
+  rng = np.random.default_rng(10)
+  shapes = ((2, 6, 5, 8), (2, 2, 7, 8), (2, 2, 7, 3))
+  q, k, v = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+  seed = rng.standard_normal((2, 6, 5, 3)).astype(np.float32)
+  m = I.parse(_text(*shapes, 'f32', causal, 0.4))
+  PassManager(parse_pipeline('autodiff{seed=true}')).run(m)
+  out, *gs = compile_module(m, 'CPU')(q, k, v, seed)
+  ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in (q, k, v)]
+  o = torch.nn.functional.scaled_dot_product_attention(*ts, is_causal=causal, scale=0.4, enable_gqa=True)
+  (o * torch.tensor(seed.astype(np.float64))).sum().backward()
+  np.testing.assert_allclose(out, o.detach().numpy(), rtol=1e-5, atol=1e-5)
+  for got, t in zip(gs, ts): np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_self_attention_gradient_sums_each_use_once():
   """attention(x, x, x): x's gradient is the sum of its three uses' (not three times that sum)."""
   rng = np.random.default_rng(6)
@@ -275,6 +293,57 @@ def test_cuda_reads_a_padding_mask_through_its_broadcast():
   for op in fused:
     (view,) = op.attrs['bias_view'].views
     assert op.bias.type.numel == 140 and view.shape == (2, 4, 100, 70) and view.strides == (70, 0, 0, 1)
+
+
+def test_cuda_lowers_grouped_query_attention_without_copies():
+  """k and v of 2 heads for q's 6: the fused kernels read them as they are (views of 2 heads), uop.attention and the
+  backward's take group = 3, dk and dv one work-group a k head (summing its group's q heads); the CUDA builds."""
+  from tgc.lowering import lower
+  from tgc.emit.cuda import render_cuda, nvcc_arch
+  m = I.parse(_text((2, 6, 100, 64), (2, 2, 70, 64), (2, 2, 70, 64), 'f16', True, 0.125))
+  PassManager(parse_pipeline('autodiff{seed=true}')).run(m)
+  ks = lower(m, 'cuda', 'kernel').functions('kernel.func')
+  fused = [op for f in ks for op in f.body.ops if op.name in ('kernel.attention', 'kernel.attention_grad')]
+  assert len(fused) == 3 and all(op.attrs['k_view'].shape == (2, 2, 70, 64) for op in fused)
+  u = lower(m, 'cuda', 'uop')
+  ops = {op.name + str(op.attrs.get('part', '')): (op, f) for f in u.functions('uop.func') for op in f.body.ops if op.name.startswith('uop.attention')}
+  assert {k: v[0].attrs.get('group') for k, v in ops.items()} == {'uop.attention': 3, 'uop.attention_grad0': 3, 'uop.attention_grad1': 3}
+  assert ops['uop.attention_grad0'][1].attrs['global_size'][0] == 12 and ops['uop.attention_grad1'][1].attrs['global_size'][0] == 4
+  if NVCC is None: return
+  src = render_cuda(u)
+  with tempfile.TemporaryDirectory() as td:
+    cu = os.path.join(td, 'k.cu')
+    open(cu, 'w').write(src)
+    p = subprocess.run([NVCC, '--cubin', f'-arch={nvcc_arch(src, "sm_90")}', '-o', os.path.join(td, 'k.cubin'), cu], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+
+
+GQA_CASES = [((2, 8, 100, 64), (2, 2, 70, 64), True, 'float16'), ((1, 6, 130, 128), (1, 3, 130, 128), False, 'bfloat16'),
+             ((2, 4, 256, 64), (2, 1, 256, 64), False, 'bfloat16')]
+
+
+@pytest.mark.parametrize('qs,ks,causal,dt', GQA_CASES)
+def test_sdpa_grouped_query_fused_on_gpu_matches_torch(qs, ks, causal, dt):
+  """enable_gqa on CUDA: k and v read once a group of q heads (no repeated copies), the result and q/k/v's gradients
+  against torch's."""
+  _cuda()
+  import tgc
+  tdt, gdt = getattr(torch, dt), getattr(tgc.dtypes, dt)
+  rng = np.random.default_rng(11)
+  arrs = [rng.standard_normal(s).astype(np.float32) for s in (qs, ks, ks, qs)]
+  tq, tk, tv = (torch.tensor(a, dtype=tdt, device='cuda', requires_grad=True) for a in arrs[:3])
+  ref = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal, enable_gqa=True)
+  (ref.float() * torch.tensor(arrs[3], device='cuda')).sum().backward()
+  q, k, v = (tgc.Tensor(a, device='CUDA', dtype=gdt, requires_grad=True) for a in arrs[:3])
+  out = q.scaled_dot_product_attention(k, v, is_causal=causal, enable_gqa=True)
+  ir = out.to_ir('kernel')
+  assert 'kernel.attention' in ir and ir.count('kernel.func') == 1  # (no kernel copies k or v to q's heads)
+  (out.cast(tgc.dtypes.float32) * tgc.Tensor(arrs[3], device='CUDA')).sum().backward()
+  tol = 2e-2 if dt == 'float16' else 6e-2
+  np.testing.assert_allclose(out.cast(tgc.dtypes.float32).numpy(), ref.float().detach().cpu().numpy(), rtol=tol, atol=tol)
+  for t, r in zip((q, k, v), (tq, tk, tv)):
+    g, want = t.grad.cast(tgc.dtypes.float32).numpy(), r.grad.float().cpu().numpy()
+    np.testing.assert_allclose(g, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())))
 
 
 def _lse_text(shape, dt, with_attention):

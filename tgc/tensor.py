@@ -1330,14 +1330,16 @@ class Tensor(TensorAPI):
     if w.ndim == 1: r = r.reshape(r.shape[:-1])
     return r
 
-  def _attention(self, key, value, causal: bool, mask=None):
+  def _attention(self, key, value, causal: bool, mask=None, gqa: bool = False):
     """One tensor.attention where the device computes it as one kernel (its spec's fused_attention: the scores and
     probabilities never reach memory), else None: elsewhere the API's composite is the graph its kernels were tuned
     for. q, k and v of one dtype and batch shape (no broadcast), a key at least; a mask (boolean: where a key takes
     part; else added to the scores) that broadcasts to the scores' shape becomes the op's bias, in q's type, computed
-    at the mask's own shape and read through the broadcast (a padding mask of batch x keys stays that small)."""
+    at the mask's own shape and read through the broadcast (a padding mask of batch x keys stays that small). gqa: k
+    and v may have fewer heads (axis -3) than q, each shared by a group of q's (read once a group, not repeated)."""
     q, k, v = self, key, value
-    if not (isinstance(q.device, str) and q.ndim >= 2 and q.ndim == k.ndim == v.ndim and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+    heads_fit = q.shape[:-2] == k.shape[:-2] or (gqa and q.ndim >= 3 and q.shape[:-3] == k.shape[:-3] and q.shape[-3] % k.shape[-3] == 0)
+    if not (isinstance(q.device, str) and q.ndim >= 2 and q.ndim == k.ndim == v.ndim and heads_fit and k.shape[:-2] == v.shape[:-2]
             and q.dtype == k.dtype == v.dtype and k.shape[-1] == q.shape[-1] and v.shape[-2] == k.shape[-2] >= 1): return None
     from tgc.runtime import get_device
     if not get_device(q.device).spec.fused_attention(q.dtype, q.shape[-1], v.shape[-1]): return None

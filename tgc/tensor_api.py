@@ -532,7 +532,7 @@ class TensorAPI:
     return _reduce_loss(loss, reduction)
 
   # ---- attention and linear algebra
-  def _attention(self, key, value, causal: bool, mask=None):
+  def _attention(self, key, value, causal: bool, mask=None, gqa: bool = False):
     """softmax(q k^T / sqrt(E) + mask) v as one op where the tensors' device computes it whole, else None (the composite
     below); a frontend whose tensors have no such op keeps None."""
     return None
@@ -546,6 +546,7 @@ class TensorAPI:
     if enable_gqa and self.ndim >= 3:
       hq, hk, hv = self.shape[-3], key.shape[-3], value.shape[-3]
       if hk == 0 or hv == 0 or hq % hk or hq % hv: raise ShapeError(f"scaled_dot_product_attention: {hq} query heads do not split into groups for {hk} key and {hv} value heads")
+      if hk == hv and (fused := self._attention(key, value, is_causal, attn_mask, gqa=True)) is not None: return fused
       key, value = key.repeat_interleave(hq // hk, dim=-3), value.repeat_interleave(hq // hv, dim=-3)
     q = self
     if (fused := q._attention(key, value, is_causal, attn_mask)) is not None: return fused

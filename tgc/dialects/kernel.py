@@ -252,8 +252,9 @@ class AttentionOp(Operation):
   also stores each query row's log-sum-exp of its scores, f32, B x H x L contiguous): a fused attention
   kernel, the whole body of its kernel.func (the target's FusedAttention writes it): out = softmax(q k^T * scale) v
   for each of B x H heads. Each buffer is read (out written) through one view of shape (B, H, rows, E), q and out L
-  rows, k and v S, each row's E elements contiguous: the layouts the heads have where they are computed (a qkv
-  projection's output, heads side by side in a row) without copies. causal 1: query i sees the keys j <= i. The
+  rows, k and v S (and H / G heads where each serves a group of G q heads: grouped-query attention), each row's E
+  elements contiguous: the layouts the heads have where they are computed (a qkv projection's output, heads side by
+  side in a row) without copies. causal 1: query i sees the keys j <= i. The
   scores and probabilities stay on the chip (a running max and sum along the keys)."""
   name = 'kernel.attention'
   OPERANDS = ('out', 'q', 'k', 'v', 'bias?', 'lse?')
@@ -272,8 +273,8 @@ class AttentionOp(Operation):
     if len({t.dtype for t in ts}) != 1 or not ts[0].dtype.is_float: raise self.error(f"needs buffers of one float type, got {', '.join(map(str, ts))}")
     _check_head_views(self, ('out', 'q', 'k', 'v'), ts)
     o, q, k, v = (vs.shape for vs in self.views())
-    if o != q or k != v or q[:2] != k[:2] or q[3] != k[3]:
-      raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)} and v {list(v)} (B x H x rows x E, k and v alike) and out {list(o)} (as q)")
+    if o != q or k != v or q[0] != k[0] or q[1] % k[1] or q[3] != k[3]:
+      raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)} and v {list(v)} (B x H x rows x E, k and v alike, their heads dividing q's) and out {list(o)} (as q)")
     if k[2] == 0: raise self.error("needs at least one key")
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
     _check_bias(self, q, k)
@@ -313,7 +314,7 @@ class AttentionGradOp(Operation):
     if len({t.dtype for t in ts[:4]}) != 1 or not dt.is_float: raise self.error(f"needs q, k, v and g of one float type, got {', '.join(map(str, ts[:4]))}")
     _check_head_views(self, ('q', 'k', 'v', 'g'), ts)
     q, k, v, g = (vs.shape for vs in self.views())
-    if k != v or q != g or q[:2] != k[:2] or q[3] != k[3]: raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)}, v {list(v)} and g {list(g)}")
+    if k != v or q != g or q[0] != k[0] or q[1] % k[1] or q[3] != k[3]: raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)}, v {list(v)} (their heads dividing q's) and g {list(g)}")
     rows = math.prod(q[:3])
     for n, t in (('lse', ts[4]), ('d', ts[5])):
       if t.dtype is not D.f32 or t.numel != rows: raise self.error(f"{n} must be a !kernel.buf of {rows} f32 (a value a query row), got {t}")

@@ -313,7 +313,8 @@ class ArgMaxOp(Operation):
 
 class _AttentionBase(Operation):
   """What tensor.attention, tensor.attention_lse and tensor.attention_grad share: q (..., L, E) and k (..., S, E) of
-  one float type and batch axes, causal and scale, the optional bias (..., L, S) of q's type added to the scaled
+  one float type and batch axes but the heads (axis -3: k's may be fewer, each shared by a group of q's heads, as
+  grouped-query attention's; k and v have the same), causal and scale, the optional bias (..., L, S) of q's type added to the scaled
   scores (torch's float attn_mask; a boolean mask is 0 where a key takes part and -inf where not), the plain form's
   scores, and whether a device computes them in its fused kernel."""
   ATTRS = {'causal': 'int', 'scale': 'number'}
@@ -322,7 +323,8 @@ class _AttentionBase(Operation):
     q, k = _tensor(self, self.q.type), _tensor(self, self.k.type)
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
     if q.rank != k.rank or q.rank < 2: raise self.error(f"needs q and k of one rank >= 2, got {q} and {k}")
-    if q.shape[:-2] != k.shape[:-2]: raise self.error(f"batch axes differ: {q} and {k}")
+    if q.shape[:-3] != k.shape[:-3] or (q.rank > 2 and (k.shape[-3] == 0 or q.shape[-3] % k.shape[-3])) or (q.rank == 2 and q.shape[:-2] != k.shape[:-2]):
+      raise self.error(f"batch axes differ: {q} and {k} (k's heads, axis -3, may be fewer where they divide q's)")
     if k.shape[-1] != q.shape[-1]: raise self.error(f"shapes do not fit: q {q} and k {k} need one last axis")
     if k.shape[-2] == 0: raise self.error(f"needs at least one key, got {k}")
     if self.bias is not None:
@@ -343,9 +345,20 @@ class _AttentionBase(Operation):
     c = lambda value, shape, dtype=acc: op('const', [], shape, dtype, {'value': value})
     wide = lambda x: x if x.type.dtype is acc else op('cast', [x], x.type.shape)
     n = len(batch) + 2
+    group = batch[-1] // k.type.shape[-3] if batch else 1
+    def heads(x):  # x's heads repeated to q's: each shared by a group (x (..., Hk, rows, e) -> (..., Hk * group, rows, e))
+      if group == 1: return x
+      *b, hk, rows, e = x.type.shape
+      x = op('expand', [op('reshape', [x], (*b, hk, 1, rows, e), x.type.dtype)], (*b, hk, group, rows, e), x.type.dtype)
+      return op('reshape', [x], (*b, hk * group, rows, e), x.type.dtype)
+    def grouped(x):  # x (..., Hq, rows, e) summed over each group of heads: (..., Hk, rows, e)
+      if group == 1: return x
+      *b, h, rows, e = x.type.shape
+      x = op('reduce', [op('reshape', [x], (*b, h // group, group, rows, e), x.type.dtype)], (*b, h // group, 1, rows, e), x.type.dtype, {'kind': 'add', 'axes': (len(b) + 1,)})
+      return op('reshape', [x], (*b, h // group, rows, e), x.type.dtype)
     tr = lambda x: op('permute', [x], (*x.type.shape[:-2], x.type.shape[-1], x.type.shape[-2]), x.type.dtype, {'order': tuple(range(n - 2)) + (n - 1, n - 2)})
     sc = (*batch, L, S)
-    s = op('mul', [op('matmul', [wide(q), tr(wide(k))], sc), c(float(self.scale), sc)], sc)
+    s = op('mul', [op('matmul', [wide(q), tr(heads(wide(k)))], sc), c(float(self.scale), sc)], sc)
     if self.bias is not None: s = op('add', [s, wide(self.bias)], sc)
     if self.causal:  # key j - query i <= 0, the positions counted by scans of ones
       pos = lambda m: op('add', [op('scan', [c(1, (m,), D.i32)], (m,), D.i32, {'kind': 'add', 'axis': 0}), c(-1, (m,), D.i32)], (m,), D.i32)
@@ -353,7 +366,7 @@ class _AttentionBase(Operation):
       d = op('sub', [grid(pos(S), (1, S)), grid(pos(L), (L, 1))], (L, S), D.i32)
       seen = op('expand', [op('reshape', [op('cmplt', [d, c(1, (L, S), D.i32)], (L, S), D.bool_)], (1,) * len(batch) + (L, S), D.bool_)], sc, D.bool_)
       s = op('where', [seen, s, c(-math.inf, sc)], sc)
-    return AttentionPlain(op, c, wide, tr, acc, s)
+    return AttentionPlain(op, c, wide, tr, acc, s, heads, grouped)
   def softmax(self, rw) -> 'AttentionPlain':
     """The scores (scores) and their softmax's parts: the row max m, the exponentials e = exp(s - m) (exp(-inf) = 0)
     and their row sums. With a bias a row may see no key (all its scores -inf): its max counts as 0 there, so that
@@ -378,7 +391,8 @@ class AttentionOp(_AttentionBase):
   """`tensor.attention %q, %k, %v {causal = 1, scale = 0.125} : tensor<2x8x64xf16>, tensor<2x8x64xf16>,
   tensor<2x8x64xf16> -> tensor<2x8x64xf16>`: softmax(q k^T * scale) v over the last two axes (torch's
   scaled_dot_product_attention without dropout): q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev), one
-  dtype, the batch axes equal; causal 1: query i sees the keys j <= i (the lower triangle of L x S, torch's is_causal);
+  dtype, the batch axes equal but k's and v's heads (axis -3), which may be fewer, each shared by a group of q's
+  (grouped-query attention); causal 1: query i sees the keys j <= i (the lower triangle of L x S, torch's is_causal);
   `, %bias` (..., L, S) after v: added to the scaled scores (a mask's -inf hides a key). A composite: it decomposes into its plain form, the scores and the probabilities' product summed in f32 for half
   floats, where the device has no fused kernel for it (fused)."""
   name = 'tensor.attention'
@@ -388,7 +402,7 @@ class AttentionOp(_AttentionBase):
     q, k, v, r = (_tensor(self, t) for t in (self.q.type, self.k.type, self.v.type, self.results[0].type))
     if not q.dtype.is_float or not (q.dtype == k.dtype == v.dtype): raise self.error(f"needs q, k and v of one float type, got {q}, {k} and {v}")
     if not (q.rank == k.rank == v.rank) or q.rank < 2: raise self.error(f"needs q, k and v of one rank >= 2, got {q}, {k} and {v}")
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]): raise self.error(f"batch axes differ: {q}, {k} and {v}")
+    if k.shape[:-2] != v.shape[:-2]: raise self.error(f"batch axes differ: {q}, {k} and {v}")
     if k.shape[-1] != q.shape[-1] or v.shape[-2] != k.shape[-2]:
       raise self.error(f"shapes do not fit: q {q} and k {k} need one last axis, k and v {v} one key axis")
     self.check_qk()
@@ -402,7 +416,7 @@ class AttentionOp(_AttentionBase):
     if self.bias is not None:  # (a row that sees no key: e = 0, its output 0)
       from tgc.ir import dtypes as D
       total = p.op('where', [p.op('cmplt', [p.c(0.0, row), total], row, D.bool_), total, p.c(1.0, row)], row)
-    o = p.op('mul', [p.op('matmul', [p.e, p.wide(v)], out), p.op('expand', [p.op('recip', [total], row)], out)], out)
+    o = p.op('mul', [p.op('matmul', [p.e, p.heads(p.wide(v))], out), p.op('expand', [p.op('recip', [total], row)], out)], out)
     return o if p.acc is dt else p.op('cast', [o], out, dt)
 
 
@@ -463,14 +477,15 @@ class AttentionGradOp(_AttentionBase):
       row = lse.type.shape
       lse = mk('where', [mk('cmpeq', [lse, p.c(-math.inf, row)], row, D.bool_), p.c(math.inf, row), lse], row)
     prob = half(mk('exp2', [mk('mul', [mk('sub', [p.s, mk('expand', [lse], sc)], sc), p.c(1 / math.log(2), sc)], sc)], sc))
-    gw, q, k, v = (p.wide(x) for x in (self.g, self.q, self.k, self.v))
-    if self.wrt == 2: r = mk('matmul', [p.tr(prob), gw], v.type.shape)
+    gw, q = p.wide(self.g), p.wide(self.q)
+    k, v = (p.heads(p.wide(x)) for x in (self.k, self.v))  # (k's and v's gradients summed over each group of heads)
+    if self.wrt == 2: r = p.grouped(mk('matmul', [p.tr(prob), gw], v.type.shape))
     else:
       dp = mk('sub', [mk('matmul', [gw, p.tr(v)], sc), mk('expand', [self.d], sc)], sc)
       if self.wrt == 3: r = mk('mul', [prob, dp], sc)  # (the scores' gradient: the bias is added to them)
       else:
         ds = half(mk('mul', [mk('mul', [prob, dp], sc), p.c(float(self.scale), sc)], sc))
-        r = mk('matmul', [ds, k], q.type.shape) if self.wrt == 0 else mk('matmul', [p.tr(ds), q], k.type.shape)
+        r = mk('matmul', [ds, k], q.type.shape) if self.wrt == 0 else p.grouped(mk('matmul', [p.tr(ds), q], k.type.shape))
     return r if acc is dt else mk('cast', [r], r.type.shape, dt)
 
 
@@ -478,13 +493,16 @@ class AttentionGradOp(_AttentionBase):
 class AttentionPlain:
   """What _AttentionBase.scores (and softmax) made: the op makers (op(name, operands, shape, dtype=acc, attrs),
   c(value, shape, dtype), wide(x): x in acc, tr(x): x's last two axes swapped), the accumulation dtype, the masked
-  scores s; softmax's row max m, exponentials e and their row sums total."""
+  scores s, heads(x): k's or v's heads repeated to q's, grouped(x): a gradient of q's heads summed to k's; softmax's
+  row max m, exponentials e and their row sums total."""
   op: Any
   c: Any
   wide: Any
   tr: Any
   acc: Any
   s: Any
+  heads: Any = None
+  grouped: Any = None
   m: Any = None
   e: Any = None
   total: Any = None

@@ -429,26 +429,31 @@ class WgmmaOp(Operation):
 
 
 # ---- what a fused attention kernel's work-group indexes stays inside what its launch and buffers declare
-def _attention_launch(op, specials, smem_elements: int) -> int:
-  """Its head, block and lane are the launch's gidx0, gidx1 and lidx0, its threads lidx0's extent, its heads a whole
-  number of groups of `heads`, its shared memory at least `smem_elements`: the heads it runs (gidx0's extent)."""
+def _attention_launch(op, specials, smem_elements: int, per: int = 1) -> int:
+  """Its head, block and lane are the launch's gidx0, gidx1 and lidx0, its threads lidx0's extent, its heads (gidx0's
+  extent times `per`, where a work-group takes the q heads of a group) a whole number of groups of `heads`, its
+  group (q heads a k and v head, 1 without the attribute) dividing `heads`, its shared memory at least
+  `smem_elements`: the q heads it runs."""
   a, sp = op.attrs, {}
+  if a.get('group', 1) < 1 or a['heads'] % a.get('group', 1): raise op.error(f"group must be a positive divisor of heads ({a['heads']}), got {a['group']}")
   for v, nm, ax in zip(specials, ('head', 'block', 'lane'), ('gidx0', 'gidx1', 'lidx0')):
     if v.op is None or v.op.name != 'uop.special' or v.op.attrs['axis'] != ax: raise op.error(f"{nm} must be the launch's uop.special {ax}")
     sp[nm] = v.op.attrs['size']
   if sp['lane'] != a['threads']: raise op.error(f"runs {a['threads']} threads a work-group, the launch's lidx0 has {sp['lane']}")
-  if sp['head'] % a['heads']: raise op.error(f"{sp['head']} heads (gidx0) are not a whole number of groups of {a['heads']}")
+  if sp['head'] * per % a['heads']: raise op.error(f"{sp['head'] * per} heads (gidx0{f' times {per}' if per > 1 else ''}) are not a whole number of groups of {a['heads']}")
   if op.smem.op.attrs['size'] < smem_elements: raise op.error(f"its tiles take {smem_elements} elements of shared memory, smem declares {op.smem.op.attrs['size']}")
-  return sp['head']
+  return sp['head'] * per
 
 def _layout_ends(op, rows: dict, heads: int) -> dict:
   """Each named operand's `<name>_layout` ([offset, b's stride, h's stride, a row's stride], none negative) and the
-  elements its `rows[name]` rows of `dim` a head reach, over `heads` heads: name -> the size its buffer needs."""
+  elements its `rows[name]` rows of `dim` a head reach, over `heads` q heads (k's and v's: a head a group of them):
+  name -> the size its buffer needs."""
   a, ends = op.attrs, {}
   for nm, n in rows.items():
     lay = list(a[f'{nm}_layout'])
     if len(lay) != 4 or any(x < 0 for x in lay): raise op.error(f"{nm}_layout must be [offset, b's stride, h's stride, a row's stride], none negative, got {lay}")
-    ends[nm] = lay[0] + (heads // a['heads'] - 1) * lay[1] + (a['heads'] - 1) * lay[2] + (n - 1) * lay[3] + a['dim']
+    hs = a['heads'] // a.get('group', 1) if nm in ('k', 'v') else a['heads']
+    ends[nm] = lay[0] + (heads // a['heads'] - 1) * lay[1] + (hs - 1) * lay[2] + (n - 1) * lay[3] + a['dim']
   return ends
 
 def _bias_end(op, heads: int) -> dict:
@@ -478,14 +483,15 @@ class AttentionOp(Operation):
   stride, a row's stride] places a head's rows, each row's elements contiguous (kernel.attention's views), inside its
   buffer's declared size. ` (%bias, [layout])` after v: added to the scaled scores, its bias_layout [offset, b's
   stride, h's stride, a query row's stride, a key's stride] placing its rows x keys a head. `, %lse` at the end: it also stores each query row's log-sum-exp of its scores (f32, at
-  head * rows + row). `warpgroup = 1`: its products on warpgroup tensor cores (wgmma: 4 warps a 64 queries, 16 a
+  head * rows + row). `group = G`: each k and v head serves G q heads (grouped-query attention: k's and v's layouts
+  place heads / G heads a batch). `warpgroup = 1`: its products on warpgroup tensor cores (wgmma: 4 warps a 64 queries, 16 a
   warp). Collective: every thread of the work-group takes part."""
   name = 'uop.attention'
   OPERANDS = ('out', 'q', 'k', 'v', 'bias?', 'smem', 'head', 'block', 'lane', 'lse?')
   PRESENT_WITH = {'bias': 'bias_layout'}
   ATTRS = {'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
            'key_rows': 'int', 'threads': 'int', 'out_layout': 'ints', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints',
-           'bias_layout': 'ints?', 'warpgroup': 'int?'}
+           'bias_layout': 'ints?', 'warpgroup': 'int?', 'group': 'int?'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
   FORMAT = '$out, $q, $k, $v?{ ($bias, $bias_layout)}, $smem, $head, $block, $lane?{, $lse} : type($out)'
@@ -522,13 +528,15 @@ class AttentionGradOp(Operation):
   `block_rows` queries (part 0: dq into out) or keys (part 1: dk into out, dv into out2) from `block` times that on,
   thread `lane` of its `threads`, its six tiles of block_rows rows in `smem`. q and g have `rows` rows a head, k and v
   `keys`, placed by their layouts as uop.attention's; lse and d (f32) and the outputs are contiguous, a head after
-  another, inside their buffers' declared sizes; the forward's bias, where it had one, as uop.attention's. Collective:
+  another, inside their buffers' declared sizes; the forward's bias, where it had one, as uop.attention's; `group` as
+  uop.attention's (part 1 then runs a work-group a k and v head, its gidx0 the k heads, summing the gradients of the
+  q heads of its group; dk and dv have heads / group heads a batch). Collective:
   every thread of the work-group takes part."""
   name = 'uop.attention_grad'
   OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'bias?', 'out', 'smem', 'head', 'block', 'lane', 'out2?')
   PRESENT_WITH = {'bias': 'bias_layout'}
   ATTRS = {'part': 'int', 'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
-           'threads': 'int', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints', 'g_layout': 'ints', 'bias_layout': 'ints?'}
+           'threads': 'int', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints', 'g_layout': 'ints', 'bias_layout': 'ints?', 'group': 'int?'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
   FORMAT = '$q, $k, $v, $g, $lse, $d?{ ($bias, $bias_layout)}, $out, $smem, $head, $block, $lane?{, $out2} : type($q)'
@@ -547,9 +555,10 @@ class AttentionGradOp(Operation):
     for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'threads'):
       if a[nm] < 1: raise self.error(f"{nm} must be positive, got {a[nm]}")
     if a['causal'] not in (0, 1): raise self.error(f"causal must be 0 or 1, got {a['causal']}")
-    nh = _attention_launch(self, (self.head, self.block, self.lane), 6 * a['block_rows'] * a['dim'])
+    group = a.get('group', 1)
+    nh = _attention_launch(self, (self.head, self.block, self.lane), 6 * a['block_rows'] * a['dim'], group if a['part'] == 1 else 1)
     need = _layout_ends(self, {'q': a['rows'], 'k': a['keys'], 'v': a['keys'], 'g': a['rows']}, nh) | _bias_end(self, nh)
-    need.update(lse=nh * a['rows'], d=nh * a['rows'], out=nh * (a['rows'] if a['part'] == 0 else a['keys']) * a['dim'])
+    need.update(lse=nh * a['rows'], d=nh * a['rows'], out=(nh * a['rows'] if a['part'] == 0 else nh // group * a['keys']) * a['dim'])
     if self.out2 is not None: need['out2'] = need['out']
     _check_sizes(self, need)
 

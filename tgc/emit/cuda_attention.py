@@ -136,20 +136,23 @@ __device__ __forceinline__ void tg_fa_ab_$NAME(float (*o)[4], const float (*p)[4
     }
   }
 }
-// a head's rows: layout {offset, b's stride, h's stride, a row's stride}, head = b * H + h
-#define TG_FA_HEAD(P, lay) (P + lay[0] + (size_t)(head / H) * lay[1] + (size_t)(head % H) * lay[2])
+// head hd's rows: layout {offset, b's stride, h's stride, a row's stride}, hd = b * H + h; this work-group's head's;
+// those of its k and v head, each of which serves `group` q heads (grouped-query attention)
+#define TG_FA_HEAD_AT(P, lay, hd) (P + lay[0] + (size_t)((hd) / H) * lay[1] + (size_t)((hd) % H) * lay[2])
+#define TG_FA_HEAD(P, lay) TG_FA_HEAD_AT(P, lay, head)
+#define TG_FA_KV(P, lay) (P + lay[0] + (size_t)(head / H) * lay[1] + (size_t)((head % H) / group) * lay[2])
 __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, $T* smem, int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, bool causal,
     const size_t* lo, const size_t* lq, const size_t* lk, const size_t* lv, float* __restrict__ LSE,
-    const $T* __restrict__ BIAS, const size_t* lbias, float inv_scale) {
+    const $T* __restrict__ BIAS, const size_t* lbias, float inv_scale, int group) {
   $T* sQ = smem;                // ROWS x HD
   $T* sK = sQ + $ROWS * $HD;    // 2 x 64 x HD
   $T* sV = sK + 2 * 64 * $HD;   // 2 x 64 x HD
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int q0 = (causal ? blocks - 1 - block : block) * $ROWS, w0 = q0 + warp * 16;  // w0: the warp's first query
   const $T* Qh = TG_FA_HEAD(Q, lq);
-  const $T* Kh = TG_FA_HEAD(K, lk);
-  const $T* Vh = TG_FA_HEAD(V, lv);
+  const $T* Kh = TG_FA_KV(K, lk);
+  const $T* Vh = TG_FA_KV(V, lv);
   const $T* Bh = BIAS != 0 ? TG_FA_HEAD(BIAS, lbias) : BIAS;  // (a null BIAS, the calls without one: the code folds away)
   const int all_tiles = (S + 63) / 64;
   const int n_tiles = causal ? min(all_tiles, (q0 + $ROWS + 63) / 64) : all_tiles;
@@ -281,12 +284,12 @@ __device__ __forceinline__ void tg_fa_store_$NAME($T* dst, const float (*o)[4], 
 __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE, const float* __restrict__ Dr, $T* smem,
     int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, float scale, bool causal,
-    const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias) {
+    const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias, int group) {
   $T* sQ = smem; $T* sG = sQ + 64 * $HD; $T* sK = sG + 64 * $HD; $T* sV = sK + 2 * 64 * $HD;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int q0 = (causal ? blocks - 1 - block : block) * 64;
-  const $T* Kh = TG_FA_HEAD(K, lk);
-  const $T* Vh = TG_FA_HEAD(V, lv);
+  const $T* Kh = TG_FA_KV(K, lk);
+  const $T* Vh = TG_FA_KV(V, lv);
   const $T* Bh = BIAS != 0 ? TG_FA_HEAD(BIAS, lbias) : BIAS;
   const int all_tiles = (S + 63) / 64;
   const int n_tiles = causal ? min(all_tiles, (q0 + 64 + 63) / 64) : all_tiles;
@@ -334,56 +337,62 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
 __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T* __restrict__ DV, const $T* __restrict__ Q,
     const $T* __restrict__ K, const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE,
     const float* __restrict__ Dr, $T* smem, int head, int block, int tid, int H, int L, int S, float scale_log2, float scale,
-    bool causal, const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias) {
+    bool causal, const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias, int group) {
+  // (head: a k and v head, b * H / group + h; the gradients of the `group` q heads it serves are summed here)
   $T* sK = smem; $T* sV = sK + 64 * $HD; $T* sQ = sV + 64 * $HD; $T* sG = sQ + 2 * 64 * $HD;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int k0 = block * 64;
-  const $T* Qh = TG_FA_HEAD(Q, lq);
-  const $T* Gh = TG_FA_HEAD(G, lg);
-  const $T* Bh = BIAS != 0 ? TG_FA_HEAD(BIAS, lbias) : BIAS;
+  const int k0 = block * 64, HK = H / group;
   const float inv_scale = 1.f / scale;
   const int first = causal ? k0 / 64 : 0, n_tiles = (L + 63) / 64;  // (causal: the queries before k0 see none of these keys)
-  tg_fa_tile_$NAME<64>(sK, TG_FA_HEAD(K, lk), lk[3], k0, S, tid);
-  tg_fa_tile_$NAME<64>(sV, TG_FA_HEAD(V, lv), lv[3], k0, S, tid);
+  tg_fa_tile_$NAME<64>(sK, K + lk[0] + (size_t)(head / HK) * lk[1] + (size_t)(head % HK) * lk[2], lk[3], k0, S, tid);
+  tg_fa_tile_$NAME<64>(sV, V + lv[0] + (size_t)(head / HK) * lv[1] + (size_t)(head % HK) * lv[2], lv[3], k0, S, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
-  tg_fa_pair_$NAME(sQ, Qh, lq[3], sG, Gh, lg[3], first * 64, L, first < n_tiles, tid);
   unsigned kf[$HD / 16][4], vf[$HD / 16][4];
-  tg_fa_rows_$NAME<64>(kf, sK, warp, lane);
-  tg_fa_rows_$NAME<64>(vf, sV, warp, lane);
   const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;
   float dk[$HD / 8][4], dv[$HD / 8][4];
   #pragma unroll
   for (int d = 0; d < $HD / 8; d++) dk[d][0] = dk[d][1] = dk[d][2] = dk[d][3] = dv[d][0] = dv[d][1] = dv[d][2] = dv[d][3] = 0.f;
-  const float* Lh = LSE + (size_t)head * L;
-  const float* Dh = Dr + (size_t)head * L;
-  for (int i = first; i < n_tiles; i++) {
-    const int buf = (i - first) & 1;
-    tg_fa_pair_$NAME(sQ + (buf ^ 1) * 64 * $HD, Qh, lq[3], sG + (buf ^ 1) * 64 * $HD, Gh, lg[3], (i + 1) * 64, L, i + 1 < n_tiles, tid);
-    const $T* qt = sQ + buf * 64 * $HD;
-    const $T* gt = sG + buf * 64 * $HD;
-    float st[8][4], dpt[8][4];  // the scores and do v^T transposed: the warp's keys the rows, the tile's queries the columns
-    tg_fa_abt_$NAME(st, kf, qt, lane);
-    tg_fa_abt_$NAME(dpt, vf, gt, lane);
-    #pragma unroll
-    for (int n = 0; n < 8; n++) {
+  for (int gi = 0; gi < group; gi++) {
+    const int qh = (head / HK) * H + (head % HK) * group + gi;  // (a q head of the group)
+    const $T* Qh = TG_FA_HEAD_AT(Q, lq, qh);
+    const $T* Gh = TG_FA_HEAD_AT(G, lg, qh);
+    const $T* Bh = BIAS != 0 ? TG_FA_HEAD_AT(BIAS, lbias, qh) : BIAS;
+    tg_fa_pair_$NAME(sQ, Qh, lq[3], sG, Gh, lg[3], first * 64, L, first < n_tiles, tid);  // (the group's first; k and v waited for)
+    if (gi == 0) {
+      tg_fa_rows_$NAME<64>(kf, sK, warp, lane);
+      tg_fa_rows_$NAME<64>(vf, sV, warp, lane);
+    }
+    const float* Lh = LSE + (size_t)qh * L;
+    const float* Dh = Dr + (size_t)qh * L;
+    for (int i = first; i < n_tiles; i++) {
+      const int buf = (i - first) & 1;
+      tg_fa_pair_$NAME(sQ + (buf ^ 1) * 64 * $HD, Qh, lq[3], sG + (buf ^ 1) * 64 * $HD, Gh, lg[3], (i + 1) * 64, L, i + 1 < n_tiles, tid);
+      const $T* qt = sQ + buf * 64 * $HD;
+      const $T* gt = sG + buf * 64 * $HD;
+      float st[8][4], dpt[8][4];  // the scores and do v^T transposed: the warp's keys the rows, the tile's queries the columns
+      tg_fa_abt_$NAME(st, kf, qt, lane);
+      tg_fa_abt_$NAME(dpt, vf, gt, lane);
       #pragma unroll
-      for (int c = 0; c < 2; c++) {
-        int col = i * 64 + n * 8 + 2 * t + c;
-        bool in = col < L;
-        float l2 = in ? tg_fa_lse2(Lh[col]) : 0.f, d = in ? Dh[col] : 0.f;
+      for (int n = 0; n < 8; n++) {
         #pragma unroll
-        for (int h = 0; h < 2; h++) {
-          int e = 2 * h + c, key = h ? key_b : key_a;
-          if (BIAS != 0 && in && key < S) st[n][e] = fmaf($TOF(Bh[(size_t)col * lbias[3] + (size_t)key * lbias[4]]), inv_scale, st[n][e]);
-          float p = (!in || (causal && key > col)) ? 0.f : exp2f(st[n][e] * scale_log2 - l2);
-          st[n][e] = p;
-          dpt[n][e] = p * (dpt[n][e] - d) * scale;  // ds^T
+        for (int c = 0; c < 2; c++) {
+          int col = i * 64 + n * 8 + 2 * t + c;
+          bool in = col < L;
+          float l2 = in ? tg_fa_lse2(Lh[col]) : 0.f, d = in ? Dh[col] : 0.f;
+          #pragma unroll
+          for (int h = 0; h < 2; h++) {
+            int e = 2 * h + c, key = h ? key_b : key_a;
+            if (BIAS != 0 && in && key < S) st[n][e] = fmaf($TOF(Bh[(size_t)col * lbias[3] + (size_t)key * lbias[4]]), inv_scale, st[n][e]);
+            float p = (!in || (causal && key > col)) ? 0.f : exp2f(st[n][e] * scale_log2 - l2);
+            st[n][e] = p;
+            dpt[n][e] = p * (dpt[n][e] - d) * scale;  // ds^T
+          }
         }
       }
+      tg_fa_ab_$NAME(dv, st, gt, lane);
+      tg_fa_ab_$NAME(dk, dpt, qt, lane);
+      __syncthreads();
     }
-    tg_fa_ab_$NAME(dv, st, gt, lane);
-    tg_fa_ab_$NAME(dk, dpt, qt, lane);
-    __syncthreads();
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   tg_fa_store_$NAME(DK + (size_t)head * S * $HD, dk, key_a, S, t);
@@ -454,7 +463,7 @@ def attention_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
   head = ', '.join(x[n] for n in ('out', 'q', 'k', 'v', 'smem', 'head', 'block', 'lane'))
   return _layouts(op, ('out', 'q', 'k', 'v')) + [
     f"tg_attention_{attention_name(dtype, a['dim'], a['block_rows'], a.get('warpgroup', 0))}({head}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
-    f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lout, tg_lq, tg_lk, tg_lv, {x.get('lse', '(float*)0')}, {_bias(dtype, x)}, {1 / float(a['scale'])!r}f);"]
+    f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lout, tg_lq, tg_lk, tg_lv, {x.get('lse', '(float*)0')}, {_bias(dtype, x)}, {1 / float(a['scale'])!r}f, {a.get('group', 1)});"]
 
 
 def attention_grad_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
@@ -464,8 +473,8 @@ def attention_grad_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
   name, flags = attention_name(dtype, a['dim'], KEY_ROWS), f"{float(a['scale']) * math.log2(math.e)!r}f, {float(a['scale'])!r}f, {'true' if a['causal'] else 'false'}"
   ins = ', '.join(x[n] for n in ('q', 'k', 'v', 'g', 'lse', 'd', 'smem', 'head', 'block', 'lane'))
   tail = f"{a['heads']}, {a['rows']}, {a['keys']}"
-  if a['part'] == 0: call = f"tg_attention_dq_{name}({x['out']}, {ins}, {tail}, {blocks}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)});"
-  else: call = f"tg_attention_dkdv_{name}({x['out']}, {x['out2']}, {ins}, {tail}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)});"
+  if a['part'] == 0: call = f"tg_attention_dq_{name}({x['out']}, {ins}, {tail}, {blocks}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {a.get('group', 1)});"
+  else: call = f"tg_attention_dkdv_{name}({x['out']}, {x['out2']}, {ins}, {tail}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {a.get('group', 1)});"
   return _layouts(op, ('q', 'k', 'v', 'g')) + [call]
 
 

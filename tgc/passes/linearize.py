@@ -871,6 +871,7 @@ class _WholeKernel:
   def __init__(self, k: Operation, spec: DeviceSpec, fused, what: str):
     self.k, self.op, self.fa = k, k.body.ops[0], spec.target.attention
     (self.B, self.H, self.L, self.E), self.S, self.dt = self.op.attrs['q_view'].shape, self.op.attrs['k_view'].shape[2], self.op.q.type.dtype
+    self.group = self.H // self.op.attrs['k_view'].shape[1]  # (q heads a k and v head: grouped-query attention)
     if self.fa is None or not fused(self.dt, self.E, self.E):
       raise OptError(f"the {spec.name} target has no fused attention {what} for {self.dt} heads of {self.E} (on this device)")
     self.loc, self.ops = self.op.loc, []
@@ -921,7 +922,7 @@ def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
   layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('out', 'q', 'k', 'v'), views)} | _bias_layout(op)
   emit('attention', bufs + [smem] + idx + ([glob[op.lse]] if op.lse is not None else []), None, {'causal': op.causal, 'scale': op.attrs['scale'], 'heads': H, 'rows': L, 'keys': S, 'dim': E,
                                                  'block_rows': rows, 'threads': threads, 'key_rows': fa.key_rows, **layouts,
-                                                 **({'warpgroup': 1} if wg else {})})
+                                                 **({'warpgroup': 1} if wg else {}), **({'group': b.group} if b.group > 1 else {})})
   return b.func((B * H, blocks), (threads,))
 
 
@@ -934,13 +935,13 @@ def linearize_attention_grad(k: Operation, spec: DeviceSpec) -> Operation:
   B, H, L, S, E, dt = b.B, b.H, b.L, b.S, b.E, b.dt
   rows, threads = fa.key_rows, 2 * fa.key_rows  # (64 rows a work-group, a warp a 16)
   smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': 6 * rows * E, 'align': 128})
-  blocks = -(-(L if op.part == 0 else S) // rows)
-  idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', B * H), ('gidx1', blocks), ('lidx0', threads))]
+  blocks, heads = -(-(L if op.part == 0 else S) // rows), B * H // (b.group if op.part == 1 else 1)  # (dk, dv: a k head a work-group)
+  idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', heads), ('gidx1', blocks), ('lidx0', threads))]
   layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('q', 'k', 'v', 'g'), views)} | _bias_layout(op)
   emit('attention_grad', [glob[a] for a in op.operands[:6]] + ([glob[op.bias]] if op.bias is not None else []) + [glob[op.out]] + [smem] + idx + ([glob[op.out2]] if op.out2 is not None else []), None,
        {'causal': op.causal, 'scale': op.attrs['scale'], 'part': op.part, 'heads': H, 'rows': L, 'keys': S, 'dim': E, 'block_rows': rows,
-        'threads': threads, **layouts})
-  return b.func((B * H, blocks), (threads,))
+        'threads': threads, **layouts, **({'group': b.group} if b.group > 1 else {})})
+  return b.func((heads, blocks), (threads,))
 
 
 class Linearize(Pass):
