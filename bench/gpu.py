@@ -49,6 +49,8 @@ def rows(scale: float):
     'sdpa causal f16 s8k': ([(1, 16, sq * 8, 64)] * 3, 'float16', _tgc_sdpa(True), _torch_sdpa(True), 4 * 16 * (sq * 8) ** 2 * 64, 'TFLOP/s'),
     # with attn_mask: a boolean padding mask (batch, 1, 1, keys: about 2 % of the keys hidden, made from k on the
     # device in both), an added bias of every score of each head (ALiBi's, T5's): flops as the unmasked rows'
+    # grouped-query attention (enable_gqa): 16 query heads, 4 key and value heads (read once a group, not repeated)
+    'sdpa causal f16 gqa': ([(nb8, 16, sq, 64), (nb8, 4, sq, 64), (nb8, 4, sq, 64)], 'float16', _tgc_sdpa(True, gqa=True), _torch_sdpa(True, gqa=True), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'sdpa f16 padding mask': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(False, mask='padding'), _torch_sdpa(False, mask='padding'), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'sdpa f16 head bias': ([(nb8, 16, sq, 64)] * 3 + [(1, 16, sq, sq)], 'float16', _tgc_sdpa(False, mask='bias'), _torch_sdpa(False, mask='bias'), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     # forward and backward (the gradients of q, k and v of out.sum(); flops of the forward's products and the
@@ -115,9 +117,10 @@ def _sdpa_mask(kind: str, k, bias):
   return bias if kind == 'bias' else k[:, 0:1, :, 0:1].transpose(-2, -1) > -2.0
 
 
-def _tgc_sdpa(causal: bool, grad: bool = False, mask: str = ''):
+def _tgc_sdpa(causal: bool, grad: bool = False, mask: str = '', gqa: bool = False):
   def call(q, k, v, bias=None):
     if mask: return q.scaled_dot_product_attention(k, v, attn_mask=_sdpa_mask(mask, k, bias))
+    if gqa: return q.scaled_dot_product_attention(k, v, is_causal=causal, enable_gqa=True)
     if not grad: return q.scaled_dot_product_attention(k, v, is_causal=causal)
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     q.scaled_dot_product_attention(k, v, is_causal=causal).sum().backward()
@@ -125,10 +128,11 @@ def _tgc_sdpa(causal: bool, grad: bool = False, mask: str = ''):
   return call
 
 
-def _torch_sdpa(causal: bool, grad: bool = False, mask: str = ''):
+def _torch_sdpa(causal: bool, grad: bool = False, mask: str = '', gqa: bool = False):
   def call(q, k, v, bias=None):
     import torch.nn.functional as F
     if mask: return F.scaled_dot_product_attention(q, k, v, attn_mask=_sdpa_mask(mask, k, bias))
+    if gqa: return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
     if not grad: return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     F.scaled_dot_product_attention(q, k, v, is_causal=causal).sum().backward()
