@@ -56,6 +56,7 @@ def rows(scale: float):
     # forward and backward (the gradients of q, k and v of out.sum(); flops of the forward's products and the
     # backward's four, unmasked: 2.5 times the forward's), dq compared
     'sdpa causal f16 fwd+bwd': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(True, grad=True), _torch_sdpa(True, grad=True), 10 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
+    'sdpa causal bf16 d128 fwd+bwd': ([(nb8 // 2 or 1, 16, sq, 128)] * 3, 'bfloat16', _tgc_sdpa(True, grad=True), _torch_sdpa(True, grad=True), 10 * (nb8 // 2 or 1) * 16 * sq * sq * 128, 'TFLOP/s'),
     'matmul f32': ([(mm, mm), (mm, mm)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     # f32 on the tensor cores as TF32 where each is asked to (tgc.set_float32_matmul_precision('high'), torch's
     # allow_tf32=True), both within the call alone

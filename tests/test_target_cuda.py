@@ -548,7 +548,7 @@ def test_staged_tiles_beyond_static_shared_memory(warpgroup):
   offsets, total = shared_layout(f)
   assert dynamic_shared_bytes(f) == total > 48 << 10 and len(offsets) == 2
   src = render_cuda(m)
-  assert f'extern __shared__ __align__({1024 if warpgroup else 16}) unsigned char tg_shared[];' in src and 'cp.async.cg.shared.global' in src
+  assert f'extern __shared__ __align__(1024) unsigned char tg_shared[];' in src and 'cp.async.cg.shared.global' in src
   # (a warpgroup keeps one step's wgmmas running past its end: its copies run a step less ahead)
   assert f'cp.async.wait_group {1 if warpgroup else 2};' in src and src.count('__syncthreads();') == 1
   assert ('wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16' in src) == warpgroup and ('mma.sync.aligned' in src) != warpgroup

@@ -133,7 +133,7 @@ register_target(Target('cuda', 'gpu', 'tgc.emit.cuda:render_cuda', max_upcast=8,
                        local_memory=48 << 10, local_memory_optin=227 << 10, devectorize=8, device='CUDA', fp_contract=True, async_copy=True, warp_size=32, shuffle_bytes=(2, 4, 8),
                        max_grid=(2**31 - 1, 65535, 65535),
                        tensor_cores=TensorCores((16, 8, 16), (8, 4, 4), (('f16', 'f32'), ('f16', 'f16'), ('bf16', 'f32')), ldmatrix=True, warpgroup=True, tf32=True),  # mma.sync m16n8k16, wgmma
-                       attention=FusedAttention(('f16', 'bf16'), (64, 128), ((64, 128), (128, 256)), grad_head_dims=(64,))))  # (tgc/emit/cuda_attention.py: a warp a 16 rows)
+                       attention=FusedAttention(('f16', 'bf16'), (64, 128), ((64, 128), (128, 256)), grad_head_dims=(64, 128))))  # (tgc/emit/cuda_attention.py: a warp a 16 rows)
 # (PoCL's OpenCL C builtins are built for 256-bit vectors: on an AVX-512 host, an AMD EPYC here, a float16 vload or
 # sqrt and a double8 vstore abort its LLVM ("Do not know how to scalarize this operator's operand"))
 register_target(Target('opencl', 'gpu', 'tgc.emit.opencl:render_opencl', max_upcast=4, max_threads=256, local_memory=32 << 10,

@@ -12,6 +12,7 @@ from tgc.dialects.uop import shared_layout
 from tgc.emit.cuda_attention import attention_functions, attention_call, attention_grad_call, BLOCKS, KEY_ROWS, GRAD_DIMS
 
 STATIC_SHARED = 48 << 10  # the shared memory a kernel's static arrays may take; beyond it a launch asks for it
+MOST_SHARED_ALIGN = 1024  # the dynamic shared memory's declared alignment (wgmma's 128-byte swizzled tiles ask it)
 
 _AS_INT = {'f32': ('__float_as_int', '__int_as_float'), 'f64': ('__double_as_longlong', '__longlong_as_double'),
            'f16': ('__half_as_short', '__short_as_half'), 'bf16': ('__bfloat16_as_short', '__short_as_bfloat16')}
@@ -47,8 +48,10 @@ class CUDALang(Lang):
     offsets, total = shared_layout(k.fn)
     al = op.attrs.get('align', 16)  # (16: float4 reads of a tile; wgmma's swizzled tiles 1024)
     if total <= STATIC_SHARED: return f"__shared__ __align__({al}) {dt} {sym}[{op.attrs['size']}];"
-    # more than a static array may take: carved from the dynamic shared memory the launch sizes (dynamic_shared_bytes)
-    most = max(o.attrs.get('align', 16) for o in k.fn.body.ops if o.name == 'uop.define_local')
+    # more than a static array may take: carved from the dynamic shared memory the launch sizes (dynamic_shared_bytes);
+    # declared aligned as wgmma's swizzled tiles ask (or more where a tile asks more), the same in every kernel of a
+    # module (nvcc warns where two declarations of it differ)
+    most = max([MOST_SHARED_ALIGN] + [o.attrs.get('align', 16) for o in k.fn.body.ops if o.name == 'uop.define_local'])
     first = f"extern __shared__ __align__({most}) unsigned char tg_shared[]; " if offsets[sym] == min(offsets.values()) else ''
     return f"{first}{dt}* {sym} = ({dt}*)(tg_shared + {offsets[sym]});"
   def render_barrier(self, k, op): return '__syncthreads();'

@@ -104,20 +104,35 @@ template <int R> __device__ __forceinline__ void tg_fa_rows_$NAME(unsigned (*f)[
     tg_fa_ldsm(f[kk], TG_FA_AT(tile, R, r, c, $HD));
   }
 }
-// s = A tile^T: the warp's 16 rows against the tile's 64 rows
+// s += A tile^T over the head's 16 columns from 16 kk: the warp's 16 rows (a: their A fragment there) against the
+// tile's 64 rows
+__device__ __forceinline__ void tg_fa_abt_step_$NAME(float (*s)[4], const unsigned* a, const $T* tile, int kk, int lane) {
+  #pragma unroll
+  for (int n2 = 0; n2 < 4; n2++) {
+    int r = n2 * 16 + (lane / 16) * 8 + (lane % 8), c = kk * 2 + (lane / 8) % 2;
+    unsigned b[4];
+    tg_fa_ldsm(b, TG_FA_AT(tile, 64, r, c, $HD));
+    tg_fa_mma_$NAME(s[2 * n2], a, b[0], b[1]);
+    tg_fa_mma_$NAME(s[2 * n2 + 1], a, b[2], b[3]);
+  }
+}
+// s = A tile^T: the warp's 16 rows (their fragments, tg_fa_rows) against the tile's 64 rows
 __device__ __forceinline__ void tg_fa_abt_$NAME(float (*s)[4], const unsigned (*a)[4], const $T* tile, int lane) {
   #pragma unroll
   for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
   #pragma unroll
+  for (int kk = 0; kk < $HD / 16; kk++) tg_fa_abt_step_$NAME(s, a[kk], tile, kk, lane);
+}
+// the same with the warp's rows read from their 64-row tile a 16 columns at a time (the backward's heads of 128: the
+// fragments of two 16-row operands would not stay in registers beside its accumulators)
+__device__ __forceinline__ void tg_fa_abts_$NAME(float (*s)[4], const $T* atile, int warp, const $T* tile, int lane) {
+  #pragma unroll
+  for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+  #pragma unroll
   for (int kk = 0; kk < $HD / 16; kk++) {
-    #pragma unroll
-    for (int n2 = 0; n2 < 4; n2++) {
-      int r = n2 * 16 + (lane / 16) * 8 + (lane % 8), c = kk * 2 + (lane / 8) % 2;
-      unsigned b[4];
-      tg_fa_ldsm(b, TG_FA_AT(tile, 64, r, c, $HD));
-      tg_fa_mma_$NAME(s[2 * n2], a[kk], b[0], b[1]);
-      tg_fa_mma_$NAME(s[2 * n2 + 1], a[kk], b[2], b[3]);
-    }
+    unsigned a[4];
+    tg_fa_ldsm(a, TG_FA_AT(atile, 64, warp * 16 + (lane % 16), kk * 2 + lane / 16, $HD));
+    tg_fa_abt_step_$NAME(s, a, tile, kk, lane);
   }
 }
 // o += p tile: p (16 x 64, accumulators) rounded to T as A fragments, the tile's 64 rows the sum's
@@ -297,9 +312,11 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
   tg_fa_tile_$NAME<64>(sG, TG_FA_HEAD(G, lg), lg[3], q0, L, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
   tg_fa_pair_$NAME(sK, Kh, lk[3], sV, Vh, lv[3], 0, S, true, tid);
+#if $HD <= 64  // (q's and the output gradient's rows as fragments in registers; heads of 128 read them from their tiles)
   unsigned qf[$HD / 16][4], gf[$HD / 16][4];
   tg_fa_rows_$NAME<64>(qf, sQ, warp, lane);
   tg_fa_rows_$NAME<64>(gf, sG, warp, lane);
+#endif
   const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
   const float la = row_a < L ? tg_fa_lse2(LSE[(size_t)head * L + row_a]) : 0.f, lb = row_b < L ? tg_fa_lse2(LSE[(size_t)head * L + row_b]) : 0.f;
   const float da = row_a < L ? Dr[(size_t)head * L + row_a] : 0.f, db = row_b < L ? Dr[(size_t)head * L + row_b] : 0.f;
@@ -312,8 +329,13 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
     const $T* kt = sK + buf * 64 * $HD;
     float s[8][4], dp[8][4], bv[8][4];
     if (BIAS != 0) tg_fa_bias_$NAME(bv, Bh, lbias, j * 64, row_a, L, S, t, 1.f / scale);
+#if $HD <= 64
     tg_fa_abt_$NAME(s, qf, kt, lane);
     tg_fa_abt_$NAME(dp, gf, sV + buf * 64 * $HD, lane);
+#else
+    tg_fa_abts_$NAME(s, sQ, warp, kt, lane);
+    tg_fa_abts_$NAME(dp, sG, warp, sV + buf * 64 * $HD, lane);
+#endif
     if (BIAS != 0) {
       #pragma unroll
       for (int n = 0; n < 8; n++) { s[n][0] += bv[n][0]; s[n][1] += bv[n][1]; s[n][2] += bv[n][2]; s[n][3] += bv[n][3]; }
@@ -347,7 +369,9 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
   tg_fa_tile_$NAME<64>(sK, K + lk[0] + (size_t)(head / HK) * lk[1] + (size_t)(head % HK) * lk[2], lk[3], k0, S, tid);
   tg_fa_tile_$NAME<64>(sV, V + lv[0] + (size_t)(head / HK) * lv[1] + (size_t)(head % HK) * lv[2], lv[3], k0, S, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
+#if $HD <= 64  // (k's and v's rows as fragments in registers; heads of 128 read them from their tiles)
   unsigned kf[$HD / 16][4], vf[$HD / 16][4];
+#endif
   const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;
   float dk[$HD / 8][4], dv[$HD / 8][4];
   #pragma unroll
@@ -358,10 +382,12 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
     const $T* Gh = TG_FA_HEAD_AT(G, lg, qh);
     const $T* Bh = BIAS != 0 ? TG_FA_HEAD_AT(BIAS, lbias, qh) : BIAS;
     tg_fa_pair_$NAME(sQ, Qh, lq[3], sG, Gh, lg[3], first * 64, L, first < n_tiles, tid);  // (the group's first; k and v waited for)
+#if $HD <= 64
     if (gi == 0) {
       tg_fa_rows_$NAME<64>(kf, sK, warp, lane);
       tg_fa_rows_$NAME<64>(vf, sV, warp, lane);
     }
+#endif
     const float* Lh = LSE + (size_t)qh * L;
     const float* Dh = Dr + (size_t)qh * L;
     for (int i = first; i < n_tiles; i++) {
@@ -370,8 +396,13 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
       const $T* qt = sQ + buf * 64 * $HD;
       const $T* gt = sG + buf * 64 * $HD;
       float st[8][4], dpt[8][4];  // the scores and do v^T transposed: the warp's keys the rows, the tile's queries the columns
+#if $HD <= 64
       tg_fa_abt_$NAME(st, kf, qt, lane);
       tg_fa_abt_$NAME(dpt, vf, gt, lane);
+#else
+      tg_fa_abts_$NAME(st, sK, warp, qt, lane);
+      tg_fa_abts_$NAME(dpt, sV, warp, gt, lane);
+#endif
       #pragma unroll
       for (int n = 0; n < 8; n++) {
         #pragma unroll
@@ -423,7 +454,7 @@ _TYPES = {'f16': ('half', '__half2', '__floats2half2_rn', 'f16', '__half2float',
 
 BLOCKS = ((64, 128), (128, 256))  # the work-groups it comes in, (queries, threads): uop.attention's block_rows, threads
 KEY_ROWS = 64                     # the keys a tile (uop.attention's key_rows); the backward's work-groups take as many
-GRAD_DIMS = (64,)                 # the head sizes of the backward's kernels
+GRAD_DIMS = (64, 128)             # the head sizes of the backward's kernels
 
 
 def attention_name(dtype: str, head_dim: int, rows: int, warpgroup: int = 0) -> str:
