@@ -126,6 +126,29 @@ def test_grouped_query_attention_and_its_gradients(causal):
   for got, t in zip(gs, ts): np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize('boolean', [True, False])
+def test_sdpa_with_a_mask_on_the_cpu(boolean):
+  """The Tensor API's scaled_dot_product_attention with attn_mask where no fused kernel runs it (the composite): a
+  query row the mask hides every key from gives 0 and no NaN in any gradient (torch's math), against torch's,
+  the gradients of q, k, v and of a float mask too; enable_gqa beside it."""
+  import tgc
+  rng = np.random.default_rng(12)
+  q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 4, 6, 8), (2, 2, 5, 8), (2, 2, 5, 8)))
+  mask = rng.random((2, 1, 6, 5)) > 0.4 if boolean else rng.standard_normal((2, 1, 6, 5)).astype(np.float32)
+  if boolean: mask[:, :, 2] = False
+  else: mask[:, :, 2] = -np.inf
+  xs = [tgc.Tensor(a, requires_grad=True) for a in (q, k, v)] + [tgc.Tensor(mask, requires_grad=not boolean)]
+  out = xs[0].scaled_dot_product_attention(xs[1], xs[2], attn_mask=xs[3], enable_gqa=True)
+  (out * out).sum().backward()
+  ts = [torch.tensor(a, requires_grad=True) for a in (q, k, v)] + [torch.tensor(mask, requires_grad=not boolean)]
+  ref = torch.nn.functional.scaled_dot_product_attention(*ts[:3], attn_mask=ts[3], enable_gqa=True)
+  (ref * ref).sum().backward()
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+  assert not np.abs(out.numpy()[:, :, 2]).any()
+  for x, t in zip(xs, ts):
+    if t.requires_grad: np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_self_attention_gradient_sums_each_use_once():
   """attention(x, x, x): x's gradient is the sum of its three uses' (not three times that sum)."""
   rng = np.random.default_rng(6)
