@@ -12,7 +12,10 @@ scale is positive) and sum of each row live in the registers of the 4 threads th
 one fma and one ex2 an element, the output's accumulators are rescaled when a row's max grows, and the probabilities'
 accumulators, rounded to the input type, are directly the A fragments of P V. Rows are masked past the keys (and,
 causal, where a key comes after the query); with causal masking the later blocks of queries, which see the most keys,
-run first.
+run first. A bias (an attention mask) is read from global memory through its layout, each thread's part of a tile
+loaded before the tile's products, and added to the raw scores over the scale; with grouped-query attention a q
+head reads the k and v head of its group. The backward's dq and dk/dv kernels (_GRAD) recompute the probabilities
+from the rows' log-sum-exp; the dk/dv kernel of a k head sums the gradients of its group's q heads.
 """
 from __future__ import annotations
 import math
