@@ -149,6 +149,20 @@ def test_sdpa_with_a_mask_on_the_cpu(boolean):
     if t.requires_grad: np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize('causal', [True, False])
+def test_sdpa_scale_keyword(causal):
+  """scale= (torch's keyword) in place of 1/sqrt(d), through the Tensor API, against torch's; a scale that is not a
+  finite number is an ArgumentError."""
+  import tgc
+  rng = np.random.default_rng(13)
+  q, k, v = (rng.standard_normal((2, 3, 5, 8)).astype(np.float32) for _ in range(3))
+  got = tgc.Tensor(q).scaled_dot_product_attention(tgc.Tensor(k), tgc.Tensor(v), is_causal=causal, scale=0.7).numpy()
+  want = torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)), is_causal=causal, scale=0.7).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match='scale must be a finite number'):  # (tgc.errors.ArgumentError)
+    tgc.Tensor(q).scaled_dot_product_attention(tgc.Tensor(k), tgc.Tensor(v), scale=float('nan'))
+
+
 def test_self_attention_gradient_sums_each_use_once():
   """attention(x, x, x): x's gradient is the sum of its three uses' (not three times that sum)."""
   rng = np.random.default_rng(6)

@@ -1330,7 +1330,7 @@ class Tensor(TensorAPI):
     if w.ndim == 1: r = r.reshape(r.shape[:-1])
     return r
 
-  def _attention(self, key, value, causal: bool, mask=None, gqa: bool = False):
+  def _attention(self, key, value, causal: bool, mask=None, gqa: bool = False, scale: float | None = None):
     """One tensor.attention where the device computes it as one kernel (its spec's fused_attention: the scores and
     probabilities never reach memory), else None: elsewhere the API's composite is the graph its kernels were tuned
     for. q, k and v of one dtype and batch shape (no broadcast), a key at least; a mask (boolean: where a key takes
@@ -1348,7 +1348,8 @@ class Tensor(TensorAPI):
       if mask.ndim > len(scores) or any(m not in (1, n) for m, n in zip(mask.shape[::-1], scores[::-1])): return None
       bias = mask.where(0.0, -math.inf) if mask.dtype.is_bool else mask
       operands += (bias.cast(q.dtype)._broadcast_to(scores),)
-    return q._new('attention', operands, q.shape[:-1] + v.shape[-1:], q.dtype, {'causal': int(causal), 'scale': 1 / math.sqrt(q.shape[-1])})
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return q._new('attention', operands, q.shape[:-1] + v.shape[-1:], q.dtype, {'causal': int(causal), 'scale': scale})
 
   @_graph_template
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
