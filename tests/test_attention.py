@@ -409,6 +409,19 @@ def test_attention_lse_matches_numpy():
   np.testing.assert_allclose(got[..., 0], np.log(np.exp(s).sum(-1)), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize('with_attention', [True, False])
+def test_attention_lse_on_gpu_matches_numpy(with_attention):
+  """On CUDA the rows' log-sum-exp stored beside the attention's output, and by a kernel that stores it alone
+  (lse_only: no P V, no output) where the graph has no attention of the same q and k."""
+  _cuda()
+  rng = np.random.default_rng(15)
+  q, k = (rng.standard_normal((2, 100, 64)).astype(np.float16) for _ in range(2))
+  *_, got = compile_module(I.parse(_lse_text((2, 100, 64), 'f16', with_attention)), 'CUDA')(q, k)
+  s = np.einsum('bie,bje->bij', q.astype(np.float64), k.astype(np.float64)) * 0.125
+  s = np.where(np.tril(np.ones((100, 100), bool)), s, -np.inf)
+  np.testing.assert_allclose(got[..., 0], np.log(np.exp(s).sum(-1)), rtol=2e-3, atol=2e-3)
+
+
 def test_cuda_attention_kernel_stores_the_lse_of_its_rows():
   """On cuda a tensor.attention_lse after the attention of the same q, k, causal and scale is stored by its kernel
   (kernel.attention's lse operand); without that attention (a backward whose forward's result is a buffer already)
@@ -419,5 +432,6 @@ def test_cuda_attention_kernel_stores_the_lse_of_its_rows():
     (k,) = m.functions('kernel.func')
     a = k.body.ops[0]
     assert a.name == 'kernel.attention' and a.lse is not None and a.lse.type.numel == 128
+    assert a.attrs.get('lse_only', 0) == (0 if with_attention else 1)  # (alone: its output unwritten, no P V)
     (launch,) = [op for op in m.functions('func.func')[0].body.ops if op.name == 'kernel.launch']
     assert (launch.operands[-1] is launch.operands[-2]) != with_attention  # (v is k)

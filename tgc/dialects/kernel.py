@@ -249,7 +249,8 @@ def _check_head_views(op, names, types):
 class AttentionOp(Operation):
   """`kernel.attention %out [view], %q [view], %k [view], %v [view] {causal = 1, scale = 0.125}` (` (%bias, [view])`
   after v's view: added to the scaled scores, read through its view of shape (B, H, L, S); `, %lse` at the end: it
-  also stores each query row's log-sum-exp of its scores, f32, B x H x L contiguous): a fused attention
+  also stores each query row's log-sum-exp of its scores, f32, B x H x L contiguous; with `lse_only = 1` that alone,
+  out left unwritten: a backward's log-sum-exp whose forward was computed before): a fused attention
   kernel, the whole body of its kernel.func (the target's FusedAttention writes it): out = softmax(q k^T * scale) v
   for each of B x H heads. Each buffer is read (out written) through one view of shape (B, H, rows, E), q and out L
   rows, k and v S (and H / G heads where each serves a group of G q heads: grouped-query attention), each row's E
@@ -259,11 +260,12 @@ class AttentionOp(Operation):
   name = 'kernel.attention'
   OPERANDS = ('out', 'q', 'k', 'v', 'bias?', 'lse?')
   PRESENT_WITH = {'bias': 'bias_view'}
-  ATTRS = {'out_view': 'views', 'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'bias_view': 'views?', 'causal': 'int', 'scale': 'number'}
+  ATTRS = {'out_view': 'views', 'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'bias_view': 'views?', 'causal': 'int', 'scale': 'number',
+           'lse_only': 'int?'}
   RESULTS = 0
   FORMAT = '$out $out_view, $q $q_view, $k $k_view, $v $v_view?{ ($bias, $bias_view)}?{, $lse} : type($out), type($q), type($k), type($v), type($bias)'
   @property
-  def written(self): return (self.out,) if self.lse is None else (self.out, self.lse)
+  def written(self): return (self.out,) if self.lse is None else (self.out, self.lse)  # (lse_only: out a scratch it may write)
   def views(self) -> list:
     """The four operands' single views (out, q, k, v)."""
     return [self.attrs[f'{n}_view'].views[0] for n in ('out', 'q', 'k', 'v')]
@@ -277,6 +279,8 @@ class AttentionOp(Operation):
       raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)} and v {list(v)} (B x H x rows x E, k and v alike, their heads dividing q's) and out {list(o)} (as q)")
     if k[2] == 0: raise self.error("needs at least one key")
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+    if self.attrs.get('lse_only', 0) not in (0, 1) or (self.attrs.get('lse_only') and self.lse is None):
+      raise self.error(f"lse_only = 1 stores the rows' log-sum-exp alone: it needs an lse operand, got lse_only = {self.attrs['lse_only']}{'' if self.lse is not None else ' and none'}")
     _check_bias(self, q, k)
     ov = self.views()[0]  # (each element of out written once, as a store's)
     step = 1

@@ -484,20 +484,22 @@ class AttentionOp(Operation):
   buffer's declared size. ` (%bias, [layout])` after v: added to the scaled scores, its bias_layout [offset, b's
   stride, h's stride, a query row's stride, a key's stride] placing its rows x keys a head. `, %lse` at the end: it also stores each query row's log-sum-exp of its scores (f32, at
   head * rows + row). `group = G`: each k and v head serves G q heads (grouped-query attention: k's and v's layouts
-  place heads / G heads a batch). `warpgroup = 1`: its products on warpgroup tensor cores (wgmma: 4 warps a 64 queries, 16 a
+  place heads / G heads a batch). `lse_only = 1`: it stores the lse alone (out unwritten, no P V). `warpgroup = 1`: its products on warpgroup tensor cores (wgmma: 4 warps a 64 queries, 16 a
   warp). Collective: every thread of the work-group takes part."""
   name = 'uop.attention'
   OPERANDS = ('out', 'q', 'k', 'v', 'bias?', 'smem', 'head', 'block', 'lane', 'lse?')
   PRESENT_WITH = {'bias': 'bias_layout'}
   ATTRS = {'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
            'key_rows': 'int', 'threads': 'int', 'out_layout': 'ints', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints',
-           'bias_layout': 'ints?', 'warpgroup': 'int?', 'group': 'int?'}
+           'bias_layout': 'ints?', 'warpgroup': 'int?', 'group': 'int?', 'lse_only': 'int?'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
   FORMAT = '$out, $q, $k, $v?{ ($bias, $bias_layout)}, $smem, $head, $block, $lane?{, $lse} : type($out)'
   @property
-  def written(self): return (self.out,) if self.lse is None else (self.out, self.lse)
+  def written(self): return (self.out,) if self.lse is None else (self.out, self.lse)  # (lse_only: out a scratch it may write)
   def verify(self):
+    if self.attrs.get('lse_only', 0) not in (0, 1) or (self.attrs.get('lse_only') and self.lse is None):
+      raise self.error(f"lse_only = 1 stores the rows' log-sum-exp alone: it needs an lse operand, got lse_only = {self.attrs['lse_only']}{'' if self.lse is not None else ' and none'}")
     ps = [_ptr(self, v, nm) for v, nm in zip((self.out, self.q, self.k, self.v, self.smem), ('out', 'q', 'k', 'v', 'smem'))]
     if any(p.local for p in ps[:4]) or not ps[4].local: raise self.error("reads q, k and v and writes out in global memory, its tiles in shared memory (smem)")
     if len({p.dtype for p in ps}) != 1 or ps[0].dtype not in (D.f16, D.bf16): raise self.error(f"needs f16 or bf16 buffers of one type, got {', '.join(map(str, ps))}")

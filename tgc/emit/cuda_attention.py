@@ -248,23 +248,25 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
         ps0 += s[n][0] + s[n][1]; ps1 += s[n][2] + s[n][3];
       }
       l0 = l0 * a0 + ps0; l1 = l1 * a1 + ps1;  // (this thread's part of the row sums: the quad's meet at the end)
-      if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
-        #pragma unroll
-        for (int d = 0; d < $HD / 8; d++) { o[d][0] *= a0; o[d][1] *= a0; o[d][2] *= a1; o[d][3] *= a1; }
-      }
+      if (O != 0) {  // (a null O, the calls that store the rows' log-sum-exp alone: no output, no P V; folds away)
+        if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
+          #pragma unroll
+          for (int d = 0; d < $HD / 8; d++) { o[d][0] *= a0; o[d][1] *= a0; o[d][2] *= a1; o[d][3] *= a1; }
+        }
 #if $WG
-      // O += P V: P from registers, V (keys x HD, HD contiguous: an MN-major operand) by descriptor
-      unsigned pa[4][4];
-      #pragma unroll
-      for (int kk = 0; kk < 4; kk++) tg_fa_pfrag_$NAME(pa[kk], s, kk);
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      #pragma unroll
-      for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(vt + kk * 16 * 64, 64 * 128, 1024));
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        // O += P V: P from registers, V (keys x HD, HD contiguous: an MN-major operand) by descriptor
+        unsigned pa[4][4];
+        #pragma unroll
+        for (int kk = 0; kk < 4; kk++) tg_fa_pfrag_$NAME(pa[kk], s, kk);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        #pragma unroll
+        for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(vt + kk * 16 * 64, 64 * 128, 1024));
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #else
-      tg_fa_ab_$NAME(o, s, vt, lane);  // O += P V
+        tg_fa_ab_$NAME(o, s, vt, lane);  // O += P V
 #endif
+      }
     }
     __syncthreads();  // (this tile's buffers are read: the copies two steps on may take them)
   }
@@ -276,6 +278,7 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
     if (row_a < L) LSE[(size_t)head * L + row_a] = l0 > 0.f ? (m0 * scale_log2 + log2f(l0)) * 0.6931471805599453f : -INFINITY;
     if (row_b < L) LSE[(size_t)head * L + row_b] = l1 > 0.f ? (m1 * scale_log2 + log2f(l1)) * 0.6931471805599453f : -INFINITY;
   }
+  if (O == 0) return;
   $T* Oh = TG_FA_HEAD(O, lo);
   #pragma unroll
   for (int d = 0; d < $HD / 8; d++) {
@@ -494,7 +497,8 @@ def attention_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
   its layouts as constant arrays, then the call."""
   a, x = op.attrs, args
   scale_log2 = float(a['scale']) * math.log2(math.e)
-  head = ', '.join(x[n] for n in ('out', 'q', 'k', 'v', 'smem', 'head', 'block', 'lane'))
+  out = f"({_TYPES[dtype][0]}*)0" if a.get('lse_only') else x['out']  # (its rows' log-sum-exp alone: no P V, no output)
+  head = ', '.join([out] + [x[n] for n in ('q', 'k', 'v', 'smem', 'head', 'block', 'lane')])
   return _layouts(op, ('out', 'q', 'k', 'v')) + [
     f"tg_attention_{attention_name(dtype, a['dim'], a['block_rows'], a.get('warpgroup', 0))}({head}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
     f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lout, tg_lq, tg_lk, tg_lv, {x.get('lse', '(float*)0')}, {_bias(dtype, x)}, {1 / float(a['scale'])!r}f, {a.get('group', 1)});"]

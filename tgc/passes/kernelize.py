@@ -662,7 +662,8 @@ class Scheduler:
     views = [_attention_view(out_vs, rt)] + views
     outs = [stored] + ([st['lse']] if 'lse' in st else [])
     args = [Value(BufType(v.type.shape, v.type.dtype), hint=f"data{i}") for i, v in enumerate(outs + inputs)]  # (outputs first)
-    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], **{f'{n}_view': vs for n, vs in zip(('out', 'q', 'k', 'v', 'bias'), views)}}
+    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], **{f'{n}_view': vs for n, vs in zip(('out', 'q', 'k', 'v', 'bias'), views)},
+             **({'lse_only': 1} if op.name == 'tensor.attention_lse' else {})}  # (its output a scratch buffer no one reads)
     operands = [args[0]] + args[len(outs):] + args[1:len(outs)]  # (out, q, k, v, the bias, then the lse)
     body = Block(args, [K('attention')(operands, [], attrs, op.loc)])
     B, H, L, E = views[1].shape

@@ -922,7 +922,8 @@ def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
   layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('out', 'q', 'k', 'v'), views)} | _bias_layout(op)
   emit('attention', bufs + [smem] + idx + ([glob[op.lse]] if op.lse is not None else []), None, {'causal': op.causal, 'scale': op.attrs['scale'], 'heads': H, 'rows': L, 'keys': S, 'dim': E,
                                                  'block_rows': rows, 'threads': threads, 'key_rows': fa.key_rows, **layouts,
-                                                 **({'warpgroup': 1} if wg else {}), **({'group': b.group} if b.group > 1 else {})})
+                                                 **({'warpgroup': 1} if wg else {}), **({'group': b.group} if b.group > 1 else {}),
+                                                 **({'lse_only': 1} if op.attrs.get('lse_only') else {})})
   return b.func((B * H, blocks), (threads,))
 
 
