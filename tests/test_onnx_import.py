@@ -359,3 +359,52 @@ def test_tool_fixes_an_input_value(tmp_path, rate, factor):
                    ('rate=1,2', '2 values for its shape []')):
     rc, _, err = tool('import_onnx_main', str(src), '--input-value', bad)
     assert rc == 1 and msg in err, err
+
+
+def _attention_model(attrs, shapes, mask=None, past=None, dt=T.FLOAT, qk_output=False):
+  """One ONNX Attention node (opset 23) on inputs Q, K, V (and M, the mask; PK, PV, the past), outputs Y (and
+  present_key, present_value with a past; qk_matmul_output where asked)."""
+  ins = [h.make_tensor_value_info(n, dt, s) for n, s in zip('QKV', shapes)]
+  names = ['Q', 'K', 'V']
+  if mask is not None: ins.append(h.make_tensor_value_info('M', mask[0], mask[1])); names.append('M')
+  elif past is not None: names.append('')
+  if past is not None:
+    ins += [h.make_tensor_value_info('PK', dt, past[0]), h.make_tensor_value_info('PV', dt, past[1])]; names += ['PK', 'PV']
+  outs = ['Y'] + (['present_key', 'present_value'] if past is not None or qk_output else []) + (['qk'] if qk_output else [])
+  g = h.make_graph([h.make_node('Attention', names, outs, **attrs)], 'attention', ins, [h.make_tensor_value_info(o, dt, None) for o in outs])
+  return h.make_model(g, opset_imports=[h.make_opsetid('', 23)])
+
+
+ATTENTION_CASES = [  # (attributes, q/k/v shapes, mask (type, shape), past k/v shapes): what sdpa takes, then what it does not
+  ({'is_causal': 1}, [(2, 4, 5, 8), (2, 2, 5, 8), (2, 2, 5, 8)], None, None),
+  ({}, [(2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 6)], (T.BOOL, (2, 1, 5, 7)), None),
+  ({'scale': 0.3}, [(2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8)], (T.FLOAT, (5, 7)), None),
+  ({'is_causal': 1}, [(1, 2, 3, 8), (1, 2, 3, 8), (1, 2, 3, 8)], (T.BOOL, (1, 1, 3, 7)), ((1, 2, 4, 8), (1, 2, 4, 8))),
+  ({'is_causal': 1}, [(1, 2, 3, 8), (1, 2, 3, 8), (1, 2, 3, 8)], (T.FLOAT, (3, 7)), ((1, 2, 4, 8), (1, 2, 4, 8))),
+  ({'q_num_heads': 4, 'kv_num_heads': 2, 'is_causal': 1}, [(2, 5, 32), (2, 5, 16), (2, 5, 16)], None, None),
+  ({'softcap': 2.0}, [(2, 4, 5, 8), (2, 2, 7, 8), (2, 2, 7, 8)], (T.BOOL, (2, 1, 5, 7)), None),
+]
+
+
+@pytest.mark.parametrize('attrs,shapes,mask,past', ATTENTION_CASES)
+def test_attention_op_matches_onnxruntime(attrs, shapes, mask, past, monkeypatch):
+  """ONNX's Attention against onnxruntime's, every output: through Tensor.scaled_dot_product_attention (so that a
+  device with fused attention kernels runs one; its mask, grouped heads, scale and a past's causal offset), or
+  ONNX's function body for a softcap; a row whose keys the mask hides all gives zeros, as onnxruntime's."""
+  ort = pytest.importorskip('onnxruntime')
+  calls = []
+  real = tgc.Tensor.scaled_dot_product_attention
+  monkeypatch.setattr(tgc.Tensor, 'scaled_dot_product_attention', lambda self, *a, **kw: calls.append(a) or real(self, *a, **kw))
+  m = _attention_model(attrs, shapes, mask, past)
+  rng = np.random.default_rng(16)
+  feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip('QKV', shapes)}
+  if mask is not None:
+    feeds['M'] = rng.random(mask[1]) > 0.3 if mask[0] == T.BOOL else rng.standard_normal(mask[1]).astype(np.float32)
+    if mask[0] == T.BOOL: feeds['M'][..., 1, :] = False
+  if past is not None: feeds['PK'], feeds['PV'] = (rng.standard_normal(s).astype(np.float32) for s in past)
+  want = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider']).run(None, feeds)
+  got = tgc.onnx.load(m)(**feeds)
+  got = got if isinstance(got, (list, tuple)) else [got]
+  assert len(got) == len(want)
+  for g, w in zip(got, want): np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-5)
+  assert bool(calls) == ('softcap' not in attrs)

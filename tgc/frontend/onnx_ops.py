@@ -393,6 +393,40 @@ def _gap(ctx, attrs, x): return x.mean(tuple(range(2, x.ndim)), keepdim=True)
 @op('GlobalMaxPool')
 def _gmp(ctx, attrs, x): return x.max(tuple(range(2, x.ndim)), keepdim=True)
 
+@op('Attention')
+def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None):
+  """ONNX's Attention (opset 23) as scaled_dot_product_attention, so that a device with fused attention kernels runs
+  it as one (its mask, grouped-query heads and scale too): 3-d inputs split into q_num_heads and kv_num_heads heads,
+  k and v after past_key and past_value (present_key, present_value), a causal mask aligned to the last keys where
+  there is a past (query i sees keys j <= i + the past's length) and composed with attn_mask. What sdpa does not
+  take (softcap, the qk_matmul_output, softmax_precision, a mask that does not broadcast to the scores) is ONNX's
+  own function body."""
+  outs = ctx.node.output
+  ins = [q, k, v, mask, past_k, past_v]
+  while ins[-1] is None: ins.pop()
+  if attrs.get('softcap', 0.0) or (len(outs) > 3 and outs[3]) or 'softmax_precision' in attrs or (past_k is None) != (past_v is None):
+    from tgc.frontend.onnx import _expand
+    return _expand(ctx, attrs, *ins)
+  three = q.ndim == 3
+  if three:  # (batch, rows, heads x head size) -> (batch, heads, rows, head size)
+    heads = lambda x, h: x.reshape(x.shape[0], x.shape[1], h, x.shape[2] // h).transpose(1, 2)
+    q, k, v = heads(q, attrs['q_num_heads']), heads(k, attrs['kv_num_heads']), heads(v, attrs['kv_num_heads'])
+  if past_k is not None: k, v = past_k.cat(k, dim=-2), past_v.cat(v, dim=-2)
+  L, S, past = q.shape[-2], k.shape[-2], 0 if past_k is None else past_k.shape[-2]
+  scores = q.shape[:-1] + (S,)
+  if mask is not None and (mask.ndim > len(scores) or any(m not in (1, n) for m, n in zip(mask.shape[::-1], scores[::-1]))):
+    from tgc.frontend.onnx import _expand
+    return _expand(ctx, attrs, *ins)
+  causal = bool(attrs.get('is_causal', 0))
+  if causal and (past or mask is not None):  # (the causal frontier as a mask of its own, composed with attn_mask)
+    seen = Tensor.ones(L, S, dtype=dtypes.bool, device=q.device).tril(past)
+    mask = seen if mask is None else (mask & seen) if mask.dtype == dtypes.bool else mask + seen.where(0.0, -math.inf).cast(mask.dtype)
+    causal = False
+  y = q.scaled_dot_product_attention(k, v, attn_mask=mask, is_causal=causal, enable_gqa=q.shape[-3] != k.shape[-3],
+                                     scale=attrs.get('scale'))
+  if three: y = y.transpose(1, 2).reshape(y.shape[0], L, -1)
+  return y, k, v
+
 @op('Softmax', 'LogSoftmax')
 def _softmax(ctx, attrs, x):
   f = Tensor.softmax if ctx.node.op_type == 'Softmax' else Tensor.log_softmax
