@@ -394,17 +394,19 @@ def _gap(ctx, attrs, x): return x.mean(tuple(range(2, x.ndim)), keepdim=True)
 def _gmp(ctx, attrs, x): return x.max(tuple(range(2, x.ndim)), keepdim=True)
 
 @op('Attention')
-def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None):
+def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
   """ONNX's Attention (opset 23) as scaled_dot_product_attention, so that a device with fused attention kernels runs
   it as one (its mask, grouped-query heads and scale too): 3-d inputs split into q_num_heads and kv_num_heads heads,
   k and v after past_key and past_value (present_key, present_value), a causal mask aligned to the last keys where
   there is a past (query i sees keys j <= i + the past's length) and composed with attn_mask. What sdpa does not
-  take (softcap, the qk_matmul_output, softmax_precision, a mask that does not broadcast to the scores) is ONNX's
-  own function body."""
+  take (softcap, the qk_matmul_output, softmax_precision, opset 24's nonpad_kv_seqlen, opset 25's windows, a mask
+  that does not broadcast to the scores) is ONNX's own function body."""
   outs = ctx.node.output
-  ins = [q, k, v, mask, past_k, past_v]
+  ins = [q, k, v, mask, past_k, past_v, *rest]
   while ins[-1] is None: ins.pop()
-  if attrs.get('softcap', 0.0) or (len(outs) > 3 and outs[3]) or 'softmax_precision' in attrs or (past_k is None) != (past_v is None):
+  windowed = attrs.get('left_window_size', -1) != -1 or attrs.get('right_window_size', -1) != -1
+  if attrs.get('softcap', 0.0) or (len(outs) > 3 and outs[3]) or 'softmax_precision' in attrs or (past_k is None) != (past_v is None) \
+     or any(x is not None for x in rest) or windowed:
     from tgc.frontend.onnx import _expand
     return _expand(ctx, attrs, *ins)
   three = q.ndim == 3
