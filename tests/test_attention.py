@@ -433,5 +433,6 @@ def test_cuda_attention_kernel_stores_the_lse_of_its_rows():
     a = k.body.ops[0]
     assert a.name == 'kernel.attention' and a.lse is not None and a.lse.type.numel == 128
     assert a.attrs.get('lse_only', 0) == (0 if with_attention else 1)  # (alone: its output unwritten, no P V)
+    assert str(k.sym_name).startswith('attn_causal' if with_attention else 'attn_lse_causal')
     (launch,) = [op for op in m.functions('func.func')[0].body.ops if op.name == 'kernel.launch']
     assert (launch.operands[-1] is launch.operands[-2]) != with_attention  # (v is k)

@@ -667,7 +667,7 @@ class Scheduler:
     operands = [args[0]] + args[len(outs):] + args[1:len(outs)]  # (out, q, k, v, the bias, then the lse)
     body = Block(args, [K('attention')(operands, [], attrs, op.loc)])
     B, H, L, E = views[1].shape
-    name = f"attn{'_causal' if op.causal else ''}{'_bias' if op.bias is not None else ''}_{B * H}_{L}_{views[2].shape[2]}_{E}"
+    name = f"attn{'_lse' if op.name == 'tensor.attention_lse' else ''}{'_causal' if op.causal else ''}{'_bias' if op.bias is not None else ''}_{B * H}_{L}_{views[2].shape[2]}_{E}"
     return K('func')([], [], {'sym_name': Symbol('k')}, op.loc, body), inputs, name, outs
 
   def attention_grad_kernel(self, root: Value):
