@@ -3,8 +3,9 @@
 `python -m fuzz.tensor --seed 1 --seconds 600 --out fuzz-out`. A program is a list of steps, each making one value
 from earlier ones: inputs (0-d to 5-d, odd and size-1 axes, now and then an empty one, every dtype), elementwise
 ops with broadcasting (a division by an input drawn away from zero among them), casts, comparisons and where, movement chains (reshape, permute, expand, pad, shrink,
-flip), reductions (sum, max, min, mean, argmax), scans (cumsum, cummax), matmul, and realized intermediates that several later steps
-read. Each program runs on CPU, C, INTERP, OPENCL (where pyopencl finds a platform) and CUDA (where present), and
+flip), reductions (sum, max, min, mean, argmax), scans (cumsum, cummax), matmul, scaled_dot_product_attention (causal,
+a boolean or added mask that broadcasts, grouped key heads, a scale), and realized intermediates that several later
+steps read. Each program runs on CPU, C, INTERP, OPENCL (where pyopencl finds a platform) and CUDA (where present), and
 each result is checked against numpy: exactly for integers and bools, within a tolerance fitting the dtype
 (relative to a bound on the values the generator keeps) for floats. A float feeds a cast to an integer, a
 comparison or an argmax only where it is exact (an input, or what movement, neg, abs, max and min make of one),
@@ -84,7 +85,7 @@ def _step(r, vals, steps):
   a = vals[i]
   k, nd = a.kind, len(a.shape)
   choice = r.choice(('unary', 'unary', 'binary', 'binary', 'binary', 'cast', 'cmp', 'where', 'reshape', 'permute', 'expand',
-                     'pad', 'shrink', 'flip', 'reduce', 'reduce', 'scan', 'matmul', 'realize', 'contiguous', 'input', 'scalar'))
+                     'pad', 'shrink', 'flip', 'reduce', 'reduce', 'scan', 'matmul', 'attention', 'realize', 'contiguous', 'input', 'scalar'))
   cap = FLOAT_CAP.get(a.dtype, 1e18)
   def add(op, src, arg, shape, dtype, bound, exact):
     steps.append({'op': op, 'src': src, 'arg': arg}); vals.append(_V(shape, dtype, bound, exact))
@@ -199,6 +200,20 @@ def _step(r, vals, steps):
     j = _input(r, vals, steps, [a.shape[-1], n], a.dtype)
     bound = a.bound * 2.0 * a.shape[-1]
     if bound < cap: add('matmul', [i, j], None, list(a.shape[:-1]) + [n], a.dtype, bound, False)
+    return
+  if choice == 'attention' and k == 'f' and nd in (2, 3, 4) and a.numel and a.bound <= 4:
+    # q (..., L, E) against new k and v inputs of S keys (k's and v's heads, axis -3, a divisor of q's where grouped);
+    # its output a convex combination of v's rows: |out| <= v's bound (0 for a row the mask hides every key from)
+    batch, S, ev = list(a.shape[:-2]), r.choice((1, 2, 5, 9, 16)), r.choice((1, 3, 8))
+    gqa = nd == 4 and batch[-1] > 1 and r.random() < 0.4
+    kb = batch[:-1] + [r.choice([d for d in range(1, batch[-1]) if batch[-1] % d == 0] or [1])] if gqa else batch
+    src = [i, _input(r, vals, steps, kb + [S, a.shape[-1]], a.dtype), _input(r, vals, steps, kb + [S, ev], a.dtype)]
+    mode = r.choice(('none', 'causal', 'bool', 'float'))
+    if mode in ('bool', 'float'):
+      scores = batch + [a.shape[-2], S]
+      shape = [1 if r.random() < 0.5 else d for d in scores][r.randrange(len(scores) + 1) if r.random() < 0.3 else 0:]
+      src.append(_input(r, vals, steps, shape, 'bool' if mode == 'bool' else a.dtype))
+    add('attention', src, [mode == 'causal', gqa, r.choice((None, 0.5, 0.125))], batch + [a.shape[-2], ev], a.dtype, vals[src[2]].bound, False)
     return
   if choice in ('realize', 'contiguous'): add(choice, [i], None, a.shape, a.dtype, a.bound, a.exact)
 
@@ -354,6 +369,17 @@ def _numpy_eval(steps, upto=None):
     elif op == 'shrink': v = src[0][tuple(slice(a, b) for a, b in arg)]
     elif op == 'flip': v = np.flip(src[0], arg)
     elif op == 'matmul': v = _round(src[0] @ src[1], dt)
+    elif op == 'attention':  # (in float64; a row that sees no key: 0, as torch's math)
+      causal, gqa, sc = arg
+      q, kk, vv = (x.astype(np.float64) for x in src[:3])
+      if gqa: kk, vv = (np.repeat(x, q.shape[-3] // x.shape[-3], axis=-3) for x in (kk, vv))
+      s = q @ np.swapaxes(kk, -1, -2) * (1 / math.sqrt(q.shape[-1]) if sc is None else sc)
+      if causal: s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+      if len(src) > 3: s = np.where(src[3], s, -np.inf) if src[3].dtype == np.bool_ else s + src[3].astype(np.float64)
+      mx = s.max(-1, keepdims=True)
+      e = np.exp(s - np.where(np.isneginf(mx), 0, mx))
+      ss = e.sum(-1, keepdims=True)
+      v = _round((e @ vv) / np.where(ss > 0, ss, 1), dt)
     elif op in ('realize', 'contiguous'): v = src[0]
     elif op == 'reduce':
       kind, axes, keep = arg
@@ -420,6 +446,8 @@ def _tgc_eval(steps, outs, device):
     elif op == 'shrink': v = x.shrink(tuple(tuple(b) for b in arg))
     elif op == 'flip': v = x.flip(tuple(arg))
     elif op == 'matmul': v = x @ src[1]
+    elif op == 'attention':
+      v = x.scaled_dot_product_attention(src[1], src[2], attn_mask=src[3] if len(src) > 3 else None, is_causal=arg[0], enable_gqa=arg[1], scale=arg[2])
     elif op == 'realize': v = x.realize()
     elif op == 'contiguous': v = x.contiguous()
     elif op == 'reduce':
