@@ -554,9 +554,6 @@ class TensorAPI:
       key, value = key.repeat_interleave(hq // hk, dim=-3), value.repeat_interleave(hq // hv, dim=-3)
     q = self
     if (fused := q._attention(key, value, is_causal, attn_mask, scale=scale)) is not None: return fused
-    if q.dtype.is_float and q.dtype.itemsize < 4:  # (half floats: the scores, softmax and product in f32, the result rounded once, as the fused kernel's)
-      m = attn_mask if attn_mask is None or attn_mask.dtype.is_bool else attn_mask.float()
-      return q.float().scaled_dot_product_attention(key.float(), value.float(), m, is_causal=is_causal, scale=scale).cast(q.dtype)
     s = q.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]) if scale is None else float(scale))
     if is_causal:
       L, S = s.shape[-2:]

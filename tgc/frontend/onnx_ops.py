@@ -396,7 +396,7 @@ def _gmp(ctx, attrs, x): return x.max(tuple(range(2, x.ndim)), keepdim=True)
 @op('Attention')
 def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
   """ONNX's Attention (opset 23) as scaled_dot_product_attention, so that a device with fused attention kernels runs
-  it as one (its mask, grouped-query heads and scale too): 3-d inputs split into q_num_heads and kv_num_heads heads,
+  it as one (its mask, grouped-query heads and scale too; half floats where none does: ONNX's function body): 3-d inputs split into q_num_heads and kv_num_heads heads,
   k and v after past_key and past_value (present_key, present_value), a causal mask aligned to the last keys where
   there is a past (query i sees keys j <= i + the past's length) and composed with attn_mask. What sdpa does not
   take (softcap, the qk_matmul_output, softmax_precision, opset 24's nonpad_kv_seqlen, opset 25's windows, a mask
@@ -424,8 +424,12 @@ def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
     seen = Tensor.ones(L, S, dtype=dtypes.bool, device=q.device).tril(past)
     mask = seen if mask is None else (mask & seen) if mask.dtype == dtypes.bool else mask + seen.where(0.0, -math.inf).cast(mask.dtype)
     causal = False
-  y = q.scaled_dot_product_attention(k, v, attn_mask=mask, is_causal=causal, enable_gqa=q.shape[-3] != k.shape[-3],
-                                     scale=attrs.get('scale'))
+  gqa = q.shape[-3] != k.shape[-3]
+  y = q._attention(k, v, causal, mask, gqa=gqa, scale=attrs.get('scale'))  # (the device's fused kernel)
+  if y is None and q.dtype.itemsize < 4:  # (else half floats as ONNX's function body rounds them: the softmax in q's type)
+    from tgc.frontend.onnx import _expand
+    return _expand(ctx, attrs, *ins)
+  if y is None: y = q.scaled_dot_product_attention(k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa, scale=attrs.get('scale'))
   if three: y = y.transpose(1, 2).reshape(y.shape[0], L, -1)
   return y, k, v
 
