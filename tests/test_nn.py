@@ -217,3 +217,20 @@ AUTOGRAD_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 def test_autograd_doc_examples(line, src, want):
   """docs/autograd.md's python blocks print exactly their text blocks."""
   assert want is not None and run_example(src, f"autograd.md:{line}") == want
+
+
+def test_backward_of_a_realized_loss_is_a_gradient_error():
+  """A loss read before backward() (realized: its graph replaced by a buffer) reaches no tensor it was computed
+  from: a GradientError that says so, not .grad left None; a tensor made from data still gets its own gradient."""
+  from tgc.autograd import GradientError
+  x = Tensor(np.ones(3, np.float32), requires_grad=True)
+  loss = (x * 2).sum()
+  assert loss.item() == 6.0
+  with pytest.raises(GradientError, match='call backward\\(\\) before reading its value'): loss.backward()
+  assert x.grad is None
+  loss = (x * 2).sum()
+  loss.backward()
+  np.testing.assert_allclose(x.grad.numpy(), [2, 2, 2])
+  t = Tensor([3.0])
+  t.backward()
+  np.testing.assert_allclose(t.grad.numpy(), [1.0])

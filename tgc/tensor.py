@@ -1542,6 +1542,9 @@ class Tensor(TensorAPI):
     ids: dict = {}  # (one walk of the graph finds the targets and keys the backward)
     walked = (_graph_key([self.node], ids)[0], ids)
     targets = _autograd.tracked_in(ids)
+    if not targets and self.node.op == 'BUFFER':
+      raise _autograd.GradientError("backward() of a realized tensor: realizing it (realize, numpy, item, tolist) replaced its graph by a "
+                                    "buffer, so no gradient reaches what it was computed from; call backward() before reading its value")
     for t, g in zip(targets, self._gradients(targets, gradient, True, walked)):
       t.grad = g if t.grad is None else t.grad + g
     return self
