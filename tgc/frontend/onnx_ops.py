@@ -404,11 +404,13 @@ def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
   outs = ctx.node.output
   ins = [q, k, v, mask, past_k, past_v, *rest]
   while ins[-1] is None: ins.pop()
+  def by_its_function():  # (the node traced through the function body ONNX defines it by)
+    from tgc.frontend.onnx import _expand
+    return _expand(ctx, attrs, *ins)
   windowed = attrs.get('left_window_size', -1) != -1 or attrs.get('right_window_size', -1) != -1
   if attrs.get('softcap', 0.0) or (len(outs) > 3 and outs[3]) or 'softmax_precision' in attrs or (past_k is None) != (past_v is None) \
      or any(x is not None for x in rest) or windowed:
-    from tgc.frontend.onnx import _expand
-    return _expand(ctx, attrs, *ins)
+    return by_its_function()
   three = q.ndim == 3
   if three:  # (batch, rows, heads x head size) -> (batch, heads, rows, head size)
     heads = lambda x, h: x.reshape(x.shape[0], x.shape[1], h, x.shape[2] // h).transpose(1, 2)
@@ -417,8 +419,7 @@ def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
   L, S, past = q.shape[-2], k.shape[-2], 0 if past_k is None else past_k.shape[-2]
   scores = q.shape[:-1] + (S,)
   if mask is not None and (mask.ndim > len(scores) or any(m not in (1, n) for m, n in zip(mask.shape[::-1], scores[::-1]))):
-    from tgc.frontend.onnx import _expand
-    return _expand(ctx, attrs, *ins)
+    return by_its_function()
   causal = bool(attrs.get('is_causal', 0))
   if causal and (past or mask is not None):  # (the causal frontier as a mask of its own, composed with attn_mask)
     seen = Tensor.ones(L, S, dtype=dtypes.bool, device=q.device).tril(past)
@@ -427,8 +428,7 @@ def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
   gqa = q.shape[-3] != k.shape[-3]
   y = q._attention(k, v, causal, mask, gqa=gqa, scale=attrs.get('scale'))  # (the device's fused kernel)
   if y is None and q.dtype.itemsize < 4:  # (else half floats as ONNX's function body rounds them: the softmax in q's type)
-    from tgc.frontend.onnx import _expand
-    return _expand(ctx, attrs, *ins)
+    return by_its_function()
   if y is None: y = q.scaled_dot_product_attention(k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa, scale=attrs.get('scale'))
   if three: y = y.transpose(1, 2).reshape(y.shape[0], L, -1)
   return y, k, v
