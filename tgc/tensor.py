@@ -427,6 +427,10 @@ def _new_shape(shape, what: str) -> tuple[int, ...]:
   if any(s < 0 for s in shape): raise ShapeError(f"{what}: negative size in shape {shape}")
   return shape
 
+def broadcasts_to(shape, target) -> bool:
+  """Whether a tensor of `shape` broadcasts to `target` (right-aligned, each size equal or 1, no more axes)."""
+  return len(shape) <= len(target) and all(m in (1, n) for m, n in zip(shape[::-1], target[::-1]))
+
 def _broadcast_shape(*shapes) -> tuple[int, ...]:
   if len(shapes) == 2 and len(shapes[0]) == len(shapes[1]):  # (a binary op's: size by size)
     r = []
@@ -1345,7 +1349,7 @@ class Tensor(TensorAPI):
     if not get_device(q.device).spec.fused_attention(q.dtype, q.shape[-1], v.shape[-1]): return None
     operands, scores = (q, k, v), q.shape[:-1] + k.shape[-2:-1]
     if mask is not None:
-      if mask.ndim > len(scores) or any(m not in (1, n) for m, n in zip(mask.shape[::-1], scores[::-1])): return None
+      if not broadcasts_to(mask.shape, scores): return None
       bias = mask.where(0.0, -math.inf) if mask.dtype.is_bool else mask
       operands += (bias.cast(q.dtype)._broadcast_to(scores),)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)

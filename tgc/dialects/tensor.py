@@ -7,6 +7,7 @@ from tgc.ir.core import Operation, PURE, CONSTANT, MOVEMENT, ELEMENTWISE
 from tgc.ir.types import TensorType
 from tgc.ir.attrs import HexInt
 from tgc.ir import alu
+from tgc.ir import dtypes as D
 from tgc.dialects.alu import define_alu_ops
 
 define_alu_ops('tensor', True, globals())
@@ -221,7 +222,6 @@ class PowOp(Operation):
     """exp2(e * log2|b|), negated for a negative base to an odd integer power, NaN for a negative finite base to
     a fractional one, 1 for an exponent of 0."""
     from tgc.ir.core import REGISTRY
-    from tgc.ir import dtypes as D
     t = self.results[0].type
     tb = TensorType(t.shape, D.bool_)
     def op(name, *srcs, ty=t): return rw.create(REGISTRY['tensor.' + name], list(srcs), [ty], None, self.loc).results[0]
@@ -257,7 +257,6 @@ class GeluOp(Operation):
     `rw.create`: the plain form is x * s, its derivative s + x s (1 - s) z' (autodiff's rule). sigmoid(z) is
     1 / (1 + e) for z >= 0 and e / (1 + e) below, e = 2^(-|z| log2 e): e never overflows."""
     from tgc.ir.core import REGISTRY
-    from tgc.ir import dtypes as D
     ta, tb = x.type, TensorType(x.type.shape, D.bool_)
     def op(name, *srcs, ty=ta): return rw.create(REGISTRY['tensor.' + name], list(srcs), [ty], None, self.loc).results[0]
     def c(v): return rw.create(REGISTRY['tensor.const'], [], [ta], {'value': v}, self.loc).results[0]
@@ -268,7 +267,6 @@ class GeluOp(Operation):
     return op('where', neg, op('mul', e, r), r)
   def decompose(self, rw):
     from tgc.ir.core import REGISTRY
-    from tgc.ir import dtypes as D
     t = self.results[0].type
     acc = t.dtype if t.dtype.itemsize >= 4 else D.f32
     def cast(v, ty): return rw.create(REGISTRY['tensor.cast'], [v], [ty], None, self.loc).results[0]
@@ -288,7 +286,6 @@ class ArgMaxOp(Operation):
   TRAITS = {PURE}
   FORMAT = '$src $axis : type($src) -> type($result)'
   def verify(self):
-    from tgc.ir import dtypes as D
     s, r = _tensor(self, self.src.type, 'operand'), _tensor(self, self.results[0].type)
     if not 0 <= self.axis < s.rank: raise self.error(f"axis {self.axis} is out of range for rank {s.rank}")
     if s.shape[self.axis] == 0: raise self.error(f"axis {self.axis} of {s} is empty: it has no maximum")
@@ -296,7 +293,6 @@ class ArgMaxOp(Operation):
     if r != want: raise self.error(f"result must be {want} (the axis kept as 1), got {r}")
   def decompose(self, rw):
     from tgc.ir.core import REGISTRY
-    from tgc.ir import dtypes as D
     x, a = self.src, self.axis
     s, n = x.type.shape, x.type.shape[self.axis]
     row = tuple(1 if i == a else d for i, d in enumerate(s))
@@ -335,7 +331,6 @@ class _AttentionBase(Operation):
     """The plain form's scores s = q k^T * scale + bias (masked to -inf where causal hides a key), made with
     `rw.create`, in f32 for half floats, with the op makers that made them."""
     from tgc.ir.core import REGISTRY
-    from tgc.ir import dtypes as D
     q, k = self.q, self.k
     acc = q.type.dtype if q.type.dtype.itemsize >= 4 else D.f32
     *batch, L, _ = q.type.shape
@@ -371,7 +366,6 @@ class _AttentionBase(Operation):
     """The scores (scores) and their softmax's parts: the row max m, the exponentials e = exp(s - m) (exp(-inf) = 0)
     and their row sums. With a bias a row may see no key (all its scores -inf): its max counts as 0 there, so that
     its exponentials and sum are 0, its log-sum-exp -inf and its output 0 (torch's, and the fused kernel's)."""
-    from tgc.ir import dtypes as D
     p = self.scores(rw)
     sc, n = p.s.type.shape, len(p.s.type.shape)
     row = sc[:-1] + (1,)
@@ -414,7 +408,6 @@ class AttentionOp(_AttentionBase):
     out, row = self.q.type.shape[:-1] + v.type.shape[-1:], p.total.type.shape
     total = p.total
     if self.bias is not None:  # (a row that sees no key: e = 0, its output 0)
-      from tgc.ir import dtypes as D
       total = p.op('where', [p.op('cmplt', [p.c(0.0, row), total], row, D.bool_), total, p.c(1.0, row)], row)
     o = p.op('mul', [p.op('matmul', [p.e, p.heads(p.wide(v))], out), p.op('expand', [p.op('recip', [total], row)], out)], out)
     return o if p.acc is dt else p.op('cast', [o], out, dt)
@@ -430,7 +423,6 @@ class AttentionLseOp(_AttentionBase):
   OPERANDS = ('q', 'k', 'bias?')
   FORMAT = '$q, $k?{, $bias} : type($q), type($k), type($bias) -> type($result)'
   def verify(self):
-    from tgc.ir import dtypes as D
     q, k = self.check_qk()
     if not q.dtype.is_float or q.dtype != k.dtype: raise self.error(f"needs q and k of one float type, got {q} and {k}")
     want = TensorType(q.shape[:-1] + (1,), q.dtype if q.dtype.itemsize >= 4 else D.f32)
@@ -455,7 +447,6 @@ class AttentionGradOp(_AttentionBase):
   def fused(self, spec) -> bool:  # (the bias's gradient, a scores-shaped tensor, is its plain form)
     return self.wrt != 3 and spec.fused_attention_grad(self.q.type.dtype, self.q.type.shape[-1], self.v.type.shape[-1])
   def verify(self):
-    from tgc.ir import dtypes as D
     q, k = self.check_qk()
     v, g = _tensor(self, self.v.type), _tensor(self, self.g.type)
     if not q.dtype.is_float or not (q.dtype == k.dtype == v.dtype == g.dtype): raise self.error(f"needs q, k, v and g of one float type, got {q}, {k}, {v} and {g}")
@@ -473,7 +464,6 @@ class AttentionGradOp(_AttentionBase):
     sc = p.s.type.shape
     lse = self.lse
     if self.bias is not None:  # (a row that sees no key, lse -inf: its probabilities 0, not exp(-inf + inf))
-      from tgc.ir import dtypes as D
       row = lse.type.shape
       lse = mk('where', [mk('cmpeq', [lse, p.c(-math.inf, row)], row, D.bool_), p.c(math.inf, row), lse], row)
     prob = half(mk('exp2', [mk('mul', [mk('sub', [p.s, mk('expand', [lse], sc)], sc), p.c(1 / math.log(2), sc)], sc)], sc))
@@ -548,7 +538,6 @@ class MatmulOp(Operation):
 def conv_acc(dt):
   """The dtype a conv's products sum in, as a sum's (Tensor.sum): half-precision floats in f32 (the result cast back to
   the operands' dtype), narrow ints in 32 bits (the result so too); None for a packed (sub-byte) int."""
-  from tgc.ir import dtypes as D
   if getattr(dt, 'width', 0): return None
   if dt.itemsize >= 4 and not dt.is_bool: return dt
   return D.f32 if dt.is_float else D.u32 if dt.kind == 'u' else D.i32

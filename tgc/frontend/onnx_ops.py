@@ -6,7 +6,7 @@ which may differ at the two ends of an axis."""
 from __future__ import annotations
 import math
 import numpy as np
-from tgc.tensor import Tensor, dtypes
+from tgc.tensor import Tensor, dtypes, broadcasts_to
 from tgc.errors import TgcError, IndexingError
 from tgc.ir import dtypes as D
 
@@ -396,11 +396,12 @@ def _gmp(ctx, attrs, x): return x.max(tuple(range(2, x.ndim)), keepdim=True)
 @op('Attention')
 def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
   """ONNX's Attention (opset 23) as scaled_dot_product_attention, so that a device with fused attention kernels runs
-  it as one (its mask, grouped-query heads and scale too; half floats where none does: ONNX's function body): 3-d inputs split into q_num_heads and kv_num_heads heads,
+  it as one (its mask, grouped-query heads and scale too): 3-d inputs split into q_num_heads and kv_num_heads heads,
   k and v after past_key and past_value (present_key, present_value), a causal mask aligned to the last keys where
   there is a past (query i sees keys j <= i + the past's length) and composed with attn_mask. What sdpa does not
   take (softcap, the qk_matmul_output, softmax_precision, opset 24's nonpad_kv_seqlen, opset 25's windows, a mask
-  that does not broadcast to the scores) is ONNX's own function body."""
+  that does not broadcast to the scores), and half floats where no fused kernel runs them, is ONNX's own function
+  body."""
   outs = ctx.node.output
   ins = [q, k, v, mask, past_k, past_v, *rest]
   while ins[-1] is None: ins.pop()
@@ -418,7 +419,7 @@ def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
   if past_k is not None: k, v = past_k.cat(k, dim=-2), past_v.cat(v, dim=-2)
   L, S, past = q.shape[-2], k.shape[-2], 0 if past_k is None else past_k.shape[-2]
   scores = q.shape[:-1] + (S,)
-  if mask is not None and (mask.ndim > len(scores) or any(m not in (1, n) for m, n in zip(mask.shape[::-1], scores[::-1]))):
+  if mask is not None and not broadcasts_to(mask.shape, scores):
     return by_its_function()
   causal = bool(attrs.get('is_causal', 0))
   if causal and (past or mask is not None):  # (the causal frontier as a mask of its own, composed with attn_mask)
