@@ -57,6 +57,10 @@ def rows(scale: float):
     # backward's four, unmasked: 2.5 times the forward's), dq compared
     'sdpa causal f16 fwd+bwd': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(True, grad=True), _torch_sdpa(True, grad=True), 10 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'sdpa causal bf16 d128 fwd+bwd': ([(nb8 // 2 or 1, 16, sq, 128)] * 3, 'bfloat16', _tgc_sdpa(True, grad=True), _torch_sdpa(True, grad=True), 10 * (nb8 // 2 or 1) * 16 * sq * sq * 128, 'TFLOP/s'),
+    # attention as a model writes it out (softmax(q k^T / sqrt(d) masked by a tril) v): the compiler's fused kernel,
+    # beside torch's scaled_dot_product_attention (torch runs the written-out form as its separate ops)
+    'attention written out causal f16': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_written_attention(False), _torch_sdpa(True), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
+    'attention written out causal f16 fwd+bwd': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_written_attention(True), _torch_sdpa(True, grad=True), 10 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'matmul f32': ([(mm, mm), (mm, mm)], 'float32', lambda a, b: a @ b, lambda a, b: a @ b, 2 * mm ** 3, 'TFLOP/s'),
     # f32 on the tensor cores as TF32 where each is asked to (tgc.set_float32_matmul_precision('high'), torch's
     # allow_tf32=True), both within the call alone
@@ -125,6 +129,19 @@ def _tgc_sdpa(causal: bool, grad: bool = False, mask: str = '', gqa: bool = Fals
     if not grad: return q.scaled_dot_product_attention(k, v, is_causal=causal)
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     q.scaled_dot_product_attention(k, v, is_causal=causal).sum().backward()
+    return q.grad.realize(k.grad, v.grad)
+  return call
+
+
+def _tgc_written_attention(grad: bool):
+  def attention(q, k, v):
+    n, s = q.shape[-2], k.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / (q.shape[-1] ** 0.5)
+    return Tensor.ones(n, s, dtype='bool', device=q.device).tril().where(scores, float('-inf')).softmax(-1) @ v
+  def call(q, k, v):
+    if not grad: return attention(q, k, v)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    attention(q, k, v).sum().backward()
     return q.grad.realize(k.grad, v.grad)
   return call
 

@@ -80,13 +80,17 @@ def _backward(roots, order, targets, seeded, device):
   fn = m.ops[0]
   vals, args, ops = {}, iter(fn.body.args), iter(fn.body.ops)
   for n in order: vals[n] = next(args) if n.op == 'BUFFER' else next(ops).results[0]  # _build_module's order
-  start = len(fn.body.ops) - 1
+  if isinstance(device, str):  # attention written out: its fused op, whose gradient is the fused backward
+    from tgc.runtime import get_device
+    from tgc.passes.fuse_attention import fuse_attention
+    fuse_attention(m, get_device(device).spec)
   stop = {v for n, v in vals.items() if n in _DETACHED}
   grads = differentiate(fn, [vals[roots[0]]], [vals[roots[1]] if seeded else None], [vals.get(t.node) for t in targets], stop)
   ref = {v: i for i, v in enumerate(vals.values())}
   steps = []
-  for op in fn.body.ops[start:-1]:
+  for op in fn.body.ops[:-1]:  # (the ops the forward graph has not: the backward's, and what fuse_attention made)
     r = op.results[0]
+    if r in ref: continue
     steps.append((op.name.split('.', 1)[1], tuple([ref[s] for s in op.operands]), dict(op.attrs) or None, r.type.shape, r.type.dtype))
     ref[r] = ~(len(steps) - 1)
   return steps, tuple([ref[g] if g is not None else None for g in grads])

@@ -121,7 +121,15 @@ def identities(op, rw):
     if c is not None: return ops[1] if c else ops[2]
   if name in ('neg', 'not') and ops[0].op is not None and getattr(ops[0].op, 'opname', None) == name: return ops[0].op.operands[0]
   if name in ('cast', 'bitcast') and ops[0].type == t: return ops[0]
+  if name == 'cast' and getattr(ops[0].op, 'opname', None) == 'cast' and (x := ops[0].op.operands[0]).type == t and lossless(x.type, ops[0].type):
+    return x  # (a float cast up and back: a half-precision product's f32 result rounded to its inputs' type)
   return None
+
+
+def lossless(a, b) -> bool:
+  """Whether a cast from type a to b keeps every value: a float to f32 or f64 of more bytes."""
+  a, b = elem(a), elem(b)
+  return a.is_float and b.is_float and b.itemsize >= 4 and b.itemsize > a.itemsize
 
 # ---- movement ops of the tensor dialect ----
 def _create(rw, name, src, t, attrs, loc):

@@ -31,7 +31,7 @@ _PASS_MODULES = {
   'tensor-decompose': 'tgc.passes.tensor_decompose', 'kernelize': 'tgc.passes.kernelize', 'kernel-opt': 'tgc.passes.kernel_opt',
   'linearize': 'tgc.passes.linearize', 'uop-simplify': 'tgc.passes.uop_simplify', 'devectorize': 'tgc.passes.devectorize',
   'decompose-transcendentals': 'tgc.passes.decompose_transcendentals', 'lower-to-uop': 'tgc.passes.pipelines',
-  'autodiff': 'tgc.passes.autodiff', 'scan-split': 'tgc.passes.scan_split',
+  'autodiff': 'tgc.passes.autodiff', 'scan-split': 'tgc.passes.scan_split', 'fuse-attention': 'tgc.passes.fuse_attention',
 }
 
 

@@ -22,7 +22,7 @@ def lower_to_uop_steps(target: str | DeviceSpec = 'llvm', noopt: bool | None = N
   spec = DeviceSpec.of(target, **capabilities)
   t = spec.target
   opt = not (noopt_from_env() if noopt is None else noopt)
-  steps = ['canonicalize', f"tensor-decompose{{{spec.options()}{' pack=true' if t.pack_matmul and opt else ''}}}", 'canonicalize', 'cse', f'scan-split{{{spec.options()}}}', f'kernelize{{{spec.options()}}}']
+  steps = ['canonicalize'] + ([f'fuse-attention{{{spec.options()}}}'] if t.attention is not None else []) + [f"tensor-decompose{{{spec.options()}{' pack=true' if t.pack_matmul and opt else ''}}}", 'canonicalize', 'cse', f'scan-split{{{spec.options()}}}', f'kernelize{{{spec.options()}}}']
   if opt: steps.append(f'kernel-opt{{{spec.options()}}}')
   steps += [f'linearize{{{spec.options()}}}', 'uop-simplify']
   if opt and t.transcendentals: steps.append(f'decompose-transcendentals{{ops={t.transcendentals}}}')
