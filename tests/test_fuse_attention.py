@@ -27,22 +27,22 @@ SC = lambda q, k: q @ k.transpose(-2, -1)
 
 # name -> (tgc's form, torch's float64 form, causal, a bias operand)
 FORMS = {
-  'tril mask': (lambda q, k, v: Tensor.ones(L, S, dtype='bool').tril().where(SC(q, k) / math.sqrt(D), -math.inf).softmax(-1) @ v,
+  'tril mask': (lambda q, k, v: Tensor.ones(L, S, dtype='bool', device=q.device).tril().where(SC(q, k) / math.sqrt(D), -math.inf).softmax(-1) @ v,
                 lambda q, k, v: (SC(q, k) / math.sqrt(D)).masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), -math.inf).softmax(-1) @ v, 1, False),
   'scale on q': (lambda q, k, v: SC(q * D ** -0.5, k).softmax(-1) @ v, lambda q, k, v: SC(q * D ** -0.5, k).softmax(-1) @ v, 0, False),
   'k transposed given': (lambda q, k, v: (q @ k.transpose(-2, -1).contiguous().realize() * 0.125).softmax(-1) @ v,
                          lambda q, k, v: (SC(q, k) * 0.125).softmax(-1) @ v, 0, False),
-  'padding mask': (lambda q, k, v: Tensor(PAD).where(SC(q, k) * 0.125, -math.inf).softmax(-1) @ v,
+  'padding mask': (lambda q, k, v: Tensor(PAD, device=q.device).where(SC(q, k) * 0.125, -math.inf).softmax(-1) @ v,
                    lambda q, k, v: (SC(q, k) * 0.125).masked_fill(~torch.tensor(PAD), -math.inf).softmax(-1) @ v, 0, True),
-  'added bias': (lambda q, k, v: (SC(q, k) * 0.125 + Tensor(BIAS)).softmax(-1) @ v,
+  'added bias': (lambda q, k, v: (SC(q, k) * 0.125 + Tensor(BIAS, device=q.device)).softmax(-1) @ v,
                  lambda q, k, v: (SC(q, k) * 0.125 + torch.tensor(BIAS).double()).softmax(-1) @ v, 0, True),
-  'triu of -inf added': (lambda q, k, v: (SC(q, k) * 0.125 + Tensor.full((L, S), -math.inf).triu(1)).softmax(-1) @ v,
+  'triu of -inf added': (lambda q, k, v: (SC(q, k) * 0.125 + Tensor.full((L, S), -math.inf, device=q.device).triu(1)).softmax(-1) @ v,
                          lambda q, k, v: (SC(q, k) * 0.125 + torch.tensor(NEG)).softmax(-1) @ v, 1, False),
-  'bottom-right causal': (lambda q, k, v: Tensor.ones(L, S, dtype='bool').tril(S - L).where(SC(q, k) * 0.125, -math.inf).softmax(-1) @ v,
+  'bottom-right causal': (lambda q, k, v: Tensor.ones(L, S, dtype='bool', device=q.device).tril(S - L).where(SC(q, k) * 0.125, -math.inf).softmax(-1) @ v,
                           lambda q, k, v: (SC(q, k) * 0.125).masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L), -math.inf).softmax(-1) @ v, 0, True),
   'exp over its sum': (lambda q, k, v: (lambda e: (e / e.sum(-1, keepdim=True)) @ v)((SC(q, k) * 0.125).exp()),
                        lambda q, k, v: (SC(q, k) * 0.125).softmax(-1) @ v, 0, False),
-  'bias inside a scale': (lambda q, k, v: ((SC(q, k) * 0.5 + Tensor.ones(L, S).tril() * 0.1) * 0.25).softmax(-1) @ v,
+  'bias inside a scale': (lambda q, k, v: ((SC(q, k) * 0.5 + Tensor.ones(L, S, device=q.device).tril() * 0.1) * 0.25).softmax(-1) @ v,
                           lambda q, k, v: ((SC(q, k) * 0.5 + torch.ones(L, S).double().tril() * 0.1) * 0.25).softmax(-1) @ v, 0, True),
 }
 
@@ -131,9 +131,9 @@ def test_gradient_of_written_out_attention_is_the_fused_backward(monkeypatch):
   spec, the gradients (attention_grad's plain form on the CPU) against torch's."""
   import tgc.passes.fuse_attention as FA
   run = FA.fuse_attention
-  monkeypatch.setattr(FA, 'fuse_attention', lambda m, spec, stats=None: run(m, DeviceSpec.of('cuda'), stats))
+  monkeypatch.setattr(FA, 'fuse_attention', lambda m, spec, stats=None, keep=frozenset(): run(m, DeviceSpec.of('cuda'), stats, keep))
   arrs = [RNG.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(3)]
-  q, k, v = (Tensor(a, dtype='float16', requires_grad=True) for a in arrs)
+  q, k, v = (Tensor(a, dtype='float16').detach().requires_grad_() for a in arrs)  # (targets that are detached views)
   o = Tensor.ones(L, L, dtype='bool').tril().where(SC(q, k) / math.sqrt(D), -math.inf).softmax(-1) @ v
   loss = (o.cast('float32') ** 2).sum()
   loss.backward()
@@ -187,3 +187,54 @@ def test_written_out_attention_on_gpu_matches_torch(form, dt):
   for t, r in zip((q, k, v), ts):
     assert 'attention_grad' in t.grad.to_ir()
     np.testing.assert_allclose(t.grad.cast('float32').numpy(), r.grad.numpy(), rtol=tol, atol=tol * max(1.0, float(r.grad.abs().max())))
+
+
+def _written_onnx():
+  """An ONNX graph of attention as exporters write it out (no Attention op): MatMul with K transposed, Div by
+  sqrt(d), Add of a float mask (batch, 1, 1, keys), Softmax, MatMul; f16."""
+  onnx = pytest.importorskip('onnx', reason="the onnx package is not installed (pip install -e '.[onnx]')")
+  from onnx import helper as h, TensorProto as T
+  qs, ks, ms = (B, H, L, D), (B, H, S, D), (B, 1, 1, S)
+  nodes = [h.make_node('Transpose', ['K'], ['Kt'], perm=[0, 1, 3, 2]), h.make_node('MatMul', ['Q', 'Kt'], ['QK']),
+           h.make_node('Div', ['QK', 'c'], ['Sc']), h.make_node('Add', ['Sc', 'M'], ['Sm']),
+           h.make_node('Softmax', ['Sm'], ['P'], axis=-1), h.make_node('MatMul', ['P', 'V'], ['Y'])]
+  ins = [h.make_tensor_value_info(n, T.FLOAT16, s) for n, s in zip('QKVM', (qs, ks, ks, ms))]
+  c = h.make_tensor('c', T.FLOAT16, (), [math.sqrt(D)])
+  g = h.make_graph(nodes, 'attn', ins, [h.make_tensor_value_info('Y', T.FLOAT16, None)], initializer=[c])
+  return h.make_model(g, opset_imports=[h.make_opsetid('', 17)], ir_version=8)
+
+
+def test_onnx_export_of_written_out_attention_fuses():
+  """What an exporter writes out imports as tensor ops that fuse-attention makes one op, the mask its bias; on the
+  CPU the fused function against onnxruntime."""
+  from tgc.frontend.onnx import import_text
+  model = _written_onnx()
+  text, _ = import_text(model)
+  m = I.parse(text)
+  PassManager(parse_pipeline(FUSE)).run(m)
+  (a,) = [op for op in m.ops[0].body.ops if op.name == 'tensor.attention']
+  assert a.bias is not None and a.causal == 0 and abs(a.attrs['scale'] - 1 / math.sqrt(D)) < 1e-3
+  ort = pytest.importorskip('onnxruntime')
+  feeds = {n: RNG.standard_normal(s).astype(np.float16) for n, s in zip('QKV', ((B, H, L, D), (B, H, S, D), (B, H, S, D)))}
+  feeds['M'] = np.where(RNG.random((B, 1, 1, S)) > 0.3, 0, -np.inf).astype(np.float16)
+  feeds['M'][..., 0] = 0
+  want = ort.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider']).run(None, feeds)[0]
+  args = [feeds[n] for n in 'QKVM']
+  (got,) = compile_module(m, 'CPU')(*args)
+  np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_detached_scores_stay_written_out(monkeypatch):
+  """Scores detached in the model pass no gradient to q and k: the backward's pass leaves that attention written out
+  (fusing it would differentiate through the scores); v's gradient as torch's."""
+  import tgc.passes.fuse_attention as FA
+  run = FA.fuse_attention
+  monkeypatch.setattr(FA, 'fuse_attention', lambda m, spec, stats=None, keep=frozenset(): run(m, DeviceSpec.of('cuda'), stats, keep))
+  arrs = [RNG.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(3)]
+  q, k, v = (Tensor(a, dtype='float16', requires_grad=True) for a in arrs)
+  ((SC(q, k) * 0.125).detach().softmax(-1) @ v).sum().backward()
+  assert not q.grad.numpy().any() and not k.grad.numpy().any()
+  tq, tk, tv = (torch.tensor(a).half().double() for a in arrs)
+  tv.requires_grad_()
+  ((SC(tq, tk) * 0.125).softmax(-1) @ tv).sum().backward()
+  np.testing.assert_allclose(v.grad.cast('float32').numpy(), tv.grad.numpy(), rtol=2e-2, atol=2e-2)

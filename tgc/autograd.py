@@ -80,11 +80,11 @@ def _backward(roots, order, targets, seeded, device):
   fn = m.ops[0]
   vals, args, ops = {}, iter(fn.body.args), iter(fn.body.ops)
   for n in order: vals[n] = next(args) if n.op == 'BUFFER' else next(ops).results[0]  # _build_module's order
+  stop = {v for n, v in vals.items() if n in _DETACHED}
   if isinstance(device, str):  # attention written out: its fused op, whose gradient is the fused backward
     from tgc.runtime import get_device
     from tgc.passes.fuse_attention import fuse_attention
-    fuse_attention(m, get_device(device).spec)
-  stop = {v for n, v in vals.items() if n in _DETACHED}
+    fuse_attention(m, get_device(device).spec, keep=stop | {vals[t.node] for t in targets if t.node in vals})
   grads = differentiate(fn, [vals[roots[0]]], [vals[roots[1]] if seeded else None], [vals.get(t.node) for t in targets], stop)
   ref = {v: i for i, v in enumerate(vals.values())}
   steps = []

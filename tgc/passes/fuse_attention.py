@@ -61,18 +61,22 @@ def _widening(v: Value) -> bool:  # a cast that keeps every value (a half float 
 
 class Match:
   """One attention pattern being read from its output's product back to q, k and v: the ops it reads (`inner`:
-  those whose results nothing else may read), and what it found."""
-  def __init__(self, users: dict):
-    self.users, self.inner = users, set()
+  those whose results nothing else may read), and what it found. `keep`: values it may neither look through nor
+  remove (a backward's detached values and targets), but for the row max it subtracts (`shifts`: the softmax does
+  not depend on it, so a detached max is that max)."""
+  def __init__(self, users: dict, keep=frozenset()):
+    self.users, self.inner, self.keep, self.shifts = users, set(), keep, set()
 
-  def through(self, v: Value, keep=_float_cast) -> Value:
-    """v below the casts (`keep`) and same-shape reshapes on the pattern's way, each counted inner."""
-    while (keep(v) or (_is(v, 'tensor.reshape') and v.op.operands[0].type == v.type)):
-      self.inner.add(v.op); v = v.op.operands[0]
+  def through(self, v: Value, shift: bool = False) -> Value:
+    """v below the float casts and same-shape reshapes on the pattern's way, each counted inner."""
+    while (_float_cast(v) or (_is(v, 'tensor.reshape') and v.op.operands[0].type == v.type)) and (shift or v not in self.keep):
+      self.inner.add(v.op)
+      if shift: self.shifts.add(v.op)
+      v = v.op.operands[0]
     return v
 
-  def op(self, v: Value, name: str):
-    v = self.through(v)
+  def op(self, v: Value, name: str, shift: bool = False):
+    v = self.through(v, shift)
     if not _is(v, 'tensor.' + name): return None
     self.inner.add(v.op)
     return v.op
@@ -96,7 +100,7 @@ class Match:
 
   def row_reduce(self, v: Value, kind: str, of: Value) -> bool:
     """Whether v is the reduce `kind` over the last axis of `of` (below casts)."""
-    r = self.op(v, 'reduce')
+    r = self.op(v, 'reduce', shift=kind == 'max')
     return r is not None and r.kind == kind and tuple(r.axes) == (of.type.rank - 1,) and self.through(r.operands[0]) is of
 
   def exponent(self, e: Value) -> Value | None:
@@ -150,21 +154,22 @@ class Match:
   def read_alone(self, out) -> bool:
     """Whether what the pattern computes is read by it alone (and `out`, its product with v)."""
     ops = self.inner | {out}
-    return all(all(u in ops for u in self.users.get(r, ())) for o in self.inner for r in o.results)
+    return all(all(u in ops for u in self.users.get(r, ())) and (r not in self.keep or o in self.shifts) for o in self.inner for r in o.results)
 
 
-def operand(v: Value, factors: bool = True) -> tuple[Value, float]:
+def operand(v: Value, factors: bool = True, keep=frozenset()) -> tuple[Value, float]:
   """An input of the products below its widening casts and (factors: q's and k's) the positive constants it is
-  multiplied by, and their product."""
+  multiplied by, and their product; a value in `keep` is the input itself."""
   scale = 1.0
-  while True:
+  while v not in keep:
     if _widening(v) or (_is(v, 'tensor.reshape') and v.op.operands[0].type == v.type): v = v.op.operands[0]; continue
     if factors and _is(v, 'tensor.mul', 'tensor.fdiv'):
       a, b = v.op.operands
       c = _positive(b)
       if c is None and v.op.name == 'tensor.mul': c, a = _positive(a), b
       if c is not None: scale, v = scale * c if v.op.name == 'tensor.mul' else scale / c, a; continue
-    return v, scale
+    break
+  return v, scale
 
 
 # ---------------------------------------------------------------- masks computed from positions
@@ -341,14 +346,14 @@ def _small(v: Value):
   return v, chain[::-1]
 
 
-def fuse(out_op, rw, users: dict, spec: DeviceSpec):
+def fuse(out_op, rw, users: dict, spec: DeviceSpec, keep=frozenset()):
   """tensor.attention for the product `out_op` of softmax(scores) and v, or None."""
-  m = Match(users)
+  m = Match(users, keep)
   s = m.softmax(out_op.lhs)
   found = m.scores(s, 1.0, []) if s is not None else None
   if found is None or not m.read_alone(out_op): return None
   qk, scale, terms = found
-  (q, sq), (kt, sk), (v, _) = operand(qk.lhs), operand(qk.rhs), operand(out_op.rhs, factors=False)
+  (q, sq), (kt, sk), (v, _) = operand(qk.lhs, keep=keep), operand(qk.rhs, keep=keep), operand(out_op.rhs, False, keep)
   dt, loc = q.type.dtype, out_op.loc
   if not dt.is_float or kt.type.dtype is not dt or v.type.dtype is not dt: return None
   mk = lambda name, srcs, shape, dtype, attrs=None: rw.create(REGISTRY['tensor.' + name], list(srcs), [TensorType(tuple(shape), dtype)], attrs, loc).results[0]
@@ -356,7 +361,7 @@ def fuse(out_op, rw, users: dict, spec: DeviceSpec):
   if n < 2 or q.type.rank != n or v.type.rank != n: return None
   swap = tuple(range(n - 2)) + (n - 1, n - 2)
   if _is(kt, 'tensor.permute') and tuple(kt.op.order) == swap:
-    k, f = operand(kt.op.operands[0])
+    k, f = operand(kt.op.operands[0], keep=keep)
     sk *= f
     if k.type.dtype is not dt: return None
   else: k = mk('permute', [kt], kt.type.shape[:-2] + kt.type.shape[:-3:-1], dt, {'order': swap})
@@ -402,13 +407,14 @@ def users_of(fn) -> dict:
   return users
 
 
-def fuse_attention(m, spec: DeviceSpec, stats=None) -> bool:
-  """Rewrite every written-out attention of m's functions the device fuses; whether any was."""
+def fuse_attention(m, spec: DeviceSpec, stats=None, keep=frozenset()) -> bool:
+  """Rewrite every written-out attention of m's functions the device fuses; whether any was. keep: values the
+  rewrite leaves in place (neither read through nor removed)."""
   from tgc.passes.dce import remove_dead
   fns = [fn for fn in m.ops if fn.body is not None and any(op.name == 'tensor.exp2' for op in fn.body.ops)]
   if spec.target.attention is None or not fns: return False
   users = {x: us for fn in fns for x, us in users_of(fn).items()}
-  changed = apply_patterns(m, PatternMatcher([('tensor.matmul', lambda op, rw: fuse(op, rw, users, spec))]), max_sweeps=1, stats=stats)
+  changed = apply_patterns(m, PatternMatcher([('tensor.matmul', lambda op, rw: fuse(op, rw, users, spec, keep))]), max_sweeps=1, stats=stats)
   if changed: remove_dead(m, stats)
   return changed
 
