@@ -47,6 +47,8 @@ def rows(scale: float):
     'sdpa f16': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(False), _torch_sdpa(False), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'sdpa causal bf16 d128': ([(nb8 // 2 or 1, 16, sq, 128)] * 3, 'bfloat16', _tgc_sdpa(True), _torch_sdpa(True), 4 * (nb8 // 2 or 1) * 16 * sq * sq * 128, 'TFLOP/s'),
     'sdpa causal f16 s8k': ([(1, 16, sq * 8, 64)] * 3, 'float16', _tgc_sdpa(True), _torch_sdpa(True), 4 * 16 * (sq * 8) ** 2 * 64, 'TFLOP/s'),
+    'sdpa bf16 d128': ([(nb8 // 2 or 1, 16, sq, 128)] * 3, 'bfloat16', _tgc_sdpa(False), _torch_sdpa(False), 4 * (nb8 // 2 or 1) * 16 * sq * sq * 128, 'TFLOP/s'),
+    'sdpa f16 s8k': ([(1, 16, sq * 8, 64)] * 3, 'float16', _tgc_sdpa(False), _torch_sdpa(False), 4 * 16 * (sq * 8) ** 2 * 64, 'TFLOP/s'),
     # with attn_mask: a boolean padding mask (batch, 1, 1, keys: about 2 % of the keys hidden, made from k on the
     # device in both), an added bias of every score of each head (ALiBi's, T5's): flops as the unmasked rows'
     # grouped-query attention (enable_gqa): 16 query heads, 4 key and value heads (read once a group, not repeated)
