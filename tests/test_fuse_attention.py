@@ -238,3 +238,42 @@ def test_detached_scores_stay_written_out(monkeypatch):
   tv.requires_grad_()
   ((SC(tq, tk) * 0.125).softmax(-1) @ tv).sum().backward()
   np.testing.assert_allclose(v.grad.cast('float32').numpy(), tv.grad.numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_repeated_heads_are_grouped_query_attention(monkeypatch):
+  """k and v repeated for groups of q's heads (repeat_interleave, as a written-out grouped-query attention does) are
+  read as their own heads: the op's k and v have fewer heads; its value and gradients (through the fused op's,
+  autograd on the CPU standing in for a device that fuses) against torch's."""
+  import tgc.passes.fuse_attention as FA
+  run = FA.fuse_attention
+  monkeypatch.setattr(FA, 'fuse_attention', lambda m, spec, stats=None, keep=frozenset(): run(m, DeviceSpec.of('cuda'), stats, keep))
+  arrs = [RNG.standard_normal(s).astype(np.float32) for s in ((B, 6, L, D), (B, 2, S, D), (B, 2, S, D))]
+  q, k, v = (Tensor(a, dtype='float16', requires_grad=True) for a in arrs)
+  o = (SC(q, k.repeat_interleave(3, dim=1)) * 0.125).softmax(-1) @ v.repeat_interleave(3, dim=1)
+  _, _, (a,) = _fused(o)
+  assert a.k.type.shape == (B, 2, S, D) and a.v.type.shape == (B, 2, S, D)
+  (o.cast('float32') ** 2).sum().backward()
+  tq, tk, tv = (torch.tensor(x).half().double().requires_grad_() for x in arrs)
+  to = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, scale=0.125, enable_gqa=True)
+  (to ** 2).sum().backward()
+  np.testing.assert_allclose(o.cast('float32').numpy(), to.detach().numpy(), rtol=2e-2, atol=2e-2)
+  for t, r in zip((q, k, v), (tq, tk, tv)):
+    np.testing.assert_allclose(t.grad.cast('float32').numpy(), r.grad.numpy(), rtol=2e-2, atol=3e-2)
+
+
+def test_repeated_heads_on_gpu_match_torch():
+  """On a GPU: written-out grouped-query attention (k and v repeat_interleave'd) as the fused kernel, reading each k
+  and v head once; values and gradients against torch's."""
+  _cuda()
+  arrs = [RNG.standard_normal(s).astype(np.float32) for s in ((B, 8, 256, D), (B, 2, 256, D), (B, 2, 256, D))]
+  q, k, v = (Tensor(a, device='CUDA', dtype='float16', requires_grad=True) for a in arrs)
+  mask = Tensor.ones(256, 256, dtype='bool', device='CUDA').tril()
+  o = mask.where(SC(q, k.repeat_interleave(4, dim=1)) * 0.125, -math.inf).softmax(-1) @ v.repeat_interleave(4, dim=1)
+  assert 'kernel.attention' in o.to_ir('kernel')
+  (o.cast('float32') ** 2).sum().backward()
+  tq, tk, tv = (torch.tensor(x).half().double().requires_grad_() for x in arrs)
+  to = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, scale=0.125, is_causal=True, enable_gqa=True)
+  (to ** 2).sum().backward()
+  np.testing.assert_allclose(o.cast('float32').numpy(), to.detach().numpy(), rtol=2e-2, atol=2e-2)
+  for t, r in zip((q, k, v), (tq, tk, tv)):
+    np.testing.assert_allclose(t.grad.cast('float32').numpy(), r.grad.numpy(), rtol=2e-2, atol=2e-2 * max(1.0, float(r.grad.abs().max())))

@@ -14,7 +14,8 @@ floats cast up for the product) and the positive constants they are multiplied b
 the positive constants the scores, q and k are multiplied by (or divided by); the bias is the sum of the terms added
 to the scores (each times the constants applied after it) and of the masks that set a score to -inf (0 where a key
 takes part, -inf where not). A term is computed at its own shape and read through its broadcast, so a padding mask
-of batch x keys stays that small.
+of batch x keys stays that small. k and v whose heads are repeated for groups of q's (repeat_interleave: grouped-query
+attention written out) are read as their own fewer heads.
 
 A mask computed from positions alone (a tril of ones; key and query positions compared) is read as the set of
 offsets query - key it keeps (Offsets): where that is every offset >= 0 (key j <= query i) the op is causal, and the
@@ -170,6 +171,20 @@ def operand(v: Value, factors: bool = True, keep=frozenset()) -> tuple[Value, fl
       if c is not None: scale, v = scale * c if v.op.name == 'tensor.mul' else scale / c, a; continue
     break
   return v, scale
+
+
+def repeated_heads(x: Value, keep=frozenset()) -> tuple[Value, int]:
+  """x (..., H * g, rows, e) as the heads it repeats g times each, next to each other (repeat_interleave along the
+  heads: a reshape to (..., H, 1, rows, e), an expand to g, the two axes merged): (the source, g); else (x, 1)."""
+  e = x.op.operands[0] if _is(x, 'tensor.reshape') else None
+  r = e.op.operands[0] if e is not None and _is(e, 'tensor.expand') else None
+  if r is None or not _is(r, 'tensor.reshape') or r.op.operands[0].type.rank < 3 or {x, e, r} & keep: return x, 1
+  src = r.op.operands[0]
+  s = src.type.shape
+  g = e.type.shape[len(s) - 2]
+  if r.type.shape != s[:-2] + (1,) + s[-2:] or e.type.shape != s[:-2] + (g,) + s[-2:] or x.type.shape != s[:-3] + (s[-3] * g,) + s[-2:]:
+    return x, 1
+  return src, g
 
 
 # ---------------------------------------------------------------- masks computed from positions
@@ -365,6 +380,8 @@ def fuse(out_op, rw, users: dict, spec: DeviceSpec, keep=frozenset()):
     sk *= f
     if k.type.dtype is not dt: return None
   else: k = mk('permute', [kt], kt.type.shape[:-2] + kt.type.shape[:-3:-1], dt, {'order': swap})
+  (k1, gk), (v1, gv) = repeated_heads(k, keep), repeated_heads(v, keep)
+  if gk == gv > 1: k, v = k1, v1  # (grouped-query attention: the kernel reads each k and v head for its group)
   sc = s.type.shape
   causal, bias, offsets = 0, [], Offsets()
   for term in terms:
