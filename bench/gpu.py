@@ -52,6 +52,9 @@ def rows(scale: float):
     # with attn_mask: a boolean padding mask (batch, 1, 1, keys: about 2 % of the keys hidden, made from k on the
     # device in both), an added bias of every score of each head (ALiBi's, T5's): flops as the unmasked rows'
     # grouped-query attention (enable_gqa): 16 query heads, 4 key and value heads (read once a group, not repeated)
+    # soft-capped scores (Gemma 2's 50 * tanh(s / 50)): tgc's softcap keyword, one kernel; torch's sdpa has none, so its
+    # user writes the scores out (torch's eager ops)
+    'sdpa causal f16 softcap': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(True, softcap=50.0), _torch_softcap(True, 50.0), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'sdpa causal f16 gqa': ([(nb8, 16, sq, 64), (nb8, 4, sq, 64), (nb8, 4, sq, 64)], 'float16', _tgc_sdpa(True, gqa=True), _torch_sdpa(True, gqa=True), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'sdpa f16 padding mask': ([(nb8, 16, sq, 64)] * 3, 'float16', _tgc_sdpa(False, mask='padding'), _torch_sdpa(False, mask='padding'), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
     'sdpa f16 head bias': ([(nb8, 16, sq, 64)] * 3 + [(1, 16, sq, sq)], 'float16', _tgc_sdpa(False, mask='bias'), _torch_sdpa(False, mask='bias'), 4 * nb8 * 16 * sq * sq * 64, 'TFLOP/s'),
@@ -124,8 +127,9 @@ def _sdpa_mask(kind: str, k, bias):
   return bias if kind == 'bias' else k[:, 0:1, :, 0:1].transpose(-2, -1) > -2.0
 
 
-def _tgc_sdpa(causal: bool, grad: bool = False, mask: str = '', gqa: bool = False):
+def _tgc_sdpa(causal: bool, grad: bool = False, mask: str = '', gqa: bool = False, softcap: float | None = None):
   def call(q, k, v, bias=None):
+    if softcap: return q.scaled_dot_product_attention(k, v, is_causal=causal, softcap=softcap)
     if mask: return q.scaled_dot_product_attention(k, v, attn_mask=_sdpa_mask(mask, k, bias))
     if gqa: return q.scaled_dot_product_attention(k, v, is_causal=causal, enable_gqa=True)
     if not grad: return q.scaled_dot_product_attention(k, v, is_causal=causal)
@@ -157,6 +161,17 @@ def _torch_sdpa(causal: bool, grad: bool = False, mask: str = '', gqa: bool = Fa
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     F.scaled_dot_product_attention(q, k, v, is_causal=causal).sum().backward()
     return q.grad
+  return call
+
+
+def _torch_softcap(causal: bool, cap: float):
+  """torch's attention with soft-capped scores, written out as its users write it (its sdpa takes no softcap)."""
+  def call(q, k, v):
+    import torch
+    s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    s = torch.tanh(s / cap) * cap
+    if causal: s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), float('-inf'))
+    return s.softmax(-1) @ v
   return call
 
 

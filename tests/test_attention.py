@@ -163,6 +163,54 @@ def test_sdpa_scale_keyword(causal):
     tgc.Tensor(q).scaled_dot_product_attention(tgc.Tensor(k), tgc.Tensor(v), scale=float('nan'))
 
 
+def _capped_torch(q, k, v, causal, scale, cap, mask=None):
+  """torch's attention with the scores soft-capped (cap * tanh(s / cap)) before the mask, in float64 (torch's sdpa has
+  no softcap: the scores written out)."""
+  s = q @ k.transpose(-2, -1) * scale
+  s = cap * torch.tanh(s / cap)
+  if mask is not None: s = s + mask
+  if causal: s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), -math.inf)
+  return s.softmax(-1) @ v
+
+
+@pytest.mark.parametrize('causal,bias', [(True, False), (False, True)])
+def test_softcap_plain_form_and_gradients(causal, bias):
+  """softcap = c: the scaled scores capped, c * tanh(s / c), before the bias; the plain form's value and autodiff's
+  gradients (q, k, v and the bias) against torch's, float64."""
+  rng = np.random.default_rng(21)
+  qs = (2, 3, 12, 8)
+  q, k, v = (rng.standard_normal(qs).astype(np.float32) * 2 for _ in range(3))
+  b = rng.standard_normal(qs[:-1] + (12,)).astype(np.float32) if bias else None
+  seed = rng.standard_normal(qs).astype(np.float32)
+  text = _text(qs, qs, qs, 'f32', causal, 0.5, bias=bias).replace('scale = 0.5}', 'scale = 0.5, softcap = 3.0}')
+  m = I.parse(text)
+  PassManager(parse_pipeline('autodiff{seed=true}')).run(m)
+  out, *grads = compile_module(m, 'CPU')(*([q, k, v] + ([b] if bias else []) + [seed]))
+  ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in (q, k, v) + ((b,) if bias else ())]
+  o = _capped_torch(*ts[:3], causal, 0.5, 3.0, ts[3] if bias else None)
+  (o * torch.tensor(seed.astype(np.float64))).sum().backward()
+  np.testing.assert_allclose(out, o.detach().numpy(), rtol=1e-5, atol=1e-5)
+  for got, t in zip(grads, ts): np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_sdpa_softcap_keyword():
+  """softcap= (tgc's keyword, Gemma 2's soft-capping) through the Tensor API against the scores written out in torch;
+  a softcap that is not a positive finite number is an ArgumentError; on cuda the attention is one kernel (_cap)."""
+  import tgc
+  from tgc.lowering import lower
+  rng = np.random.default_rng(14)
+  q, k, v = (rng.standard_normal((2, 3, 5, 8)).astype(np.float32) * 3 for _ in range(3))
+  got = tgc.Tensor(q).scaled_dot_product_attention(tgc.Tensor(k), tgc.Tensor(v), is_causal=True, softcap=2.0).numpy()
+  want = _capped_torch(*(torch.tensor(a.astype(np.float64)) for a in (q, k, v)), True, 8 ** -0.5, 2.0).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  for bad in (0.0, -1.0, float('inf')):
+    with pytest.raises(ValueError, match='softcap must be'):
+      tgc.Tensor(q).scaled_dot_product_attention(tgc.Tensor(k), tgc.Tensor(v), softcap=bad)
+  m = lower(I.parse(_text((2, 3, 100, 64), (2, 3, 70, 64), (2, 3, 70, 64), 'f16', True, 0.125).replace('scale = 0.125}', 'scale = 0.125, softcap = 30.0}')), 'cuda', 'kernel')
+  (kf,) = m.functions('kernel.func')
+  assert str(kf.sym_name) == 'attn_causal_cap_6_100_70_64' and kf.body.ops[0].attrs['softcap'] == 30.0
+
+
 def test_self_attention_gradient_sums_each_use_once():
   """attention(x, x, x): x's gradient is the sum of its three uses' (not three times that sum)."""
   rng = np.random.default_rng(6)
@@ -223,17 +271,18 @@ def test_attention_kernel_on_other_targets_is_a_diagnostic():
 def test_attention_kernel_builds_with_nvcc():
   """The generated CUDA builds, without a warning, its products on warpgroups (wgmma, sm_90a) and without them
   (mma.sync: a device without warpgroup tensor cores), the forward with the backward's kernels (heads of 64 and 128:
-  the backward's tiles then in dynamic shared memory beside the forward's, declared alike)."""
+  the backward's tiles then in dynamic shared memory beside the forward's, declared alike), soft-capped (heads of 128)."""
   from tgc.emit.cuda import render_cuda, nvcc_arch
   from tgc.lowering import lower
-  for dt, hd in (('f16', 64), ('bf16', 128)):
+  for dt, hd, cap in (('f16', 64, ''), ('bf16', 128, ', softcap = 30.0')):
     for wg in (True, False):
-      m = I.parse(_text((2, 100, hd), (2, 70, hd), (2, 70, hd), dt, True, 0.125))
+      m = I.parse(_text((2, 100, hd), (2, 70, hd), (2, 70, hd), dt, True, 0.125).replace('scale = 0.125}', f'scale = 0.125{cap}}}'))
       PassManager(parse_pipeline('autodiff{seed=true}')).run(m)
       u = lower(m, 'cuda', 'uop', warpgroup=wg)
-      assert {str(f.sym_name) for f in u.functions('uop.func')} >= {f'attn_dq_causal_2_100_70_{hd}', f'attn_dkdv_causal_2_100_70_{hd}'}
+      tag = '_cap' if cap else ''
+      assert {str(f.sym_name) for f in u.functions('uop.func')} >= {f'attn_dq_causal{tag}_2_100_70_{hd}', f'attn_dkdv_causal{tag}_2_100_70_{hd}'}
       src = render_cuda(u)
-      assert ('wgmma.mma_async' in src) == wg
+      assert ('wgmma.mma_async' in src) == wg and (', 30.0f, ' in src) == bool(cap)  # (the calls' softcap argument)
       with tempfile.TemporaryDirectory() as td:
         cu = os.path.join(td, 'k.cu')
         open(cu, 'w').write(src)
@@ -436,3 +485,27 @@ def test_cuda_attention_kernel_stores_the_lse_of_its_rows():
     assert str(k.sym_name).startswith('attn_causal' if with_attention else 'attn_lse_causal')
     (launch,) = [op for op in m.functions('func.func')[0].body.ops if op.name == 'kernel.launch']
     assert (launch.operands[-1] is launch.operands[-2]) != with_attention  # (v is k)
+
+
+@pytest.mark.parametrize('qs,causal,mask,dt', [((2, 4, 200, 64), True, None, 'float16'), ((1, 4, 300, 128), False, (1, 1, 1, 300), 'bfloat16')])
+def test_sdpa_softcap_fused_on_gpu_matches_torch(qs, causal, mask, dt):
+  """softcap= on CUDA: the fused kernels (forward, dq, dk/dv: _cap), their value and q/k/v's gradients against torch's
+  float64 with the scores written out and capped."""
+  _cuda()
+  import tgc
+  rng = np.random.default_rng(23)
+  arrs = [rng.standard_normal(qs).astype(np.float32) * 2 for _ in range(4)]
+  m = rng.random(mask) > 0.3 if mask else None
+  tdt = getattr(torch, dt)
+  ts = [torch.tensor(a).to(tdt).double().requires_grad_() for a in arrs[:3]]
+  tm = None if m is None else torch.where(torch.tensor(m), 0.0, -math.inf).double()
+  want = _capped_torch(*ts, causal, qs[-1] ** -0.5, 5.0, tm)
+  (want * torch.tensor(arrs[3]).double()).sum().backward()
+  q, k, v = (tgc.Tensor(a, device='CUDA', dtype=dt, requires_grad=True) for a in arrs[:3])
+  out = q.scaled_dot_product_attention(k, v, attn_mask=None if m is None else tgc.Tensor(m, device='CUDA'), is_causal=causal, softcap=5.0)
+  assert '_cap_' in out.to_ir('kernel')
+  (out.cast('float32') * tgc.Tensor(arrs[3], device='CUDA')).sum().backward()
+  tol = 2e-2 if dt == 'float16' else 6e-2
+  np.testing.assert_allclose(out.cast('float32').numpy(), want.detach().numpy(), rtol=tol, atol=tol)
+  for t, r in zip((q, k, v), ts):
+    np.testing.assert_allclose(t.grad.cast('float32').numpy(), r.grad.numpy(), rtol=tol, atol=tol * max(1.0, float(r.grad.abs().max())))

@@ -1334,13 +1334,14 @@ class Tensor(TensorAPI):
     if w.ndim == 1: r = r.reshape(r.shape[:-1])
     return r
 
-  def _attention(self, key, value, causal: bool, mask=None, gqa: bool = False, scale: float | None = None):
+  def _attention(self, key, value, causal: bool, mask=None, gqa: bool = False, scale: float | None = None, softcap: float | None = None):
     """One tensor.attention where the device computes it as one kernel (its spec's fused_attention: the scores and
     probabilities never reach memory), else None: elsewhere the API's composite is the graph its kernels were tuned
     for. q, k and v of one dtype and batch shape (no broadcast), a key at least; a mask (boolean: where a key takes
     part; else added to the scores) that broadcasts to the scores' shape becomes the op's bias, in q's type, computed
     at the mask's own shape and read through the broadcast (a padding mask of batch x keys stays that small). gqa: k
-    and v may have fewer heads (axis -3) than q, each shared by a group of q's (read once a group, not repeated)."""
+    and v may have fewer heads (axis -3) than q, each shared by a group of q's (read once a group, not repeated);
+    softcap: the scaled scores capped (softcap * tanh(s / softcap)) before the mask is added."""
     q, k, v = self, key, value
     heads_fit = q.shape[:-2] == k.shape[:-2] or (gqa and q.ndim >= 3 and q.shape[:-3] == k.shape[:-3] and q.shape[-3] % k.shape[-3] == 0)
     if not (isinstance(q.device, str) and q.ndim >= 2 and q.ndim == k.ndim == v.ndim and heads_fit and k.shape[:-2] == v.shape[:-2]
@@ -1353,7 +1354,8 @@ class Tensor(TensorAPI):
       bias = mask.where(0.0, -math.inf) if mask.dtype.is_bool else mask
       operands += (bias.cast(q.dtype)._broadcast_to(scores),)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    return q._new('attention', operands, q.shape[:-1] + v.shape[-1:], q.dtype, {'causal': int(causal), 'scale': scale})
+    attrs = {'causal': int(causal), 'scale': scale, **({'softcap': float(softcap)} if softcap else {})}
+    return q._new('attention', operands, q.shape[:-1] + v.shape[-1:], q.dtype, attrs)
 
   @_graph_template
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -538,23 +538,27 @@ class TensorAPI:
     return None
 
   def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False,
-                                   *, scale: float | None = None):
+                                   *, scale: float | None = None, softcap: float | None = None):
     """softmax(q k^T * scale + mask) v, scale 1/sqrt(d) unless given (torch's keyword). is_causal: the
     lower-triangular mask (no attn_mask with it); enable_gqa: key and value heads (axis -3) shared by groups of the
-    query's heads."""
+    query's heads; softcap (tgc's keyword): the scaled scores capped as softcap * tanh(s / softcap) before the mask
+    is added (Gemma 2's soft-capping)."""
     if dropout_p: raise ArgumentError("scaled_dot_product_attention: dropout_p is not supported (dropout needs Tensor.train)")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)):
       raise ArgumentError(f"scaled_dot_product_attention: scale must be a finite number, got {scale!r}")
+    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not 0 < softcap < math.inf):
+      raise ArgumentError(f"scaled_dot_product_attention: softcap must be a finite number > 0, got {softcap!r}")
     self._tensors('scaled_dot_product_attention', 'attn_mask', key=key, value=value, attn_mask=attn_mask)
     if is_causal and attn_mask is not None: raise ArgumentError("scaled_dot_product_attention: attn_mask and is_causal=True exclude each other")
     if enable_gqa and self.ndim >= 3:
       hq, hk, hv = self.shape[-3], key.shape[-3], value.shape[-3]
       if hk == 0 or hv == 0 or hq % hk or hq % hv: raise ShapeError(f"scaled_dot_product_attention: {hq} query heads do not split into groups for {hk} key and {hv} value heads")
-      if hk == hv and (fused := self._attention(key, value, is_causal, attn_mask, gqa=True, scale=scale)) is not None: return fused
+      if hk == hv and (fused := self._attention(key, value, is_causal, attn_mask, gqa=True, scale=scale, softcap=softcap)) is not None: return fused
       key, value = key.repeat_interleave(hq // hk, dim=-3), value.repeat_interleave(hq // hv, dim=-3)
     q = self
-    if (fused := q._attention(key, value, is_causal, attn_mask, scale=scale)) is not None: return fused
+    if (fused := q._attention(key, value, is_causal, attn_mask, scale=scale, softcap=softcap)) is not None: return fused
     s = q.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]) if scale is None else float(scale))
+    if softcap: s = (s * (1 / float(softcap))).tanh() * float(softcap)
     if is_causal:
       L, S = s.shape[-2:]
       attn_mask = type(self).ones(L, S, dtype=_D.bool_, device=self.device).tril()

@@ -261,7 +261,7 @@ class AttentionOp(Operation):
   OPERANDS = ('out', 'q', 'k', 'v', 'bias?', 'lse?')
   PRESENT_WITH = {'bias': 'bias_view'}
   ATTRS = {'out_view': 'views', 'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'bias_view': 'views?', 'causal': 'int', 'scale': 'number',
-           'lse_only': 'int?'}
+           'softcap': 'number?', 'lse_only': 'int?'}
   RESULTS = 0
   FORMAT = '$out $out_view, $q $q_view, $k $k_view, $v $v_view?{ ($bias, $bias_view)}?{, $lse} : type($out), type($q), type($k), type($v), type($bias)'
   @property
@@ -279,6 +279,7 @@ class AttentionOp(Operation):
       raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)} and v {list(v)} (B x H x rows x E, k and v alike, their heads dividing q's) and out {list(o)} (as q)")
     if k[2] == 0: raise self.error("needs at least one key")
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+    if not 0 <= float(self.attrs.get('softcap', 0)) < math.inf: raise self.error(f"softcap must be a finite number >= 0 (0: none), got {self.attrs['softcap']}")
     if self.attrs.get('lse_only', 0) not in (0, 1) or (self.attrs.get('lse_only') and self.lse is None):
       raise self.error(f"lse_only = 1 stores the rows' log-sum-exp alone: it needs an lse operand, got lse_only = {self.attrs['lse_only']}{'' if self.lse is not None else ' and none'}")
     _check_bias(self, q, k)
@@ -303,7 +304,7 @@ class AttentionGradOp(Operation):
   name = 'kernel.attention_grad'
   OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'bias?', 'out', 'out2?')
   PRESENT_WITH = {'bias': 'bias_view'}
-  ATTRS = {'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'g_view': 'views', 'bias_view': 'views?', 'causal': 'int', 'scale': 'number', 'part': 'int'}
+  ATTRS = {'q_view': 'views', 'k_view': 'views', 'v_view': 'views', 'g_view': 'views', 'bias_view': 'views?', 'causal': 'int', 'scale': 'number', 'softcap': 'number?', 'part': 'int'}
   RESULTS = 0
   FORMAT = '$q $q_view, $k $k_view, $v $v_view, $g $g_view, $lse, $d?{ ($bias, $bias_view)}, $out?{, $out2} : type($q), type($k), type($v), type($g)'
   @property
@@ -327,6 +328,7 @@ class AttentionGradOp(Operation):
     for t in ts[6:]:
       if t.dtype != dt or t.numel != want: raise self.error(f"writes {want} elements of {dt}, got {t}")
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+    if not 0 <= float(self.attrs.get('softcap', 0)) < math.inf: raise self.error(f"softcap must be a finite number >= 0 (0: none), got {self.attrs['softcap']}")
     _check_bias(self, q, k)
 
 

@@ -312,12 +312,14 @@ class _AttentionBase(Operation):
   one float type and batch axes but the heads (axis -3: k's may be fewer, each shared by a group of q's heads, as
   grouped-query attention's; k and v have the same), causal and scale, the optional bias (..., L, S) of q's type added to the scaled
   scores (torch's float attn_mask; a boolean mask is 0 where a key takes part and -inf where not), the plain form's
-  scores, and whether a device computes them in its fused kernel."""
-  ATTRS = {'causal': 'int', 'scale': 'number'}
+  scores, and whether a device computes them in its fused kernel. `softcap = c` (c > 0) caps the scaled scores,
+  c * tanh(s * scale / c), before the bias is added (Gemma 2's soft-capping, ONNX Attention's softcap)."""
+  ATTRS = {'causal': 'int', 'scale': 'number', 'softcap': 'number?'}
   TRAITS = {PURE}
   def check_qk(self):
     q, k = _tensor(self, self.q.type), _tensor(self, self.k.type)
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+    if not 0 <= float(self.attrs.get('softcap', 0)) < math.inf: raise self.error(f"softcap must be a finite number >= 0 (0: none), got {self.attrs['softcap']}")
     if q.rank != k.rank or q.rank < 2: raise self.error(f"needs q and k of one rank >= 2, got {q} and {k}")
     if q.shape[:-3] != k.shape[:-3] or (q.rank > 2 and (k.shape[-3] == 0 or q.shape[-3] % k.shape[-3])) or (q.rank == 2 and q.shape[:-2] != k.shape[:-2]):
       raise self.error(f"batch axes differ: {q} and {k} (k's heads, axis -3, may be fewer where they divide q's)")
@@ -354,6 +356,11 @@ class _AttentionBase(Operation):
     tr = lambda x: op('permute', [x], (*x.type.shape[:-2], x.type.shape[-1], x.type.shape[-2]), x.type.dtype, {'order': tuple(range(n - 2)) + (n - 1, n - 2)})
     sc = (*batch, L, S)
     s = op('mul', [op('matmul', [wide(q), tr(heads(wide(k)))], sc), c(float(self.scale), sc)], sc)
+    t = None
+    if self.softcap:  # s = cap * tanh(s / cap), tanh(x) = 2 / (1 + 2^(-2 x log2(e))) - 1 (1 and -1 where 2^ over- or underflows)
+      y = op('exp2', [op('mul', [s, c(-2 / (math.log(2) * self.softcap), sc)], sc)], sc)
+      t = op('sub', [op('mul', [op('recip', [op('add', [y, c(1.0, sc)], sc)], sc), c(2.0, sc)], sc), c(1.0, sc)], sc)
+      s = op('mul', [t, c(self.softcap, sc)], sc)
     if self.bias is not None: s = op('add', [s, wide(self.bias)], sc)
     if self.causal:  # key j - query i <= 0, the positions counted by scans of ones
       pos = lambda m: op('add', [op('scan', [c(1, (m,), D.i32)], (m,), D.i32, {'kind': 'add', 'axis': 0}), c(-1, (m,), D.i32)], (m,), D.i32)
@@ -361,7 +368,7 @@ class _AttentionBase(Operation):
       d = op('sub', [grid(pos(S), (1, S)), grid(pos(L), (L, 1))], (L, S), D.i32)
       seen = op('expand', [op('reshape', [op('cmplt', [d, c(1, (L, S), D.i32)], (L, S), D.bool_)], (1,) * len(batch) + (L, S), D.bool_)], sc, D.bool_)
       s = op('where', [seen, s, c(-math.inf, sc)], sc)
-    return AttentionPlain(op, c, wide, tr, acc, s, heads, grouped)
+    return AttentionPlain(op, c, wide, tr, acc, s, heads, grouped, t)
   def softmax(self, rw) -> 'AttentionPlain':
     """The scores (scores) and their softmax's parts: the row max m, the exponentials e = exp(s - m) (exp(-inf) = 0)
     and their row sums. With a bias a row may see no key (all its scores -inf): its max counts as 0 there, so that
@@ -437,12 +444,13 @@ class AttentionGradOp(_AttentionBase):
   """`tensor.attention_grad %q, %k, %v, %g, %lse, %d {causal = 1, scale = 0.125, wrt = 0} : ... -> tensor<...>`: one
   of attention's gradients (wrt 0: q's, 1: k's, 2: v's, 3: the bias's, with `, %bias` after d; of that operand's type) given the output's gradient g, the
   rows' log-sum-exp (tensor.attention_lse) and d, each query row's sum of g * out (f32 for half floats), as flash
-  attention's backward computes them: p = exp(s - lse), dv = p^T g, ds = p * (g v^T - d) * scale, dq = ds k,
+  attention's backward computes them: p = exp(s - lse), dv = p^T g, ds = p * (g v^T - d) * scale (times 1 - t^2, t
+  the scores' tanh, where softcap caps them), dq = ds k,
   dk = ds^T q (p and ds rounded to the inputs' type for the products), dbias = ds / scale. Where the device has fused backward kernels
   (fused) kernelize computes dq in one kernel, dk and dv of the same operands in another; else its plain form."""
   name = 'tensor.attention_grad'
   OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'bias?')
-  ATTRS = {'causal': 'int', 'scale': 'number', 'wrt': 'int'}
+  ATTRS = {'causal': 'int', 'scale': 'number', 'softcap': 'number?', 'wrt': 'int'}
   FORMAT = '$q, $k, $v, $g, $lse, $d?{, $bias} : type($q), type($k), type($v) -> type($result)'
   def fused(self, spec) -> bool:  # (the bias's gradient, a scores-shaped tensor, is its plain form)
     return self.wrt != 3 and spec.fused_attention_grad(self.q.type.dtype, self.q.type.shape[-1], self.v.type.shape[-1])
@@ -474,7 +482,9 @@ class AttentionGradOp(_AttentionBase):
       dp = mk('sub', [mk('matmul', [gw, p.tr(v)], sc), mk('expand', [self.d], sc)], sc)
       if self.wrt == 3: r = mk('mul', [prob, dp], sc)  # (the scores' gradient: the bias is added to them)
       else:
-        ds = half(mk('mul', [mk('mul', [prob, dp], sc), p.c(float(self.scale), sc)], sc))
+        dsc = p.c(float(self.scale), sc)  # (the scores' derivative by q k^T: scale, times 1 - tanh^2 where capped)
+        if p.t is not None: dsc = mk('mul', [dsc, mk('sub', [p.c(1.0, sc), mk('mul', [p.t, p.t], sc)], sc)], sc)
+        ds = half(mk('mul', [mk('mul', [prob, dp], sc), dsc], sc))
         r = mk('matmul', [ds, k], q.type.shape) if self.wrt == 0 else p.grouped(mk('matmul', [p.tr(ds), q], k.type.shape))
     return r if acc is dt else mk('cast', [r], r.type.shape, dt)
 
@@ -493,6 +503,7 @@ class AttentionPlain:
   s: Any
   heads: Any = None
   grouped: Any = None
+  t: Any = None  # (tanh of the scores over softcap, where capped)
   m: Any = None
   e: Any = None
   total: Any = None

@@ -8,6 +8,7 @@ Below the ops, the facts about a uop.func that emitters, runtimes and the refere
 launch grid, buffers, constants, where accumulators start), so that each means one thing everywhere.
 """
 from __future__ import annotations
+import math
 import numpy as np
 from tgc.errors import TgcError
 from tgc.ir.attrs import HexInt
@@ -489,7 +490,7 @@ class AttentionOp(Operation):
   name = 'uop.attention'
   OPERANDS = ('out', 'q', 'k', 'v', 'bias?', 'smem', 'head', 'block', 'lane', 'lse?')
   PRESENT_WITH = {'bias': 'bias_layout'}
-  ATTRS = {'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
+  ATTRS = {'causal': 'int', 'scale': 'number', 'softcap': 'number?', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
            'key_rows': 'int', 'threads': 'int', 'out_layout': 'ints', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints',
            'bias_layout': 'ints?', 'warpgroup': 'int?', 'group': 'int?', 'lse_only': 'int?'}
   RESULTS = 0
@@ -505,6 +506,7 @@ class AttentionOp(Operation):
     if len({p.dtype for p in ps}) != 1 or ps[0].dtype not in (D.f16, D.bf16): raise self.error(f"needs f16 or bf16 buffers of one type, got {', '.join(map(str, ps))}")
     for nm in ('head', 'block', 'lane'): _int(self, getattr(self, nm), nm)
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
+    if not 0 <= float(self.attrs.get('softcap', 0)) < math.inf: raise self.error(f"softcap must be a finite number >= 0 (0: none), got {self.attrs['softcap']}")
     for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'key_rows', 'threads'):
       if self.attrs[nm] < 1: raise self.error(f"{nm} must be positive, got {self.attrs[nm]}")
     a = self.attrs
@@ -537,7 +539,7 @@ class AttentionGradOp(Operation):
   name = 'uop.attention_grad'
   OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'bias?', 'out', 'smem', 'head', 'block', 'lane', 'out2?')
   PRESENT_WITH = {'bias': 'bias_layout'}
-  ATTRS = {'part': 'int', 'causal': 'int', 'scale': 'number', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
+  ATTRS = {'part': 'int', 'causal': 'int', 'scale': 'number', 'softcap': 'number?', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
            'threads': 'int', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints', 'g_layout': 'ints', 'bias_layout': 'ints?', 'group': 'int?'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
@@ -557,6 +559,7 @@ class AttentionGradOp(Operation):
     for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'threads'):
       if a[nm] < 1: raise self.error(f"{nm} must be positive, got {a[nm]}")
     if a['causal'] not in (0, 1): raise self.error(f"causal must be 0 or 1, got {a['causal']}")
+    if not 0 <= float(self.attrs.get('softcap', 0)) < math.inf: raise self.error(f"softcap must be a finite number >= 0 (0: none), got {self.attrs['softcap']}")
     group = a.get('group', 1)
     nh = _attention_launch(self, (self.head, self.block, self.lane), 6 * a['block_rows'] * a['dim'], group if a['part'] == 1 else 1)
     need = _layout_ends(self, {'q': a['rows'], 'k': a['keys'], 'v': a['keys'], 'g': a['rows']}, nh) | _bias_end(self, nh)

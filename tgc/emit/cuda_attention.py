@@ -38,6 +38,8 @@ __device__ __forceinline__ unsigned long long tg_fa_desc(const void* p, unsigned
 }
 // a row's log-sum-exp in log2 units for exp2(s - it): +inf where the row sees no key (lse -inf: its probabilities 0)
 __device__ __forceinline__ float tg_fa_lse2(float lse) { return lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f; }
+// tanh on the special function unit (sm_75 and later): a soft-capped score, c * tanh(s / c)
+__device__ __forceinline__ float tg_fa_tanh(float x) { float y; asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 // 2^x on the special function unit, subnormal results flushed to zero (exp2f also scales them back: more instructions)
 __device__ __forceinline__ float tg_fa_ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 __device__ __forceinline__ void tg_fa_ldsm_t(unsigned* r, const void* p) {
@@ -162,7 +164,7 @@ __device__ __forceinline__ void tg_fa_ab_$NAME(float (*o)[4], const float (*p)[4
 __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, $T* smem, int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, bool causal,
     const size_t* lo, const size_t* lq, const size_t* lk, const size_t* lv, float* __restrict__ LSE,
-    const $T* __restrict__ BIAS, const size_t* lbias, float inv_scale, int group) {
+    const $T* __restrict__ BIAS, const size_t* lbias, float inv_scale, int group, float softcap, float cap_scale) {
   $T* sQ = smem;                // ROWS x HD
   $T* sK = sQ + $ROWS * $HD;    // 2 x 64 x HD
   $T* sV = sK + 2 * 64 * $HD;   // 2 x 64 x HD
@@ -212,6 +214,13 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
 #else
       tg_fa_abt_$NAME(s, qf, kt, lane);
 #endif
+      if (softcap > 0.f) {  // (soft-capped: the scores scaled and capped here, scale_log2 is log2(e) and the bias is not scaled)
+        #pragma unroll
+        for (int n = 0; n < 8; n++) {
+          #pragma unroll
+          for (int e = 0; e < 4; e++) s[n][e] = softcap * tg_fa_tanh(s[n][e] * cap_scale);
+        }
+      }
       if (BIAS != 0) {
         #pragma unroll
         for (int n = 0; n < 8; n++) { s[n][0] += bv[n][0]; s[n][1] += bv[n][1]; s[n][2] += bv[n][2]; s[n][3] += bv[n][3]; }
@@ -305,7 +314,8 @@ __device__ __forceinline__ void tg_fa_store_$NAME($T* dst, const float (*o)[4], 
 __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE, const float* __restrict__ Dr, $T* smem,
     int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, float scale, bool causal,
-    const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias, int group) {
+    const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias, int group,
+    float softcap, float cap_scale) {
   $T* sQ = smem; $T* sG = sQ + 64 * $HD; $T* sK = sG + 64 * $HD; $T* sV = sK + 2 * 64 * $HD;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int q0 = (causal ? blocks - 1 - block : block) * 64;
@@ -334,7 +344,7 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
     tg_fa_pair_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, j + 1 < n_tiles, tid);
     const $T* kt = sK + buf * 64 * $HD;
     float s[8][4], dp[8][4], bv[8][4];
-    if (BIAS != 0) tg_fa_bias_$NAME(bv, Bh, lbias, j * 64, row_a, L, S, t, 1.f / scale);
+    if (BIAS != 0) tg_fa_bias_$NAME(bv, Bh, lbias, j * 64, row_a, L, S, t, softcap > 0.f ? 1.f : 1.f / scale);
 #if $HD <= 64
     tg_fa_abt_$NAME(s, qf, kt, lane);
     tg_fa_abt_$NAME(dp, gf, sV + buf * 64 * $HD, lane);
@@ -342,18 +352,17 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
     tg_fa_abts_$NAME(s, sQ, warp, kt, lane);
     tg_fa_abts_$NAME(dp, sG, warp, sV + buf * 64 * $HD, lane);
 #endif
-    if (BIAS != 0) {
-      #pragma unroll
-      for (int n = 0; n < 8; n++) { s[n][0] += bv[n][0]; s[n][1] += bv[n][1]; s[n][2] += bv[n][2]; s[n][3] += bv[n][3]; }
-    }
     const bool masked = (j + 1) * 64 > S || (causal && (j + 1) * 64 - 1 > q0 + warp * 16);  // (as the forward's)
     #pragma unroll
     for (int n = 0; n < 8; n++) {
       #pragma unroll
       for (int e = 0; e < 4; e++) {
         int key = j * 64 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
-        float p = (masked && (key >= S || (causal && key > row))) ? 0.f : exp2f(s[n][e] * scale_log2 - (e < 2 ? la : lb));
-        s[n][e] = p * (dp[n][e] - (e < 2 ? da : db)) * scale;  // ds
+        float x = s[n][e], dx = scale;  // the score, and its derivative by q k^T
+        if (softcap > 0.f) { const float th = tg_fa_tanh(x * cap_scale); x = softcap * th; dx = scale * (1.f - th * th); }
+        if (BIAS != 0) x += bv[n][e];
+        float p = (masked && (key >= S || (causal && key > row))) ? 0.f : exp2f(x * scale_log2 - (e < 2 ? la : lb));
+        s[n][e] = p * (dp[n][e] - (e < 2 ? da : db)) * dx;  // ds
       }
     }
     tg_fa_ab_$NAME(dq, s, kt, lane);
@@ -365,12 +374,13 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
 __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T* __restrict__ DV, const $T* __restrict__ Q,
     const $T* __restrict__ K, const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE,
     const float* __restrict__ Dr, $T* smem, int head, int block, int tid, int H, int L, int S, float scale_log2, float scale,
-    bool causal, const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias, int group) {
+    bool causal, const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias, int group,
+    float softcap, float cap_scale) {
   // (head: a k and v head, b * H / group + h; the gradients of the `group` q heads it serves are summed here)
   $T* sK = smem; $T* sV = sK + 64 * $HD; $T* sQ = sV + 64 * $HD; $T* sG = sQ + 2 * 64 * $HD;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int k0 = block * 64, HK = H / group;
-  const float inv_scale = 1.f / scale;
+  const float inv_scale = softcap > 0.f ? 1.f : 1.f / scale;  // (the bias's factor: capped scores are scaled)
   const int first = causal ? k0 / 64 : 0, n_tiles = (L + 63) / 64;  // (causal: the queries before k0 see none of these keys)
   tg_fa_tile_$NAME<64>(sK, K + lk[0] + (size_t)(head / HK) * lk[1] + (size_t)(head % HK) * lk[2], lk[3], k0, S, tid);
   tg_fa_tile_$NAME<64>(sV, V + lv[0] + (size_t)(head / HK) * lv[1] + (size_t)(head % HK) * lv[2], lv[3], k0, S, tid);
@@ -419,10 +429,12 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
           #pragma unroll
           for (int h = 0; h < 2; h++) {
             int e = 2 * h + c, key = h ? key_b : key_a;
-            if (BIAS != 0 && in && key < S) st[n][e] = fmaf($TOF(Bh[(size_t)col * lbias[3] + (size_t)key * lbias[4]]), inv_scale, st[n][e]);
-            float p = (!in || (causal && key > col)) ? 0.f : exp2f(st[n][e] * scale_log2 - l2);
+            float x = st[n][e], dx = scale;  // the score, and its derivative by q k^T
+            if (softcap > 0.f) { const float th = tg_fa_tanh(x * cap_scale); x = softcap * th; dx = scale * (1.f - th * th); }
+            if (BIAS != 0 && in && key < S) x = fmaf($TOF(Bh[(size_t)col * lbias[3] + (size_t)key * lbias[4]]), inv_scale, x);
+            float p = (!in || (causal && key > col)) ? 0.f : exp2f(x * scale_log2 - l2);
             st[n][e] = p;
-            dpt[n][e] = p * (dpt[n][e] - d) * scale;  // ds^T
+            dpt[n][e] = p * (dpt[n][e] - d) * dx;  // ds^T
           }
         }
       }
@@ -492,27 +504,37 @@ def _bias(dtype: str, args: dict) -> str:
   return f"{args['bias']}, tg_lbias" if 'bias' in args else f"({_TYPES[dtype][0]}*)0, (size_t*)0"
 
 
+def _scaling(a: dict) -> tuple[float, float, str]:
+  """(scale_log2, the bias's factor, the softcap arguments) of an attention's attributes: the softmax's scores times
+  scale_log2 are in log2 units. Raw (q k^T) where they are not capped, the bias over the scale; capped (softcap * tanh(
+  q k^T * scale / softcap), the kernel's cap_scale the ratio), they are scaled already and the bias is added as it is."""
+  scale, cap = float(a['scale']), float(a.get('softcap', 0))
+  if not cap: return scale * math.log2(math.e), 1 / scale, '0.f, 0.f'
+  return math.log2(math.e), 1.0, f"{cap!r}f, {scale / cap!r}f"
+
+
 def attention_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
   """The kernel body's lines that call the instance for uop.attention `op` (args: its operands' expressions by name):
   its layouts as constant arrays, then the call."""
   a, x = op.attrs, args
-  scale_log2 = float(a['scale']) * math.log2(math.e)
+  scale_log2, inv_scale, cap = _scaling(a)
   out = f"({_TYPES[dtype][0]}*)0" if a.get('lse_only') else x['out']  # (its rows' log-sum-exp alone: no P V, no output)
   head = ', '.join([out] + [x[n] for n in ('q', 'k', 'v', 'smem', 'head', 'block', 'lane')])
   return _layouts(op, ('out', 'q', 'k', 'v')) + [
     f"tg_attention_{attention_name(dtype, a['dim'], a['block_rows'], a.get('warpgroup', 0))}({head}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
-    f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lout, tg_lq, tg_lk, tg_lv, {x.get('lse', '(float*)0')}, {_bias(dtype, x)}, {1 / float(a['scale'])!r}f, {a.get('group', 1)});"]
+    f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lout, tg_lq, tg_lk, tg_lv, {x.get('lse', '(float*)0')}, {_bias(dtype, x)}, {inv_scale!r}f, {a.get('group', 1)}, {cap});"]
 
 
 def attention_grad_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
   """The lines that call the backward instance for uop.attention_grad `op` (args: its operands' expressions by
   name): its layouts, then the call."""
   a, x = op.attrs, args
-  name, flags = attention_name(dtype, a['dim'], KEY_ROWS), f"{float(a['scale']) * math.log2(math.e)!r}f, {float(a['scale'])!r}f, {'true' if a['causal'] else 'false'}"
+  scale_log2, _, cap = _scaling(a)
+  name, flags = attention_name(dtype, a['dim'], KEY_ROWS), f"{scale_log2!r}f, {float(a['scale'])!r}f, {'true' if a['causal'] else 'false'}"
   ins = ', '.join(x[n] for n in ('q', 'k', 'v', 'g', 'lse', 'd', 'smem', 'head', 'block', 'lane'))
   tail = f"{a['heads']}, {a['rows']}, {a['keys']}"
-  if a['part'] == 0: call = f"tg_attention_dq_{name}({x['out']}, {ins}, {tail}, {blocks}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {a.get('group', 1)});"
-  else: call = f"tg_attention_dkdv_{name}({x['out']}, {x['out2']}, {ins}, {tail}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {a.get('group', 1)});"
+  if a['part'] == 0: call = f"tg_attention_dq_{name}({x['out']}, {ins}, {tail}, {blocks}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {a.get('group', 1)}, {cap});"
+  else: call = f"tg_attention_dkdv_{name}({x['out']}, {x['out2']}, {ins}, {tail}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {a.get('group', 1)}, {cap});"
   return _layouts(op, ('q', 'k', 'v', 'g')) + [call]
 
 

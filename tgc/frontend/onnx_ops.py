@@ -396,10 +396,10 @@ def _gmp(ctx, attrs, x): return x.max(tuple(range(2, x.ndim)), keepdim=True)
 @op('Attention')
 def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
   """ONNX's Attention (opset 23) as scaled_dot_product_attention, so that a device with fused attention kernels runs
-  it as one (its mask, grouped-query heads and scale too): 3-d inputs split into q_num_heads and kv_num_heads heads,
+  it as one (its mask, grouped-query heads, scale and softcap too): 3-d inputs split into q_num_heads and kv_num_heads heads,
   k and v after past_key and past_value (present_key, present_value), a causal mask aligned to the last keys where
   there is a past (query i sees keys j <= i + the past's length) and composed with attn_mask. What sdpa does not
-  take (softcap, the qk_matmul_output, softmax_precision, opset 24's nonpad_kv_seqlen, opset 25's windows, a mask
+  take (the qk_matmul_output, softmax_precision, opset 24's nonpad_kv_seqlen, opset 25's windows, a mask
   that does not broadcast to the scores), and half floats where no fused kernel runs them, is ONNX's own function
   body."""
   outs = ctx.node.output
@@ -409,7 +409,7 @@ def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
     from tgc.frontend.onnx import _expand
     return _expand(ctx, attrs, *ins)
   windowed = attrs.get('left_window_size', -1) != -1 or attrs.get('right_window_size', -1) != -1
-  if attrs.get('softcap', 0.0) or (len(outs) > 3 and outs[3]) or 'softmax_precision' in attrs or (past_k is None) != (past_v is None) \
+  if attrs.get('softcap', 0.0) < 0 or (len(outs) > 3 and outs[3]) or 'softmax_precision' in attrs or (past_k is None) != (past_v is None) \
      or any(x is not None for x in rest) or windowed:
     return by_its_function()
   three = q.ndim == 3
@@ -427,10 +427,11 @@ def _attention(ctx, attrs, q, k, v, mask=None, past_k=None, past_v=None, *rest):
     mask = seen if mask is None else (mask & seen) if mask.dtype == dtypes.bool else mask + seen.where(0.0, -math.inf).cast(mask.dtype)
     causal = False
   gqa = q.shape[-3] != k.shape[-3]
-  y = q._attention(k, v, causal, mask, gqa=gqa, scale=attrs.get('scale'))  # (the device's fused kernel)
+  cap = attrs.get('softcap', 0.0) or None
+  y = q._attention(k, v, causal, mask, gqa=gqa, scale=attrs.get('scale'), softcap=cap)  # (the device's fused kernel)
   if y is None and q.dtype.itemsize < 4:  # (else half floats as ONNX's function body rounds them: the softmax in q's type)
     return by_its_function()
-  if y is None: y = q.scaled_dot_product_attention(k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa, scale=attrs.get('scale'))
+  if y is None: y = q.scaled_dot_product_attention(k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa, scale=attrs.get('scale'), softcap=cap)
   if three: y = y.transpose(1, 2).reshape(y.shape[0], L, -1)
   return y, k, v
 

@@ -214,7 +214,7 @@ def _attention(b, op, g):
   acc = q.type.dtype if q.type.dtype.itemsize >= 4 else D.f32
   row = TensorType(q.type.shape[:-1] + (1,), acc)
   wide = lambda x: x if x.type.dtype is acc else b.op('cast', [x], TensorType(x.type.shape, acc))
-  attrs = {'causal': op.causal, 'scale': op.attrs['scale']}
+  attrs = {'causal': op.causal, 'scale': op.attrs['scale'], **({'softcap': op.attrs['softcap']} if op.softcap else {})}
   lse = b.op('attention_lse', [q, k, *bias], row, attrs)
   d = b.op('reduce', [b.alu('mul', wide(g), wide(op.results[0]))], row, {'kind': 'add', 'axes': (row.rank - 1,)})
   adj: dict = {}

@@ -73,9 +73,14 @@ def _bias_view(vs: ViewStack, t: TensorType) -> ViewStack | None:
   return vs if len(vs.views) == 1 and vs.views[0].mask is None and all(x >= 0 for x in vs.views[0].strides) else None
 
 
+def softcap_attr(op: Operation) -> dict:
+  """An attention op's softcap attribute (as a dict to merge into another's attributes), where it caps the scores."""
+  return {'softcap': op.attrs['softcap']} if op.attrs.get('softcap') else {}
+
+
 def attention_key(op: Operation) -> tuple:
-  """What a tensor.attention and a tensor.attention_lse of it share: q, k, the bias, causal and scale."""
-  return (op.q, op.k, op.bias, op.causal, float(op.attrs['scale']))
+  """What a tensor.attention and a tensor.attention_lse of it share: q, k, the bias, causal, scale and softcap."""
+  return (op.q, op.k, op.bias, op.causal, float(op.attrs['scale']), op.softcap or 0.0)
 
 
 def attention_layouts(fn: Operation) -> None:
@@ -199,7 +204,7 @@ class Scheduler:
           if b.op is not None and not _is_leaf(b): self.R.add(b)
       if op.name == 'tensor.attention_grad':  # (left whole: dq a kernel, dk and dv of the same operands another)
         self.R.add(op.results[0])
-        self.attention_grads.setdefault((tuple(op.operands), op.causal, float(op.attrs['scale'])), {})[op.wrt] = op.results[0]
+        self.attention_grads.setdefault((tuple(op.operands), op.causal, float(op.attrs['scale']), op.softcap or 0.0), {})[op.wrt] = op.results[0]
         for x in op.operands[:4] + op.operands[6:]:
           b, _ = self.attention_operand(x, x is op.bias) or (x, None)
           if b.op is not None and not _is_leaf(b): self.R.add(b)
@@ -662,12 +667,12 @@ class Scheduler:
     views = [_attention_view(out_vs, rt)] + views
     outs = [stored] + ([st['lse']] if 'lse' in st else [])
     args = [Value(BufType(v.type.shape, v.type.dtype), hint=f"data{i}") for i, v in enumerate(outs + inputs)]  # (outputs first)
-    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], **{f'{n}_view': vs for n, vs in zip(('out', 'q', 'k', 'v', 'bias'), views)},
+    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], **softcap_attr(op), **{f'{n}_view': vs for n, vs in zip(('out', 'q', 'k', 'v', 'bias'), views)},
              **({'lse_only': 1} if op.name == 'tensor.attention_lse' else {})}  # (its output a scratch buffer no one reads)
     operands = [args[0]] + args[len(outs):] + args[1:len(outs)]  # (out, q, k, v, the bias, then the lse)
     body = Block(args, [K('attention')(operands, [], attrs, op.loc)])
     B, H, L, E = views[1].shape
-    name = f"attn{'_lse' if op.name == 'tensor.attention_lse' else ''}{'_causal' if op.causal else ''}{'_bias' if op.bias is not None else ''}_{B * H}_{L}_{views[2].shape[2]}_{E}"
+    name = f"attn{'_lse' if op.name == 'tensor.attention_lse' else ''}{'_causal' if op.causal else ''}{'_bias' if op.bias is not None else ''}{'_cap' if op.softcap else ''}_{B * H}_{L}_{views[2].shape[2]}_{E}"
     return K('func')([], [], {'sym_name': Symbol('k')}, op.loc, body), inputs, name, outs
 
   def attention_grad_kernel(self, root: Value):
@@ -676,16 +681,16 @@ class Scheduler:
     there is none). q, k, v and g are read as the forward's are (attention_operand), the lse and d as buffers.
     Returns the kernel.func, its input buffers, its name and the values it stores."""
     op = root.op
-    grp = self.attention_grads[(tuple(op.operands), op.causal, float(op.attrs['scale']))]
+    grp = self.attention_grads[(tuple(op.operands), op.causal, float(op.attrs['scale']), op.softcap or 0.0)]
     part = 0 if op.wrt == 0 else 1
     inputs, views = self.attention_inputs(op.operands[:4], op.bias)
     inputs[4:4] = [self.buffers.get(x) or self.host_buffer(x) for x in (op.lse, op.d)]  # (q, k, v, g, lse, d, the bias)
     outs = [root] if part == 0 else [grp.get(w) or Value(op.operands[w].type) for w in (1, 2)]
     args = [Value(BufType(v.type.shape, v.type.dtype), hint=f"data{i}") for i, v in enumerate(outs + inputs)]  # (outputs first)
-    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], 'part': part, **{f'{n}_view': vs for n, vs in zip(('q', 'k', 'v', 'g', 'bias'), views)}}
+    attrs = {'causal': op.causal, 'scale': op.attrs['scale'], **softcap_attr(op), 'part': part, **{f'{n}_view': vs for n, vs in zip(('q', 'k', 'v', 'g', 'bias'), views)}}
     body = Block(args, [K('attention_grad')(args[len(outs):] + args[:len(outs)], [], attrs, op.loc)])
     B, H, L, E = views[0].shape
-    name = f"attn_{('dq', 'dkdv')[part]}{'_causal' if op.causal else ''}{'_bias' if op.bias is not None else ''}_{B * H}_{L}_{views[1].shape[2]}_{E}"
+    name = f"attn_{('dq', 'dkdv')[part]}{'_causal' if op.causal else ''}{'_bias' if op.bias is not None else ''}{'_cap' if op.softcap else ''}_{B * H}_{L}_{views[1].shape[2]}_{E}"
     return K('func')([], [], {'sym_name': Symbol('k')}, op.loc, body), inputs, name, outs
 
   def host_buffer(self, v: Value) -> Value:

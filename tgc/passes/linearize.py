@@ -24,6 +24,7 @@ from tgc.ir import dtypes as D, alu
 from tgc.ir.attrs import Symbol
 from tgc.errors import TgcError
 from tgc.passes.manager import Pass
+from tgc.passes.kernelize import softcap_attr
 from tgc.target import DeviceSpec, DEVICE_OPTIONS
 from tgc.passes.schedule import Schedule, OptError, MAX_GLOBAL_DIMS, feeding, reduce_stages, launch_groups
 from tgc.passes.shared_memory import SharedMemoryLowering
@@ -920,7 +921,7 @@ def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
   blocks = -(-L // rows)
   idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', B * H), ('gidx1', blocks), ('lidx0', threads))]
   layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('out', 'q', 'k', 'v'), views)} | _bias_layout(op)
-  emit('attention', bufs + [smem] + idx + ([glob[op.lse]] if op.lse is not None else []), None, {'causal': op.causal, 'scale': op.attrs['scale'], 'heads': H, 'rows': L, 'keys': S, 'dim': E,
+  emit('attention', bufs + [smem] + idx + ([glob[op.lse]] if op.lse is not None else []), None, {'causal': op.causal, 'scale': op.attrs['scale'], **softcap_attr(op), 'heads': H, 'rows': L, 'keys': S, 'dim': E,
                                                  'block_rows': rows, 'threads': threads, 'key_rows': fa.key_rows, **layouts,
                                                  **({'warpgroup': 1} if wg else {}), **({'group': b.group} if b.group > 1 else {}),
                                                  **({'lse_only': 1} if op.attrs.get('lse_only') else {})})
@@ -940,7 +941,7 @@ def linearize_attention_grad(k: Operation, spec: DeviceSpec) -> Operation:
   idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', heads), ('gidx1', blocks), ('lidx0', threads))]
   layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('q', 'k', 'v', 'g'), views)} | _bias_layout(op)
   emit('attention_grad', [glob[a] for a in op.operands[:6]] + ([glob[op.bias]] if op.bias is not None else []) + [glob[op.out]] + [smem] + idx + ([glob[op.out2]] if op.out2 is not None else []), None,
-       {'causal': op.causal, 'scale': op.attrs['scale'], 'part': op.part, 'heads': H, 'rows': L, 'keys': S, 'dim': E, 'block_rows': rows,
+       {'causal': op.causal, 'scale': op.attrs['scale'], **softcap_attr(op), 'part': op.part, 'heads': H, 'rows': L, 'keys': S, 'dim': E, 'block_rows': rows,
         'threads': threads, **layouts, **({'group': b.group} if b.group > 1 else {})})
   return b.func((heads, blocks), (threads,))
 
