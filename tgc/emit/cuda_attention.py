@@ -14,7 +14,9 @@ accumulators, rounded to the input type, are directly the A fragments of P V. Ro
 causal, where a key comes after the query); with causal masking the later blocks of queries, which see the most keys,
 run first. A bias (an attention mask) is read from global memory through its layout, each thread's part of a tile
 loaded before the tile's products, and added to the raw scores over the scale; with grouped-query attention a q
-head reads the k and v head of its group. The backward's dq and dk/dv kernels (_GRAD) recompute the probabilities
+head reads the k and v head of its group; soft-capped (softcap > 0: Gemma 2's), the scores are scaled and capped,
+softcap * tanh(s * scale / softcap), before the bias, and the backward multiplies ds by tanh's derivative. The
+backward's dq and dk/dv kernels (_GRAD) recompute the probabilities
 from the rows' log-sum-exp; the dk/dv kernel of a k head sums the gradients of its group's q heads.
 """
 from __future__ import annotations
