@@ -11,6 +11,8 @@ The rows (--rows, comma-separated):
               vocabulary 256; causal attention, GELU MLP, LayerNorm; AdamW), float32
   train-bf16  the same in mixed precision: float32 weights, the matmuls, attention and GELU in bfloat16 (tgc: casts in
               the model, as torch.autocast places them; torch: torch.autocast)
+  train-bf16-written  the same with tgc's attention written out (softmax(q k^T / sqrt(d) masked by a tril) v, as
+              models spell it: the compiler fuses it); torch as in train-bf16 (its scaled_dot_product_attention)
   generate    greedy generation with a KV cache: a prompt of 32 tokens, then 64 new ones, at batch 1 and 16. tgc's
               cache is fixed-size buffers written in place at a position held in a device tensor, so one jitted
               decode step replays for every token; torch slices its buffers at a Python position, as its users do
@@ -47,8 +49,8 @@ CONFIGS = {
   'odd': dict(gpt=dict(layers=1, d=40, heads=1, seq=9, batch=3, vocab=17), prompt=3, new=5, gen_batches=(1, 3),
               cnn=dict(batch=3, size=7, width=5, classes=3), steps=6),
 }
-ROWS = ('train', 'train-bf16', 'generate', 'resnet')
-TOL = {'train': 1e-3, 'train-bf16': 3e-2, 'resnet': 1e-3}  # relative, on the losses
+ROWS = ('train', 'train-bf16', 'train-bf16-written', 'generate', 'resnet')
+TOL = {'train': 1e-3, 'train-bf16': 3e-2, 'train-bf16-written': 3e-2, 'resnet': 1e-3}  # relative, on the losses
 
 
 # ---- torch's models, their parameters named as tgc's so that weights copy by name
@@ -211,13 +213,13 @@ def torch_floor(tm, topt, loss_fn) -> int:
   return 2 * sum(nbytes(p) for p in tm.parameters()) + state + sum(saved.values())
 
 
-def row_train(cfg: dict, device: str, tdev: str, steps: int, bf16: bool):
+def row_train(cfg: dict, device: str, tdev: str, steps: int, bf16: bool, written: bool = False):
   """tgc's and torch's train_loop results, the tgc step (for its kernel table) and its flops by 6 x params x tokens."""
   import torch
   g = cfg['gpt']
   torch.manual_seed(0)
   tm = torch_gpt(g['vocab'], g['seq'], g['d'], g['layers'], g['heads']).to(tdev)
-  model = GPT(g['vocab'], g['seq'], g['d'], g['layers'], g['heads'], dtype='bfloat16' if bf16 else None)
+  model = GPT(g['vocab'], g['seq'], g['d'], g['layers'], g['heads'], dtype='bfloat16' if bf16 else None, written=written)
   copy_weights(model, tm, device)
   rng = np.random.default_rng(0)
   data = rng.integers(0, g['vocab'], (g['batch'], g['seq'] + 1)).astype(np.int32)
@@ -390,7 +392,7 @@ def main(argv=None) -> int:
       table = kernel_table(call, args.top, r['step'] / cfg['new'], "a generation's median over its tokens")
       print(f"### {row}: one decode step at batch {B}\n\n{table}\n", flush=True)
       del call; continue  # (a row's models are garbage by the next: each peak counts its row's memory)
-    r, t, call, flops = (row_resnet(cfg, device, tdev, steps) if row == 'resnet' else row_train(cfg, device, tdev, steps, row == 'train-bf16'))
+    r, t, call, flops = (row_resnet(cfg, device, tdev, steps) if row == 'resnet' else row_train(cfg, device, tdev, steps, row.startswith('train-bf16'), row.endswith('written')))
     err = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(r['losses'], t['losses']))
     good = err <= TOL[row]
     if not good: ok = False

@@ -44,13 +44,21 @@ class KVCache:
     return kc, vc, Tensor.arange(n, device=k.device).reshape(1, n) <= at
 
 
+def written_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+  """Causal attention written out, as many models spell it: the compiler finds it (fuse-attention) and runs the same
+  fused kernels as scaled_dot_product_attention's."""
+  t = q.shape[-2]
+  scores = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+  return Tensor.ones(t, t, dtype='bool', device=q.device).tril().where(scores, float('-inf')).softmax(-1) @ v
+
+
 class Attention:
-  def __init__(self, d: int, heads: int):
-    self.heads, self.qkv, self.proj = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+  def __init__(self, d: int, heads: int, written: bool = False):
+    self.heads, self.qkv, self.proj, self.written = heads, nn.Linear(d, 3 * d), nn.Linear(d, d), written
   def __call__(self, x: Tensor, dtype=None, cache: KVCache | None = None, layer: int = 0, pos: Tensor | None = None) -> Tensor:
     b, t, d = x.shape
     q, k, v = [y.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for y in linear(self.qkv, x, dtype).chunk(3, dim=2)]
-    if cache is None: a = q.scaled_dot_product_attention(k, v, is_causal=True)
+    if cache is None: a = written_attention(q, k, v) if self.written else q.scaled_dot_product_attention(k, v, is_causal=True)
     else:
       k, v, mask = cache.update(layer, k, v, pos)
       a = q.scaled_dot_product_attention(k, v, attn_mask=mask)
@@ -58,8 +66,8 @@ class Attention:
 
 
 class Block:
-  def __init__(self, d: int, heads: int):
-    self.ln1, self.attn, self.ln2 = nn.LayerNorm(d), Attention(d, heads), nn.LayerNorm(d)
+  def __init__(self, d: int, heads: int, written: bool = False):
+    self.ln1, self.attn, self.ln2 = nn.LayerNorm(d), Attention(d, heads, written), nn.LayerNorm(d)
     self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
   def __call__(self, x: Tensor, dtype=None, **cache) -> Tensor:
     x = x + self.attn(self.ln1(x), dtype, **cache)
@@ -69,11 +77,12 @@ class Block:
 class GPT:
   """Token and position embeddings, pre-norm blocks, the LM head. `dtype` (e.g. 'bfloat16'): mixed precision as
   torch.autocast runs it (weights float32; the matmuls, attention and GELU in dtype; the norms, the residual stream
-  and the logits in float32). With a KVCache the tokens idx continue the cached ones from position pos."""
-  def __init__(self, vocab: int, seq: int, d: int, layers: int, heads: int, dtype=None):
+  and the logits in float32). With a KVCache the tokens idx continue the cached ones from position pos. written: the
+  training forward's attention written out (written_attention) instead of scaled_dot_product_attention."""
+  def __init__(self, vocab: int, seq: int, d: int, layers: int, heads: int, dtype=None, written: bool = False):
     self.heads, self.dtype = heads, dtype
     self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
-    self.blocks = [Block(d, heads) for _ in range(layers)]
+    self.blocks = [Block(d, heads, written) for _ in range(layers)]
     self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
   def __call__(self, idx: Tensor, cache: KVCache | None = None, pos: Tensor | None = None) -> Tensor:
     t = idx.shape[1]
