@@ -277,3 +277,50 @@ def test_repeated_heads_on_gpu_match_torch():
   np.testing.assert_allclose(o.cast('float32').numpy(), to.detach().numpy(), rtol=2e-2, atol=2e-2)
   for t, r in zip((q, k, v), (tq, tk, tv)):
     np.testing.assert_allclose(t.grad.cast('float32').numpy(), r.grad.numpy(), rtol=2e-2, atol=2e-2 * max(1.0, float(r.grad.abs().max())))
+
+
+def _holds(p, shape) -> np.ndarray:
+  """Where Offsets' predicate p (over a 2-d value's indices) holds, as a boolean array of that shape."""
+  _, form, ivs = p
+  i, j = np.indices(shape)
+  x = np.zeros(shape, np.int64) if form is None else form[0] * i + form[1] * j
+  return np.logical_or.reduce([(x >= lo) & (x <= hi) for lo, hi in ivs] + [np.zeros(shape, bool)])
+
+
+def test_offsets_of_position_masks_are_exact():
+  """Offsets on random masks of positions (tril and triu of any diagonal, comparisons of the positions' difference
+  or of one position with constants, joined by and, or, xor and not): where it reads a predicate, that predicate
+  holds exactly where the mask is True; where it calls the mask causal, the mask is the tril of ones."""
+  from hypothesis import given, settings, strategies as st
+  from tgc.tensor import _build_module
+
+  def atom(draw, L, S):
+    kind, d = draw(st.sampled_from(['tril', 'triu', 'diff', 'key', 'query'])), draw(st.integers(-4, 4))
+    ones = lambda: Tensor.ones(L, S, dtype='bool')
+    if kind == 'tril': return ones().tril(d)
+    if kind == 'triu': return ones().triu(d)
+    i, j = Tensor.arange(L).reshape(L, 1), Tensor.arange(S).reshape(1, S)
+    x = {'diff': (i - j) if draw(st.booleans()) else (j - i) * 2, 'key': j + 0 * i, 'query': i + 0 * j}[kind]
+    op = draw(st.sampled_from(['<', '<=', '==', '!=', '>', '>=']))
+    return {'<': x < d, '<=': x <= d, '==': x == d, '!=': x != d, '>': x > d, '>=': x >= d}[op]
+
+  @st.composite
+  def masks(draw):
+    L, S = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    m = atom(draw, L, S)
+    for _ in range(draw(st.integers(0, 3))):
+      how = draw(st.sampled_from(['&', '|', '^', '~']))
+      m = m.logical_not() if how == '~' else {'&': m & atom(draw, L, S), '|': m | atom(draw, L, S), '^': m ^ atom(draw, L, S)}[how]
+    return m
+
+  @settings(max_examples=150, deadline=None)
+  @given(masks())
+  def check(m):
+    mod, _ = _build_module([m.node])
+    p = Offsets()(mod.ops[0].body.ops[-1].operands[0])
+    want = m.numpy()
+    if p is not None and p[0] == 'pred': np.testing.assert_array_equal(_holds(p, want.shape), want)
+    how = causal_offsets(p)
+    if how == 'causal': np.testing.assert_array_equal(want, np.tril(np.ones(want.shape, bool)))
+    if how == 'all': assert want.all()
+  check()
