@@ -4,7 +4,7 @@
 from earlier ones: inputs (0-d to 5-d, odd and size-1 axes, now and then an empty one, every dtype), elementwise
 ops with broadcasting (a division by an input drawn away from zero among them), casts, comparisons and where, movement chains (reshape, permute, expand, pad, shrink,
 flip), reductions (sum, max, min, mean, argmax), scans (cumsum, cummax), matmul, scaled_dot_product_attention (causal,
-a boolean or added mask that broadcasts, grouped key heads, a scale), and realized intermediates that several later
+a boolean or added mask that broadcasts, grouped key heads, a scale, a softcap), and realized intermediates that several later
 steps read. Each program runs on CPU, C, INTERP, OPENCL (where pyopencl finds a platform) and CUDA (where present), and
 each result is checked against numpy: exactly for integers and bools, within a tolerance fitting the dtype
 (relative to a bound on the values the generator keeps) for floats. A float feeds a cast to an integer, a
@@ -213,7 +213,7 @@ def _step(r, vals, steps):
       scores = batch + [a.shape[-2], S]
       shape = [1 if r.random() < 0.5 else d for d in scores][r.randrange(len(scores) + 1) if r.random() < 0.3 else 0:]
       src.append(_input(r, vals, steps, shape, 'bool' if mode == 'bool' else a.dtype))
-    add('attention', src, [mode == 'causal', gqa, r.choice((None, 0.5, 0.125))], batch + [a.shape[-2], ev], a.dtype, vals[src[2]].bound, False)
+    add('attention', src, [mode == 'causal', gqa, r.choice((None, 0.5, 0.125)), r.choice((None, None, 2.0, 20.0))], batch + [a.shape[-2], ev], a.dtype, vals[src[2]].bound, False)
     return
   if choice in ('realize', 'contiguous'): add(choice, [i], None, a.shape, a.dtype, a.bound, a.exact)
 
@@ -370,10 +370,11 @@ def _numpy_eval(steps, upto=None):
     elif op == 'flip': v = np.flip(src[0], arg)
     elif op == 'matmul': v = _round(src[0] @ src[1], dt)
     elif op == 'attention':  # (in float64; a row that sees no key: 0, as torch's math)
-      causal, gqa, sc = arg
+      causal, gqa, sc, cap = (*arg, None)[:4]  # (softcap: steps recorded before it have three)
       q, kk, vv = (x.astype(np.float64) for x in src[:3])
       if gqa: kk, vv = (np.repeat(x, q.shape[-3] // x.shape[-3], axis=-3) for x in (kk, vv))
       s = q @ np.swapaxes(kk, -1, -2) * (1 / math.sqrt(q.shape[-1]) if sc is None else sc)
+      if cap: s = cap * np.tanh(s / cap)
       if causal: s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
       if len(src) > 3: s = np.where(src[3], s, -np.inf) if src[3].dtype == np.bool_ else s + src[3].astype(np.float64)
       mx = s.max(-1, keepdims=True)
@@ -447,7 +448,8 @@ def _tgc_eval(steps, outs, device):
     elif op == 'flip': v = x.flip(tuple(arg))
     elif op == 'matmul': v = x @ src[1]
     elif op == 'attention':
-      v = x.scaled_dot_product_attention(src[1], src[2], attn_mask=src[3] if len(src) > 3 else None, is_causal=arg[0], enable_gqa=arg[1], scale=arg[2])
+      v = x.scaled_dot_product_attention(src[1], src[2], attn_mask=src[3] if len(src) > 3 else None, is_causal=arg[0], enable_gqa=arg[1], scale=arg[2],
+                                         softcap=arg[3] if len(arg) > 3 else None)
     elif op == 'realize': v = x.realize()
     elif op == 'contiguous': v = x.contiguous()
     elif op == 'reduce':
