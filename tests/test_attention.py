@@ -250,6 +250,28 @@ def test_cuda_lowers_attention_as_one_kernel(dt, hd):
     assert (a.attrs['rows'], a.attrs['keys'], a.attrs['dim'], a.attrs['causal'], a.attrs.get('warpgroup', 0)) == (100, 70, hd, 1, int(wg))
 
 
+def test_cuda_forward_kernel_stores_an_lse_listed_before_it():
+  """A backward's graph lists the lse dq reads before the forward whose output d reads (the Tensor API's order): the
+  forward's kernel stores it all the same (no lse-only kernel), where everything reading the lse comes after the
+  forward; where something reads it before, the lse has its own kernel."""
+  from tgc.lowering import lower
+  T, R = 'tensor<2x3x100x64xf16>', 'tensor<2x3x100x1xf32>'
+  def text(early):
+    use = f"  %early = tensor.exp2 %lse : {R} -> {R}\n" if early else ''
+    return f"""func.func @f(%q: {T}, %k: {T}, %v: {T}, %g: {T}) -> ({T}{', ' + R if early else ''}) {{
+  %lse = tensor.attention_lse %q, %k {{causal = 1, scale = 0.125}} : {T}, {T} -> {R}
+{use}  %o = tensor.attention %q, %k, %v {{causal = 1, scale = 0.125}} : {T}, {T}, {T} -> {T}
+  %m = tensor.mul %g, %o : {T}
+  %mf = tensor.cast %m : {T} -> tensor<2x3x100x64xf32>
+  %d = tensor.reduce add %mf [3] : tensor<2x3x100x64xf32> -> {R}
+  %dq = tensor.attention_grad %q, %k, %v, %g, %lse, %d {{causal = 1, scale = 0.125, wrt = 0}} : {T}, {T}, {T} -> {T}
+  func.return %dq{', %early' if early else ''} : {T}{', ' + R if early else ''}
+}}""".replace(f"tensor.exp2 %lse : {R} -> {R}", f"tensor.exp2 %lse : {R}")
+  names = lambda early: [str(f.sym_name).split('_')[:2] for f in lower(I.parse(text(early)), 'cuda', 'kernel').functions('kernel.func')]
+  assert names(False) == [['attn', 'causal'], ['r', '600'], ['attn', 'dq']]
+  assert ['attn', 'lse'] in names(True)
+
+
 @pytest.mark.parametrize('dt,hd,spec', [('f32', 64, {}), ('f16', 32, {}), ('f16', 96, {}), ('bf16', 128, {'local_memory': 48 << 10})])
 def test_cuda_decomposes_what_the_kernel_does_not_take(dt, hd, spec):
   """f32, head sizes other than 64 and 128, and tiles past the device's shared memory: the plain form."""

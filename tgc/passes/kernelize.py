@@ -192,12 +192,16 @@ class Scheduler:
       while b.op is not None and b.op.name == 'tensor.reshape': b = b.op.operands[0]
       if b.op is None or _is_leaf(b): continue  # an argument or a host constant, maybe reshaped on the host
       self.R.add(b)
-    for op in self.fn.body.ops:
+    ops = self.fn.body.ops
+    pos = {op: i for i, op in enumerate(ops)}
+    later_lse: dict[Value, Value] = {}  # an attention -> the lse before it that its kernel stores
+    for op in ops:
       if op.name == 'tensor.contiguous' or (op.name == 'tensor.scan' and not positions_scan(op)): self.R.add(op.results[0])  # (a scan is a kernel of its own)
       if op.name == 'tensor.attention':  # (left whole for the device: a kernel of its own)
         v = op.results[0]
         self.R.add(v)
         st = self.attention_stores[v] = {'out': v}
+        if v in later_lse: st['lse'] = later_lse[v]
         if (u := self.attention_permuted(v)) is not None: self.R.add(u); st['out'] = u; self.stored_by[u] = v
         for x in op.operands:  # its operands read where they are computed, through a view, or else copied
           b, _ = self.attention_operand(x, x is op.bias) or (x, None)
@@ -214,7 +218,14 @@ class Scheduler:
         a, r = attention_key(op), op.results[0]
         self.R.add(r)
         v = next((x for x, st in self.attention_stores.items() if attention_key(x.op) == a and 'lse' not in st), None)
-        if v is not None: self.attention_stores[v]['lse'] = r; self.stored_by[r] = v
+        if v is None:  # (an attention of it after it, which everything reading the lse follows: a backward's graph lists
+          # the lse that dq reads before the forward that d = rowsum(g * out) reads)
+          v = next((o.results[0] for o in ops[pos[op] + 1:] if o.name == 'tensor.attention' and attention_key(o) == a
+                    and o.results[0] not in later_lse and all(pos[u] > pos[o] for u in self.users.get(r, []))), None)
+          if v is not None: later_lse[v] = r
+        if v is not None:
+          if v in self.attention_stores: self.attention_stores[v]['lse'] = r
+          self.stored_by[r] = v
         else:
           for x in op.operands:
             b, _ = self.attention_operand(x, x is op.bias) or (x, None)
