@@ -180,8 +180,18 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   const int n_tiles = causal ? min(all_tiles, (q0 + $ROWS + 63) / 64) : all_tiles;
   tg_fa_tile_$NAME<$ROWS>(sQ, Qh, lq[3], q0, L, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
-  tg_fa_pair_$NAME(sK, Kh, lk[3], sV, Vh, lv[3], 0, S, true, tid);  // (the first key and value tiles; the queries waited for)
-#if !$WG
+  // not causal with warpgroup products (`overlap`), a tile's P V runs on while the next tile's S = Q K^T is issued:
+  // the next tiles' copies are issued once both are done (after S's wait), and waited for at the step's start; causal,
+  // the copies run a whole step ahead (its first tiles are short: that wins more there)
+  const bool overlap = $WG && !causal;
+  if (overlap) {  // (the first key and value tiles, waited for at the first step)
+    tg_fa_tile_$NAME<64>(sK, Kh, lk[3], 0, S, tid);
+    tg_fa_tile_$NAME<64>(sV, Vh, lv[3], 0, S, tid);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  } else tg_fa_pair_$NAME(sK, Kh, lk[3], sV, Vh, lv[3], 0, S, true, tid);  // (the first key and value tiles; the queries waited for)
+#if $WG
+  unsigned pa[4][4];  // P's A fragments (a P V that runs on reads them while the next tile's S is issued)
+#else
   unsigned qf[$HD / 16][4];  // this warp's 16 query rows as A fragments, one a 16 of HD
   tg_fa_rows_$NAME<$ROWS>(qf, sQ, warp, lane);
 #endif
@@ -195,7 +205,11 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   const int last = $WG ? q0 + (warp / 4) * 64 + 63 : w0 + 15;
   for (int j = 0; j < n_tiles; j++) {
     const int buf = j & 1;
-    tg_fa_pair_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, j + 1 < n_tiles, tid);
+    if (overlap) {  // (tile j landed: the only copies in flight)
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      __syncthreads();
+    } else tg_fa_pair_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, j + 1 < n_tiles, tid);
     if (!($ROWS > 64 && causal && j * 64 > last)) {
       const $T* kt = sK + buf * 64 * $HD;
       const $T* vt = sV + buf * 64 * $HD;
@@ -212,7 +226,15 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
         tg_fa_wgs_$NAME(&s[0][0], tg_fa_desc(sQ + (kk / 4) * $ROWS * 64 + (warp / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024),
                         tg_fa_desc(kt + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024));
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // (S, and the last tile's P V where it ran on)
+      if (overlap) {  // (every warpgroup's P V of the last tile done: its buffers take tile j + 1's copies)
+        __syncthreads();
+        if (j + 1 < n_tiles) {
+          tg_fa_tile_$NAME<64>(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], (j + 1) * 64, S, tid);
+          tg_fa_tile_$NAME<64>(sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, tid);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+      }
 #else
       tg_fa_abt_$NAME(s, qf, kt, lane);
 #endif
@@ -266,21 +288,23 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
         }
 #if $WG
         // O += P V: P from registers, V (keys x HD, HD contiguous: an MN-major operand) by descriptor
-        unsigned pa[4][4];
         #pragma unroll
         for (int kk = 0; kk < 4; kk++) tg_fa_pfrag_$NAME(pa[kk], s, kk);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         #pragma unroll
         for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(vt + kk * 16 * 64, 64 * 128, 1024));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (!overlap) asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #else
         tg_fa_ab_$NAME(o, s, vt, lane);  // O += P V
 #endif
       }
     }
-    __syncthreads();  // (this tile's buffers are read: the copies two steps on may take them)
+    if (!overlap) __syncthreads();  // (this tile's buffers are read: the copies two steps on may take them)
   }
+#if $WG
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1); l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
