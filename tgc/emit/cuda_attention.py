@@ -6,7 +6,8 @@ Each warp takes 16 query rows; keys go by tiles of 64. The query tile, and two b
 (the next tile's copies, cp.async, run while this one is used: the block's warps share them), lie in shared memory in
 wgmma's 128-byte swizzled layout: 64-column blocks of rows of 16-byte chunks whose column is XORed with the row (ldmatrix
 reads 8 rows of a column without bank conflicts). With `warpgroup` (sm_90a) each 4 warps are a warpgroup: S = Q K^T
-and O += P V are wgmma.mma_async, Q, K and V read through descriptors, P from registers. Without, they are mma.sync
+and O += P V are wgmma.mma_async, Q, K and V read through descriptors, P from registers (not causal, a tile's P V runs
+on while the next tile's S is issued, and the next tiles' copies start after both). Without, they are mma.sync
 m16n8k16 (Q's fragments by ldmatrix once, K's and V's by ldmatrix a step). The running max (of the raw scores: the
 scale is positive) and sum of each row live in the registers of the 4 threads that hold it, p = 2^(s scale - max) is
 one fma and one ex2 an element, the output's accumulators are rescaled when a row's max grows, and the probabilities'
