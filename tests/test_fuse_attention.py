@@ -107,7 +107,7 @@ def _offsets(build):
   """The predicate a mask built from positions (a Tensor of L x S bools) keeps, as causal_offsets reads it."""
   from tgc.tensor import _build_module
   m, _ = _build_module([build().node])
-  return causal_offsets(Offsets()(m.ops[0].body.ops[-1].operands[0]))
+  return causal_offsets(Offsets()(m.ops[0].body.ops[-1].operands[0]), L, S)
 
 
 @pytest.mark.parametrize('build,want', [
@@ -120,9 +120,21 @@ def _offsets(build):
   (lambda: Tensor.ones(L, S, dtype='bool').tril() & Tensor.ones(L, S, dtype='bool').triu(-4), None),  # (a window)
   (lambda: Tensor.ones(L, S, dtype='bool').tril() | Tensor.ones(L, S, dtype='bool').triu(1), 'all'),
   (lambda: Tensor.arange(S).reshape(1, S).expand(L, S) < 5, None),
+  (lambda: Tensor.ones(L, S, dtype='bool').tril(S - 1), 'all'),  # (the diagonal past the last key: every key)
 ])
 def test_masks_of_positions(build, want):
   assert _offsets(build) == want
+
+
+def test_masks_of_positions_with_one_query():
+  """One query (a decode step): a bottom-right causal mask keeps every key (no mask), a top-left one key 0 alone."""
+  from tgc.tensor import _build_module
+  def read(m):
+    mod, _ = _build_module([m.node])
+    return causal_offsets(Offsets()(mod.ops[0].body.ops[-1].operands[0]), 1, S)
+  assert read(Tensor.ones(1, S, dtype='bool').tril(S - 1)) == 'all'
+  assert read(Tensor.ones(1, S, dtype='bool').tril()) == 'causal'
+  assert read(Tensor.ones(1, S, dtype='bool').tril(3)) is None
 
 
 def test_gradient_of_written_out_attention_is_the_fused_backward(monkeypatch):
@@ -320,7 +332,7 @@ def test_offsets_of_position_masks_are_exact():
     p = Offsets()(mod.ops[0].body.ops[-1].operands[0])
     want = m.numpy()
     if p is not None and p[0] == 'pred': np.testing.assert_array_equal(_holds(p, want.shape), want)
-    how = causal_offsets(p)
+    how = causal_offsets(p, *want.shape)
     if how == 'causal': np.testing.assert_array_equal(want, np.tril(np.ones(want.shape, bool)))
     if how == 'all': assert want.all()
   check()

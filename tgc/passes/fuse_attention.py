@@ -341,14 +341,22 @@ class Offsets:
     return None
 
 
-def causal_offsets(p) -> str | None:
-  """'causal' where the predicate (over a scores-shaped value's indices) keeps exactly the keys j <= i, 'all' where it
-  keeps every key, else None."""
+def causal_offsets(p, rows: int, keys: int) -> str | None:
+  """'causal' where the predicate (over a scores-shaped value's indices, `rows` queries and `keys` keys) keeps exactly
+  the keys j <= i, 'all' where it keeps every key, else None. Read within the values its form takes on those indices
+  (a tril whose diagonal is past the last key keeps every key; with one query, its form is the key's alone)."""
   if p is None or p[0] != 'pred': return None
   if p[1] is None: return 'all' if p[2] == ALL else None
   *batch, fi, fj = p[1]
-  if any(batch) or (fi, fj) != (1, -1): return None  # (the form i - j)
-  return 'causal' if p[2] == ((0, INF),) else 'all' if p[2] == ALL else None
+  if any(batch): return None
+  lo = min(0, fi * (rows - 1)) + min(0, fj * (keys - 1))
+  hi = max(0, fi * (rows - 1)) + max(0, fj * (keys - 1))
+  kept = _complement(_merge(_complement(p[2]) + ((-INF, lo - 1), (hi + 1, INF))))  # (the set within [lo, hi])
+  if kept == ((lo, hi),): return 'all'
+  if (fi, fj) == (1, -1): causal = ((max(lo, 0), hi),) if hi >= 0 else ()  # (i - j >= 0)
+  elif (fi, fj) == (0, 1) and rows == 1: causal = ((0, 0),)                  # (one query: key 0 alone)
+  else: return None
+  return 'causal' if kept == causal else None
 
 
 # ---------------------------------------------------------------- the rewrite
@@ -391,7 +399,7 @@ def fuse(out_op, rw, users: dict, spec: DeviceSpec, keep=frozenset()):
       kind, p, arg = 'mask', a[1], a[2] == 0  # (a position mask added as 0 / -inf)
     elif kind == 'mask' and p is not None: p = offsets.truth(p)
     if kind == 'mask' and p is not None:
-      how = causal_offsets(p if arg else offsets.not_(p))
+      how = causal_offsets(p if arg else offsets.not_(p), *sc[-2:])
       if how == 'all': continue
       if how == 'causal': causal = 1; continue
     base, chain = _small(x)
