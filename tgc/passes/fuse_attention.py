@@ -30,7 +30,6 @@ import math
 from tgc.ir.core import REGISTRY, Value
 from tgc.ir.attrs import HexInt
 from tgc.ir.types import TensorType
-from tgc.ir import dtypes as D
 from tgc.ir.rewrite import PatternMatcher, apply_patterns, const_value
 from tgc.passes.manager import Pass
 from tgc.passes.kernelize import positions_scan
