@@ -127,29 +127,29 @@ def _sdpa_mask(kind: str, k, bias):
   return bias if kind == 'bias' else k[:, 0:1, :, 0:1].transpose(-2, -1) > -2.0
 
 
+def _fwd_bwd(attention):
+  """A call giving the gradients of attention(q, k, v).sum() with respect to q, k and v, realized together."""
+  def call(q, k, v):
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    attention(q, k, v).sum().backward()
+    return q.grad.realize(k.grad, v.grad)
+  return call
+
+
 def _tgc_sdpa(causal: bool, grad: bool = False, mask: str = '', gqa: bool = False, softcap: float | None = None):
   def call(q, k, v, bias=None):
     if softcap: return q.scaled_dot_product_attention(k, v, is_causal=causal, softcap=softcap)
     if mask: return q.scaled_dot_product_attention(k, v, attn_mask=_sdpa_mask(mask, k, bias))
     if gqa: return q.scaled_dot_product_attention(k, v, is_causal=causal, enable_gqa=True)
     if not grad: return q.scaled_dot_product_attention(k, v, is_causal=causal)
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    q.scaled_dot_product_attention(k, v, is_causal=causal).sum().backward()
-    return q.grad.realize(k.grad, v.grad)
+    return _fwd_bwd(lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=causal))(q, k, v)
   return call
 
 
 def _tgc_written_attention(grad: bool):
-  def attention(q, k, v):
-    n, s = q.shape[-2], k.shape[-2]
-    scores = (q @ k.transpose(-2, -1)) / (q.shape[-1] ** 0.5)
-    return Tensor.ones(n, s, dtype='bool', device=q.device).tril().where(scores, float('-inf')).softmax(-1) @ v
-  def call(q, k, v):
-    if not grad: return attention(q, k, v)
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    attention(q, k, v).sum().backward()
-    return q.grad.realize(k.grad, v.grad)
-  return call
+  """The GPT example's attention written out (examples/gpt_train.py), forward or with its backward."""
+  from examples.gpt_train import written_attention
+  return _fwd_bwd(written_attention) if grad else written_attention
 
 
 def _torch_sdpa(causal: bool, grad: bool = False, mask: str = '', gqa: bool = False):

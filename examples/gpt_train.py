@@ -47,9 +47,8 @@ class KVCache:
 def written_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
   """Causal attention written out, as many models spell it: the compiler finds it (fuse-attention) and runs the same
   fused kernels as scaled_dot_product_attention's."""
-  t = q.shape[-2]
   scores = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
-  return Tensor.ones(t, t, dtype='bool', device=q.device).tril().where(scores, float('-inf')).softmax(-1) @ v
+  return Tensor.ones(q.shape[-2], k.shape[-2], dtype='bool', device=q.device).tril().where(scores, float('-inf')).softmax(-1) @ v
 
 
 class Attention:

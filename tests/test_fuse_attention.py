@@ -15,6 +15,7 @@ from tgc.compiler import compile_module
 from tgc.passes.manager import PassManager, parse_pipeline
 from tgc.passes.fuse_attention import Offsets, causal_offsets
 from tgc.target import DeviceSpec
+from test_attention import _cuda  # (skips where this machine has no CUDA device)
 
 B, H, L, S, D = 2, 3, 16, 24, 64
 FUSE = 'canonicalize,fuse-attention{target=cuda},canonicalize'
@@ -174,9 +175,6 @@ def test_cuda_lowers_written_out_attention_to_one_kernel():
     assert len(ks) == kernels and sum(op.name == 'kernel.attention' for f in ks for op in f.body.ops) == 1
 
 
-def _cuda():
-  try: tgc.Device['CUDA']
-  except tgc.TgcError as e: pytest.skip(str(e))
 
 
 @pytest.mark.parametrize('form,dt', [('tril mask', 'float16'), ('padding mask', 'bfloat16'), ('scale on q', 'float16')])
