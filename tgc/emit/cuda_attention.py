@@ -341,8 +341,8 @@ __device__ __forceinline__ void tg_fa_store_$NAME($T* dst, const float (*o)[4], 
 __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE, const float* __restrict__ Dr, $T* smem,
     int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, float scale, bool causal,
-    const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias, int group,
-    float softcap, float cap_scale) {
+    const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias, float inv_scale,
+    int group, float softcap, float cap_scale) {
   $T* sQ = smem; $T* sG = sQ + 64 * $HD; $T* sK = sG + 64 * $HD; $T* sV = sK + 2 * 64 * $HD;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int q0 = (causal ? blocks - 1 - block : block) * 64;
@@ -371,7 +371,7 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
     tg_fa_pair_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, j + 1 < n_tiles, tid);
     const $T* kt = sK + buf * 64 * $HD;
     float s[8][4], dp[8][4], bv[8][4];
-    if (BIAS != 0) tg_fa_bias_$NAME(bv, Bh, lbias, j * 64, row_a, L, S, t, softcap > 0.f ? 1.f : 1.f / scale);
+    if (BIAS != 0) tg_fa_bias_$NAME(bv, Bh, lbias, j * 64, row_a, L, S, t, inv_scale);
 #if $HD <= 64
     tg_fa_abt_$NAME(s, qf, kt, lane);
     tg_fa_abt_$NAME(dp, gf, sV + buf * 64 * $HD, lane);
@@ -401,13 +401,12 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
 __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T* __restrict__ DV, const $T* __restrict__ Q,
     const $T* __restrict__ K, const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE,
     const float* __restrict__ Dr, $T* smem, int head, int block, int tid, int H, int L, int S, float scale_log2, float scale,
-    bool causal, const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias, int group,
-    float softcap, float cap_scale) {
+    bool causal, const size_t* lq, const size_t* lk, const size_t* lv, const size_t* lg, const $T* __restrict__ BIAS, const size_t* lbias,
+    float inv_scale, int group, float softcap, float cap_scale) {
   // (head: a k and v head, b * H / group + h; the gradients of the `group` q heads it serves are summed here)
   $T* sK = smem; $T* sV = sK + 64 * $HD; $T* sQ = sV + 64 * $HD; $T* sG = sQ + 2 * 64 * $HD;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int k0 = block * 64, HK = H / group;
-  const float inv_scale = softcap > 0.f ? 1.f : 1.f / scale;  // (the bias's factor: capped scores are scaled)
   const int first = causal ? k0 / 64 : 0, n_tiles = (L + 63) / 64;  // (causal: the queries before k0 see none of these keys)
   tg_fa_tile_$NAME<64>(sK, K + lk[0] + (size_t)(head / HK) * lk[1] + (size_t)(head % HK) * lk[2], lk[3], k0, S, tid);
   tg_fa_tile_$NAME<64>(sV, V + lv[0] + (size_t)(head / HK) * lv[1] + (size_t)(head % HK) * lv[2], lv[3], k0, S, tid);
@@ -556,12 +555,12 @@ def attention_grad_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
   """The lines that call the backward instance for uop.attention_grad `op` (args: its operands' expressions by
   name): its layouts, then the call."""
   a, x = op.attrs, args
-  scale_log2, _, cap = _scaling(a)
+  scale_log2, inv_scale, cap = _scaling(a)
   name, flags = attention_name(dtype, a['dim'], KEY_ROWS), f"{scale_log2!r}f, {float(a['scale'])!r}f, {'true' if a['causal'] else 'false'}"
   ins = ', '.join(x[n] for n in ('q', 'k', 'v', 'g', 'lse', 'd', 'smem', 'head', 'block', 'lane'))
   tail = f"{a['heads']}, {a['rows']}, {a['keys']}"
-  if a['part'] == 0: call = f"tg_attention_dq_{name}({x['out']}, {ins}, {tail}, {blocks}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {a.get('group', 1)}, {cap});"
-  else: call = f"tg_attention_dkdv_{name}({x['out']}, {x['out2']}, {ins}, {tail}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {a.get('group', 1)}, {cap});"
+  if a['part'] == 0: call = f"tg_attention_dq_{name}({x['out']}, {ins}, {tail}, {blocks}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {inv_scale!r}f, {a.get('group', 1)}, {cap});"
+  else: call = f"tg_attention_dkdv_{name}({x['out']}, {x['out2']}, {ins}, {tail}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {inv_scale!r}f, {a.get('group', 1)}, {cap});"
   return _layouts(op, ('q', 'k', 'v', 'g')) + [call]
 
 
