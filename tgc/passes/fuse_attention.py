@@ -52,6 +52,15 @@ def _positive(v: Value):
   c = _splat(v)
   return float(c) if c is not None and not isinstance(c, bool) and 0 < c < INF else None
 
+def _scaled(v: Value, f: float) -> tuple[Value, float] | None:
+  """(x, f times c) where v is x times a positive constant c, (x, f / c) where it is x over c, else None."""
+  if not _is(v, 'tensor.mul', 'tensor.fdiv'): return None
+  a, b = v.op.operands
+  c = _positive(b)
+  if c is None and v.op.name == 'tensor.mul': c, a = _positive(a), b
+  if c is None: return None
+  return a, f * c if v.op.name == 'tensor.mul' else f / c
+
 def _float_cast(v: Value) -> bool:
   return _is(v, 'tensor.cast') and v.type.dtype.is_float and v.op.operands[0].type.dtype.is_float
 
@@ -129,12 +138,9 @@ class Match:
         self.inner.add(s.op)
         return s.op, mult, terms
       if _is(s, 'tensor.mul', 'tensor.fdiv'):
-        a, b = s.op.operands
-        c = _positive(b)
-        if c is None and s.op.name == 'tensor.mul': c, a = _positive(a), b
-        if c is None: return None
+        if (found := _scaled(s, mult)) is None: return None
         self.inner.add(s.op)
-        mult, s = mult * c if s.op.name == 'tensor.mul' else mult / c, a
+        s, mult = found
       elif _is(s, 'tensor.add'):
         self.inner.add(s.op)
         a, b = s.op.operands
@@ -163,11 +169,7 @@ def operand(v: Value, factors: bool = True, keep=frozenset()) -> tuple[Value, fl
   scale = 1.0
   while v not in keep:
     if _widening(v) or (_is(v, 'tensor.reshape') and v.op.operands[0].type == v.type): v = v.op.operands[0]; continue
-    if factors and _is(v, 'tensor.mul', 'tensor.fdiv'):
-      a, b = v.op.operands
-      c = _positive(b)
-      if c is None and v.op.name == 'tensor.mul': c, a = _positive(a), b
-      if c is not None: scale, v = scale * c if v.op.name == 'tensor.mul' else scale / c, a; continue
+    if factors and (found := _scaled(v, scale)) is not None: v, scale = found; continue
     break
   return v, scale
 
