@@ -173,10 +173,13 @@ class CUDALang(Lang):
     if 'half' in self.needs: out.append('#include <cuda_fp16.h>')
     if 'bf16' in self.needs: out.append('#include <cuda_bf16.h>')
     out += self.emu_functions()
-    if ('rcp',) in self.needs:  # (0, infinities and NaN: the step would make NaN of them; rcp.approx's own is exact there)
+    if ('rcp',) in self.needs:
+      # (0, infinities and NaN: the step would make NaN of them; rcp.approx's own is exact there. The step is computed
+      # before the choice: `isfinite(e) ? fmaf(r, e, r) : r` became a branch around the fma, one per element, and ptxas
+      # interleaves nothing across branches: a matmul's gelu epilogue then ran its 128 elements a thread one by one)
       out += ["__device__ inline float tg_rcp(float x) {",
               '  float r; asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(x));',
-              "  float e = fmaf(-x, r, 1.0f);", "  return isfinite(e) ? fmaf(r, e, r) : r;", "}"]
+              "  float e = fmaf(-x, r, 1.0f), s = fmaf(r, e, r);", "  return isfinite(e) ? s : r;", "}"]
     for _, base, reg, n in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == 'vec'):
       if _header_vec(base, n): continue  # (CUDA's own, and cuda_fp16.h's half2 and make_half2)
       names = list('xyzw'[:n]) if n <= 4 else None
