@@ -254,17 +254,16 @@ class GeluOp(Operation):
     if not r.dtype.is_float: raise self.error(f"needs a float type, got {r}")
   def sigmoid_2y(self, rw, x):
     """s = sigmoid(z), z = 2 y = 2 sqrt(2/pi) x (1 + 0.044715 x^2), of x (this op's source in f32 or wider), made with
-    `rw.create`: the plain form is x * s, its derivative s + x s (1 - s) z' (autodiff's rule). sigmoid(z) is
-    1 / (1 + e) for z >= 0 and e / (1 + e) below, e = 2^(-|z| log2 e): e never overflows."""
+    `rw.create`: the plain form is x * s, its derivative s + x s (1 - s) z' (autodiff's rule). s = 1 / (1 + e),
+    e = 2^(-z log2 e) = 2^(x (k + 0.044715 k x^2)), k = -2 sqrt(2/pi) / ln 2: one power and one reciprocal, accurate
+    to their relative errors on both sides (s is e's reciprocal where e is large); where e overflows, s is 0, its limit."""
     from tgc.ir.core import REGISTRY
-    ta, tb = x.type, TensorType(x.type.shape, D.bool_)
-    def op(name, *srcs, ty=ta): return rw.create(REGISTRY['tensor.' + name], list(srcs), [ty], None, self.loc).results[0]
+    ta = x.type
+    def op(name, *srcs): return rw.create(REGISTRY['tensor.' + name], list(srcs), [ta], None, self.loc).results[0]
     def c(v): return rw.create(REGISTRY['tensor.const'], [], [ta], {'value': v}, self.loc).results[0]
-    z = op('mul', op('mul', x, c(2 * math.sqrt(2 / math.pi))), op('add', c(1.0), op('mul', op('mul', x, x), c(0.044715))))
-    neg = op('cmplt', z, c(0.0), ty=tb)
-    e = op('exp2', op('mul', op('where', neg, z, op('neg', z)), c(1 / math.log(2))))
-    r = op('recip', op('add', c(1.0), e))
-    return op('where', neg, op('mul', e, r), r)
+    k = -2 * math.sqrt(2 / math.pi) / math.log(2)
+    e = op('exp2', op('mul', x, op('add', c(k), op('mul', op('mul', x, x), c(0.044715 * k)))))
+    return op('recip', op('add', c(1.0), e))
   def decompose(self, rw):
     from tgc.ir.core import REGISTRY
     t = self.results[0].type
