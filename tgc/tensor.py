@@ -431,6 +431,8 @@ def broadcasts_to(shape, target) -> bool:
   """Whether a tensor of `shape` broadcasts to `target` (right-aligned, each size equal or 1, no more axes)."""
   return len(shape) <= len(target) and all(m in (1, n) for m, n in zip(shape[::-1], target[::-1]))
 
+_BROADCASTS: dict[tuple, tuple] = {}  # (x's shape, y's) -> (their broadcast shape, x's with leading 1s or None, y's)
+
 def _broadcast_shape(*shapes) -> tuple[int, ...]:
   if len(shapes) == 2 and len(shapes[0]) == len(shapes[1]):  # (a binary op's: size by size)
     r = []
@@ -765,6 +767,16 @@ class Tensor(TensorAPI):
     if len(shape) > self.ndim: x = x.reshape((1,) * (len(shape) - self.ndim) + self.shape)
     return x._new('expand', (x,), shape, x.dtype)
 
+  def _expanded(self, shape: tuple, ones: tuple | None) -> Tensor:
+    """This tensor expanded to `shape` (ones: its shape with the leading 1s `shape` has more, or None where it has
+    as many axes), its nodes made directly: a binary op's operand (_BROADCASTS's plan)."""
+    n = self.node
+    if n.shape == shape: return self
+    if ones is not None: n = _Node('reshape', (n,), None, ones, n.dtype, n.device)
+    t = _tensor_new(Tensor)
+    t.node = _Node('expand', (n,), None, shape, n.dtype, n.device)
+    return t
+
   def _broadcasted(self, y, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x = self
     if isinstance(y, Tensor):
@@ -773,9 +785,15 @@ class Tensor(TensorAPI):
       if match_dtype and xn.dtype is not yn.dtype:
         dt = least_upper_dtype(xn.dtype, yn.dtype)
         x, y = x.cast(dt), y.cast(dt)
-      if x.node.shape != y.node.shape:
-        shape = _broadcast_shape(x.shape, y.shape)
-        x, y = x._broadcast_to(shape), y._broadcast_to(shape)
+      xs, ys = x.node.shape, y.node.shape
+      if xs != ys:  # (the plan of a pair of shapes made once: a bias added to a product's rows is every layer's call)
+        plan = _BROADCASTS.get((xs, ys))
+        if plan is None:
+          shape = _broadcast_shape(xs, ys)
+          ones = lambda s_: (1,) * (len(shape) - len(s_)) + s_ if len(s_) < len(shape) else None
+          if len(_BROADCASTS) > 4096: _BROADCASTS.clear()
+          plan = _BROADCASTS[xs, ys] = (shape, ones(xs), ones(ys))
+        x, y = x._expanded(plan[0], plan[1]), y._expanded(plan[0], plan[2])
     elif _is_scalar(y):
       sd = _scalar_dtype(y)
       if not match_dtype: dt = sd if sd is not _D.bool_ or x.dtype.is_bool else x.dtype
@@ -869,13 +887,16 @@ class Tensor(TensorAPI):
   def tanh(self) -> Tensor:
     if (w := self._wide()): return self.cast(w).tanh().cast(self.dtype)
     return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
-  @_graph_template
   def gelu(self, approximate: str = 'tanh') -> Tensor:
-    """tinygrad's tanh approximation by default; approximate='none' is torch's default (erf)."""
+    """tinygrad's tanh approximation by default (one tensor.gelu node: tgc/dialects/tensor.py); approximate='none' is
+    torch's default (erf)."""
+    if approximate == 'tanh': return self._float()._unop('gelu')
+    if approximate == 'none': return self._gelu_erf()
+    raise ArgumentError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
+  @_graph_template
+  def _gelu_erf(self) -> Tensor:
     x = self._float()
-    if approximate == 'none': return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
-    if approximate != 'tanh': raise ArgumentError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
-    return x._new('gelu', (x,), x.shape, x.dtype)  # (tensor.gelu: tgc/dialects/tensor.py)
+    return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
   @_graph_template
   def silu(self) -> Tensor: return self * self.sigmoid()
   swish = silu
