@@ -1078,17 +1078,27 @@ class Tensor(TensorAPI):
 
   def permute(self, *order) -> Tensor:
     if len(order) == 1 and isinstance(order[0], (tuple, list)): order = tuple(order[0])
-    nd = self.ndim
+    n = self.node
+    nd = len(n.shape)
     o = tuple([a if type(a) is int and 0 <= a < nd else self._axis(a) for a in order])
-    if sorted(o) != list(range(self.ndim)): raise AxisError(f"permute order {order} is not a permutation of the axes of shape {self.shape}")
-    if o == tuple(range(self.ndim)): return self
-    return self._new('permute', (self,), tuple(self.shape[i] for i in o), self.dtype, {'order': o})
+    if sorted(o) != list(range(nd)): raise AxisError(f"permute order {order} is not a permutation of the axes of shape {self.shape}")
+    return self._permuted(o)
+
+  def _permuted(self, o: tuple) -> Tensor:
+    """This tensor's axes in order o (a permutation), its node made directly: permute's and transpose's."""
+    n = self.node
+    if o == tuple(range(len(o))): return self
+    t = _tensor_new(Tensor)
+    t.node = _Node('permute', (n,), {'order': o}, tuple([n.shape[i] for i in o]), n.dtype, n.device)
+    return t
 
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
-    a, b = self._axis(dim0), self._axis(dim1)
-    order = list(range(self.ndim))
+    nd = len(self.node.shape)
+    a = dim0 % nd if type(dim0) is int and -nd <= dim0 < nd else self._axis(dim0)
+    b = dim1 % nd if type(dim1) is int and -nd <= dim1 < nd else self._axis(dim1)
+    order = list(range(nd))
     order[a], order[b] = order[b], order[a]
-    return self.permute(order)
+    return self._permuted(tuple(order))
 
   @property
   def T(self) -> Tensor: return self if self.ndim < 2 else self.transpose()
