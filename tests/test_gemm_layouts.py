@@ -126,6 +126,25 @@ def test_few_rows_by_a_matrix_read_along_k(m):
     assert 'group' in names and 'smem' not in names and (m == 1 or Opt('upcast', 0, m) in opts), (m, k, n, opts)
 
 
+@pytest.mark.parametrize('m', [2, 4, 16])
+def test_few_rows_are_not_split_on_a_device_of_known_size(m):
+  """On a GPU of 132 multiprocessors a few rows by a matrix read along k stay one kernel (few_rows' GROUP, the matrix
+  read once), where chunks of k would read it again a row; the same rows by a matrix read across k (x @ W) and one
+  row (a matrix-vector product's own GROUP) keep the chunks, as do f16 products (the tensor cores')."""
+  caps = dict(local_memory=H100_SHARED, processors=132)
+  def kernels(name, m, k, n, dt='float32'):
+    shapes, f = LAYOUTS[name]
+    mod, _ = _build_module([f(*[tgc.Tensor.empty(*s, dtype=dt) for s in shapes(m, k, n)]).node], 'f')
+    lower(mod, 'cuda', 'opt', **caps)
+    return list(mod.functions('kernel.func'))
+  for k, n in ((4096, 4096), (1536, 4096)):
+    (kern,) = kernels('x@W.T', m, k, n)
+    opts = list(kern.attrs.get('opts', ()))
+    assert 'group' in [o.name for o in opts] and Opt('upcast', 0, m) in opts, (m, k, n, opts)
+    assert len(kernels('dy@W', m, k, n)) == 2 and len(kernels('x@W.T', m, k, n, 'float16')) == 2
+  assert len(kernels('x@W.T', 1, 4096, 4096)) == 2
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 def test_f32_layouts_build_with_nvcc():
   """The f32 kernels of every layout (staged tiles; a few rows' GROUP of 32 and of 128 threads, folded in warp

@@ -15,6 +15,7 @@ import math
 from tgc.ir.core import REGISTRY, MOVEMENT, ELEMENTWISE
 from tgc.ir.types import TensorType
 from tgc.ir import dtypes as D
+from tgc.shape.view import ViewStack
 from tgc.dialects.tensor import conv_acc
 from tgc.ir.rewrite import PatternMatcher, apply_patterns
 from tgc.passes.manager import Pass
@@ -77,6 +78,7 @@ def split_k(shape: tuple, k: int, spec: DeviceSpec | None) -> int:
 TILE_OUTPUTS = 4096  # the outputs of a GPU matmul's staged tile (64x64)
 WAVES = 2            # the work-groups per multiprocessor a product should have
 SPLIT_K_MIN = 256    # the shortest chunk of k a split leaves
+FEW_ROWS = 16        # the most rows of a product kernel-opt takes as a matrix-vector product (few_rows), never split
 
 
 def split_product_reduce(op, rw, spec: DeviceSpec):
@@ -115,6 +117,8 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
     whole = all(p == shape[i] for i, p in parts.items())
     return partial_reduce(src if whole else _with_stored_factors(src, prod, rw, op.loc), op, parts, rw)
   a, = op.axes
+  x, w = prod.operands
+  if any(_few_rows(_reads(f) // shape[a], m, a, spec) for f, m in ((x, w), (w, x))): return None
   n = split_k(t.shape, shape[a], spec)
   if n < 2: return None
   return _in_chunks(_with_stored_factors(src, prod, rw, op.loc), shape[:a], n, shape[a + 1:], op, rw)
@@ -254,7 +258,34 @@ def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None,
     if na is not None and nb is not None and na[1].type.dtype == nb[1].type.dtype:  # (mixed precision: f32 sums of bf16 products)
       a, b = (v if (s := _staged(n, rw, op.loc, False, copies)) is n else _rebuilt(ops, s, rw, op.loc) for (ops, n), v in ((na, a), (nb, b)))
     else: a, b = _staged(a, rw, op.loc), _staged(b, rw, op.loc)
-  return _product(rw, a, b, op.loc, pack, split_k(shape, op.lhs.type.shape[-1], spec))
+  few = _few_rows(math.prod(shape[:-1]), b, len(b.type.shape) - 2, spec)
+  return _product(rw, a, b, op.loc, pack, 1 if few else split_k(shape, op.lhs.type.shape[-1], spec))
+
+
+def _few_rows(rows: int, matrix, k: int, spec: DeviceSpec | None) -> bool:
+  """Whether a GPU product of `rows` rows by `matrix`, summed along its axis k, is kernel-opt's few_rows case, never
+  cut into chunks of k: a few tokens through a Linear (x @ W.T: W's rows read along k) off the tensor cores, the matrix
+  read once with every row's sums in registers, where each chunk's work-groups would read it again a row (16 x 4096
+  by 4096 x 4096 in f32 on an H200: 233 us in 16 chunks, a third of torch's rate). A matrix read across k (x @ W)
+  keeps the chunks: its staged tiles would make a few work-groups."""
+  depth = matrix.type.shape[k]
+  n = _reads(matrix) // depth  # (the matrix's own rows, however far it is broadcast)
+  return spec is not None and spec.gpu and 2 <= rows <= FEW_ROWS and n >= 64 and n % 4 == 0 and depth % 8 == 0 and \
+      not _on_tensor_cores(matrix.type.dtype, spec) and _stride_along(matrix, k) == 1
+
+
+def _stride_along(v, axis: int) -> int | None:
+  """v's stride along `axis` in the value its reshapes, expands and permutes start from (row-major), None where
+  other ops move it or it does not step evenly."""
+  chain, u = _chain(v, lambda o: MOVEMENT in o.TRAITS)
+  vs = ViewStack.from_shape(u.type.shape)
+  for o in reversed(chain):
+    kind = o.name.split('.', 1)[1]
+    if kind == 'reshape': vs = vs.reshape(o.results[0].type.shape)
+    elif kind == 'expand': vs = vs.expand(o.results[0].type.shape)
+    elif kind == 'permute': vs = vs.permute(o.attrs['order'])
+    else: return None
+  return vs.real_strides()[axis]
 
 
 def _on_tensor_cores(dt, spec: DeviceSpec) -> bool:
