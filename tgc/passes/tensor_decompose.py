@@ -118,7 +118,7 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
     return partial_reduce(src if whole else _with_stored_factors(src, prod, rw, op.loc), op, parts, rw)
   a, = op.axes
   x, w = prod.operands
-  if any(_few_rows(_reads(f) // shape[a], m, a, spec) for f, m in ((x, w), (w, x))): return None
+  if shape[a] and any(_few_rows(_reads(f) // shape[a], m, a, spec) for f, m in ((x, w), (w, x))): return None
   n = split_k(t.shape, shape[a], spec)
   if n < 2: return None
   return _in_chunks(_with_stored_factors(src, prod, rw, op.loc), shape[:a], n, shape[a + 1:], op, rw)
@@ -269,9 +269,9 @@ def _few_rows(rows: int, matrix, k: int, spec: DeviceSpec | None) -> bool:
   by 4096 x 4096 in f32 on an H200: 233 us in 16 chunks, a third of torch's rate). A matrix read across k (x @ W)
   keeps the chunks: its staged tiles would make a few work-groups."""
   depth = matrix.type.shape[k]
+  if spec is None or not spec.gpu or not 2 <= rows <= FEW_ROWS or not depth or depth % 8: return False
   n = _reads(matrix) // depth  # (the matrix's own rows, however far it is broadcast)
-  return spec is not None and spec.gpu and 2 <= rows <= FEW_ROWS and n >= 64 and n % 4 == 0 and depth % 8 == 0 and \
-      not _on_tensor_cores(matrix.type.dtype, spec) and _stride_along(matrix, k) == 1
+  return n >= 64 and n % 4 == 0 and not _on_tensor_cores(matrix.type.dtype, spec) and _stride_along(matrix, k) == 1
 
 
 def _stride_along(v, axis: int) -> int | None:
