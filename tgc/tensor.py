@@ -27,7 +27,7 @@ from tgc.tensor_api import TensorAPI
 from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
 from tgc.ir.types import TensorType
-from tgc.runtime import Buffer, DEVICES
+from tgc.runtime import Buffer, DEVICES, Device as _Device
 from tgc.target import get_float32_matmul_precision as _f32_precision
 from tgc import autograd as _autograd
 from tgc.shape.pool import pool as _pool_view, pool_shape as _pool_shape
@@ -107,9 +107,13 @@ def to_dtype(x) -> DType:
 
 # ---------------------------------------------------------------- devices
 
+_CANON: dict[str, str] = {}  # a device name as given -> its canonical name (known kinds only: every creation asks)
+
 def _canon_device(device):
   """A device's canonical name (`cuda:0` -> `CUDA`), or for a tuple of names (a sharded tensor's) the tuple of
   theirs; a DeviceError for an unknown kind, a bad index, or a tuple that repeats a device or mixes kinds."""
+  if device is None: device = _Device.DEFAULT  # (read each time: assignable, and $DEVICE)
+  if type(device) is str and (d := _CANON.get(device)) is not None: return d
   from tgc.runtime import Device, device_class_path
   if isinstance(device, (tuple, list)):
     devs = tuple(_canon_device(d) for d in device)
@@ -123,6 +127,7 @@ def _canon_device(device):
   if device_class_path(d) is None:
     from tgc.runtime import DEVICES
     raise DeviceError(f"unknown device '{device}' (known: {', '.join(sorted(DEVICES))})")
+  if len(_CANON) < 1024: _CANON[device] = d
   return d
 
 
