@@ -44,19 +44,19 @@ def test_every_layout_takes_the_staged_tiles(mkn):
   assert got['x@W.T'] == got['x@W'] == got['batched x@W.T'], got
 
 
-def run_with_cuda_tiles(f, arrays):
-  """Lower f's graph for OPENCL with the opts kernel-opt chooses for cuda (an H100's shared memory) replayed on its
-  kernels, run it there: (the opts, the result)."""
+def run_with_cuda_tiles(f, arrays, **caps):
+  """Lower f's graph for OPENCL with the opts kernel-opt chooses for cuda (an H100's shared memory; caps: more of the
+  device, given to both) replayed on its kernels, run it there: (the opts, the result)."""
   ts = [tgc.Tensor(a, device='OPENCL') for a in arrays]
   mc, _ = _build_module([f(*ts).node], 'f')
-  lower(mc, 'cuda', 'opt', local_memory=H100_SHARED)
+  lower(mc, 'cuda', 'opt', local_memory=H100_SHARED, **caps)
   want = [k.attrs.get('opts', ()) for k in mc.functions('kernel.func')]
   m, leaves = _build_module([f(*ts).node], 'f')
-  lower(m, 'opencl', 'kernel', processor='gpu', local_memory=H100_SHARED)
+  lower(m, 'opencl', 'kernel', processor='gpu', local_memory=H100_SHARED, **caps)
   ks = list(m.functions('kernel.func'))
   assert len(ks) == len(want)
   for k, o in zip(ks, want): k.attrs['opts'] = o
-  lower(m, 'opencl', processor='gpu', local_memory=H100_SHARED)
+  lower(m, 'opencl', processor='gpu', local_memory=H100_SHARED, **caps)
   (out,) = compile_module(m, 'OPENCL')(*[next(a for t, a in zip(ts, arrays) if t.node is l) for l in leaves])
   return [o for ko in want for o in ko], out
 
@@ -143,6 +143,14 @@ def test_few_rows_are_not_split_on_a_device_of_known_size(m):
     assert 'group' in [o.name for o in opts] and Opt('upcast', 0, m) in opts, (m, k, n, opts)
     assert len(kernels('dy@W', m, k, n)) == 2 and len(kernels('x@W.T', m, k, n, 'float16')) == 2
   assert len(kernels('x@W.T', 1, 4096, 4096)) == 2
+  try: get_device('OPENCL')  # (the unsplit kernel's numbers: cuda's opts replayed on OpenCL)
+  except tgc.TgcError as e: pytest.skip(str(e))
+  shapes, f = LAYOUTS['x@W.T']
+  rng = np.random.default_rng(13)
+  arrays = [rng.standard_normal(s_).astype(np.float32) for s_ in shapes(m, 1024, 512)]
+  opts, out = run_with_cuda_tiles(f, arrays, processors=132)
+  assert Opt('upcast', 0, m) in opts, opts
+  np.testing.assert_allclose(out.astype(np.float64), f(*[a.astype(np.float64) for a in arrays]), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
