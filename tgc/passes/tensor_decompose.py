@@ -266,8 +266,8 @@ def _few_rows(rows: int, matrix, k: int, spec: DeviceSpec | None) -> bool:
   """Whether a GPU product of `rows` rows by `matrix`, summed along its axis k, is kernel-opt's few_rows case, never
   cut into chunks of k: a few tokens through a Linear (x @ W.T: W's rows read along k) off the tensor cores, the matrix
   read once with every row's sums in registers, where each chunk's work-groups would read it again a row (16 x 4096
-  by 4096 x 4096 in f32 on an H200: 233 us in 16 chunks, a third of torch's rate). A matrix read across k (x @ W)
-  keeps the chunks: its staged tiles would make a few work-groups."""
+  by 4096 x 4096 in f32 on an H200: 2.4 TFLOP/s in 16 chunks, 0.4 of torch's kernel; 7.1 whole, 1.0). A matrix read
+  across k (x @ W) keeps the chunks: its staged tiles would make a few work-groups."""
   depth = matrix.type.shape[k]
   if spec is None or not spec.gpu or not 2 <= rows <= FEW_ROWS or not depth or depth % 8: return False
   n = _reads(matrix) // depth  # (the matrix's own rows, however far it is broadcast)
