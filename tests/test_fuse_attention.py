@@ -43,6 +43,10 @@ FORMS = {
                           lambda q, k, v: (SC(q, k) * 0.125).masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L), -math.inf).softmax(-1) @ v, 0, True),
   'exp over its sum': (lambda q, k, v: (lambda e: (e / e.sum(-1, keepdim=True)) @ v)((SC(q, k) * 0.125).exp()),
                        lambda q, k, v: (SC(q, k) * 0.125).softmax(-1) @ v, 0, False),
+  'soft-capped': (lambda q, k, v: Tensor.ones(L, S, dtype='bool', device=q.device).tril().where((SC(q, k) * 0.125 / 30).tanh() * 30, -math.inf).softmax(-1) @ v,
+                  lambda q, k, v: (torch.tanh(SC(q, k) * 0.125 / 30) * 30).masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), -math.inf).softmax(-1) @ v, 1, False),
+  'soft-capped, biased': (lambda q, k, v: ((SC(q, k) / 8).div(5.0).tanh() * 5.0 + Tensor(BIAS, device=q.device)).softmax(-1) @ v,
+                          lambda q, k, v: (torch.tanh(SC(q, k) / 40) * 5 + torch.tensor(BIAS).double()).softmax(-1) @ v, 0, True),
   'bias inside a scale': (lambda q, k, v: ((SC(q, k) * 0.5 + Tensor.ones(L, S, device=q.device).tril() * 0.1) * 0.25).softmax(-1) @ v,
                           lambda q, k, v: ((SC(q, k) * 0.5 + torch.ones(L, S).double().tril() * 0.1) * 0.25).softmax(-1) @ v, 0, True),
 }
@@ -83,7 +87,17 @@ def test_scale_is_the_product_of_the_constants():
   assert a.attrs['scale'] == 0.5 * 0.5 / 4 and a.causal == 0
 
 
+def test_soft_cap_and_scale_of_capped_scores():
+  """c * tanh(x): the op's softcap c and scale c times x's (the kernel computes softcap * tanh(s * scale / softcap)),
+  the factors above the tanh the cap's."""
+  q, k, v = (Tensor(RNG.standard_normal((1, 2, 8, 64)).astype(np.float32)).half().realize() for _ in range(3))
+  _, _, (a,) = _fused(((SC(q * 0.5, k) * 0.25 / 50).tanh() * 25 * 2).softmax(-1) @ v)
+  assert a.attrs['softcap'] == 50 and math.isclose(a.attrs['scale'], 0.5 * 0.25 / 50 * 50)
+
+
 KEEP = {
+  'a bias inside the cap': lambda q, k, v: ((SC(q, k) * 0.125 + Tensor(BIAS)) / 30).tanh().mul(30).softmax(-1) @ v,
+  'two caps': lambda q, k, v: ((SC(q, k) * 0.125 / 30).tanh() * 30 / 20).tanh().mul(20).softmax(-1) @ v,
   'f32 (no fused kernel)': lambda q, k, v: (SC(q.float(), k.float()) * 0.125).softmax(-1) @ v.float(),
   'probabilities read elsewhere': lambda q, k, v: (lambda p: (p @ v) + p.sum(-1, keepdim=True).cast(q.dtype))((SC(q, k) * 0.125).softmax(-1)),
   'softmax over the queries': lambda q, k, v: (SC(q, k) * 0.125).softmax(-2) @ v,
@@ -162,6 +176,28 @@ def test_gradient_of_written_out_attention_is_the_fused_backward(monkeypatch):
   np.testing.assert_allclose(loss.item(), (to ** 2).sum().item(), rtol=1e-3)
   for t, r in zip((q, k, v), (tq, tk, tv)):
     np.testing.assert_allclose(t.grad.cast('float32').numpy(), r.grad.numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_gradient_of_written_out_soft_capped_attention(monkeypatch):
+  """Soft-capped scores written out ((s / c).tanh() * c) differentiate as the fused op with its softcap: the
+  backward's attention_grad carries it, and the gradients match torch's of the written-out form."""
+  import tgc.passes.fuse_attention as FA
+  run = FA.fuse_attention
+  monkeypatch.setattr(FA, 'fuse_attention', lambda m, spec, stats=None, keep=frozenset(): run(m, DeviceSpec.of('cuda'), stats, keep))
+  arrs = [RNG.standard_normal((B, H, L, D)).astype(np.float32) * 2 for _ in range(3)]
+  q, k, v = (Tensor(a, dtype='float16').detach().requires_grad_() for a in arrs)
+  o = ((SC(q, k) * 0.125 / 4).tanh() * 4).softmax(-1) @ v
+  (o.cast('float32') ** 2).sum().backward()
+  from tgc.tensor import _build_module
+  m, _ = _build_module([q.grad.node])
+  PassManager(parse_pipeline(FUSE + ',cse')).run(m)
+  grads = [op for op in m.ops[0].body.ops if op.name == 'tensor.attention_grad']
+  assert grads and all(g.attrs.get('softcap') == 4 for g in grads), str(m)
+  tq, tk, tv = (torch.tensor(a).half().double().requires_grad_() for a in arrs)
+  to = (torch.tanh(SC(tq, tk) * 0.125 / 4) * 4).softmax(-1) @ tv
+  (to ** 2).sum().backward()
+  for t, r in zip((q, k, v), (tq, tk, tv)):
+    np.testing.assert_allclose(t.grad.cast('float32').numpy(), r.grad.numpy(), rtol=2e-2, atol=2e-2 * float(r.grad.abs().max()))
 
 
 def test_cuda_lowers_written_out_attention_to_one_kernel():

@@ -888,10 +888,7 @@ class Tensor(TensorAPI):
     e = pos.where(-x, x).exp()  # e^-|x|, with the gradient of the branch taken at 0 too
     r = (1 + e).reciprocal()
     return pos.where(r, e * r)
-  @_graph_template
-  def tanh(self) -> Tensor:
-    if (w := self._wide()): return self.cast(w).tanh().cast(self.dtype)
-    return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+  def tanh(self) -> Tensor: return self._float()._unop('tanh')  # (tensor.tanh: tgc/dialects/tensor.py)
   def gelu(self, approximate: str = 'tanh') -> Tensor:
     """tinygrad's tanh approximation by default (one tensor.gelu node: tgc/dialects/tensor.py); approximate='none' is
     torch's default (erf)."""

@@ -237,14 +237,8 @@ class PowOp(Operation):
     return op('where', op('cmpeq', e, c(0.0), ty=tb), c(1.0), ret)
 
 
-class GeluOp(Operation):
-  """`tensor.gelu %x : tensor<8x512xf16>`: GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  (tinygrad's gelu; torch's with approximate='tanh'), floats; half floats computed in f32 and rounded once. A composite:
-  one node where the Tensor API's call built about 40 each call (the graph and its cache key cost the host time of the
-  call); it decomposes into x * sigmoid(2 y) (the same function: 0.5 (1 + tanh y) = sigmoid(2 y)), elementwise
-  primitives that fuse into the kernel of x's producer (a matmul's epilogue). Its gradient rule (autodiff) recomputes
-  s = sigmoid(2y) and takes s + x s (1 - s) (2y)'."""
-  name = 'tensor.gelu'
+class _FloatComposite(Operation):
+  """An elementwise function of one float operand that decomposes (gelu, tanh): the operand's type is the result's."""
   OPERANDS = ('src',)
   TRAITS = {PURE, ELEMENTWISE}
   FORMAT = '$src : type($result)'
@@ -252,6 +246,16 @@ class GeluOp(Operation):
     r = _tensor(self, self.results[0].type)
     if self.src.type != r: raise self.error(f"operand {self.src.type} must be the result type {r}")
     if not r.dtype.is_float: raise self.error(f"needs a float type, got {r}")
+
+
+class GeluOp(_FloatComposite):
+  """`tensor.gelu %x : tensor<8x512xf16>`: GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  (tinygrad's gelu; torch's with approximate='tanh'), floats; half floats computed in f32 and rounded once. A composite:
+  one node where the Tensor API's call built about 40 each call (the graph and its cache key cost the host time of the
+  call); it decomposes into x * sigmoid(2 y) (the same function: 0.5 (1 + tanh y) = sigmoid(2 y)), elementwise
+  primitives that fuse into the kernel of x's producer (a matmul's epilogue). Its gradient rule (autodiff) recomputes
+  s = sigmoid(2y) and takes s + x s (1 - s) (2y)'."""
+  name = 'tensor.gelu'
   def sigmoid_2y(self, rw, x):
     """s = sigmoid(z), z = 2 y = 2 sqrt(2/pi) x (1 + 0.044715 x^2), of x (this op's source in f32 or wider), made with
     `rw.create`: the plain form is x * s, its derivative s + x s (1 - s) z' (autodiff's rule). s = 1 / (1 + e),
@@ -272,6 +276,29 @@ class GeluOp(Operation):
     x = self.src if t.dtype is acc else cast(self.src, TensorType(t.shape, acc))
     y = rw.create(REGISTRY['tensor.mul'], [x, self.sigmoid_2y(rw, x)], [x.type], None, self.loc).results[0]
     return y if t.dtype is acc else cast(y, t)
+
+
+class TanhOp(_FloatComposite):
+  """`tensor.tanh %x : tensor<8x512xf32>`: the hyperbolic tangent, floats; half floats computed in f32 and rounded once.
+  A composite: one node where the Tensor API's formula made 20 (and a soft-capped score, c * tanh(s / c), is one op
+  that fuse-attention reads); it decomposes into 2 sigmoid(2 x) - 1, the sigmoid 1 / (1 + e) where 2 x >= 0 and
+  e / (1 + e) below, e = 2^(-|2 x| log2 e): e never overflows, so neither the value nor the gradient of this plain
+  form (autodiff differentiates it) meets inf * 0 at extreme inputs."""
+  name = 'tensor.tanh'
+  def decompose(self, rw):
+    from tgc.ir.core import REGISTRY
+    t = self.results[0].type
+    ta = TensorType(t.shape, t.dtype if t.dtype.itemsize >= 4 else D.f32)
+    tb = TensorType(t.shape, D.bool_)
+    def op(name, *srcs, ty=ta): return rw.create(REGISTRY['tensor.' + name], list(srcs), [ty], None, self.loc).results[0]
+    def c(v): return rw.create(REGISTRY['tensor.const'], [], [ta], {'value': v}, self.loc).results[0]
+    x = self.src if ta == t else op('cast', self.src)
+    y = op('mul', c(2.0), x)
+    pos = op('or', op('cmplt', c(0.0), y, ty=tb), op('cmpeq', y, c(0.0), ty=tb), ty=tb)
+    e = op('exp2', op('mul', op('where', pos, op('neg', y), y), c(1 / math.log(2))))
+    r = op('recip', op('add', c(1.0), e))
+    th = op('sub', op('mul', c(2.0), op('where', pos, r, op('mul', e, r))), c(1.0))
+    return th if ta == t else op('cast', th, ty=t)
 
 
 class ArgMaxOp(Operation):

@@ -3,12 +3,13 @@ fused kernel (its spec's fused_attention).
 
 softmax(q k^T * scale + bias) v, as a hand-written model, the Tensor API's softmax or an ONNX export spells it:
 
-  s   = matmul(q, permute(k)) * c ... [+ b] [where(m, s, -inf)]     the scores
+  s   = matmul(q, permute(k)) * c ... [c' * tanh(s * c'')] [+ b] [where(m, s, -inf)]    the scores
   e   = exp2((s - expand(reduce max s)) * log2(e))                    (without the max: the same softmax)
   p   = e * expand(recip(reduce add e))    or    e / expand(reduce add e)
   out = matmul(p, v)
 
-becomes `tensor.attention %q, %k, %v[, %bias] {causal, scale}`. Casts between floats may sit anywhere on the scores'
+becomes `tensor.attention %q, %k, %v[, %bias] {causal, scale[, softcap]}`: scores capped, c * tanh(x / c) with
+the scale inside (Gemma 2's soft-capping), are the op's softcap c. Casts between floats may sit anywhere on the scores'
 and probabilities' way (the kernel keeps them in f32); q, k and v are read below the casts that widen them (q's half
 floats cast up for the product) and the positive constants they are multiplied by. The scale is the product of
 the positive constants the scores, q and k are multiplied by (or divided by); the bias is the sum of the terms added
@@ -129,18 +130,24 @@ class Match:
       return s if self.row_reduce(mx.op.operands[0], 'max', s) else None
     return None
 
-  def scores(self, s: Value, mult: float, terms: list):
-    """(q's product with k^T, the scale, the bias terms) of the scores s, or None: a term is ('add', value,
-    multiplier) or ('mask', condition, whether a key takes part where it holds)."""
+  def scores(self, s: Value, mult: float, terms: list, cap: float | None = None):
+    """(q's product with k^T, the scale, the bias terms, the soft cap) of the scores s, or None: a term is ('add',
+    value, multiplier) or ('mask', condition, whether a key takes part where it holds). Below a tanh (c * tanh(x),
+    c the product of the constants above it: the cap) the scale is x's, and no term may be added: the cap comes
+    before the bias."""
     while True:
       s = self.through(s)
       if _is(s, 'tensor.matmul'):
         self.inner.add(s.op)
-        return s.op, mult, terms
+        return s.op, mult, terms, cap
       if _is(s, 'tensor.mul', 'tensor.fdiv'):
         if (found := _scaled(s, mult)) is None: return None
         self.inner.add(s.op)
         s, mult = found
+      elif _is(s, 'tensor.tanh') and cap is None:
+        self.inner.add(s.op)
+        s, cap, mult = s.op.operands[0], mult, 1.0
+      elif cap is not None: return None
       elif _is(s, 'tensor.add'):
         self.inner.add(s.op)
         a, b = s.op.operands
@@ -376,7 +383,8 @@ def fuse(out_op, rw, users: dict, spec: DeviceSpec, keep=frozenset()):
   s = m.softmax(out_op.lhs)
   found = m.scores(s, 1.0, []) if s is not None else None
   if found is None or not m.read_alone(out_op): return None
-  qk, scale, terms = found
+  qk, scale, terms, cap = found
+  if cap is not None: scale *= cap  # (c * tanh(s * x): the kernel's softcap c, its scale c x)
   (q, sq), (kt, sk), (v, _) = operand(qk.lhs, keep=keep), operand(qk.rhs, keep=keep), operand(out_op.rhs, False, keep)
   dt, loc = q.type.dtype, out_op.loc
   if not dt.is_float or kt.type.dtype is not dt or v.type.dtype is not dt: return None
@@ -416,7 +424,7 @@ def fuse(out_op, rw, users: dict, spec: DeviceSpec, keep=frozenset()):
     a, b = bias.pop(), bias.pop()
     bias.append(mk('add', [mk('expand', [a], sc, dt) if a.type.shape != sc else a, mk('expand', [b], sc, dt) if b.type.shape != sc else b], sc, dt))
   att = REGISTRY['tensor.attention']([q, k, v] + bias, [TensorType(q.type.shape[:-1] + v.type.shape[-1:], dt)],
-                                     {'causal': causal, 'scale': scale * sq * sk}, loc)
+                                     {'causal': causal, 'scale': scale * sq * sk, **({'softcap': cap} if cap is not None else {})}, loc)
   try: att.verify()
   except Exception: return None
   if not att.fused(spec): return None
