@@ -27,7 +27,7 @@ from tgc.tensor_api import TensorAPI
 from tgc.ir import dtypes as _D
 from tgc.ir.dtypes import DType
 from tgc.ir.types import TensorType
-from tgc.runtime import Buffer, DEVICES, Device as _Device
+from tgc.runtime import Buffer, DEVICES, Device as _Device, device_class_path
 from tgc.target import get_float32_matmul_precision as _f32_precision
 from tgc import autograd as _autograd
 from tgc.shape.pool import pool as _pool_view, pool_shape as _pool_shape
@@ -114,18 +114,16 @@ def _canon_device(device):
   theirs; a DeviceError for an unknown kind, a bad index, or a tuple that repeats a device or mixes kinds."""
   if device is None: device = _Device.DEFAULT  # (read each time: assignable, and $DEVICE)
   if type(device) is str and (d := _CANON.get(device)) is not None: return d
-  from tgc.runtime import Device, device_class_path
   if isinstance(device, (tuple, list)):
     devs = tuple(_canon_device(d) for d in device)
     if not devs: raise DeviceError("a tuple of devices must name at least one device")
     if len(set(devs)) != len(devs): raise DeviceError(f"devices {devs} repeat a device")
     if len({device_class_path(d) for d in devs}) != 1: raise DeviceError(f"devices {devs} are of different kinds")
     return devs
-  if device is not None and not isinstance(device, str): raise DeviceError(f"device must be a string, got {device!r}")
-  try: d = Device.canonicalize(device)
+  if not isinstance(device, str): raise DeviceError(f"device must be a string, got {device!r}")
+  try: d = _Device.canonicalize(device)
   except TgcError as e: raise DeviceError(str(e)) from None
   if device_class_path(d) is None:
-    from tgc.runtime import DEVICES
     raise DeviceError(f"unknown device '{device}' (known: {', '.join(sorted(DEVICES))})")
   if len(_CANON) < 1024: _CANON[device] = d
   return d
@@ -437,6 +435,10 @@ def broadcasts_to(shape, target) -> bool:
   return len(shape) <= len(target) and all(m in (1, n) for m, n in zip(shape[::-1], target[::-1]))
 
 _BROADCASTS: dict[tuple, tuple] = {}  # (x's shape, y's) -> (their broadcast shape, x's with leading 1s or None, y's)
+
+def _leading_ones(shape: tuple, rank: int) -> tuple | None:
+  """shape with 1s in front up to `rank` axes (what a broadcast to that rank reshapes it to), or None where it has them."""
+  return (1,) * (rank - len(shape)) + shape if len(shape) < rank else None
 
 def _broadcast_shape(*shapes) -> tuple[int, ...]:
   if len(shapes) == 2 and len(shapes[0]) == len(shapes[1]):  # (a binary op's: size by size)
@@ -767,14 +769,11 @@ class Tensor(TensorAPI):
   # ---- broadcasting and promotion
   def _broadcast_to(self, shape) -> Tensor:
     shape = tuple(shape)
-    if self.shape == shape: return self
-    x = self
-    if len(shape) > self.ndim: x = x.reshape((1,) * (len(shape) - self.ndim) + self.shape)
-    return x._new('expand', (x,), shape, x.dtype)
+    return self._expanded(shape, _leading_ones(self.node.shape, len(shape)))
 
   def _expanded(self, shape: tuple, ones: tuple | None) -> Tensor:
     """This tensor expanded to `shape` (ones: its shape with the leading 1s `shape` has more, or None where it has
-    as many axes), its nodes made directly: a binary op's operand (_BROADCASTS's plan)."""
+    as many axes: _leading_ones), its nodes made directly."""
     n = self.node
     if n.shape == shape: return self
     if ones is not None: n = _Node('reshape', (n,), None, ones, n.dtype, n.device)
@@ -795,9 +794,8 @@ class Tensor(TensorAPI):
         plan = _BROADCASTS.get((xs, ys))
         if plan is None:
           shape = _broadcast_shape(xs, ys)
-          ones = lambda s_: (1,) * (len(shape) - len(s_)) + s_ if len(s_) < len(shape) else None
           if len(_BROADCASTS) > 4096: _BROADCASTS.clear()
-          plan = _BROADCASTS[xs, ys] = (shape, ones(xs), ones(ys))
+          plan = _BROADCASTS[xs, ys] = (shape, _leading_ones(xs, len(shape)), _leading_ones(ys, len(shape)))
         x, y = x._expanded(plan[0], plan[1]), y._expanded(plan[0], plan[2])
     elif _is_scalar(y):
       sd = _scalar_dtype(y)

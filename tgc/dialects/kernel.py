@@ -8,7 +8,7 @@ from tgc.ir.dtypes import DType
 from tgc.ir import alu
 from tgc.ir import dtypes as D
 from tgc.dialects.alu import define_alu_ops
-from tgc.dialects.tensor import ScanBase, check_scalar
+from tgc.dialects.tensor import ScanBase, check_scalar, check_softcap
 
 define_alu_ops('kernel', False, globals())
 
@@ -279,7 +279,7 @@ class AttentionOp(Operation):
       raise self.error(f"shapes do not fit: q {list(q)}, k {list(k)} and v {list(v)} (B x H x rows x E, k and v alike, their heads dividing q's) and out {list(o)} (as q)")
     if k[2] == 0: raise self.error("needs at least one key")
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
-    if not 0 <= float(self.attrs.get('softcap', 0)) < math.inf: raise self.error(f"softcap must be a finite number >= 0 (0: none), got {self.attrs['softcap']}")
+    check_softcap(self)
     if self.attrs.get('lse_only', 0) not in (0, 1) or (self.attrs.get('lse_only') and self.lse is None):
       raise self.error(f"lse_only = 1 stores the rows' log-sum-exp alone: it needs an lse operand, got lse_only = {self.attrs['lse_only']}{'' if self.lse is not None else ' and none'}")
     _check_bias(self, q, k)
@@ -328,7 +328,7 @@ class AttentionGradOp(Operation):
     for t in ts[6:]:
       if t.dtype != dt or t.numel != want: raise self.error(f"writes {want} elements of {dt}, got {t}")
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
-    if not 0 <= float(self.attrs.get('softcap', 0)) < math.inf: raise self.error(f"softcap must be a finite number >= 0 (0: none), got {self.attrs['softcap']}")
+    check_softcap(self)
     _check_bias(self, q, k)
 
 

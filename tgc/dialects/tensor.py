@@ -44,6 +44,11 @@ def check_dense(op, v, shape, dt):
       check_scalar(op, x, dt)
   walk(v, 0)
 
+def check_softcap(op) -> None:
+  """An attention op's softcap attribute: a finite number >= 0 (0 or absent: the scores are not capped)."""
+  if not 0 <= float(op.attrs.get('softcap', 0)) < math.inf: raise op.error(f"softcap must be a finite number >= 0 (0: none), got {op.attrs['softcap']}")
+
+
 def check_scalar(op, x, dt):
   if isinstance(x, HexInt):
     if dt.is_float and x >= 1 << dt.bits: raise op.error(f"hex literal {hex(x)} does not fit {dt.bits} bits of {dt}")
@@ -345,7 +350,7 @@ class _AttentionBase(Operation):
   def check_qk(self):
     q, k = _tensor(self, self.q.type), _tensor(self, self.k.type)
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
-    if not 0 <= float(self.attrs.get('softcap', 0)) < math.inf: raise self.error(f"softcap must be a finite number >= 0 (0: none), got {self.attrs['softcap']}")
+    check_softcap(self)
     if q.rank != k.rank or q.rank < 2: raise self.error(f"needs q and k of one rank >= 2, got {q} and {k}")
     if q.shape[:-3] != k.shape[:-3] or (q.rank > 2 and (k.shape[-3] == 0 or q.shape[-3] % k.shape[-3])) or (q.rank == 2 and q.shape[:-2] != k.shape[:-2]):
       raise self.error(f"batch axes differ: {q} and {k} (k's heads, axis -3, may be fewer where they divide q's)")
@@ -383,9 +388,8 @@ class _AttentionBase(Operation):
     sc = (*batch, L, S)
     s = op('mul', [op('matmul', [wide(q), tr(heads(wide(k)))], sc), c(float(self.scale), sc)], sc)
     t = None
-    if self.softcap:  # s = cap * tanh(s / cap), tanh(x) = 2 / (1 + 2^(-2 x log2(e))) - 1 (1 and -1 where 2^ over- or underflows)
-      y = op('exp2', [op('mul', [s, c(-2 / (math.log(2) * self.softcap), sc)], sc)], sc)
-      t = op('sub', [op('mul', [op('recip', [op('add', [y, c(1.0, sc)], sc)], sc), c(2.0, sc)], sc), c(1.0, sc)], sc)
+    if self.softcap:  # s = cap * tanh(s / cap) (tensor.tanh, itself decomposed)
+      t = op('tanh', [op('mul', [s, c(1 / self.softcap, sc)], sc)], sc)
       s = op('mul', [t, c(self.softcap, sc)], sc)
     if self.bias is not None: s = op('add', [s, wide(self.bias)], sc)
     if self.causal:  # key j - query i <= 0, the positions counted by scans of ones

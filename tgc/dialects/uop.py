@@ -8,7 +8,6 @@ Below the ops, the facts about a uop.func that emitters, runtimes and the refere
 launch grid, buffers, constants, where accumulators start), so that each means one thing everywhere.
 """
 from __future__ import annotations
-import math
 import numpy as np
 from tgc.errors import TgcError
 from tgc.ir.attrs import HexInt
@@ -17,6 +16,7 @@ from tgc.ir.types import PtrType, VecType, elem
 from tgc.ir.dtypes import DType
 from tgc.ir import dtypes as D
 from tgc.dialects.alu import define_alu_ops
+from tgc.dialects.tensor import check_softcap
 from tgc.dialects.tensor import check_scalar
 from tgc.dialects.builtin import written_args
 
@@ -506,7 +506,7 @@ class AttentionOp(Operation):
     if len({p.dtype for p in ps}) != 1 or ps[0].dtype not in (D.f16, D.bf16): raise self.error(f"needs f16 or bf16 buffers of one type, got {', '.join(map(str, ps))}")
     for nm in ('head', 'block', 'lane'): _int(self, getattr(self, nm), nm)
     if self.causal not in (0, 1): raise self.error(f"causal must be 0 or 1, got {self.causal}")
-    if not 0 <= float(self.attrs.get('softcap', 0)) < math.inf: raise self.error(f"softcap must be a finite number >= 0 (0: none), got {self.attrs['softcap']}")
+    check_softcap(self)
     for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'key_rows', 'threads'):
       if self.attrs[nm] < 1: raise self.error(f"{nm} must be positive, got {self.attrs[nm]}")
     a = self.attrs
@@ -559,7 +559,7 @@ class AttentionGradOp(Operation):
     for nm in ('heads', 'rows', 'keys', 'dim', 'block_rows', 'threads'):
       if a[nm] < 1: raise self.error(f"{nm} must be positive, got {a[nm]}")
     if a['causal'] not in (0, 1): raise self.error(f"causal must be 0 or 1, got {a['causal']}")
-    if not 0 <= float(self.attrs.get('softcap', 0)) < math.inf: raise self.error(f"softcap must be a finite number >= 0 (0: none), got {self.attrs['softcap']}")
+    check_softcap(self)
     group = a.get('group', 1)
     nh = _attention_launch(self, (self.head, self.block, self.lane), 6 * a['block_rows'] * a['dim'], group if a['part'] == 1 else 1)
     need = _layout_ends(self, {'q': a['rows'], 'k': a['keys'], 'v': a['keys'], 'g': a['rows']}, nh) | _bias_end(self, nh)

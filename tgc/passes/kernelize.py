@@ -83,6 +83,12 @@ def attention_key(op: Operation) -> tuple:
   return (op.q, op.k, op.bias, op.causal, float(op.attrs['scale']), op.softcap or 0.0)
 
 
+def attention_grad_key(op: Operation) -> tuple:
+  """What the tensor.attention_grad ops of one backward share (one dq kernel, one dk and dv kernel): their operands,
+  causal, scale and softcap."""
+  return (tuple(op.operands), op.causal, float(op.attrs['scale']), op.softcap or 0.0)
+
+
 def attention_layouts(fn: Operation) -> None:
   """An attention's result that a permute of its heads and rows reads (the next projection's layout) besides other
   readers (a backward's): those others read it back from that permute's result through the inverse permute, so that
@@ -208,7 +214,7 @@ class Scheduler:
           if b.op is not None and not _is_leaf(b): self.R.add(b)
       if op.name == 'tensor.attention_grad':  # (left whole: dq a kernel, dk and dv of the same operands another)
         self.R.add(op.results[0])
-        self.attention_grads.setdefault((tuple(op.operands), op.causal, float(op.attrs['scale']), op.softcap or 0.0), {})[op.wrt] = op.results[0]
+        self.attention_grads.setdefault(attention_grad_key(op), {})[op.wrt] = op.results[0]
         for x in op.operands[:4] + op.operands[6:]:
           b, _ = self.attention_operand(x, x is op.bias) or (x, None)
           if b.op is not None and not _is_leaf(b): self.R.add(b)
@@ -692,7 +698,7 @@ class Scheduler:
     there is none). q, k, v and g are read as the forward's are (attention_operand), the lse and d as buffers.
     Returns the kernel.func, its input buffers, its name and the values it stores."""
     op = root.op
-    grp = self.attention_grads[(tuple(op.operands), op.causal, float(op.attrs['scale']), op.softcap or 0.0)]
+    grp = self.attention_grads[attention_grad_key(op)]
     part = 0 if op.wrt == 0 else 1
     inputs, views = self.attention_inputs(op.operands[:4], op.bias)
     inputs[4:4] = [self.buffers.get(x) or self.host_buffer(x) for x in (op.lse, op.d)]  # (q, k, v, g, lse, d, the bias)
