@@ -305,6 +305,8 @@ def test_attention_kernel_builds_with_nvcc():
       assert {str(f.sym_name) for f in u.functions('uop.func')} >= {f'attn_dq_causal{tag}_2_100_70_{hd}', f'attn_dkdv_causal{tag}_2_100_70_{hd}'}
       src = render_cuda(u)
       assert ('wgmma.mma_async' in src) == wg and (', 30.0f, ' in src) == bool(cap)  # (the calls' softcap argument)
+      grads = [op for f in u.functions('uop.func') for op in f.body.ops if op.name == 'uop.attention_grad']
+      assert len(grads) == 2 and all(op.attrs.get('warpgroup', 0) == wg for op in grads)  # (the backward's products on warpgroups too)
       with tempfile.TemporaryDirectory() as td:
         cu = os.path.join(td, 'k.cu')
         open(cu, 'w').write(src)

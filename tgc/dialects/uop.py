@@ -534,13 +534,14 @@ class AttentionGradOp(Operation):
   `keys`, placed by their layouts as uop.attention's; lse and d (f32) and the outputs are contiguous, a head after
   another, inside their buffers' declared sizes; the forward's bias, where it had one, as uop.attention's; `group` as
   uop.attention's (part 1 then runs a work-group a k and v head, its gidx0 the k heads, summing the gradients of the
-  q heads of its group; dk and dv have heads / group heads a batch). Collective:
+  q heads of its group; dk and dv have heads / group heads a batch). `warpgroup = 1`: its products on warpgroup
+  tensor cores, as uop.attention's (its 64 rows one warpgroup, smem aligned to 1024 bytes). Collective:
   every thread of the work-group takes part."""
   name = 'uop.attention_grad'
   OPERANDS = ('q', 'k', 'v', 'g', 'lse', 'd', 'bias?', 'out', 'smem', 'head', 'block', 'lane', 'out2?')
   PRESENT_WITH = {'bias': 'bias_layout'}
   ATTRS = {'part': 'int', 'causal': 'int', 'scale': 'number', 'softcap': 'number?', 'heads': 'int', 'rows': 'int', 'keys': 'int', 'dim': 'int', 'block_rows': 'int',
-           'threads': 'int', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints', 'g_layout': 'ints', 'bias_layout': 'ints?', 'group': 'int?'}
+           'threads': 'int', 'q_layout': 'ints', 'k_layout': 'ints', 'v_layout': 'ints', 'g_layout': 'ints', 'bias_layout': 'ints?', 'group': 'int?', 'warpgroup': 'int?'}
   RESULTS = 0
   TRAITS = frozenset()  # reads and writes memory
   FORMAT = '$q, $k, $v, $g, $lse, $d?{ ($bias, $bias_layout)}, $out, $smem, $head, $block, $lane?{, $out2} : type($q)'
@@ -560,6 +561,11 @@ class AttentionGradOp(Operation):
       if a[nm] < 1: raise self.error(f"{nm} must be positive, got {a[nm]}")
     if a['causal'] not in (0, 1): raise self.error(f"causal must be 0 or 1, got {a['causal']}")
     check_softcap(self)
+    if a.get('warpgroup', 0) not in (0, 1): raise self.error(f"warpgroup must be 0 or 1, got {a['warpgroup']}")
+    if a.get('warpgroup') and (a['threads'] != 128 or a['block_rows'] != 64):
+      raise self.error(f"warpgroup = 1 takes one warpgroup (128 threads) a 64 rows, got {a['block_rows']} rows on {a['threads']} threads")
+    if a.get('warpgroup') and (self.smem.op.name != 'uop.define_local' or self.smem.op.attrs.get('align', 16) % 1024):
+      raise self.error("warpgroup = 1 reads its tiles by wgmma descriptors (128-byte swizzle): smem must be a uop.define_local aligned to 1024 bytes")
     group = a.get('group', 1)
     nh = _attention_launch(self, (self.head, self.block, self.lane), 6 * a['block_rows'] * a['dim'], group if a['part'] == 1 else 1)
     need = _layout_ends(self, {'q': a['rows'], 'k': a['keys'], 'v': a['keys'], 'g': a['rows']}, nh) | _bias_end(self, nh)

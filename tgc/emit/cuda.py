@@ -115,7 +115,7 @@ class CUDALang(Lang):
   def attention_grad(self, op, args, global_size):
     dt, a = op.out.type.dtype.name, op.attrs
     if dt not in ('f16', 'bf16') or a['dim'] not in GRAD_DIMS or (a['block_rows'], a['threads']) != (KEY_ROWS, 2 * KEY_ROWS): return None
-    self.needs.add(('attention_grad', dt, a['dim']))
+    self.needs.add(('attention_grad', dt, a['dim'], a.get('warpgroup', 0)))
     return attention_grad_call(dt, op, args, global_size[1])
   def wgmma_args(self, a_layout, b_layout):
     bits = lambda lay: (lay[1] >> 4) << 16 | (lay[2] >> 4) << 32 | 1 << 62

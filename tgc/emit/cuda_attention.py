@@ -17,8 +17,11 @@ run first. A bias (an attention mask) is read from global memory through its lay
 loaded before the tile's products, and added to the raw scores over the scale; with grouped-query attention a q
 head reads the k and v head of its group; soft-capped (softcap > 0: Gemma 2's), the scores are scaled and capped,
 softcap * tanh(s * scale / softcap), before the bias, and the backward multiplies ds by tanh's derivative. The
-backward's dq and dk/dv kernels (_GRAD) recompute the probabilities
-from the rows' log-sum-exp; the dk/dv kernel of a k head sums the gradients of its group's q heads.
+backward's dq and dk/dv kernels (_GRAD) recompute the probabilities from the rows' log-sum-exp; the dk/dv kernel of a
+k head sums the gradients of its group's q heads. Their products are the forward's two forms: with `warpgroup`, both
+score products of a tile (S and dP, from tiles by descriptors) are issued together, and the sums over the tile (dQ; dV
+and dK) take the probabilities' or ds's accumulators as A fragments from registers (without, mma.sync: heads of 128
+then spill, and ran at a third of the rate).
 """
 from __future__ import annotations
 import math
@@ -338,6 +341,33 @@ __device__ __forceinline__ void tg_fa_store_$NAME($T* dst, const float (*o)[4], 
     if (row_a + 8 < n) *reinterpret_cast<$T2*>(dst + (size_t)(row_a + 8) * $HD + col) = $PAIR(o[d][2], o[d][3]);
   }
 }
+#if $WG
+// s = A B^T and s2 = A2 B2^T over the head, each the warpgroup's 64 rows of a tile against another tile's 64 rows (both
+// K-major), issued together and waited for
+__device__ __forceinline__ void tg_fa_wgabt2_$NAME(float (*s)[4], const $T* a, const $T* b, float (*s2)[4], const $T* a2, const $T* b2) {
+  #pragma unroll
+  for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = s2[n][0] = s2[n][1] = s2[n][2] = s2[n][3] = 0.f;
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+  #pragma unroll
+  for (int kk = 0; kk < $HD / 16; kk++)
+    tg_fa_wgs_$NAME(&s[0][0], tg_fa_desc(a + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024), tg_fa_desc(b + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024));
+  #pragma unroll
+  for (int kk = 0; kk < $HD / 16; kk++)
+    tg_fa_wgs_$NAME(&s2[0][0], tg_fa_desc(a2 + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024), tg_fa_desc(b2 + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024));
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+// o += p tile, issued: p (the warpgroup's 64 rows x 64, accumulators) rounded to T as A fragments, the tile's 64 rows
+// (HD contiguous: MN-major) the sum's
+__device__ __forceinline__ void tg_fa_wgab_$NAME(float (*o)[4], const float (*p)[4], const $T* tile) {
+  unsigned pa[4][4];
+  #pragma unroll
+  for (int kk = 0; kk < 4; kk++) tg_fa_pfrag_$NAME(pa[kk], p, kk);
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+  #pragma unroll
+  for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(tile + kk * 16 * 64, 64 * 128, 1024));
+}
+#endif
 __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, const $T* __restrict__ G, const float* __restrict__ LSE, const float* __restrict__ Dr, $T* smem,
     int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, float scale, bool causal,
@@ -355,7 +385,7 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
   tg_fa_tile_$NAME<64>(sG, TG_FA_HEAD(G, lg), lg[3], q0, L, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
   tg_fa_pair_$NAME(sK, Kh, lk[3], sV, Vh, lv[3], 0, S, true, tid);
-#if $HD <= 64  // (q's and the output gradient's rows as fragments in registers; heads of 128 read them from their tiles)
+#if $HD <= 64 && !$WG  // (q's and the output gradient's rows as fragments in registers; heads of 128 read them from their tiles)
   unsigned qf[$HD / 16][4], gf[$HD / 16][4];
   tg_fa_rows_$NAME<64>(qf, sQ, warp, lane);
   tg_fa_rows_$NAME<64>(gf, sG, warp, lane);
@@ -372,7 +402,9 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
     const $T* kt = sK + buf * 64 * $HD;
     float s[8][4], dp[8][4], bv[8][4];
     if (BIAS != 0) tg_fa_bias_$NAME(bv, Bh, lbias, j * 64, row_a, L, S, t, inv_scale);
-#if $HD <= 64
+#if $WG
+    tg_fa_wgabt2_$NAME(s, sQ, kt, dp, sG, sV + buf * 64 * $HD);
+#elif $HD <= 64
     tg_fa_abt_$NAME(s, qf, kt, lane);
     tg_fa_abt_$NAME(dp, gf, sV + buf * 64 * $HD, lane);
 #else
@@ -392,7 +424,13 @@ __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const
         s[n][e] = p * (dp[n][e] - (e < 2 ? da : db)) * dx;  // ds
       }
     }
+#if $WG
+    tg_fa_wgab_$NAME(dq, s, kt);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#else
     tg_fa_ab_$NAME(dq, s, kt, lane);
+#endif
     __syncthreads();
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
@@ -411,7 +449,7 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
   tg_fa_tile_$NAME<64>(sK, K + lk[0] + (size_t)(head / HK) * lk[1] + (size_t)(head % HK) * lk[2], lk[3], k0, S, tid);
   tg_fa_tile_$NAME<64>(sV, V + lv[0] + (size_t)(head / HK) * lv[1] + (size_t)(head % HK) * lv[2], lv[3], k0, S, tid);
   asm volatile("cp.async.commit_group;" ::: "memory");
-#if $HD <= 64  // (k's and v's rows as fragments in registers; heads of 128 read them from their tiles)
+#if $HD <= 64 && !$WG  // (k's and v's rows as fragments in registers; heads of 128 read them from their tiles)
   unsigned kf[$HD / 16][4], vf[$HD / 16][4];
 #endif
   const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;
@@ -424,7 +462,7 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
     const $T* Gh = TG_FA_HEAD_AT(G, lg, qh);
     const $T* Bh = BIAS != 0 ? TG_FA_HEAD_AT(BIAS, lbias, qh) : BIAS;
     tg_fa_pair_$NAME(sQ, Qh, lq[3], sG, Gh, lg[3], first * 64, L, first < n_tiles, tid);  // (the group's first; k and v waited for)
-#if $HD <= 64
+#if $HD <= 64 && !$WG
     if (gi == 0) {
       tg_fa_rows_$NAME<64>(kf, sK, warp, lane);
       tg_fa_rows_$NAME<64>(vf, sV, warp, lane);
@@ -438,7 +476,9 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
       const $T* qt = sQ + buf * 64 * $HD;
       const $T* gt = sG + buf * 64 * $HD;
       float st[8][4], dpt[8][4];  // the scores and do v^T transposed: the warp's keys the rows, the tile's queries the columns
-#if $HD <= 64
+#if $WG
+      tg_fa_wgabt2_$NAME(st, sK, qt, dpt, sV, gt);
+#elif $HD <= 64
       tg_fa_abt_$NAME(st, kf, qt, lane);
       tg_fa_abt_$NAME(dpt, vf, gt, lane);
 #else
@@ -464,8 +504,15 @@ __device__ __forceinline__ void tg_attention_dkdv_$NAME($T* __restrict__ DK, $T*
           }
         }
       }
+#if $WG
+      tg_fa_wgab_$NAME(dv, st, gt);
+      tg_fa_wgab_$NAME(dk, dpt, qt);
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#else
       tg_fa_ab_$NAME(dv, st, gt, lane);
       tg_fa_ab_$NAME(dk, dpt, qt, lane);
+#endif
       __syncthreads();
     }
   }
@@ -509,7 +556,7 @@ def attention_functions(instances, grads=()) -> list[str]:
   """The device functions of these (dtype name, head size, block rows, warpgroup) instances (warpgroup 1: the
   products on sm_90a's warpgroups), and of the backward's (dtype name, head size) ones, after what they share."""
   out = [_COMMON]
-  grads = {(dt, hd, KEY_ROWS, 0) for dt, hd in grads}
+  grads = {(dt, hd, KEY_ROWS, wg) for dt, hd, wg in grads}
   for dt, hd, rows, wg in sorted(set(instances) | grads):
     t, t2, pair, ptx, tof, t2tof = _TYPES[dt]
     name = attention_name(dt, hd, rows, wg)
@@ -556,7 +603,7 @@ def attention_grad_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
   name): its layouts, then the call."""
   a, x = op.attrs, args
   scale_log2, inv_scale, cap = _scaling(a)
-  name, flags = attention_name(dtype, a['dim'], KEY_ROWS), f"{scale_log2!r}f, {float(a['scale'])!r}f, {'true' if a['causal'] else 'false'}"
+  name, flags = attention_name(dtype, a['dim'], KEY_ROWS, a.get('warpgroup', 0)), f"{scale_log2!r}f, {float(a['scale'])!r}f, {'true' if a['causal'] else 'false'}"
   ins = ', '.join(x[n] for n in ('q', 'k', 'v', 'g', 'lse', 'd', 'smem', 'head', 'block', 'lane'))
   tail = f"{a['heads']}, {a['rows']}, {a['keys']}"
   if a['part'] == 0: call = f"tg_attention_dq_{name}({x['out']}, {ins}, {tail}, {blocks}, {flags}, tg_lq, tg_lk, tg_lv, tg_lg, {_bias(dtype, x)}, {inv_scale!r}f, {a.get('group', 1)}, {cap});"

@@ -936,13 +936,14 @@ def linearize_attention_grad(k: Operation, spec: DeviceSpec) -> Operation:
   op, fa, views, emit, glob = b.op, b.fa, b.op.views(), b.emit, b.glob
   B, H, L, S, E, dt = b.B, b.H, b.L, b.S, b.E, b.dt
   rows, threads = fa.key_rows, 2 * fa.key_rows  # (64 rows a work-group, a warp a 16)
-  smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': 6 * rows * E, 'align': 128})
+  wg = spec.has_warpgroup  # (its products on the warpgroup's tensor cores: the tiles read by descriptors, 1024-byte aligned)
+  smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': 6 * rows * E, 'align': 1024 if wg else 128})
   blocks, heads = -(-(L if op.part == 0 else S) // rows), B * H // (b.group if op.part == 1 else 1)  # (dk, dv: a k head a work-group)
   idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', heads), ('gidx1', blocks), ('lidx0', threads))]
   layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('q', 'k', 'v', 'g'), views)} | _bias_layout(op)
   emit('attention_grad', [glob[a] for a in op.operands[:6]] + ([glob[op.bias]] if op.bias is not None else []) + [glob[op.out]] + [smem] + idx + ([glob[op.out2]] if op.out2 is not None else []), None,
        {'causal': op.causal, 'scale': op.attrs['scale'], **softcap_attr(op), 'part': op.part, 'heads': H, 'rows': L, 'keys': S, 'dim': E, 'block_rows': rows,
-        'threads': threads, **layouts, **({'group': b.group} if b.group > 1 else {})})
+        'threads': threads, **layouts, **({'warpgroup': 1} if wg else {}), **({'group': b.group} if b.group > 1 else {})})
   return b.func((heads, blocks), (threads,))
 
 
