@@ -213,7 +213,8 @@ def test_layouts_on_gpu(name, mkn, dt):
 
 def test_split_k_on_a_gpu_with_few_output_tiles():
   """A weight's gradient (384x1536 summed over 4096 tokens) on a GPU of 132 multiprocessors: its k is split into
-  chunks summed apart and then added (two kernels), enough work-groups for the device; with the device's
+  chunks summed apart and then added (two kernels), enough work-groups for the device and evenly spread (f32: 4
+  chunks; on the tensor cores 2); with the device's
   multiprocessors unknown, or on a CPU, or for a product of many outputs, one kernel. The split product equals
   numpy's (decomposed for cuda, run on the CPU)."""
   from tgc.lowering import lower
@@ -227,7 +228,8 @@ def test_split_k_on_a_gpu_with_few_output_tiles():
     return [f.attrs['sym_name'] for f in m.functions('kernel.func')]
   from tgc import Tensor
   x, dy = Tensor.empty(4096, 384), Tensor.empty(4096, 1536)
-  assert kernels(x.T @ dy, DeviceSpec.of('cuda', processors=132)) == ['r_2_384_1536_2048', 'r_2_589824']
+  assert kernels(x.T @ dy, DeviceSpec.of('cuda', processors=132)) == ['r_4_384_1536_1024', 'r_4_589824']  # (4 or 5 work-groups a multiprocessor)
+  assert kernels(x.T.cast('half') @ dy.cast('half'), DeviceSpec.of('cuda', processors=132))[-1] == 'r_2_589824'  # (tensor cores: fewer partial sums)
   assert len(kernels(x.T @ dy, DeviceSpec.of('cuda'))) == 1
   assert kernels(x.T @ dy, DeviceSpec.of('llvm', processors=132)) == ['E_96_4096_16', 'r_384_96_4096_16']  # (its column panels)
   assert len(kernels(Tensor.empty(4096, 384) @ Tensor.empty(384, 1536), DeviceSpec.of('cuda', processors=132))) == 1

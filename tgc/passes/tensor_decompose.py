@@ -65,20 +65,31 @@ def pad_rows(op, rw, spec: DeviceSpec):
   return rw.create(REGISTRY['tensor.shrink'], [r], [TensorType(shape, r.type.dtype)], {'bounds': tuple((0, d) for d in shape)}, op.loc).results[0]
 
 
-def split_k(shape: tuple, k: int, spec: DeviceSpec | None) -> int:
-  """Into how many chunks a GPU splits a product's k (each summed apart, the partial sums added after): a product
-  whose outputs make fewer work-groups than keep every multiprocessor busy (a weight's gradient, 384x1536 summed
-  over 4096 tokens: its staged tiles made 144 blocks for 132 SMs) gets chunks of k as more work-groups, down to
-  chunks of SPLIT_K_MIN."""
+def split_k(shape: tuple, k: int, spec: DeviceSpec | None, tensor_cores: bool = False) -> int:
+  """Into how many chunks a GPU splits a product's k (each summed apart, the partial sums added after), where its
+  outputs make too few work-groups to keep every multiprocessor busy.
+  - Staged f32 tiles (64x64): the count (1, 2, 4, ..., chunks of SPLIT_K_MIN at least) whose work-groups finish
+    soonest, where a multiprocessor nears its rate with SATURATE of them at once and shares it among more, and a
+    work-group takes its chunk of k plus a pipeline's fill (TILE_FILL steps). A weight's gradient, 384x1536 summed over
+    4096 tokens, makes 144 tiles: in 2 chunks 288 work-groups, 3 on some of an H200's 132 multiprocessors and 2 on the
+    rest (27 TFLOP/s, 0.6 of torch's kernel, where 1536 such work-groups ran at 35); in 4 chunks 4 or 5
+    a multiprocessor.
+  - Tensor cores (whose partial sums' stores weigh more beside their faster products): doubled until the outputs
+    make WAVES staged tiles' worth a multiprocessor."""
   if spec is None or not spec.gpu or not spec.processors: return 1
-  s, out = 1, math.prod(shape)
-  while out * s < TILE_OUTPUTS * WAVES * spec.processors and k % (2 * s) == 0 and k // (2 * s) >= SPLIT_K_MIN: s *= 2
-  return s
+  out, counts = math.prod(shape), [1] + [s for s in (2, 4, 8, 16, 32, 64) if k % s == 0 and k // s >= SPLIT_K_MIN]
+  if tensor_cores: return next((s for s in counts if out * s >= TILE_OUTPUTS * WAVES * spec.processors), counts[-1])
+  tiles = -(-out // TILE_OUTPUTS)
+  time = lambda s: max(-(-tiles * s // spec.processors), SATURATE) * (k // s + TILE_FILL)
+  best = min(time(s) for s in counts)
+  return next(s for s in counts if time(s) <= best * 1.05)  # (the fewest chunks within 5 % of the best: fewer partial sums)
 
 TILE_OUTPUTS = 4096  # the outputs of a GPU matmul's staged tile (64x64)
+TILE_FILL = 64       # a work-group's start (its first copies, its ring's fill), in steps along k
+SATURATE = 3         # the staged tiles' work-groups (128 threads) a multiprocessor runs at once to near its rate (an H200: 384 of them on 132 ran at 0.94 of the rate of 1536)
 WAVES = 2            # the work-groups per multiprocessor a product should have
 SPLIT_K_MIN = 256    # the shortest chunk of k a split leaves
-FEW_ROWS = 16        # the most rows of a product kernel-opt takes as a matrix-vector product (few_rows), never split
+FEW_ROWS = 16            # the most rows of a product kernel-opt takes as a matrix-vector product (few_rows), never split
 
 
 def split_product_reduce(op, rw, spec: DeviceSpec):
@@ -119,7 +130,7 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
   a, = op.axes
   x, w = prod.operands
   if shape[a] and any(_few_rows(_reads(f) // shape[a], m, a, spec) for f, m in ((x, w), (w, x))): return None
-  n = split_k(t.shape, shape[a], spec)
+  n = split_k(t.shape, shape[a], spec, all(_on_tensor_cores(f.type.dtype, spec) or _narrowed(f, spec) is not None for f in (x, w)))
   if n < 2: return None
   return _in_chunks(_with_stored_factors(src, prod, rw, op.loc), shape[:a], n, shape[a + 1:], op, rw)
 
@@ -253,13 +264,14 @@ def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None,
   """copies: the tensor-core operands' narrow copies made so far (_staged), shared by the products that read one."""
   shape = op.results[0].type.shape
   a, b = op.lhs, op.rhs
-  if spec is not None and spec.gpu and not _on_tensor_cores(a.type.dtype, spec):
+  tc = spec is not None and _on_tensor_cores(a.type.dtype, spec)
+  if spec is not None and spec.gpu and not tc:
     na, nb = _narrowed(a, spec), _narrowed(b, spec)
-    if na is not None and nb is not None and na[1].type.dtype == nb[1].type.dtype:  # (mixed precision: f32 sums of bf16 products)
+    if tc := na is not None and nb is not None and na[1].type.dtype == nb[1].type.dtype:  # (mixed precision: f32 sums of bf16 products)
       a, b = (v if (s := _staged(n, rw, op.loc, False, copies)) is n else _rebuilt(ops, s, rw, op.loc) for (ops, n), v in ((na, a), (nb, b)))
     else: a, b = _staged(a, rw, op.loc), _staged(b, rw, op.loc)
   few = _few_rows(math.prod(shape[:-1]), b, len(b.type.shape) - 2, spec)
-  return _product(rw, a, b, op.loc, pack, 1 if few else split_k(shape, op.lhs.type.shape[-1], spec))
+  return _product(rw, a, b, op.loc, pack, 1 if few else split_k(shape, op.lhs.type.shape[-1], spec, tc))
 
 
 def _few_rows(rows: int, matrix, k: int, spec: DeviceSpec | None) -> bool:
