@@ -9,7 +9,7 @@ import math
 from tgc.ir import dtypes as D
 from tgc.emit.cstyle import Lang, F8, XYZW, render_module, render_kernel
 from tgc.dialects.uop import shared_layout
-from tgc.emit.cuda_attention import attention_functions, attention_call, attention_grad_call, BLOCKS, KEY_ROWS, GRAD_DIMS
+from tgc.emit.cuda_attention import attention_functions, attention_call, attention_grad_call, grad_blocks, BLOCKS, KEY_ROWS, GRAD_DIMS
 
 STATIC_SHARED = 48 << 10  # the shared memory a kernel's static arrays may take; beyond it a launch asks for it
 MOST_SHARED_ALIGN = 1024  # the dynamic shared memory's declared alignment (wgmma's 128-byte swizzled tiles ask it)
@@ -35,7 +35,8 @@ class CUDALang(Lang):
 
   def signature(self, k) -> str:
     args = [f"{self.mem(dt)}* data{i}" for i, dt in enumerate(k.sig)] + [f"const {self.reg(dt)} {n}" for n, dt in k.vars]
-    return f'extern "C" __global__ void __launch_bounds__({math.prod(k.ls)}) {k.name}({", ".join(args)})'
+    blocks = grad_blocks(k.ops)  # (the work-groups a multiprocessor should hold, where a kernel wants more than its registers leave)
+    return f'extern "C" __global__ void __launch_bounds__({math.prod(k.ls)}{f", {blocks}" if blocks else ""}) {k.name}({", ".join(args)})'
   def special_again(self, axis, name, reg):
     # (read by an opaque instruction: NVVM would fold a second blockIdx.x into the first, and carry the first read's
     # value, and what is computed from it, across the loop between them)

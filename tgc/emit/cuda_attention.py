@@ -548,6 +548,19 @@ KEY_ROWS = 64                     # the keys a tile (uop.attention's key_rows); 
 GRAD_DIMS = (64, 128)             # the head sizes of the backward's kernels
 
 
+# the work-groups of the backward's kernels (on warpgroups) a multiprocessor should hold, by head size: its
+# __launch_bounds__' second number. Heads of 64 took 172 registers a thread in the dk/dv kernel, which leaves room for
+# 2 work-groups; held to 168, 3 (an H200, 8x16x1024x64 f16 causal: dk/dv 229 -> 173 us, dq 107 -> 95). Heads of 128
+# then spill (dk/dv 130 -> 223 us).
+GRAD_BLOCKS = {64: 3}
+
+
+def grad_blocks(ops) -> int:
+  """The work-groups a multiprocessor should hold of a kernel of these uops (0: no hint): GRAD_BLOCKS of its
+  uop.attention_grad on warpgroups."""
+  return max((GRAD_BLOCKS.get(op.attrs['dim'], 0) for op in ops if op.name == 'uop.attention_grad' and op.attrs.get('warpgroup')), default=0)
+
+
 def attention_name(dtype: str, head_dim: int, rows: int, warpgroup: int = 0) -> str:
   return f"{dtype}_{head_dim}_{rows}{'_wg' if warpgroup else ''}"
 
@@ -611,4 +624,4 @@ def attention_grad_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
   return _layouts(op, ('q', 'k', 'v', 'g')) + [call]
 
 
-__all__ = ['attention_functions', 'attention_call', 'attention_grad_call', 'attention_name', 'BLOCKS', 'KEY_ROWS', 'GRAD_DIMS']
+__all__ = ['attention_functions', 'attention_call', 'attention_grad_call', 'attention_name', 'grad_blocks', 'BLOCKS', 'KEY_ROWS', 'GRAD_DIMS']
