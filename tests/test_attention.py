@@ -307,6 +307,7 @@ def test_attention_kernel_builds_with_nvcc():
       assert ('wgmma.mma_async' in src) == wg and (', 30.0f, ' in src) == bool(cap)  # (the calls' softcap argument)
       grads = [op for f in u.functions('uop.func') for op in f.body.ops if op.name == 'uop.attention_grad']
       assert len(grads) == 2 and all(op.attrs.get('warpgroup', 0) == wg for op in grads)  # (the backward's products on warpgroups too)
+      assert src.count('__launch_bounds__(128, 3)') == (2 if wg and hd == 64 else 0)  # (heads of 64: 3 work-groups a multiprocessor)
       with tempfile.TemporaryDirectory() as td:
         cu = os.path.join(td, 'k.cu')
         open(cu, 'w').write(src)

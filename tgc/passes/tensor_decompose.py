@@ -77,7 +77,7 @@ def split_k(shape: tuple, k: int, spec: DeviceSpec | None, tensor_cores: bool = 
   - Tensor cores (whose partial sums' stores weigh more beside their faster products): doubled until the outputs
     make WAVES staged tiles' worth a multiprocessor."""
   if spec is None or not spec.gpu or not spec.processors: return 1
-  out, counts = math.prod(shape), [1] + [s for s in (2, 4, 8, 16, 32, 64) if k % s == 0 and k // s >= SPLIT_K_MIN]
+  out, counts = math.prod(shape), [1] + [s for s in (2, 4, 8, 16, 32, 64, 128, 256) if k % s == 0 and k // s >= SPLIT_K_MIN]
   if tensor_cores: return next((s for s in counts if out * s >= TILE_OUTPUTS * WAVES * spec.processors), counts[-1])
   tiles = -(-out // TILE_OUTPUTS)
   time = lambda s: max(-(-tiles * s // spec.processors), SATURATE) * (k // s + TILE_FILL)
