@@ -532,8 +532,9 @@ class TensorAPI:
     return _reduce_loss(loss, reduction)
 
   # ---- attention and linear algebra
-  def _attention(self, key, value, causal: bool, mask=None, gqa: bool = False, scale: float | None = None):
-    """softmax(q k^T * scale + mask) v (scale 1/sqrt(E) by default) as one op where the tensors' device computes it whole, else None (the composite
+  def _attention(self, key, value, causal: bool, mask=None, gqa: bool = False, scale: float | None = None, softcap: float | None = None):
+    """softmax(q k^T * scale + mask) v (scale 1/sqrt(E) by default; softcap: the scaled scores capped, softcap * tanh(s /
+    softcap)) as one op where the tensors' device computes it whole, else None (the composite
     below); a frontend whose tensors have no such op keeps None."""
     return None
 

@@ -162,6 +162,15 @@ __device__ __forceinline__ void tg_fa_ab_$NAME(float (*o)[4], const float (*p)[4
     }
   }
 }
+#if $WG
+// s += A B^T over the head, issued: the warpgroup's 64 rows of a tile of R rows, from a (its first), against tile b's
+// 64 rows, both K-major (read through descriptors), a wgmma a 16 columns
+template <int R> __device__ __forceinline__ void tg_fa_wgqk_$NAME(float (*s)[4], const $T* a, const $T* b) {
+  #pragma unroll
+  for (int kk = 0; kk < $HD / 16; kk++)
+    tg_fa_wgs_$NAME(&s[0][0], tg_fa_desc(a + (kk / 4) * R * 64 + (kk % 4) * 16, 16, 1024), tg_fa_desc(b + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024));
+}
+#endif
 // head hd's rows: layout {offset, b's stride, h's stride, a row's stride}, hd = b * H + h; this work-group's head's;
 // those of its k and v head, each of which serves `group` q heads (grouped-query attention)
 #define TG_FA_HEAD_AT(P, lay, hd) (P + lay[0] + (size_t)((hd) / H) * lay[1] + (size_t)((hd) % H) * lay[2])
@@ -225,10 +234,7 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
       #pragma unroll
       for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      #pragma unroll
-      for (int kk = 0; kk < $HD / 16; kk++)
-        tg_fa_wgs_$NAME(&s[0][0], tg_fa_desc(sQ + (kk / 4) * $ROWS * 64 + (warp / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024),
-                        tg_fa_desc(kt + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024));
+      tg_fa_wgqk_$NAME<$ROWS>(s, sQ + (warp / 4) * 64 * 64, kt);
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // (S, and the last tile's P V where it ran on)
       if (overlap) {  // (every warpgroup's P V of the last tile done: its buffers take tile j + 1's copies)
@@ -348,12 +354,8 @@ __device__ __forceinline__ void tg_fa_wgabt2_$NAME(float (*s)[4], const $T* a, c
   #pragma unroll
   for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = s2[n][0] = s2[n][1] = s2[n][2] = s2[n][3] = 0.f;
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-  #pragma unroll
-  for (int kk = 0; kk < $HD / 16; kk++)
-    tg_fa_wgs_$NAME(&s[0][0], tg_fa_desc(a + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024), tg_fa_desc(b + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024));
-  #pragma unroll
-  for (int kk = 0; kk < $HD / 16; kk++)
-    tg_fa_wgs_$NAME(&s2[0][0], tg_fa_desc(a2 + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024), tg_fa_desc(b2 + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024));
+  tg_fa_wgqk_$NAME<64>(s, a, b);
+  tg_fa_wgqk_$NAME<64>(s2, a2, b2);
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }

@@ -89,7 +89,7 @@ TILE_FILL = 64       # a work-group's start (its first copies, its ring's fill),
 SATURATE = 3         # the staged tiles' work-groups (128 threads) a multiprocessor runs at once to near its rate (an H200: 384 of them on 132 ran at 0.94 of the rate of 1536)
 WAVES = 2            # the work-groups per multiprocessor a product should have
 SPLIT_K_MIN = 256    # the shortest chunk of k a split leaves
-FEW_ROWS = 16            # the most rows of a product kernel-opt takes as a matrix-vector product (few_rows), never split
+FEW_ROWS = 16        # the most rows of a product kernel-opt takes as a matrix-vector product (few_rows), never split
 
 
 def split_product_reduce(op, rw, spec: DeviceSpec):
@@ -130,7 +130,7 @@ def split_product_reduce(op, rw, spec: DeviceSpec):
   a, = op.axes
   x, w = prod.operands
   if shape[a] and any(_few_rows(_reads(f) // shape[a], m, a, spec) for f, m in ((x, w), (w, x))): return None
-  n = split_k(t.shape, shape[a], spec, all(_on_tensor_cores(f.type.dtype, spec) or _narrowed(f, spec) is not None for f in (x, w)))
+  n = split_k(t.shape, shape[a], spec, _on_tensor_cores(x.type.dtype, spec) or _narrowed_pair(x, w, spec) is not None)
   if n < 2: return None
   return _in_chunks(_with_stored_factors(src, prod, rw, op.loc), shape[:a], n, shape[a + 1:], op, rw)
 
@@ -266,9 +266,8 @@ def decompose_matmul(op, rw, pack: bool = False, spec: DeviceSpec | None = None,
   a, b = op.lhs, op.rhs
   tc = spec is not None and _on_tensor_cores(a.type.dtype, spec)
   if spec is not None and spec.gpu and not tc:
-    na, nb = _narrowed(a, spec), _narrowed(b, spec)
-    if tc := na is not None and nb is not None and na[1].type.dtype == nb[1].type.dtype:  # (mixed precision: f32 sums of bf16 products)
-      a, b = (v if (s := _staged(n, rw, op.loc, False, copies)) is n else _rebuilt(ops, s, rw, op.loc) for (ops, n), v in ((na, a), (nb, b)))
+    if tc := (pair := _narrowed_pair(a, b, spec)) is not None:  # (mixed precision: f32 sums of bf16 products)
+      a, b = (v if (s := _staged(n, rw, op.loc, False, copies)) is n else _rebuilt(ops, s, rw, op.loc) for (ops, n), v in zip(pair, (a, b)))
     else: a, b = _staged(a, rw, op.loc), _staged(b, rw, op.loc)
   few = _few_rows(math.prod(shape[:-1]), b, len(b.type.shape) - 2, spec)
   return _product(rw, a, b, op.loc, pack, 1 if few else split_k(shape, op.lhs.type.shape[-1], spec, tc))
@@ -304,6 +303,13 @@ def _on_tensor_cores(dt, spec: DeviceSpec) -> bool:
   """Whether a product of dt factors may run on the target's tensor cores (whose tiles compute their operands)."""
   tc = spec.target.tensor_cores
   return tc is not None and (any(dt.name == i for i, _ in tc.dtypes) or (dt == D.f32 and tc.tf32 and spec.tf32))
+
+
+def _narrowed_pair(a, b, spec: DeviceSpec):
+  """(_narrowed(a), _narrowed(b)) where both are casts of one dtype the tensor cores take (a mixed-precision product's
+  factors: it runs on the tensor cores with f32 sums), else None."""
+  na, nb = _narrowed(a, spec), _narrowed(b, spec)
+  return (na, nb) if na is not None and nb is not None and na[1].type.dtype == nb[1].type.dtype else None
 
 
 def _narrowed(v, spec: DeviceSpec):
