@@ -44,7 +44,8 @@ class FusedAttention:
   """A target's fused attention kernel (tensor.attention as one kernel: the scores and probabilities never leave the
   chip): the dtype names and head sizes (q's and v's last axis, the same) it takes, and the work-groups it comes in,
   (rows, threads): a work-group takes `rows` queries of one head. Its shared memory holds its queries' tile and two
-  buffers each of `key_rows`-key tiles of k and v, rows of head-size elements."""
+  buffers each of `key_rows`-key tiles of k and v (three on warpgroups, whose products run on while the next tile's
+  copies land), rows of head-size elements."""
   dtypes: tuple[str, ...]
   head_dims: tuple[int, ...]
   blocks: tuple[tuple[int, int], ...]
@@ -52,10 +53,13 @@ class FusedAttention:
   grad_head_dims: tuple[int, ...] = ()  # the head sizes its backward kernels take (dq; dk and dv): 64 rows of 128
                                         # threads, its six tiles in shared memory
 
-  def smem_bytes(self, rows: int, head_dim: int, itemsize: int) -> int: return (rows + 4 * self.key_rows) * head_dim * itemsize
-  def blocks_for(self, head_dim: int, itemsize: int, smem: int) -> list[tuple[int, int]]:
+  def smem_bytes(self, rows: int, head_dim: int, itemsize: int, warpgroup: bool = False) -> int:
+    return (rows + 2 * self.kv_slots(warpgroup) * self.key_rows) * head_dim * itemsize
+  @staticmethod
+  def kv_slots(warpgroup: bool) -> int: return 3 if warpgroup else 2  # (uop.attention's smem holds as many of each)
+  def blocks_for(self, head_dim: int, itemsize: int, smem: int, warpgroup: bool = False) -> list[tuple[int, int]]:
     """The work-groups (rows, threads) whose tiles fit in `smem` bytes."""
-    return [(r, t) for r, t in self.blocks if self.smem_bytes(r, head_dim, itemsize) <= smem]
+    return [(r, t) for r, t in self.blocks if self.smem_bytes(r, head_dim, itemsize, warpgroup) <= smem]
 
 
 @dataclass(frozen=True)
@@ -215,7 +219,7 @@ class DeviceSpec:
     as one kernel: the target's FusedAttention, its tiles within the device's shared memory (what it may ask for)."""
     fa = self.target.attention
     if fa is None or self.processor == 'cpu' or dtype.name not in fa.dtypes or head_dim != value_dim or head_dim not in fa.head_dims: return False
-    return bool(fa.blocks_for(head_dim, dtype.itemsize, self.attention_smem))
+    return bool(fa.blocks_for(head_dim, dtype.itemsize, self.attention_smem, self.has_warpgroup))
   def fused_attention_grad(self, dtype, head_dim: int, value_dim: int) -> bool:
     """Whether this device computes attention's gradients (dq; dk and dv) in the target's fused backward kernels."""
     fa = self.target.attention

@@ -479,7 +479,7 @@ class AttentionOp(Operation):
   q_layout, k_layout, v_layout}`: a fused attention kernel's work-group (the target's FusedAttention, which its
   emitter writes whole): head `head` (b * heads + h) and its queries from `block` times `block_rows` on, thread
   `lane` of its `threads` (the specials of the launch), its tiles in `smem` (its queries' block_rows rows and two
-  buffers each of key_rows rows of k and v, rows of dim elements).
+  buffers each of key_rows rows of k and v, three with warpgroup = 1, rows of dim elements).
   q and out have `rows` rows of `dim` elements a head, k and v `keys`; each operand's layout [offset, b's stride, h's
   stride, a row's stride] places a head's rows, each row's elements contiguous (kernel.attention's views), inside its
   buffer's declared size. ` (%bias, [layout])` after v: added to the scaled scores, its bias_layout [offset, b's
@@ -516,7 +516,7 @@ class AttentionOp(Operation):
       raise self.error(f"warpgroup = 1 takes 16 queries a warp and whole warpgroups (128 threads), got {a['block_rows']} queries on {a['threads']} threads")
     if a.get('warpgroup') and (self.smem.op.name != 'uop.define_local' or self.smem.op.attrs.get('align', 16) % 1024):
       raise self.error("warpgroup = 1 reads its tiles by wgmma descriptors (128-byte swizzle): smem must be a uop.define_local aligned to 1024 bytes")
-    nh = _attention_launch(self, (self.head, self.block, self.lane), (a['block_rows'] + 4 * a['key_rows']) * a['dim'])
+    nh = _attention_launch(self, (self.head, self.block, self.lane), (a['block_rows'] + (6 if a.get('warpgroup') else 4) * a['key_rows']) * a['dim'])
     need = _layout_ends(self, {'out': a['rows'], 'q': a['rows'], 'k': a['keys'], 'v': a['keys']}, nh) | _bias_end(self, nh)
     if self.lse is not None:
       p = _ptr(self, self.lse, 'lse')

@@ -6,9 +6,11 @@ Each warp takes 16 query rows; keys go by tiles of 64. The query tile, and two b
 (the next tile's copies, cp.async, run while this one is used: the block's warps share them), lie in shared memory in
 wgmma's 128-byte swizzled layout: 64-column blocks of rows of 16-byte chunks whose column is XORed with the row (ldmatrix
 reads 8 rows of a column without bank conflicts). With `warpgroup` (sm_90a) each 4 warps are a warpgroup: S = Q K^T
-and O += P V are wgmma.mma_async, Q, K and V read through descriptors, P from registers (not causal, a tile's P V runs
-on while the next tile's S is issued, and the next tiles' copies start after both). Without, they are mma.sync
-m16n8k16 (Q's fragments by ldmatrix once, K's and V's by ldmatrix a step). The running max (of the raw scores: the
+and O += P V are wgmma.mma_async, Q, K and V read through descriptors, P from registers; a tile's S is issued with
+the last tile's P V, whose product runs on while the tile's softmax does (FlashAttention-3's overlap within a
+warpgroup), and the key and value tiles have three slots, so that a tile's copies start a whole step before it is
+used. Without, they are mma.sync m16n8k16 (Q's fragments by ldmatrix once, K's and V's by ldmatrix a step), two
+slots. The running max (of the raw scores: the
 scale is positive) and sum of each row live in the registers of the 4 threads that hold it, p = 2^(s scale - max) is
 one fma and one ex2 an element, the output's accumulators are rescaled when a row's max grows, and the probabilities'
 accumulators, rounded to the input type, are directly the A fragments of P V. Rows are masked past the keys (and,
@@ -53,7 +55,9 @@ __device__ __forceinline__ void tg_fa_ldsm_t(unsigned* r, const void* p) {
 }'''
 
 # one instance a (type, head size, block, warpgroup): T the element type, T2 its pair, HD the head size, ROWS the
-# block's queries, THREADS its threads (a warp a 16 rows), WG 1 where the products are the warpgroups' (wgmma)
+# block's queries, THREADS its threads (a warp a 16 rows), WG 1 where the products are the warpgroups' (wgmma).
+# tg_attention's OUT is false in the calls that store the rows' log-sum-exp alone (no output, no P V): a constant, so
+# that the wgmma waits are plain to ptxas
 _KERNEL = r'''__device__ __forceinline__ void tg_fa_mma_$NAME(float* c, const unsigned* a, unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.$PTX.$PTX.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -171,18 +175,72 @@ template <int R> __device__ __forceinline__ void tg_fa_wgqk_$NAME(float (*s)[4],
     tg_fa_wgs_$NAME(&s[0][0], tg_fa_desc(a + (kk / 4) * R * 64 + (kk % 4) * 16, 16, 1024), tg_fa_desc(b + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024));
 }
 #endif
+// a tile's scores (8 tiles of 8 keys from key0, at rows row_a and row_b) into its probabilities, in place: soft-capped
+// and biased where the call asks, masked past the keys (and, causal, after the row) where `masked`, the rows' running
+// max (m, raw scores: the scale is positive, it keeps the order) and this thread's part of their sums (l) carried on;
+// a0, a1 the factors the rows' accumulators take (1 where the max did not grow). p = 2^(s * scale_log2 - u), u the
+// max in log2 units: one fma and one ex2 an element (a row masked so far: u = 0, no NaN).
+__device__ __forceinline__ void tg_fa_softmax_$NAME(float (*s)[4], const float (*bv)[4], bool biased, float softcap, float cap_scale,
+    bool masked, bool causal, int key0, int row_a, int row_b, int S, int t, float scale_log2, float& m0, float& m1, float& l0, float& l1, float& a0, float& a1) {
+  if (softcap > 0.f) {  // (soft-capped: the scores scaled and capped here, scale_log2 is log2(e) and the bias is not scaled)
+    #pragma unroll
+    for (int n = 0; n < 8; n++) {
+      #pragma unroll
+      for (int e = 0; e < 4; e++) s[n][e] = softcap * tg_fa_tanh(s[n][e] * cap_scale);
+    }
+  }
+  if (biased) {
+    #pragma unroll
+    for (int n = 0; n < 8; n++) { s[n][0] += bv[n][0]; s[n][1] += bv[n][1]; s[n][2] += bv[n][2]; s[n][3] += bv[n][3]; }
+  }
+  float mx0 = m0, mx1 = m1;
+  #pragma unroll
+  for (int n = 0; n < 8; n++) {
+    if (masked) {
+      #pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
+        if (key >= S || (causal && key > row)) s[n][e] = -INFINITY;
+      }
+    }
+    mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+    mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  const float u0 = mx0 == -INFINITY ? 0.f : mx0 * scale_log2, u1 = mx1 == -INFINITY ? 0.f : mx1 * scale_log2;
+  a0 = tg_fa_ex2(m0 * scale_log2 - u0); a1 = tg_fa_ex2(m1 * scale_log2 - u1);
+  m0 = mx0; m1 = mx1;
+  float ps0 = 0.f, ps1 = 0.f;
+  #pragma unroll
+  for (int n = 0; n < 8; n++) {
+    s[n][0] = tg_fa_ex2(fmaf(s[n][0], scale_log2, -u0)); s[n][1] = tg_fa_ex2(fmaf(s[n][1], scale_log2, -u0));
+    s[n][2] = tg_fa_ex2(fmaf(s[n][2], scale_log2, -u1)); s[n][3] = tg_fa_ex2(fmaf(s[n][3], scale_log2, -u1));
+    ps0 += s[n][0] + s[n][1]; ps1 += s[n][2] + s[n][3];
+  }
+  l0 = l0 * a0 + ps0; l1 = l1 * a1 + ps1;  // (this thread's part of the row sums: the quad's meet at the end)
+}
+// the accumulators of rows row_a (o[.][0..1]) and row_b (o[.][2..3]) times a0 and a1 (the warp skips it where no row's
+// max grew: after the first tiles, most of the time)
+__device__ __forceinline__ void tg_fa_rescale_$NAME(float (*o)[4], float a0, float a1) {
+  if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
+    #pragma unroll
+    for (int d = 0; d < $HD / 8; d++) { o[d][0] *= a0; o[d][1] *= a0; o[d][2] *= a1; o[d][3] *= a1; }
+  }
+}
 // head hd's rows: layout {offset, b's stride, h's stride, a row's stride}, hd = b * H + h; this work-group's head's;
 // those of its k and v head, each of which serves `group` q heads (grouped-query attention)
 #define TG_FA_HEAD_AT(P, lay, hd) (P + lay[0] + (size_t)((hd) / H) * lay[1] + (size_t)((hd) % H) * lay[2])
 #define TG_FA_HEAD(P, lay) TG_FA_HEAD_AT(P, lay, head)
 #define TG_FA_KV(P, lay) (P + lay[0] + (size_t)(head / H) * lay[1] + (size_t)((head % H) / group) * lay[2])
-__device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T* __restrict__ Q, const $T* __restrict__ K,
+template <bool OUT> __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T* __restrict__ Q, const $T* __restrict__ K,
     const $T* __restrict__ V, $T* smem, int head, int block, int tid, int H, int L, int S, int blocks, float scale_log2, bool causal,
     const size_t* lo, const size_t* lq, const size_t* lk, const size_t* lv, float* __restrict__ LSE,
     const $T* __restrict__ BIAS, const size_t* lbias, float inv_scale, int group, float softcap, float cap_scale) {
-  $T* sQ = smem;                // ROWS x HD
-  $T* sK = sQ + $ROWS * $HD;    // 2 x 64 x HD
-  $T* sV = sK + 2 * 64 * $HD;   // 2 x 64 x HD
+  constexpr int slots = $WG ? 3 : 2;  // key and value tiles in shared memory (see the loops)
+  $T* sQ = smem;                    // ROWS x HD
+  $T* sK = sQ + $ROWS * $HD;        // slots x 64 x HD
+  $T* sV = sK + slots * 64 * $HD;   // slots x 64 x HD
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int q0 = (causal ? blocks - 1 - block : block) * $ROWS, w0 = q0 + warp * 16;  // w0: the warp's first query
   const $T* Qh = TG_FA_HEAD(Q, lq);
@@ -191,129 +249,90 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
   const $T* Bh = BIAS != 0 ? TG_FA_HEAD(BIAS, lbias) : BIAS;  // (a null BIAS, the calls without one: the code folds away)
   const int all_tiles = (S + 63) / 64;
   const int n_tiles = causal ? min(all_tiles, (q0 + $ROWS + 63) / 64) : all_tiles;
-  tg_fa_tile_$NAME<$ROWS>(sQ, Qh, lq[3], q0, L, tid);
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  // not causal with warpgroup products (`overlap`), a tile's P V runs on while the next tile's S = Q K^T is issued:
-  // the next tiles' copies are issued once both are done (after S's wait), and waited for at the step's start; causal,
-  // the copies run a whole step ahead (its first tiles are short: that wins more there)
-  const bool overlap = $WG && !causal;
-  if (overlap) {  // (the first key and value tiles, waited for at the first step)
-    tg_fa_tile_$NAME<64>(sK, Kh, lk[3], 0, S, tid);
-    tg_fa_tile_$NAME<64>(sV, Vh, lv[3], 0, S, tid);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  } else tg_fa_pair_$NAME(sK, Kh, lk[3], sV, Vh, lv[3], 0, S, true, tid);  // (the first key and value tiles; the queries waited for)
-#if $WG
-  unsigned pa[4][4];  // P's A fragments (a P V that runs on reads them while the next tile's S is issued)
-#else
-  unsigned qf[$HD / 16][4];  // this warp's 16 query rows as A fragments, one a 16 of HD
-  tg_fa_rows_$NAME<$ROWS>(qf, sQ, warp, lane);
-#endif
   float o[$HD / 8][4];
   #pragma unroll
   for (int j = 0; j < $HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows g and g + 8 of the warp's 16 (m: raw scores)
   const int row_a = w0 + g, row_b = row_a + 8;
-  // (causal, more than 64 queries a work-group: a tile whose keys all come after the last query of this warp, or of
-  // its warpgroup where the products are the warpgroup's, changes none of its rows)
-  const int last = $WG ? q0 + (warp / 4) * 64 + 63 : w0 + 15;
+  tg_fa_tile_$NAME<$ROWS>(sQ, Qh, lq[3], q0, L, tid);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#if $WG
+  // A tile's S = Q K^T is issued together with the last tile's O += P V, and the tile's softmax runs while P V does:
+  // three slots, a tile's copies issued a whole step before it is used (into the slot of the tile two before, whose
+  // P V every warpgroup has waited for by then). (A warpgroup whose queries all come before a tile's keys, causal
+  // with 128 queries, computes it masked: its probabilities are 0.)
+  tg_fa_tile_$NAME<64>(sK, Kh, lk[3], 0, S, tid);
+  tg_fa_tile_$NAME<64>(sV, Vh, lv[3], 0, S, tid);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  unsigned pa[4][4];  // the last tile's P as A fragments (read by its P V, which runs on)
+  for (int j = 0; j < n_tiles; j++) {
+    const int slot = j % 3;
+    asm volatile("cp.async.wait_group 0;" ::: "memory");  // (tile j: the only copies in flight)
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // (what cp.async wrote, for wgmma's reads)
+    __syncthreads();
+    if (j + 1 < n_tiles) {  // (the next tile's copies, before the products: S and P V then issue back to back)
+      const int next = (j + 1) % 3;
+      tg_fa_tile_$NAME<64>(sK + next * 64 * $HD, Kh, lk[3], (j + 1) * 64, S, tid);
+      tg_fa_tile_$NAME<64>(sV + next * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, tid);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    float bv[8][4];
+    if (BIAS != 0) tg_fa_bias_$NAME(bv, Bh, lbias, j * 64, row_a, L, S, t, inv_scale);
+    float s[8][4];  // S = Q K^T: the warpgroup's 64 queries against the tile's 64 keys, Q and K read where they lie
+    #pragma unroll
+    for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    tg_fa_wgqk_$NAME<$ROWS>(s, sQ + (warp / 4) * 64 * 64, sK + slot * 64 * $HD);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    if (OUT && j > 0) {  // O += P V of the last tile: P from registers, V (keys x HD, HD contiguous: MN-major) by descriptor
+      const $T* vt = sV + ((j + 2) % 3) * 64 * $HD;
+      #pragma unroll
+      for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(vt + kk * 16 * 64, 64 * 128, 1024));
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");  // (S; P V runs on)
+    } else asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // (each wait beside its products: ptxas then
+                                                                           // sees S done on every path, none serialized)
+    const bool masked = (j + 1) * 64 > S || (causal && (j + 1) * 64 - 1 > w0);
+    float a0, a1;
+    tg_fa_softmax_$NAME(s, bv, BIAS != 0, softcap, cap_scale, masked, causal, j * 64, row_a, row_b, S, t, scale_log2, m0, m1, l0, l1, a0, a1);
+    if (OUT) {  // (P V done: on every path, so that ptxas sees no accumulator of a running product written)
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      tg_fa_rescale_$NAME(o, a0, a1);
+      #pragma unroll
+      for (int kk = 0; kk < 4; kk++) tg_fa_pfrag_$NAME(pa[kk], s, kk);
+    }
+  }
+  if (OUT && n_tiles > 0) {  // the last tile's P V
+    const $T* vt = sV + ((n_tiles - 1) % 3) * 64 * $HD;
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    #pragma unroll
+    for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(vt + kk * 16 * 64, 64 * 128, 1024));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  }
+#else
+  // two slots, the next tiles' copies a step ahead (tg_fa_pair waits for this step's, the queries' before the first)
+  tg_fa_pair_$NAME(sK, Kh, lk[3], sV, Vh, lv[3], 0, S, true, tid);
+  unsigned qf[$HD / 16][4];  // this warp's 16 query rows as A fragments, one a 16 of HD
+  tg_fa_rows_$NAME<$ROWS>(qf, sQ, warp, lane);
   for (int j = 0; j < n_tiles; j++) {
     const int buf = j & 1;
-    if (overlap) {  // (tile j landed: the only copies in flight)
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      __syncthreads();
-    } else tg_fa_pair_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, j + 1 < n_tiles, tid);
-    if (!($ROWS > 64 && causal && j * 64 > last)) {
-      const $T* kt = sK + buf * 64 * $HD;
-      const $T* vt = sV + buf * 64 * $HD;
+    tg_fa_pair_$NAME(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, j + 1 < n_tiles, tid);
+    if (!(causal && j * 64 > w0 + 15)) {  // (causal: a tile whose keys all come after the warp's last query changes none of its rows)
       float bv[8][4];
       if (BIAS != 0) tg_fa_bias_$NAME(bv, Bh, lbias, j * 64, row_a, L, S, t, inv_scale);
       float s[8][4];  // S = Q K^T: 8 tiles of 8 keys
-#if $WG
-      // the warpgroup's 64 queries against the tile's 64 keys, Q and K read where they lie (K-major descriptors)
-      #pragma unroll
-      for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      tg_fa_wgqk_$NAME<$ROWS>(s, sQ + (warp / 4) * 64 * 64, kt);
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // (S, and the last tile's P V where it ran on)
-      if (overlap) {  // (every warpgroup's P V of the last tile done: its buffers take tile j + 1's copies)
-        __syncthreads();
-        if (j + 1 < n_tiles) {
-          tg_fa_tile_$NAME<64>(sK + (buf ^ 1) * 64 * $HD, Kh, lk[3], (j + 1) * 64, S, tid);
-          tg_fa_tile_$NAME<64>(sV + (buf ^ 1) * 64 * $HD, Vh, lv[3], (j + 1) * 64, S, tid);
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-      }
-#else
-      tg_fa_abt_$NAME(s, qf, kt, lane);
-#endif
-      if (softcap > 0.f) {  // (soft-capped: the scores scaled and capped here, scale_log2 is log2(e) and the bias is not scaled)
-        #pragma unroll
-        for (int n = 0; n < 8; n++) {
-          #pragma unroll
-          for (int e = 0; e < 4; e++) s[n][e] = softcap * tg_fa_tanh(s[n][e] * cap_scale);
-        }
-      }
-      if (BIAS != 0) {
-        #pragma unroll
-        for (int n = 0; n < 8; n++) { s[n][0] += bv[n][0]; s[n][1] += bv[n][1]; s[n][2] += bv[n][2]; s[n][3] += bv[n][3]; }
-      }
-      // (a tile past the keys' end, or with keys after this warp's first query where causal, takes the mask; the rest
-      // need none: the same for the whole warp)
+      tg_fa_abt_$NAME(s, qf, sK + buf * 64 * $HD, lane);
       const bool masked = (j + 1) * 64 > S || (causal && (j + 1) * 64 - 1 > w0);
-      float mx0 = m0, mx1 = m1;  // the running max of the raw scores, masked (the scale is positive: it keeps the order)
-      #pragma unroll
-      for (int n = 0; n < 8; n++) {
-        if (masked) {
-          #pragma unroll
-          for (int e = 0; e < 4; e++) {
-            int key = j * 64 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_a : row_b;
-            if (key >= S || (causal && key > row)) s[n][e] = -INFINITY;
-          }
-        }
-        mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-        mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-      }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      // p = 2^(s * scale_log2 - u), u the max in log2 units: one fma and one ex2 an element (a row masked so far: u = 0,
-      // no NaN); the accumulators are rescaled only where a row's max grew (after the first tiles, rarely: the
-      // warp skips it when none did)
-      const float u0 = mx0 == -INFINITY ? 0.f : mx0 * scale_log2, u1 = mx1 == -INFINITY ? 0.f : mx1 * scale_log2;
-      const float a0 = tg_fa_ex2(m0 * scale_log2 - u0), a1 = tg_fa_ex2(m1 * scale_log2 - u1);
-      m0 = mx0; m1 = mx1;
-      float ps0 = 0.f, ps1 = 0.f;
-      #pragma unroll
-      for (int n = 0; n < 8; n++) {
-        s[n][0] = tg_fa_ex2(fmaf(s[n][0], scale_log2, -u0)); s[n][1] = tg_fa_ex2(fmaf(s[n][1], scale_log2, -u0));
-        s[n][2] = tg_fa_ex2(fmaf(s[n][2], scale_log2, -u1)); s[n][3] = tg_fa_ex2(fmaf(s[n][3], scale_log2, -u1));
-        ps0 += s[n][0] + s[n][1]; ps1 += s[n][2] + s[n][3];
-      }
-      l0 = l0 * a0 + ps0; l1 = l1 * a1 + ps1;  // (this thread's part of the row sums: the quad's meet at the end)
-      if (O != 0) {  // (a null O, the calls that store the rows' log-sum-exp alone: no output, no P V; folds away)
-        if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
-          #pragma unroll
-          for (int d = 0; d < $HD / 8; d++) { o[d][0] *= a0; o[d][1] *= a0; o[d][2] *= a1; o[d][3] *= a1; }
-        }
-#if $WG
-        // O += P V: P from registers, V (keys x HD, HD contiguous: an MN-major operand) by descriptor
-        #pragma unroll
-        for (int kk = 0; kk < 4; kk++) tg_fa_pfrag_$NAME(pa[kk], s, kk);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        #pragma unroll
-        for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(vt + kk * 16 * 64, 64 * 128, 1024));
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        if (!overlap) asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#else
-        tg_fa_ab_$NAME(o, s, vt, lane);  // O += P V
-#endif
+      float a0, a1;
+      tg_fa_softmax_$NAME(s, bv, BIAS != 0, softcap, cap_scale, masked, causal, j * 64, row_a, row_b, S, t, scale_log2, m0, m1, l0, l1, a0, a1);
+      if (OUT) {
+        tg_fa_rescale_$NAME(o, a0, a1);
+        tg_fa_ab_$NAME(o, s, sV + buf * 64 * $HD, lane);  // O += P V
       }
     }
-    if (!overlap) __syncthreads();  // (this tile's buffers are read: the copies two steps on may take them)
+    __syncthreads();  // (this tile's buffers are read: the copies two steps on may take them)
   }
-#if $WG
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #endif
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -323,7 +342,7 @@ __device__ __forceinline__ void tg_attention_$NAME($T* __restrict__ O, const $T*
     if (row_a < L) LSE[(size_t)head * L + row_a] = l0 > 0.f ? (m0 * scale_log2 + log2f(l0)) * 0.6931471805599453f : -INFINITY;
     if (row_b < L) LSE[(size_t)head * L + row_b] = l1 > 0.f ? (m1 * scale_log2 + log2f(l1)) * 0.6931471805599453f : -INFINITY;
   }
-  if (O == 0) return;
+  if (!OUT) return;
   $T* Oh = TG_FA_HEAD(O, lo);
   #pragma unroll
   for (int d = 0; d < $HD / 8; d++) {
@@ -609,7 +628,7 @@ def attention_call(dtype: str, op, args: dict, blocks: int) -> list[str]:
   out = f"({_TYPES[dtype][0]}*)0" if a.get('lse_only') else x['out']  # (its rows' log-sum-exp alone: no P V, no output)
   head = ', '.join([out] + [x[n] for n in ('q', 'k', 'v', 'smem', 'head', 'block', 'lane')])
   return _layouts(op, ('out', 'q', 'k', 'v')) + [
-    f"tg_attention_{attention_name(dtype, a['dim'], a['block_rows'], a.get('warpgroup', 0))}({head}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
+    f"tg_attention_{attention_name(dtype, a['dim'], a['block_rows'], a.get('warpgroup', 0))}<{'false' if a.get('lse_only') else 'true'}>({head}, {a['heads']}, {a['rows']}, {a['keys']}, {blocks}, "
     f"{scale_log2!r}f, {'true' if a['causal'] else 'false'}, tg_lout, tg_lq, tg_lk, tg_lv, {x.get('lse', '(float*)0')}, {_bias(dtype, x)}, {inv_scale!r}f, {a.get('group', 1)}, {cap});"]
 
 

@@ -890,10 +890,11 @@ def attention_block(fa, spec: DeviceSpec, heads: int, L: int, E: int, itemsize: 
   """The work-group of a fused attention of `heads` heads of L queries of head size E, (queries, threads, warpgroup):
   where the device has warpgroup tensor cores, 64 queries on one warpgroup whose products are wgmma's (an H200, 7
   shapes from 16x6x256 to 1x16x8192, causal or not, heads of 64 and 128: the fastest on each; not causal 8x16x1024x64
-  0.97 of torch's call time, two warpgroups of 64 0.95, mma.sync's best 0.71); elsewhere, heads of 128, the largest work-group (the
-  k and v tiles it copies serve more queries) that still makes two a multiprocessor (where the device says how many it
-  has), else the smallest (heads of 64 on mma.sync: 128 queries on 8 warps took 0.64 of torch's time where 64 took 0.88)."""
-  fits = fa.blocks_for(E, itemsize, spec.attention_smem)
+  0.97 of torch's call time, two warpgroups of 64 0.95, mma.sync's best 0.71; with a bias, two warpgroups took 1.3
+  times as long); elsewhere, heads of 128, the largest work-group (the k and v tiles it copies serve more queries)
+  that still makes two a multiprocessor (where the device says how many it has), else the smallest (heads of 64 on
+  mma.sync: 128 queries on 8 warps took 0.64 of torch's time where 64 took 0.88)."""
+  fits = fa.blocks_for(E, itemsize, spec.attention_smem, spec.has_warpgroup)
   if spec.has_warpgroup: return (*min(fits), 1)
   enough = [(r, t) for r, t in fits if heads * -(-L // r) >= 2 * (spec.processors or 64)]
   return (*(max(enough) if enough and E >= 128 else min(fits)), 0)
@@ -917,7 +918,7 @@ def linearize_attention(k: Operation, spec: DeviceSpec) -> Operation:
   B, H, L, S, E, dt = b.B, b.H, b.L, b.S, b.E, b.dt
   bufs = [glob[a] for a in op.operands[:4]] + ([glob[op.bias]] if op.bias is not None else [])
   rows, threads, wg = attention_block(fa, spec, B * H, L, E, dt.itemsize)
-  smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': fa.smem_bytes(rows, E, 1), 'align': 1024})
+  smem = emit('define_local', [], PtrType(dt, True), {'sym': 'smem0', 'size': fa.smem_bytes(rows, E, 1, wg), 'align': 1024})
   blocks = -(-L // rows)
   idx = [emit('special', [], D.i32, {'axis': ax, 'size': n}) for ax, n in (('gidx0', B * H), ('gidx1', blocks), ('lidx0', threads))]
   layouts = {f'{n}_layout': (v.offset, *v.strides[:3]) for n, v in zip(('out', 'q', 'k', 'v'), views)} | _bias_layout(op)
