@@ -1033,6 +1033,7 @@ class Tensor(TensorAPI):
   def ne(self, y): return self != y
   def lt(self, y): return self < y
 
+  @_graph_template
   def where(self, x, y) -> Tensor:
     """self (a bool tensor) ? x : y, with broadcasting and promotion of x and y."""
     if isinstance(x, Tensor) or isinstance(y, Tensor):

@@ -470,9 +470,14 @@ class TensorAPI:
     if self.ndim < 2: raise ShapeError(f"tril/triu need at least 2 axes, got shape {self.shape}")
     r, c = self.shape[-2:]
     T = type(self)
-    d = T.arange(c, device=self.device).reshape(1, c) - T.arange(r, device=self.device).reshape(r, 1)
-    keep = (d >= diagonal) if upper else (d <= diagonal)
-    return keep.where(self, 0).cast(self.dtype)
+    # j - i at [i, j], from one-based positions (a scan of ones: their offsets cancel) and one comparison each side,
+    # the fewest nodes (a mask's nodes cost host time on every call that builds one)
+    pos = lambda n: T.ones(n, dtype='int32', device=self.device).cumsum(0)
+    pc = pos(c)
+    d = pc.reshape(1, c) - (pc if r == c else pos(r)).reshape(r, 1)
+    keep = (d > diagonal - 1) if upper else (d < diagonal + 1)
+    if self.dtype.is_bool: return keep & self
+    return keep.where(self, T.full((), 0, dtype=self.dtype, device=self.device))
   def tril(self, diagonal: int = 0): return self._tri(diagonal, False)
   def triu(self, diagonal: int = 0): return self._tri(diagonal, True)
   def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
