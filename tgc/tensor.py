@@ -164,7 +164,7 @@ def _graph_template(fn):
       key = (tuple([sig(a) for a in ins]), tuple(kw), tuple([first.setdefault(id(a.node), i) for i, a in enumerate(ins) if isinstance(a, Tensor)]))
       tpl = cache.get(key)
     except TypeError: return fn(*args, **kw)  # (an argument that does not hash)
-    if tpl is not None: return _replay(tpl, ins)
+    if tpl is not None: return tpl(ins)
     outer = _RECORD
     if outer is not None and outer[0] != get_ident(): return fn(*args, **kw)  # (another thread records)
     rec = outer if outer is not None else (get_ident(), [])
@@ -178,8 +178,9 @@ def _graph_template(fn):
   return wrapped
 
 def _template(made: list, ins, out):
-  """(the nodes to make: op, sources, attrs, shape, dtype, device, key entry, whether detached; the outputs), sources and outputs
-  numbered as made (>= 0) or as an argument (~i); None where the nodes do not come from the arguments alone."""
+  """The nodes `made` as a replay function of the arguments (_replayer); None where they do not come from the
+  arguments alone. Each node: op, sources (numbered as made, >= 0, or as an argument, ~i), attrs, shape, dtype, device,
+  key entry, whether detached; then the outputs, numbered alike."""
   pos = {id(n): j for j, n in enumerate(made)}
   for i, a in enumerate(ins):
     if isinstance(a, Tensor): pos.setdefault(id(a.node), ~i)
@@ -189,21 +190,26 @@ def _template(made: list, ins, out):
     steps.append((n.op, tuple([pos[id(s_)] for s_ in n.srcs]), n.attrs, n.shape, n.dtype, n.device, _entry(n), n in _autograd._DETACHED))
   outs = out if isinstance(out, tuple) else (out,)
   if not all(isinstance(o, Tensor) and id(o.node) in pos for o in outs): return None
-  return steps, tuple([pos[id(o.node)] for o in outs]), isinstance(out, tuple)
+  return _replayer(steps, tuple([pos[id(o.node)] for o in outs]), isinstance(out, tuple))
 
-def _replay(tpl, ins):
-  steps, outs, many = tpl
-  made = []
-  for op, srcs, attrs, shape, dtype, dev, entry, detached in steps:
-    n = _Node(op, tuple([made[j] if j >= 0 else ins[~j].node for j in srcs]), attrs, shape, dtype, dev)
-    n.entry = entry; made.append(n)
-    if detached: _autograd._DETACHED.add(n)  # (a detach() inside the method: the replayed node passes no gradient either)
+def _replayer(steps, outs, many):
+  """One Python function that makes the steps' nodes (their key entries set, the detached ones marked) from its
+  arguments and returns the outputs, written out step by step: a loop over the steps, unpacking each, took as long
+  again as making the nodes."""
+  env = {'N': _Node, 'DETACHED': _autograd._DETACHED, 'new': _tensor_new, 'Tensor': Tensor}
+  lines = ['def replay(ins):']
+  for i, (op, srcs, attrs, shape, dtype, dev, entry, detached) in enumerate(steps):
+    env.update({f'o{i}': op, f'a{i}': attrs, f's{i}': shape, f'd{i}': dtype, f'v{i}': dev})
+    src = ''.join(f'n{j}, ' if j >= 0 else f'ins[{~j}].node, ' for j in srcs)
+    lines.append(f'  n{i} = N(o{i}, ({src}), a{i}, s{i}, d{i}, v{i}); n{i}.entry = {entry}')
+    if detached: lines.append(f'  DETACHED.add(n{i})')  # (a detach() inside the method: the replayed node passes no gradient either)
   res = []
-  for j in outs:  # (an output that is an argument is that Tensor itself)
-    if j >= 0: t = _tensor_new(Tensor); t.node = made[j]
-    else: t = ins[~j]
-    res.append(t)
-  return tuple(res) if many else res[0]
+  for k, j in enumerate(outs):  # (an output that is an argument is that Tensor itself)
+    if j >= 0: lines.append(f'  t{k} = new(Tensor); t{k}.node = n{j}'); res.append(f't{k}')
+    else: res.append(f'ins[{~j}]')
+  lines.append(f'  return ({", ".join(res)},)' if many else f'  return {res[0]}')
+  exec('\n'.join(lines), env)
+  return env['replay']
 
 
 def _toposort(roots) -> list[_Node]:
