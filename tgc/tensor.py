@@ -151,18 +151,19 @@ def _graph_template(fn):
   cache-key entries made, without the method's Python (a conv2d's 24 nodes cost 70 us through the API). A call
   whose nodes do not come from its arguments alone (a leaf made inside, a node from elsewhere) records nothing."""
   cache: dict = {}
-  def sig(a):
-    if isinstance(a, Tensor): n = a.node; return (n.shape, n.dtype, n.device, DEVICES.get(n.device))
-    if isinstance(a, np.generic): return (type(a), a.tobytes())
-    return (type(a), _freeze(a))  # (typed: 1 and True, 0.0 and -0.0 make different graphs)
   @functools.wraps(fn)
   def wrapped(*args, **kw):
     global _RECORD
     ins = [*args, *kw.values()] if kw else args
     try:
-      first = {}  # (which arguments are one tensor: x.f(x) is not x.f(y))
-      key = (tuple([sig(a) for a in ins]), tuple(kw), tuple([first.setdefault(id(a.node), i) for i, a in enumerate(ins) if isinstance(a, Tensor)]))
-      tpl = cache.get(key)
+      # the signature: a tensor's shape, dtype and device (and which argument it first was: x.f(x) is not x.f(y)),
+      # another argument's type and value (typed: 1 and True, 0.0 and -0.0 make different graphs); the keywords' names
+      key, first = [tuple(kw)] if kw else [], {}
+      for i, a in enumerate(ins):
+        if isinstance(a, Tensor): n = a.node; key.append((n.shape, n.dtype, n.device, DEVICES.get(n.device), first.setdefault(id(n), i)))
+        elif isinstance(a, np.generic): key.append((type(a), a.tobytes()))
+        else: key.append((type(a), _freeze(a)))
+      tpl = cache.get(tuple(key))
     except TypeError: return fn(*args, **kw)  # (an argument that does not hash)
     if tpl is not None: return tpl(ins)
     outer = _RECORD
@@ -173,7 +174,7 @@ def _graph_template(fn):
     try: out = fn(*args, **kw)
     finally: _RECORD = outer
     tpl = _template(rec[1][start:], ins, out)
-    if tpl is not None: cache[key] = tpl  # (else the next such call records again: a key holding a list's values stays out)
+    if tpl is not None: cache[tuple(key)] = tpl  # (else the next such call records again: a key holding a list's values stays out)
     return out
   return wrapped
 
