@@ -1086,8 +1086,7 @@ class Tensor(TensorAPI):
 
   def permute(self, *order) -> Tensor:
     if len(order) == 1 and isinstance(order[0], (tuple, list)): order = tuple(order[0])
-    n = self.node
-    nd = len(n.shape)
+    nd = len(self.node.shape)
     o = tuple([a if type(a) is int and 0 <= a < nd else self._axis(a) for a in order])
     if sorted(o) != list(range(nd)): raise AxisError(f"permute order {order} is not a permutation of the axes of shape {self.shape}")
     return self._permuted(o)

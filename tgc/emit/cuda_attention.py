@@ -174,6 +174,12 @@ template <int R> __device__ __forceinline__ void tg_fa_wgqk_$NAME(float (*s)[4],
   for (int kk = 0; kk < $HD / 16; kk++)
     tg_fa_wgs_$NAME(&s[0][0], tg_fa_desc(a + (kk / 4) * R * 64 + (kk % 4) * 16, 16, 1024), tg_fa_desc(b + (kk / 4) * 64 * 64 + (kk % 4) * 16, 16, 1024));
 }
+// o += P tile, issued: P's A fragments (64 rows x 64, a 16 a fragment) from registers, the tile's 64 rows (HD
+// contiguous: MN-major) read through descriptors
+__device__ __forceinline__ void tg_fa_wgpvt_$NAME(float (*o)[4], const unsigned (*pa)[4], const $T* tile) {
+  #pragma unroll
+  for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(tile + kk * 16 * 64, 64 * 128, 1024));
+}
 #endif
 // a tile's scores (8 tiles of 8 keys from key0, at rows row_a and row_b) into its probabilities, in place: soft-capped
 // and biased where the call asks, masked past the keys (and, causal, after the row) where `masked`, the rows' running
@@ -285,9 +291,7 @@ template <bool OUT> __device__ __forceinline__ void tg_attention_$NAME($T* __res
     tg_fa_wgqk_$NAME<$ROWS>(s, sQ + (warp / 4) * 64 * 64, sK + slot * 64 * $HD);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     if (OUT && j > 0) {  // O += P V of the last tile: P from registers, V (keys x HD, HD contiguous: MN-major) by descriptor
-      const $T* vt = sV + ((j + 2) % 3) * 64 * $HD;
-      #pragma unroll
-      for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(vt + kk * 16 * 64, 64 * 128, 1024));
+      tg_fa_wgpvt_$NAME(o, pa, sV + ((j + 2) % 3) * 64 * $HD);
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");  // (S; P V runs on)
     } else asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // (each wait beside its products: ptxas then
@@ -303,10 +307,8 @@ template <bool OUT> __device__ __forceinline__ void tg_attention_$NAME($T* __res
     }
   }
   if (OUT && n_tiles > 0) {  // the last tile's P V
-    const $T* vt = sV + ((n_tiles - 1) % 3) * 64 * $HD;
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    #pragma unroll
-    for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(vt + kk * 16 * 64, 64 * 128, 1024));
+    tg_fa_wgpvt_$NAME(o, pa, sV + ((n_tiles - 1) % 3) * 64 * $HD);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
   }
@@ -385,8 +387,7 @@ __device__ __forceinline__ void tg_fa_wgab_$NAME(float (*o)[4], const float (*p)
   #pragma unroll
   for (int kk = 0; kk < 4; kk++) tg_fa_pfrag_$NAME(pa[kk], p, kk);
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-  #pragma unroll
-  for (int kk = 0; kk < 4; kk++) tg_fa_wgpv_$NAME(&o[0][0], pa[kk], tg_fa_desc(tile + kk * 16 * 64, 64 * 128, 1024));
+  tg_fa_wgpvt_$NAME(o, pa, tile);
 }
 #endif
 __device__ __forceinline__ void tg_attention_dq_$NAME($T* __restrict__ DQ, const $T* __restrict__ Q, const $T* __restrict__ K,
