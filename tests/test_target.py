@@ -32,15 +32,15 @@ def test_an_unknown_target_names_the_known_ones(monkeypatch):
 # lower-to-uop as it was spelled before the targets were one registry (and scan-split and, on cuda, fuse-attention came):
 # the pipeline must not drift
 PIPELINES = {
-  ('llvm', False): 'canonicalize,tensor-decompose{target=llvm pack=true},canonicalize,cse,scan-split{target=llvm},kernelize{target=llvm},kernel-opt{target=llvm},linearize{target=llvm},uop-simplify,decompose-transcendentals{ops=exp2+log2},cse,dce',
+  ('llvm', False): 'canonicalize,tensor-decompose{target=llvm pack=true},canonicalize,cse,scan-split{target=llvm},kernelize{target=llvm},kernel-opt{target=llvm},linearize{target=llvm},uop-simplify,decompose-transcendentals{ops=exp2+log2},cse,reassociate-index,dce',
   ('llvm', True): 'canonicalize,tensor-decompose{target=llvm},canonicalize,cse,scan-split{target=llvm},kernelize{target=llvm},linearize{target=llvm},uop-simplify,cse,dce',
-  ('c', False): 'canonicalize,tensor-decompose{target=c pack=true},canonicalize,cse,scan-split{target=c},kernelize{target=c},kernel-opt{target=c},linearize{target=c},uop-simplify,cse,dce',
+  ('c', False): 'canonicalize,tensor-decompose{target=c pack=true},canonicalize,cse,scan-split{target=c},kernelize{target=c},kernel-opt{target=c},linearize{target=c},uop-simplify,cse,reassociate-index,dce',
   ('c', True): 'canonicalize,tensor-decompose{target=c},canonicalize,cse,scan-split{target=c},kernelize{target=c},linearize{target=c},uop-simplify,cse,dce',
-  ('cuda', False): 'canonicalize,fuse-attention{target=cuda},tensor-decompose{target=cuda},canonicalize,cse,scan-split{target=cuda},kernelize{target=cuda},kernel-opt{target=cuda},linearize{target=cuda},uop-simplify,devectorize{width=8 bytes=16},cse,dce',
+  ('cuda', False): 'canonicalize,fuse-attention{target=cuda},tensor-decompose{target=cuda},canonicalize,cse,scan-split{target=cuda},kernelize{target=cuda},kernel-opt{target=cuda},linearize{target=cuda},uop-simplify,devectorize{width=8 bytes=16},cse,reassociate-index,dce',
   ('cuda', True): 'canonicalize,fuse-attention{target=cuda},tensor-decompose{target=cuda},canonicalize,cse,scan-split{target=cuda},kernelize{target=cuda},linearize{target=cuda},uop-simplify,devectorize{width=8 bytes=16},cse,dce',
-  ('opencl', False): 'canonicalize,tensor-decompose{target=opencl},canonicalize,cse,scan-split{target=opencl},kernelize{target=opencl},kernel-opt{target=opencl},linearize{target=opencl},uop-simplify,cse,dce',
+  ('opencl', False): 'canonicalize,tensor-decompose{target=opencl},canonicalize,cse,scan-split{target=opencl},kernelize{target=opencl},kernel-opt{target=opencl},linearize{target=opencl},uop-simplify,cse,reassociate-index,dce',
   ('opencl', True): 'canonicalize,tensor-decompose{target=opencl},canonicalize,cse,scan-split{target=opencl},kernelize{target=opencl},linearize{target=opencl},uop-simplify,cse,dce',
-  ('metal', False): 'canonicalize,tensor-decompose{target=metal},canonicalize,cse,scan-split{target=metal},kernelize{target=metal},kernel-opt{target=metal},linearize{target=metal},uop-simplify,devectorize{width=4},cse,dce',
+  ('metal', False): 'canonicalize,tensor-decompose{target=metal},canonicalize,cse,scan-split{target=metal},kernelize{target=metal},kernel-opt{target=metal},linearize{target=metal},uop-simplify,devectorize{width=4},cse,reassociate-index,dce',
   ('metal', True): 'canonicalize,tensor-decompose{target=metal},canonicalize,cse,scan-split{target=metal},kernelize{target=metal},linearize{target=metal},uop-simplify,devectorize{width=4},cse,dce',
 }
 

@@ -222,6 +222,7 @@ class EndRangeOp(Operation):
 class LoadOp(Operation):
   name = 'uop.load'
   OPERANDS = ('buf', 'idx', 'gated*')
+  ADDRESSES = ((0, 1),)
   TRAITS = frozenset()  # reads memory a store may change: never merged or moved by cse
   FORMAT = '$buf[$idx]?{, $gated} : type($result)'
   @property
@@ -247,6 +248,7 @@ class LdmatrixOp(Operation):
   name = 'uop.ldmatrix'
   OPERANDS = ('buf', 'idx')
   ATTRS = {'count': 'int', 'trans': 'int'}
+  ADDRESSES = ((0, 1),)
   TRAITS = frozenset()  # reads memory a store may change
   FORMAT = '$count $trans $buf[$idx] : type($result)'
   def verify(self):
@@ -265,6 +267,7 @@ class CopyAsyncOp(Operation):
   after it shows what arrived to the whole work-group."""
   name = 'uop.copy_async'
   OPERANDS = ('dst', 'didx', 'src', 'sidx', 'gate?')
+  ADDRESSES = ((0, 1), (2, 3))
   RESULTS = 0
   ATTRS = {'bytes': 'int'}
   FORMAT = '$bytes $dst[$didx], $src[$sidx]?{, $gate}'
@@ -297,6 +300,7 @@ class AsyncWaitOp(Operation):
 class StoreOp(Operation):
   name = 'uop.store'
   OPERANDS = ('buf', 'idx', 'value', 'gate?')
+  ADDRESSES = ((0, 1),)
   RESULTS = 0
   FORMAT = '$buf[$idx], $value?{, $gate} : type($value)'
   @property
@@ -410,6 +414,7 @@ class WgmmaOp(Operation):
   and uop.wgmma_fence comes before the first (and after any other write of c). Collective, like uop.wmma."""
   name = 'uop.wgmma'
   OPERANDS = ('a', 'aidx', 'b', 'bidx', 'c')
+  ADDRESSES = ((0, 1), (2, 3))
   ATTRS = {'dims': 'ints', 'a_layout': 'ints', 'b_layout': 'ints'}
   TRAITS = frozenset()  # reads memory a store may change, and runs in order with the fences, commits and waits
   FORMAT = '$dims $a_layout $b_layout $a[$aidx], $b[$bidx], $c : type($a), type($result)'

@@ -54,6 +54,7 @@ class Operation:
   ATTRS: ClassVar[dict[str, str]] = {}     # attribute name -> kind (see tgc.ir.attrs)
   PRESENT_WITH: ClassVar[dict[str, str]] = {}  # optional operand -> the attribute present exactly when it is
   TRAITS: ClassVar[frozenset[str]] = frozenset()
+  ADDRESSES: ClassVar[tuple[tuple[int, int], ...]] = ()  # (pointer, index) operand positions of the memory it reads or writes
   FORMAT: ClassVar[str | None] = None      # custom form; None: region ops print themselves
   _fmt: ClassVar[object] = None             # the compiled FORMAT (tgc.ir.format)
 

@@ -32,6 +32,7 @@ _PASS_MODULES = {
   'linearize': 'tgc.passes.linearize', 'uop-simplify': 'tgc.passes.uop_simplify', 'devectorize': 'tgc.passes.devectorize',
   'decompose-transcendentals': 'tgc.passes.decompose_transcendentals', 'lower-to-uop': 'tgc.passes.pipelines',
   'autodiff': 'tgc.passes.autodiff', 'scan-split': 'tgc.passes.scan_split', 'fuse-attention': 'tgc.passes.fuse_attention',
+  'reassociate-index': 'tgc.passes.reassociate_index',
 }
 
 

@@ -27,7 +27,7 @@ def lower_to_uop_steps(target: str | DeviceSpec = 'llvm', noopt: bool | None = N
   steps += [f'linearize{{{spec.options()}}}', 'uop-simplify']
   if opt and t.transcendentals: steps.append(f'decompose-transcendentals{{ops={t.transcendentals}}}')
   if t.devectorize: steps.append(f'devectorize{{width={t.devectorize}' + (f' bytes={t.max_vector_bytes}' if t.max_vector_bytes else '') + '}')
-  return steps + ['cse', 'dce']
+  return steps + ['cse'] + (['reassociate-index'] if opt else []) + ['dce']
 
 
 def stage_steps(spec: DeviceSpec, start: str, until: str, noopt: bool | None = None) -> list[str]:
