@@ -54,6 +54,11 @@ def _bounds(v, memo, narrow):
   if opn == 'where':
     (a0, a1), (b0, b1) = bounds(op.operands[1], memo, narrow), bounds(op.operands[2], memo, narrow)
     return (min(a0, b0), max(a1, b1))
+  if opn in ('xor', 'or') and len(op.operands) == 2:  # of values that are not negative: below the next power of two
+    (a0, a1), (b0, b1) = bounds(op.operands[0], memo, narrow), bounds(op.operands[1], memo, narrow)
+    if a0 < 0 or b0 < 0: return (lo_t, hi_t)
+    r = (0 if opn == 'xor' else max(a0, b0), (1 << max(a1, b1).bit_length()) - 1)
+    return r if r[1] <= hi_t else (lo_t, hi_t)
   if opn is None or len(op.operands) != 2 or opn not in _INT_ALU: return (lo_t, hi_t)
   (a0, a1), (b0, b1) = bounds(op.operands[0], memo, narrow), bounds(op.operands[1], memo, narrow)
   if opn in ('shl', 'shr', 'and'):  # by a constant amount (shifts) or mask, of a value that is not negative
