@@ -88,13 +88,20 @@ __device__ __forceinline__ void tg_fa_bias_$NAME(float (*bv)[4], const $T* b, co
     }
   }
 }
-$WGMMA_FNS// rows [row0, row0 + R) of n rows of HD elements, `ld` apart, into a swizzled tile (rows past n: zeros)
+$WGMMA_FNS// rows [row0, row0 + R) of n rows of HD elements, `ld` apart, into a swizzled tile (rows past n: zeros). A thread copies
+// one chunk column (THREADS is a multiple of HD / 8) of every STEP-th row, STEP a multiple of 8: from copy to copy its
+// source steps by STEP rows and its place in the tile by STEP * 64 elements (the swizzle, of the row's low 3 bits, stays),
+// so that a copy costs two adds, a compare and a select, not a row's 64-bit product and the swizzle again
 template <int R> __device__ __forceinline__ void tg_fa_tile_$NAME($T* tile, const $T* src, size_t ld, int row0, int n, int tid) {
+  constexpr int C = $HD / 8, STEP = $THREADS / C;
+  static_assert(STEP % 8 == 0 && R % STEP == 0, "a thread's rows keep their swizzle");
+  const int r0 = tid / C, c = tid % C;
+  const $T* p = src + (size_t)(row0 + r0) * ld + c * 8;
+  $T* d = TG_FA_AT(tile, R, r0, c, $HD);
   #pragma unroll
-  for (int i = 0; i < R * ($HD / 8) / $THREADS; i++) {
-    int idx = tid + $THREADS * i, r = idx / ($HD / 8), c = idx % ($HD / 8);
-    bool ok = row0 + r < n;
-    tg_fa_copy16(TG_FA_AT(tile, R, r, c, $HD), src + (size_t)(ok ? row0 + r : 0) * ld + c * 8, ok);
+  for (int i = 0; i < R / STEP; i++) {
+    const bool ok = row0 + r0 + STEP * i < n;
+    tg_fa_copy16(d + STEP * 64 * i, ok ? p + (size_t)STEP * i * ld : src, ok);
   }
 }
 // the next pair of tiles' copies (where there is one) start while this pair is used; then wait for this pair (in a
