@@ -219,6 +219,9 @@ def main(argv=None) -> int:
   sync = dev.synchronize
   table = rows(args.scale)
   names = [r for r in args.rows.split(',') if r] or list(table)
+  if unknown := [r for r in names if r not in table]:
+    print(f"bench/gpu.py: error: unknown rows {', '.join(map(repr, unknown))}; the rows: {', '.join(table)}", file=sys.stderr)
+    return 1
   rng = np.random.default_rng(0)
 
   tiny = Tensor(np.ones(16, np.float32), device=args.device)
