@@ -33,6 +33,12 @@ _COMMON = r'''__device__ __forceinline__ unsigned tg_fa_smem(const void* p) { re
 __device__ __forceinline__ void tg_fa_copy16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tg_fa_smem(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
+// ok ? a : b as one select (nvcc made a branch of some such choices of pointers, inside the kernel's loop)
+__device__ __forceinline__ const void* tg_fa_pick(bool ok, const void* a, const void* b) {
+  const void* r;
+  asm("{ .reg .pred q; setp.ne.b32 q, %3, 0; selp.b64 %0, %1, %2, q; }" : "=l"(r) : "l"(a), "l"(b), "r"((int)ok));
+  return r;
+}
 __device__ __forceinline__ void tg_fa_ldsm(unsigned* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tg_fa_smem(p)));
 }
@@ -101,7 +107,7 @@ template <int R> __device__ __forceinline__ void tg_fa_tile_$NAME($T* tile, cons
   #pragma unroll
   for (int i = 0; i < R / STEP; i++) {
     const bool ok = row0 + r0 + STEP * i < n;
-    tg_fa_copy16(d + STEP * 64 * i, ok ? p + (size_t)STEP * i * ld : src, ok);
+    tg_fa_copy16(d + STEP * 64 * i, tg_fa_pick(ok, p + (size_t)STEP * i * ld, src), ok);
   }
 }
 // the next pair of tiles' copies (where there is one) start while this pair is used; then wait for this pair (in a
