@@ -6,7 +6,7 @@ import pytest
 import tgc
 import tgc.ir as I
 from tgc.ir.core import Module
-from tgc.ir.rewrite import clone_op
+from tgc.ir.rewrite import const_value
 from tgc.passes.manager import PassManager, parse_pipeline
 from tgc.runtime import get_device
 from tgc.dialects.uop_bounds import bounds
@@ -71,7 +71,7 @@ def test_parts_in_order():
     if op.name not in ('uop.load', 'uop.store'): continue
     v = op.operands[1]
     c = None
-    if v.op.name == 'uop.add' and const(v.op.operands[1]): v, c = v.op.operands[0], int(I.rewrite.const_value(v.op.operands[1]))
+    if v.op.name == 'uop.add' and const(v.op.operands[1]): v, c = v.op.operands[0], int(const_value(v.op.operands[1]))
     lhs, rhs = v.op.operands if v.op.name == 'uop.add' else (v, None)
     shapes.append((op.operands[0].op.attrs.get('sym', op.operands[0].op.attrs.get('index')), varying(lhs), rhs is not None and not varying(rhs), c))
   # in[r*256 + (g*1024 + l*8) + 3], in[... + 4], tile[r*8 + l] twice, out[(g*16 + r)*8 + l]
